@@ -1,0 +1,17 @@
+"""streamhandlers: write neural-network layers once, run them on NumPy or CUDA.
+
+``import handlers`` works without pycuda; ``PyCudaHandler`` is imported lazily
+and raises an ``ImportError`` naming what is missing when pycuda is absent.
+"""
+from .base import Handler
+from .numpy_handler import NumpyHandler
+
+__all__ = ["Handler", "NumpyHandler", "PyCudaHandler"]
+
+
+def __getattr__(name):
+    # Imported on first use so that `import handlers` never needs pycuda.
+    if name == "PyCudaHandler":
+        from .pycuda_handler import PyCudaHandler
+        return PyCudaHandler
+    raise AttributeError(f"module 'handlers' has no attribute {name!r}")

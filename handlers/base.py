@@ -1,0 +1,519 @@
+"""The Handler contract: one op interface for every backend.
+
+A handler owns memory and performs operations; layers call nothing else.  This
+class *is* the documentation of the interface: each public op below validates its
+arguments (cheaply, before any work) and then calls the backend's ``_op``
+implementation.  Concrete handlers implement only the underscored methods.
+
+Conventions shared by every op:
+
+* Op names carry the shapes they take: ``_t`` any tensor, ``_m`` a matrix
+  (2-D), ``_v`` a vector stored as an (n, 1) matrix, ``_s`` a scalar.
+* Outputs come last and are written in place; ops return ``None`` (the
+  exceptions are ``get_numpy_copy`` and ``is_fully_finite``, which return host
+  values, and the allocators).
+* Arrays must be C-contiguous, of the handler's ``array_type`` and ``dtype``.
+  A wrong type or dtype raises ``TypeError``; a shape mismatch, a bad axis or a
+  non-contiguous array raises ``ValueError``.  Messages name the op and the
+  shapes.  Outputs are untouched when an op raises.
+* Aliasing: elementwise ops allow ``out`` to be one of their inputs (the very
+  same array); a partial overlap between an input and ``out`` is undefined.
+  ``dot_mm``, ``dot_add_mm`` and ``sum_t`` forbid any overlap between ``out``
+  and their inputs and raise ``ValueError`` when they see one.
+* Streams: ops on one stream group run in issue order; ops on different groups
+  may overlap and are ordered only by ``record_event``/``wait_event``,
+  ``wait_for`` and the synchronize calls.  ``with_streams(k)`` returns a view
+  of the handler whose ops run on group ``k``.
+"""
+import numpy as np
+
+from .checks import (check_arrays, check_ndim, check_same_shape, check_scalar,
+                     check_shape_arg, fail_value, normalize_axis)
+
+
+class Handler:
+    """Abstract base of all handlers.
+
+    Args:
+        dtype: ``np.float32`` (default) or ``np.float64``; every array the
+            handler creates or accepts has this dtype.
+        seed: seed of the handler's random generator; the same seed gives the
+            same sequence of ``fill_gaussian`` and ``generate_probability_mask``
+            results on the same handler class.
+        num_stream_groups: number of stream groups (group 0 is the default).
+        streams_per_group: streams in each group.
+    """
+
+    #: The class of arrays this handler accepts and returns.
+    array_type = None
+
+    def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4,
+                 streams_per_group=1):
+        dt = np.dtype(dtype)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"{type(self).__name__}: dtype must be float32 or float64, got {dt}")
+        for name, v in (("num_stream_groups", num_stream_groups),
+                        ("streams_per_group", streams_per_group)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r}")
+        self.dtype = dt
+        self.seed = seed
+        self.num_stream_groups = int(num_stream_groups)
+        self.streams_per_group = int(streams_per_group)
+        #: index of the stream group this handler (or view) issues work on
+        self.group = 0
+        self._views = {0: self}
+
+    def __repr__(self):
+        return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
+
+    # ------------------------------------------------------------------ streams
+    def with_streams(self, k):
+        """Return a view of this handler whose ops run on stream group ``k``.
+
+        The view shares memory, kernels and state with the handler and has the
+        same op interface and validation.  It is also a context manager that
+        yields itself.  Views are cached, so the call is cheap.  Raises
+        ``ValueError`` if ``k`` is not in ``range(num_stream_groups)``.
+        """
+        root = self._views[0]
+        view = root._views.get(k)
+        if view is None:
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                    or not 0 <= k < root.num_stream_groups:
+                raise ValueError(f"with_streams: stream group {k!r} is not in "
+                                 f"range({root.num_stream_groups})")
+            view = root._make_view(int(k))
+            root._views[int(k)] = view
+        return view
+
+    def _make_view(self, k):
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view.group = k
+        return view
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def record_event(self):
+        """Record an event on this group and return it; returns without waiting.
+
+        The event completes when all work issued on this group before the call
+        has finished.  Pass it to ``wait_event`` on another group.
+        """
+        return self._record_event()
+
+    def wait_event(self, event):
+        """Make work issued later on this group wait for ``event``.
+
+        Returns without blocking the host; only future operations on this group
+        are affected.
+        """
+        self._wait_event(event)
+
+    def wait_for(self, other):
+        """Make later work on this group wait for all work issued so far on
+        ``other`` (a handler view of the same handler).  Does not block the host."""
+        if getattr(other, "_views", None) is not self._views:
+            fail_value("wait_for", "other must be a view of the same handler")
+        if other.group != self.group:
+            self._wait_event(other._record_event())
+
+    def synchronize(self):
+        """Block the host until all work issued on this group has finished."""
+        self._synchronize()
+
+    def synchronize_all_streams(self):
+        """Block the host until all work issued on every group has finished."""
+        self._synchronize_all()
+
+    # ------------------------------------------------------------------ memory
+    def allocate(self, shape):
+        """Return a new array of ``shape`` with undefined contents.
+
+        The array is ready for use on every stream group when returned.
+        """
+        return self._allocate(check_shape_arg("allocate", shape))
+
+    def zeros(self, shape):
+        """Return a new array of ``shape`` filled with 0, ready on every group."""
+        a = self._allocate(check_shape_arg("zeros", shape))
+        self._fill(a, 0.0)
+        self._ready(a)
+        return a
+
+    def ones(self, shape):
+        """Return a new array of ``shape`` filled with 1, ready on every group."""
+        a = self._allocate(check_shape_arg("ones", shape))
+        self._fill(a, 1.0)
+        self._ready(a)
+        return a
+
+    def create_from_numpy(self, arr):
+        """Return a new handler array holding a copy of the NumPy array ``arr``.
+
+        ``arr`` may have any real dtype and layout; it is converted to the
+        handler's dtype.  The result is ready on every stream group.
+        """
+        arr = self._host_input("create_from_numpy", arr)
+        a = self._allocate(arr.shape)
+        self._set_from_numpy(a, arr)
+        self._ready(a)
+        return a
+
+    def get_numpy_copy(self, a):
+        """Return a NumPy copy of ``a``, including all work issued before the call
+        on any stream group.  Blocks the host until the data is available."""
+        check_arrays(self, "get_numpy_copy", a)
+        return self._get_numpy_copy(a)
+
+    def set_from_numpy(self, a, arr):
+        """Copy the NumPy array ``arr`` (same shape, any real dtype) into ``a``.
+
+        The copy is ordered after work already issued on this group.
+        """
+        check_arrays(self, "set_from_numpy", a)
+        arr = self._host_input("set_from_numpy", arr)
+        if arr.shape != a.shape:
+            fail_value("set_from_numpy", f"shapes differ: {a.shape} and host {arr.shape}")
+        self._set_from_numpy(a, arr)
+
+    def _host_input(self, op, arr):
+        if not isinstance(arr, np.ndarray):
+            if isinstance(arr, (list, tuple)) or np.isscalar(arr):
+                arr = np.asarray(arr)
+            else:
+                raise TypeError(f"{op}: expected a numpy.ndarray, got {type(arr).__name__}")
+        if arr.dtype.kind not in "fiub":
+            raise TypeError(f"{op}: expected a real numeric array, got dtype {arr.dtype}")
+        return np.ascontiguousarray(arr, dtype=self.dtype)
+
+    def copy_to(self, src, dest):
+        """Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."""
+        check_same_shape(self, "copy_to", src, dest)
+        self._copy_to(src, dest)
+
+    def fill(self, a, value):
+        """Set every element of ``a`` to the scalar ``value``."""
+        check_arrays(self, "fill", a)
+        self._fill(a, check_scalar("fill", "value", value))
+
+    # ------------------------------------------------------------------ BLAS
+    def _check_dot(self, op, a, b, out, transa, transb):
+        check_arrays(self, op, a, b, out)
+        for x, name in ((a, "a"), (b, "b"), (out, "out")):
+            check_ndim(op, x, 2, name)
+        m, k = (a.shape[1], a.shape[0]) if transa else a.shape
+        k2, n = (b.shape[1], b.shape[0]) if transb else b.shape
+        if k != k2 or out.shape != (m, n):
+            fail_value(op, f"shapes do not match: a {a.shape}{'.T' if transa else ''}, "
+                           f"b {b.shape}{'.T' if transb else ''}, out {out.shape}")
+        if self._overlaps(out, a) or self._overlaps(out, b):
+            fail_value(op, "out must not overlap a or b")
+
+    def dot_mm(self, a, b, out, transa=False, transb=False):
+        """out = op(a) @ op(b), where op(x) is x.T if the flag is set, else x.
+
+        Shapes: op(a) (m, k), op(b) (k, n), out (m, n).  ``out`` must not
+        overlap ``a`` or ``b``.
+        """
+        self._check_dot("dot_mm", a, b, out, transa, transb)
+        self._dot(a, b, out, bool(transa), bool(transb), 0.0)
+
+    def dot_add_mm(self, a, b, out, transa=False, transb=False):
+        """out += op(a) @ op(b); shapes and aliasing as ``dot_mm``."""
+        self._check_dot("dot_add_mm", a, b, out, transa, transb)
+        self._dot(a, b, out, bool(transa), bool(transb), 1.0)
+
+    def axpby(self, alpha, x, beta, y):
+        """y = alpha * x + beta * y, for x and y of any one shape.
+
+        ``x`` may be ``y``.  With beta = 0, the old contents of y are ignored
+        (NaN in y does not propagate).
+        """
+        alpha = check_scalar("axpby", "alpha", alpha)
+        beta = check_scalar("axpby", "beta", beta)
+        check_same_shape(self, "axpby", x, y)
+        self._axpby(alpha, x, beta, y)
+
+    # ------------------------------------------------------------------ reduction
+    def sum_t(self, a, axis, out):
+        """Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
+
+        ``axis`` is an int (negative counts from the end) or None (all axes).
+        ``out`` has the result's shape, either without the reduced axis or with
+        it kept as 1; for ``axis=None``, ``out`` has shape (), (1,) or all ones.
+        ``out`` must not overlap ``a``.
+        """
+        check_arrays(self, "sum_t", a, out)
+        nd = len(a.shape)
+        if nd == 0:
+            fail_value("sum_t", "a must have rank >= 1, got shape ()")
+        if axis is None:
+            if out.size != 1 or len(out.shape) not in (0, 1, nd):
+                fail_value("sum_t", f"out shape {out.shape} does not fit a full sum of {a.shape}")
+        else:
+            axis = normalize_axis("sum_t", axis, nd)
+            s = a.shape
+            if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
+                fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
+                                    f"{a.shape} over axis {axis}")
+        if self._overlaps(out, a):
+            fail_value("sum_t", "out must not overlap a")
+        self._sum_t(a, axis, out)
+
+    # ------------------------------------------------------------------ elementwise
+    def add_tt(self, a, b, out):
+        """out = a + b (same shapes; out may be a or b)."""
+        check_same_shape(self, "add_tt", a, b, out)
+        self._binary("add", a, b, out)
+
+    def subtract_tt(self, a, b, out):
+        """out = a - b (same shapes; out may be a or b)."""
+        check_same_shape(self, "subtract_tt", a, b, out)
+        self._binary("sub", a, b, out)
+
+    def mult_tt(self, a, b, out):
+        """out = a * b (same shapes; out may be a or b)."""
+        check_same_shape(self, "mult_tt", a, b, out)
+        self._binary("mul", a, b, out)
+
+    def divide_tt(self, a, b, out):
+        """out = a / b (same shapes; out may be a or b; IEEE division by 0)."""
+        check_same_shape(self, "divide_tt", a, b, out)
+        self._binary("div", a, b, out)
+
+    def mult_add_tt(self, a, b, out):
+        """out += a * b (same shapes; out may be a or b)."""
+        check_same_shape(self, "mult_add_tt", a, b, out)
+        self._binary("mul_add", a, b, out)
+
+    def add_st(self, s, t, out):
+        """out = t + s for a scalar s (out may be t)."""
+        s = check_scalar("add_st", "s", s)
+        check_same_shape(self, "add_st", t, out)
+        self._scalar_op("add", s, t, out)
+
+    def mult_st(self, s, t, out):
+        """out = s * t for a scalar s (out may be t)."""
+        s = check_scalar("mult_st", "s", s)
+        check_same_shape(self, "mult_st", t, out)
+        self._scalar_op("mul", s, t, out)
+
+    def mult_add_st(self, s, t, out):
+        """out += s * t for a scalar s (out may be t)."""
+        s = check_scalar("mult_add_st", "s", s)
+        check_same_shape(self, "mult_add_st", t, out)
+        self._scalar_op("mul_add", s, t, out)
+
+    def _unary_checked(self, op, name, a, out):
+        check_same_shape(self, op, a, out)
+        self._unary(name, a, out)
+
+    def abs_t(self, a, out):
+        """out = |a| (out may be a)."""
+        self._unary_checked("abs_t", "abs", a, out)
+
+    def sign_t(self, a, out):
+        """out = sign(a): -1, 0 or 1 (0 for NaN is not guaranteed; out may be a)."""
+        self._unary_checked("sign_t", "sign", a, out)
+
+    def sqrt_t(self, a, out):
+        """out = sqrt(a); NaN where a < 0 (out may be a)."""
+        self._unary_checked("sqrt_t", "sqrt", a, out)
+
+    def log_t(self, a, out):
+        """out = natural log of a; -inf at 0, NaN where a < 0 (out may be a)."""
+        self._unary_checked("log_t", "log", a, out)
+
+    def exp_t(self, a, out):
+        """out = exp(a) (out may be a)."""
+        self._unary_checked("exp_t", "exp", a, out)
+
+    def clip_t(self, a, a_min, a_max, out):
+        """out = min(max(a, a_min), a_max); requires a_min <= a_max (out may be a)."""
+        a_min = check_scalar("clip_t", "a_min", a_min)
+        a_max = check_scalar("clip_t", "a_max", a_max)
+        if a_min > a_max:
+            fail_value("clip_t", f"a_min {a_min} is greater than a_max {a_max}")
+        check_same_shape(self, "clip_t", a, out)
+        self._clip(a, a_min, a_max, out)
+
+    def broadcast_t(self, a, axis, out):
+        """Repeat ``a`` along ``axis`` into ``out``.
+
+        ``a`` has the shape of ``out`` except for a 1 at ``axis`` (negative
+        axes allowed).  ``out`` must not overlap ``a``.
+        """
+        check_arrays(self, "broadcast_t", a, out)
+        nd = len(out.shape)
+        if nd == 0:
+            fail_value("broadcast_t", "out must have rank >= 1")
+        axis = normalize_axis("broadcast_t", axis, nd)
+        want = out.shape[:axis] + (1,) + out.shape[axis + 1:]
+        if a.shape != want:
+            fail_value("broadcast_t", f"a shape {a.shape} cannot be broadcast along axis "
+                                      f"{axis} to {out.shape} (expected {want})")
+        if out.shape[axis] != 1 and self._overlaps(out, a):
+            fail_value("broadcast_t", "out must not overlap a")
+        self._broadcast_t(a, axis, out)
+
+    def _check_mv(self, op, m, v, out):
+        check_arrays(self, op, m, v, out)
+        check_ndim(op, m, 2, "m")
+        check_ndim(op, v, 2, "v")
+        if out.shape != m.shape:
+            fail_value(op, f"out shape {out.shape} differs from m shape {m.shape}")
+        rows, cols = m.shape
+        if v.shape == (1, cols):
+            return 0  # v is a row: broadcast down the rows
+        if v.shape == (rows, 1):
+            return 1  # v is a column: broadcast along each row
+        fail_value(op, f"v shape {v.shape} must be (1, {cols}) or ({rows}, 1) for m {m.shape}")
+
+    def add_mv(self, m, v, out):
+        """out = m + v, with v (1, n) broadcast over rows or (m, 1) over columns.
+        out may be m."""
+        self._mv("add", m, v, out, self._check_mv("add_mv", m, v, out))
+
+    def subtract_mv(self, m, v, out):
+        """out = m - v, v broadcast as in ``add_mv`` (out may be m)."""
+        self._mv("sub", m, v, out, self._check_mv("subtract_mv", m, v, out))
+
+    def mult_mv(self, m, v, out):
+        """out = m * v, v broadcast as in ``add_mv`` (out may be m)."""
+        self._mv("mul", m, v, out, self._check_mv("mult_mv", m, v, out))
+
+    def divide_mv(self, m, v, out):
+        """out = m / v, v broadcast as in ``add_mv`` (out may be m)."""
+        self._mv("div", m, v, out, self._check_mv("divide_mv", m, v, out))
+
+    # ------------------------------------------------------------------ activations
+    def sigmoid(self, x, y):
+        """y = 1 / (1 + exp(-x)) (y may be x)."""
+        self._unary_checked("sigmoid", "sigmoid", x, y)
+
+    def sigmoid_deriv(self, x, y, dy, dx):
+        """dx = dy * y * (1 - y), with y = sigmoid(x).  x is unused but checked;
+        dx may be dy."""
+        check_same_shape(self, "sigmoid_deriv", x, y, dy, dx)
+        self._deriv("sigmoid", x, y, dy, dx)
+
+    def tanh(self, x, y):
+        """y = tanh(x) (y may be x)."""
+        self._unary_checked("tanh", "tanh", x, y)
+
+    def tanh_deriv(self, x, y, dy, dx):
+        """dx = dy * (1 - y * y), with y = tanh(x); dx may be dy."""
+        check_same_shape(self, "tanh_deriv", x, y, dy, dx)
+        self._deriv("tanh", x, y, dy, dx)
+
+    def relu(self, x, y):
+        """y = max(x, 0) (y may be x)."""
+        self._unary_checked("relu", "relu", x, y)
+
+    def relu_deriv(self, x, y, dy, dx):
+        """dx = dy where x > 0, else 0; dx may be dy."""
+        check_same_shape(self, "relu_deriv", x, y, dy, dx)
+        self._deriv("relu", x, y, dy, dx)
+
+    def elu(self, x, y):
+        """y = x where x > 0, else exp(x) - 1 (y may be x)."""
+        self._unary_checked("elu", "elu", x, y)
+
+    def elu_deriv(self, x, y, dy, dx):
+        """dx = dy where x > 0, else dy * (y + 1); dx may be dy."""
+        check_same_shape(self, "elu_deriv", x, y, dy, dx)
+        self._deriv("elu", x, y, dy, dx)
+
+    def softmax_m(self, m, out):
+        """Row-wise softmax of the matrix m into out, computed as
+        exp(m - rowmax) / rowsum so that large inputs do not overflow.
+        out may be m."""
+        check_same_shape(self, "softmax_m", m, out)
+        check_ndim("softmax_m", m, 2, "m")
+        self._softmax_m(m, out)
+
+    # ------------------------------------------------------------------ indexing and masks
+    def index_m_by_v(self, m, v, out):
+        """out[i, 0] = m[i, v[i, 0]] for a matrix m (r, c) and index vector v (r, 1).
+
+        v holds indices stored as floats, truncated towards zero.  An index
+        whose value is not in [0, c) (NaN included) gives NaN: nothing is read
+        out of bounds.  out has shape (r, 1); it may be v but must not overlap m.
+        """
+        check_arrays(self, "index_m_by_v", m, v, out)
+        check_ndim("index_m_by_v", m, 2, "m")
+        rows = m.shape[0]
+        if v.shape != (rows, 1) or out.shape != (rows, 1):
+            fail_value("index_m_by_v", f"for m {m.shape}, v and out must be ({rows}, 1); "
+                                       f"got v {v.shape}, out {out.shape}")
+        self._index_m_by_v(m, v, out)
+
+    def binarize_v(self, v, out):
+        """One-hot encode: out[i, j] = 1 if j == v[i, 0] else 0.
+
+        v (r, 1) holds class indices stored as floats, truncated towards zero;
+        out is (r, c).  An index whose value is not in [0, c) (NaN included)
+        gives a row of zeros.  out must not overlap v.
+        """
+        check_arrays(self, "binarize_v", v, out)
+        check_ndim("binarize_v", out, 2, "out")
+        if v.shape != (out.shape[0], 1):
+            fail_value("binarize_v", f"v shape {v.shape} must be ({out.shape[0]}, 1) "
+                                     f"for out {out.shape}")
+        if self._overlaps(out, v):
+            fail_value("binarize_v", "out must not overlap v")
+        self._binarize_v(v, out)
+
+    def copy_to_if(self, src, dest, cond):
+        """dest = src where cond != 0; elsewhere dest keeps its value.
+        All three have one shape; dest may be src."""
+        check_same_shape(self, "copy_to_if", src, dest, cond)
+        self._masked("copy", src, 0.0, dest, cond)
+
+    def fill_if(self, mem, val, cond):
+        """mem = val where cond != 0; elsewhere mem keeps its value."""
+        val = check_scalar("fill_if", "val", val)
+        check_same_shape(self, "fill_if", mem, cond)
+        self._masked("fill", None, val, mem, cond)
+
+    def add_into_if(self, a, out, cond):
+        """out += a where cond != 0; elsewhere out keeps its value."""
+        check_same_shape(self, "add_into_if", a, out, cond)
+        self._masked("add", a, 0.0, out, cond)
+
+    def is_fully_finite(self, a):
+        """Return True if no element of ``a`` is NaN or infinite (blocks the host)."""
+        check_arrays(self, "is_fully_finite", a)
+        return bool(self._is_fully_finite(a))
+
+    # ------------------------------------------------------------------ randomness
+    def fill_gaussian(self, mean, std, out):
+        """Fill out with samples from a normal distribution (mean, std >= 0)."""
+        mean = check_scalar("fill_gaussian", "mean", mean)
+        std = check_scalar("fill_gaussian", "std", std)
+        if std < 0:
+            fail_value("fill_gaussian", f"std must be >= 0, got {std}")
+        check_arrays(self, "fill_gaussian", out)
+        self._fill_gaussian(mean, std, out)
+
+    def generate_probability_mask(self, mask, p):
+        """Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."""
+        p = check_scalar("generate_probability_mask", "p", p)
+        if not 0.0 <= p <= 1.0:
+            fail_value("generate_probability_mask", f"p must be in [0, 1], got {p}")
+        check_arrays(self, "generate_probability_mask", mask)
+        self._probability_mask(mask, p)
+
+    # ------------------------------------------------------------------ backend hooks
+    # Concrete handlers implement these.  Arguments are already validated.
+    def _ready(self, a):
+        """Make a freshly created array safe to use from every stream group."""
+
+    def _overlaps(self, a, b):
+        raise NotImplementedError

@@ -1,0 +1,76 @@
+"""Cheap argument validation shared by every handler.
+
+Each check runs before an op touches memory, so a failing op leaves its outputs
+untouched.  Messages name the op and the offending shapes.  The checks are plain
+attribute comparisons (no array traversal), so they cost about a microsecond.
+"""
+import numbers
+
+import numpy as np
+
+
+def fail_type(op, msg):
+    raise TypeError(f"{op}: {msg}")
+
+
+def fail_value(op, msg):
+    raise ValueError(f"{op}: {msg}")
+
+
+def check_arrays(handler, op, *arrays):
+    """Check array type, dtype and C-contiguity of each array in ``arrays``."""
+    array_type = handler.array_type
+    dtype = handler.dtype
+    for a in arrays:
+        if not isinstance(a, array_type):
+            fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
+                          f"got {type(a).__module__}.{type(a).__name__}")
+        if a.dtype != dtype:
+            fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
+        if not a.flags.c_contiguous:
+            fail_value(op, f"array of shape {a.shape} is not C-contiguous")
+
+
+def check_same_shape(handler, op, *arrays):
+    """Check type/dtype/contiguity and that all arrays have one shape."""
+    check_arrays(handler, op, *arrays)
+    shape = arrays[0].shape
+    for a in arrays[1:]:
+        if a.shape != shape:
+            fail_value(op, "shapes differ: " + ", ".join(str(x.shape) for x in arrays))
+
+
+def check_ndim(op, a, ndim, name="array"):
+    if len(a.shape) != ndim:
+        fail_value(op, f"{name} must be {ndim}-D, got shape {a.shape}")
+
+
+def check_scalar(op, name, value):
+    """Return ``value`` as a Python float, or raise TypeError naming the op."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu":
+        return float(value)
+    fail_type(op, f"{name} must be a real number, got {type(value).__name__}")
+
+
+def normalize_axis(op, axis, ndim):
+    """Return ``axis`` in ``range(ndim)``; accepts negative axes."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        fail_type(op, f"axis must be an int or None, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        fail_value(op, f"axis {axis} is out of range for an array of {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def check_shape_arg(op, shape):
+    """Normalise a shape argument (int or tuple of non-negative ints)."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        fail_type(op, f"shape must be an int or a tuple of ints, got {shape!r}")
+    if any(s < 0 for s in shape):
+        fail_value(op, f"shape {shape} has a negative dimension")
+    return shape

@@ -1,0 +1,230 @@
+"""NumpyHandler: the Handler contract on the CPU with NumPy.
+
+Every op writes into its output with ``out=``.  Where an op needs an
+intermediate (``dot_add_mm``, ``mult_add_tt``, some derivatives), it uses a
+scratch array cached per shape instead of allocating on every call.  Ops run at
+once, which is a valid schedule for every stream group, so events are complete
+when they are recorded.
+"""
+import numpy as np
+
+from .base import Handler
+from .checks import fail_type
+
+
+class CompletedEvent:
+    """An event that is complete from the start (NumpyHandler runs ops at once)."""
+
+    def query(self):
+        """Return True: the work before the event has finished."""
+        return True
+
+    def synchronize(self):
+        """Return at once: there is nothing to wait for."""
+
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+_UNARY = {"abs": np.abs, "sign": np.sign, "sqrt": np.sqrt, "log": np.log, "exp": np.exp,
+          "tanh": np.tanh}
+
+
+class NumpyHandler(Handler):
+    """Handler whose arrays are C-contiguous ``numpy.ndarray`` of ``dtype``."""
+
+    array_type = np.ndarray
+
+    def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4,
+                 streams_per_group=1):
+        super().__init__(dtype, seed, num_stream_groups, streams_per_group)
+        self._rng = np.random.default_rng(seed)
+        self._scratch_cache = {}
+
+    def _scratch(self, shape):
+        # One cached buffer per shape; ops run to completion before returning,
+        # so one buffer per shape is never used by two ops at once.
+        buf = self._scratch_cache.get(shape)
+        if buf is None:
+            buf = self._scratch_cache[shape] = np.empty(shape, self.dtype)
+        return buf
+
+    # streams ---------------------------------------------------------------
+    def _record_event(self):
+        return CompletedEvent()
+
+    def _wait_event(self, event):
+        if not hasattr(event, "query"):
+            fail_type("wait_event", f"expected an event, got {type(event).__name__}")
+
+    def _synchronize(self):
+        pass
+
+    def _synchronize_all(self):
+        pass
+
+    # memory ----------------------------------------------------------------
+    def _allocate(self, shape):
+        return np.empty(shape, self.dtype)
+
+    def _fill(self, a, value):
+        a.fill(value)
+
+    def _set_from_numpy(self, a, arr):
+        np.copyto(a, arr)
+
+    def _get_numpy_copy(self, a):
+        return a.copy()
+
+    def _copy_to(self, src, dest):
+        np.copyto(dest, src)
+
+    def _overlaps(self, a, b):
+        return np.may_share_memory(a, b)
+
+    # BLAS ------------------------------------------------------------------
+    def _dot(self, a, b, out, transa, transb, beta):
+        a = a.T if transa else a
+        b = b.T if transb else b
+        if beta == 0.0:
+            np.dot(a, b, out=out)
+        else:
+            tmp = self._scratch(out.shape)
+            np.dot(a, b, out=tmp)
+            np.add(out, tmp, out=out)
+
+    def _axpby(self, alpha, x, beta, y):
+        if beta == 0.0:
+            np.multiply(x, alpha, out=y)
+        elif x is y:
+            np.multiply(y, alpha + beta, out=y)
+        elif alpha == 1.0:
+            if beta != 1.0:
+                np.multiply(y, beta, out=y)
+            np.add(y, x, out=y)
+        else:
+            tmp = self._scratch(x.shape)
+            np.multiply(x, alpha, out=tmp)
+            if beta != 1.0:
+                np.multiply(y, beta, out=y)
+            np.add(y, tmp, out=y)
+
+    # reduction --------------------------------------------------------------
+    def _sum_t(self, a, axis, out):
+        if axis is None:
+            np.sum(a, axis=None, out=out.reshape((1,) * a.ndim), keepdims=True)
+        else:
+            kept = a.shape[:axis] + (1,) + a.shape[axis + 1:]
+            np.sum(a, axis=axis, out=out.reshape(kept), keepdims=True)
+
+    # elementwise ------------------------------------------------------------
+    def _binary(self, name, a, b, out):
+        if name == "mul_add":
+            tmp = self._scratch(out.shape)
+            np.multiply(a, b, out=tmp)
+            np.add(out, tmp, out=out)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                _BINARY[name](a, b, out=out)
+
+    def _scalar_op(self, name, s, t, out):
+        if name == "add":
+            np.add(t, s, out=out)
+        elif name == "mul":
+            np.multiply(t, s, out=out)
+        else:  # mul_add
+            tmp = self._scratch(out.shape)
+            np.multiply(t, s, out=tmp)
+            np.add(out, tmp, out=out)
+
+    def _unary(self, name, a, out):
+        if name == "sigmoid":
+            # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
+            np.multiply(a, 0.5, out=out)
+            np.tanh(out, out=out)
+            np.add(out, 1.0, out=out)
+            np.multiply(out, 0.5, out=out)
+        elif name == "relu":
+            np.maximum(a, 0.0, out=out)
+        elif name == "elu":
+            tmp = self._scratch(out.shape)
+            np.minimum(a, 0.0, out=tmp)
+            np.expm1(tmp, out=tmp)
+            np.maximum(a, 0.0, out=out)
+            np.add(out, tmp, out=out)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                _UNARY[name](a, out=out)
+
+    def _clip(self, a, a_min, a_max, out):
+        np.clip(a, a_min, a_max, out=out)
+
+    def _broadcast_t(self, a, axis, out):
+        np.copyto(out, a)
+
+    def _mv(self, name, m, v, out, orientation):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            _BINARY[name](m, v, out=out)
+
+    # activations ------------------------------------------------------------
+    def _deriv(self, name, x, y, dy, dx):
+        tmp = self._scratch(dx.shape)
+        if name == "sigmoid":      # y * (1 - y)
+            np.subtract(1.0, y, out=tmp)
+            np.multiply(tmp, y, out=tmp)
+        elif name == "tanh":       # 1 - y^2
+            np.multiply(y, y, out=tmp)
+            np.subtract(1.0, tmp, out=tmp)
+        elif name == "relu":       # 1 where x > 0
+            np.greater(x, 0.0, out=tmp)
+        else:                      # elu: 1 where x > 0, else y + 1
+            np.add(y, 1.0, out=tmp)
+            np.copyto(tmp, 1.0, where=x > 0.0)
+        np.multiply(dy, tmp, out=dx)
+
+    def _softmax_m(self, m, out):
+        col = self._scratch((m.shape[0], 1))
+        np.max(m, axis=1, keepdims=True, out=col)
+        np.subtract(m, col, out=out)
+        np.exp(out, out=out)
+        np.sum(out, axis=1, keepdims=True, out=col)
+        np.divide(out, col, out=out)
+
+    # indexing and masks -----------------------------------------------------
+    def _valid_index(self, v, n):
+        idx = v[:, 0]
+        with np.errstate(invalid="ignore"):
+            valid = (idx >= 0) & (idx < n)   # NaN compares False: invalid
+        return valid, idx[valid].astype(np.intp)
+
+    def _index_m_by_v(self, m, v, out):
+        valid, idx = self._valid_index(v, m.shape[1])
+        rows = np.flatnonzero(valid)
+        vals = m[rows, idx]
+        out.fill(np.nan)
+        out[rows, 0] = vals
+
+    def _binarize_v(self, v, out):
+        valid, idx = self._valid_index(v, out.shape[1])
+        out.fill(0.0)
+        out[np.flatnonzero(valid), idx] = 1.0
+
+    def _masked(self, name, src, val, dest, cond):
+        where = cond != 0
+        if name == "copy":
+            np.copyto(dest, src, where=where)
+        elif name == "fill":
+            np.copyto(dest, val, where=where)
+        else:
+            np.add(dest, src, out=dest, where=where)
+
+    def _is_fully_finite(self, a):
+        return np.isfinite(a).all()
+
+    # randomness -------------------------------------------------------------
+    def _fill_gaussian(self, mean, std, out):
+        self._rng.standard_normal(out=out, dtype=self.dtype)
+        np.multiply(out, std, out=out)
+        np.add(out, mean, out=out)
+
+    def _probability_mask(self, mask, p):
+        self._rng.random(out=mask, dtype=self.dtype)
+        np.less(mask, p, out=mask)
