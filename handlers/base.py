@@ -77,12 +77,13 @@ class Handler:
         ``ValueError`` if ``k`` is not in ``range(num_stream_groups)``.
         """
         root = self._views[0]
+        # Validate before the cache lookup: True and 1.0 hash like 1.
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                or not 0 <= k < root.num_stream_groups:
+            raise ValueError(f"with_streams: stream group {k!r} is not in "
+                             f"range({root.num_stream_groups})")
         view = root._views.get(k)
         if view is None:
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
-                    or not 0 <= k < root.num_stream_groups:
-                raise ValueError(f"with_streams: stream group {k!r} is not in "
-                                 f"range({root.num_stream_groups})")
             view = root._make_view(int(k))
             root._views[int(k)] = view
         return view
@@ -190,7 +191,8 @@ class Handler:
                 raise TypeError(f"{op}: expected a numpy.ndarray, got {type(arr).__name__}")
         if arr.dtype.kind not in "fiub":
             raise TypeError(f"{op}: expected a real numeric array, got dtype {arr.dtype}")
-        return np.ascontiguousarray(arr, dtype=self.dtype)
+        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+        return np.asarray(arr, dtype=self.dtype, order="C")
 
     def copy_to(self, src, dest):
         """Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."""
@@ -315,7 +317,7 @@ class Handler:
         self._unary(name, a, out)
 
     def abs_t(self, a, out):
-        """out = |a| (out may be a)."""
+        """out = abs(a), elementwise (out may be a)."""
         self._unary_checked("abs_t", "abs", a, out)
 
     def sign_t(self, a, out):

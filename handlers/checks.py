@@ -68,9 +68,13 @@ def check_shape_arg(op, shape):
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (int(shape),)
     try:
-        shape = tuple(int(s) for s in shape)
+        dims = tuple(shape)
     except TypeError:
+        dims = None
+    if dims is None or any(isinstance(s, bool) or not isinstance(s, numbers.Integral)
+                           for s in dims):
         fail_type(op, f"shape must be an int or a tuple of ints, got {shape!r}")
+    shape = tuple(int(s) for s in dims)
     if any(s < 0 for s in shape):
         fail_value(op, f"shape {shape} has a negative dimension")
     return shape

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks SUITE`` prints tables (see ``__main__``)."""

@@ -1,0 +1,96 @@
+"""The m·x+b loop: y = m @ x + b, repeated, on every available handler.
+
+The loop is written once against the handler API (``mxb_loop``) and timed on
+each handler beside plain NumPy doing the same work in the same process.  The
+NumpyHandler's target is at most 1.10x plain NumPy: the handler layer must
+cost next to nothing.
+"""
+import argparse
+import functools
+import platform
+import re
+
+import numpy as np
+
+from benchmarks.common import gpu_name, median_times, print_table, save_results
+from handlers import NumpyHandler
+
+TARGET = 1.10  # NumpyHandler time / plain NumPy time
+
+
+def mxb_loop(h, m, x, b, y, iters):
+    """``iters`` times y = m @ x + b, with b an (n, 1) column broadcast over y."""
+    for _ in range(iters):
+        h.dot_mm(m, x, y)
+        h.add_mv(y, b, y)
+    h.synchronize_all_streams()
+
+
+def numpy_loop(m, x, b, y, iters):
+    """The same loop in plain NumPy: the peer the handlers are measured against."""
+    for _ in range(iters):
+        np.dot(m, x, out=y)
+        np.add(y, b, out=y)
+
+
+def available_handlers(dtype=np.float32):
+    """Return ([(name, handler)], [(name, reason skipped)])."""
+    found, skipped = [("NumpyHandler", NumpyHandler(dtype))], []
+    try:
+        from handlers import PyCudaHandler
+        found.append(("PyCudaHandler", PyCudaHandler(dtype)))
+    except (ImportError, RuntimeError) as exc:
+        skipped.append(("PyCudaHandler", f"{type(exc).__name__}: {exc}"))
+    return found, skipped
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks mxb", description=__doc__)
+    p.add_argument("--n", type=int, default=1000, help="m, x and y are n x n (default 1000)")
+    p.add_argument("--iters", type=int, default=500, help="loop iterations (default 500)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median counts")
+    p.add_argument("--save", action="store_true", help="write benchmarks/results/mxb-<machine>.json")
+    args = p.parse_args(argv)
+    n, iters, dtype = args.n, args.iters, np.float32
+
+    rng = np.random.default_rng(0)
+    m, x = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
+    b = rng.standard_normal((n, 1)).astype(dtype)
+    y = np.empty((n, n), dtype)
+    reference = m.astype(np.float64) @ x + b
+
+    print(f"m·x+b loop: m, x, y {n}x{n}, b {n}x1, float32, {iters} iterations, "
+          f"median of {args.repeats} after a warm-up iteration")
+    found, skipped = available_handlers(dtype)
+    # (name, run(iters), result()) for plain NumPy, then for each handler.
+    entries = [("plain NumPy", functools.partial(numpy_loop, m, x, b, y), lambda: y)]
+    for name, h in found:
+        hm, hx, hb = (h.create_from_numpy(a) for a in (m, x, b))
+        hy = h.zeros((n, n))
+        entries.append((name, functools.partial(mxb_loop, h, hm, hx, hb, hy),
+                        functools.partial(h.get_numpy_copy, hy)))
+    times = median_times([run for _, run, _ in entries], iters, args.repeats)
+
+    rows = []
+    for (name, _, result), t in zip(entries, times):
+        # float32 sums of n products against a float64 reference: scale the tolerance.
+        ok = np.allclose(result(), reference, rtol=1e-4, atol=1e-5 * n)
+        rows.append((name, t, t / times[0], "yes" if ok else "NO"))
+
+    print_table(["handler", f"seconds / {iters} iters", "ratio to NumPy", "matches NumPy"], rows)
+    for name, reason in skipped:
+        print(f"skipped {name}: {reason}")
+    ratio = rows[1][2]
+    print(f"NumpyHandler / plain NumPy = {ratio:.3f}x; target <= {TARGET:.2f}x: "
+          f"{'holds' if ratio <= TARGET else 'MISSED'}")
+
+    if args.save:
+        machine = gpu_name() or platform.node() or "unknown"
+        results = {"n": n, "iters": iters, "dtype": "float32", "target_numpy_ratio": TARGET,
+                   "rows": [dict(zip(("handler", "seconds", "ratio_to_numpy", "matches"), r))
+                            for r in rows],
+                   "skipped": dict(skipped)}
+        path = save_results("mxb-" + re.sub(r"[^A-Za-z0-9.-]+", "-", machine).strip("-"),
+                            results)
+        print(f"saved {path}")
+    return 0

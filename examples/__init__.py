@@ -1,0 +1,1 @@
+"""Examples, run as ``python -m examples.<name>``."""

@@ -1,0 +1,96 @@
+"""A small cuBLAS adapter: one GEMM call, two backends.
+
+``make_gemm(backend, dtype, stream)`` returns a callable
+``gemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)`` in
+cuBLAS's column-major convention, bound to its own cuBLAS handle whose stream
+is set once, at creation; so a handle per stream never needs re-binding.
+Scalars are passed in host pointer mode.  Backends:
+
+* ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
+  ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
+  symbol directly to skip the per-call wrapper work.
+* ``"nvmath"``: ``nvmath.bindings.cublas`` from nvmath-python.
+"""
+import ctypes
+import warnings
+
+import numpy as np
+
+BACKENDS = ("scikit-cuda", "nvmath")
+
+
+def _import_skcuda_cublas():
+    # scikit-cuda prints SyntaxWarnings and a pkg_resources deprecation warning
+    # on import; they say nothing about our use, so keep them quiet.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import skcuda.cublas as cublas
+        except ImportError as e:
+            raise ImportError(f"blas='scikit-cuda' needs scikit-cuda and setuptools<81 "
+                              f"(pip install 'streamhandlers[gpu]'): {e}") from e
+    return cublas
+
+
+class _SkcudaGemm:
+    def __init__(self, dtype, stream):
+        cublas = self._cublas = _import_skcuda_cublas()
+        self.handle = cublas.cublasCreate()
+        cublas.cublasSetStream(self.handle, stream.handle)
+        lib = cublas._libcublas
+        self._fn = lib.cublasSgemm_v2 if dtype == np.float32 else lib.cublasDgemm_v2
+        ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+        self._alpha, self._beta = ctype(1.0), ctype(0.0)
+        self._palpha, self._pbeta = ctypes.byref(self._alpha), ctypes.byref(self._beta)
+
+    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        self._alpha.value = alpha
+        self._beta.value = beta
+        status = self._fn(self.handle, transa, transb, m, n, k, self._palpha,
+                          int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+        if status:
+            self._cublas.cublasCheckStatus(status)
+
+    def close(self):
+        self._cublas.cublasDestroy(self.handle)
+
+
+class _NvmathGemm:
+    def __init__(self, dtype, stream):
+        try:
+            from nvmath.bindings import cublas
+        except ImportError as e:
+            raise ImportError(f"blas='nvmath' needs nvmath-python "
+                              f"(pip install 'streamhandlers[nvmath]'): {e}") from e
+        self._cublas = cublas
+        self.handle = cublas.create()
+        cublas.set_stream(self.handle, stream.handle)
+        cublas.set_pointer_mode(self.handle, int(cublas.PointerMode.HOST))
+        self._fn = cublas.sgemm if dtype == np.float32 else cublas.dgemm
+        # alpha and beta live in one host array; cuBLAS reads them during the call.
+        self._scalars = np.zeros(2, dtype)
+        self._palpha = self._scalars.ctypes.data
+        self._pbeta = self._palpha + self._scalars.itemsize
+
+    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        s = self._scalars
+        s[0] = alpha
+        s[1] = beta
+        self._fn(self.handle, transa, transb, m, n, k, self._palpha,
+                 int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+
+    def close(self):
+        self._cublas.destroy(self.handle)
+
+
+def make_gemm(backend, dtype, stream):
+    """Return a GEMM callable for ``backend`` bound to ``stream`` (a pycuda Stream).
+
+    ``transa``/``transb`` are 0 (no transpose) or 1 (transpose), as in
+    ``cublasOperation_t``.
+    """
+    if backend == "scikit-cuda":
+        return _SkcudaGemm(np.dtype(dtype), stream)
+    if backend == "nvmath":
+        return _NvmathGemm(np.dtype(dtype), stream)
+    raise ValueError(f"PyCudaHandler: blas must be one of {BACKENDS}, got {backend!r}")

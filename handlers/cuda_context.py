@@ -1,0 +1,80 @@
+"""The device's primary CUDA context, shared with PyTorch and CuPy.
+
+pycuda needs a current context.  We retain the device's *primary* context (the
+one the CUDA runtime, and so PyTorch and CuPy, use) and push it once; a private
+context would break launches once another library loads, and a context left
+pushed at exit makes pycuda abort.  At exit, registered cleanups (cuBLAS
+handles, memory pools) run first, then the context is popped.
+"""
+import atexit
+import importlib.util
+
+_state = {}      # device index -> (device, context)
+_cleanups = []   # callables run at exit, before the context is popped
+
+
+def load_driver():
+    """Import and initialise ``pycuda.driver``; raise a clear error if impossible.
+
+    Raises ImportError when pycuda is not installed and RuntimeError when the
+    CUDA driver cannot be loaded or no GPU is present.
+    """
+    if importlib.util.find_spec("pycuda") is None:
+        raise ImportError("PyCudaHandler needs pycuda, which is not installed "
+                          "(pip install 'streamhandlers[gpu]')")
+    try:
+        import pycuda.driver as drv
+    except ImportError as e:  # pycuda present, libcuda missing
+        raise RuntimeError(f"PyCudaHandler: pycuda is installed but the CUDA driver "
+                           f"could not be loaded (no GPU here?): {e}") from e
+    try:
+        drv.init()
+        count = drv.Device.count()
+    except Exception as e:
+        raise RuntimeError(f"PyCudaHandler: CUDA could not be initialised "
+                           f"(no GPU here?): {e}") from e
+    if count == 0:
+        raise RuntimeError("PyCudaHandler: no CUDA GPU found")
+    return drv
+
+
+def acquire(device_index=0):
+    """Return ``(device, context)`` for ``device_index``, pushing its primary
+    context the first time.  Only one device per process is supported."""
+    drv = load_driver()
+    if device_index in _state:
+        return _state[device_index]
+    if _state:
+        raise RuntimeError("PyCudaHandler: handlers on several devices in one "
+                           "process are not supported")
+    if not 0 <= device_index < drv.Device.count():
+        raise ValueError(f"PyCudaHandler: device {device_index} does not exist "
+                         f"({drv.Device.count()} found)")
+    device = drv.Device(device_index)
+    context = device.retain_primary_context()
+    context.push()
+    _state[device_index] = (device, context)
+    atexit.register(_release)
+    return _state[device_index]
+
+
+def at_exit(fn):
+    """Run ``fn()`` at interpreter exit while the context is still current."""
+    _cleanups.append(fn)
+
+
+def _release():
+    while _cleanups:
+        try:
+            _cleanups.pop()()
+        except Exception:  # a failed cleanup must not keep the context pushed
+            pass
+    for _, context in _state.values():
+        context.synchronize()
+        context.pop()
+    _state.clear()
+    try:
+        from pycuda.tools import clear_context_caches
+        clear_context_caches()
+    except ImportError:
+        pass

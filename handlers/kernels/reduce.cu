@@ -1,0 +1,152 @@
+// Sums over one axis, for sum_t.
+//
+// The host views the input as (outer, n, inner) and the output as
+// (outer, inner): n is the length of the reduced axis, inner the product of the
+// axes after it.  No transposed copy is made; two kernels cover every case:
+//
+//   sum_rows  inner == 1: each reduced segment is contiguous.  One warp per
+//             (row, chunk) task, 16-byte loads.
+//   sum_cols  inner > 1: each thread owns V adjacent columns and walks down
+//             the rows of its chunk, so a warp reads whole rows coalesced.
+//
+// Long axes are split into `chunks`; partial sums go to a per-stream workspace
+// laid out exactly like another input of the same kind ((rows, chunks) or
+// (outer, chunks, inner)), so the host finishes with a second launch of the
+// same kernel.  Summation order depends only on the shape, never on timing:
+// results are bit-for-bit reproducible on every stream.
+//
+// Launch: 1-D grid of 256-thread blocks; any grid size is correct.
+#include <cstdint>
+
+namespace {
+
+template <typename T> struct Vec;
+template <> struct Vec<float>  { using type = float4;  static constexpr int n = 4; };
+template <> struct Vec<double> { using type = double2; static constexpr int n = 2; };
+
+__device__ __forceinline__ float hsum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ double hsum(double2 v) { return v.x + v.y; }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T>
+__device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ out,
+                              long long rows, long long n, long long chunk,
+                              long long chunks) {
+    using VT = typename Vec<T>::type;
+    constexpr int V = Vec<T>::n;
+    const int lane = threadIdx.x & 31;
+    const long long nwarps = (long long)gridDim.x * (blockDim.x >> 5);
+    const long long tasks = rows * chunks;
+    for (long long task = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+         task < tasks; task += nwarps) {
+        const long long row = task / chunks;
+        const long long begin = (task - row * chunks) * chunk;
+        const long long len = begin < n ? min(chunk, n - begin) : 0;
+        const T* p = a + row * n + begin;
+        T acc = 0;
+        // Peel the first elements until p is 16-byte aligned.
+        const int mis = (int)(((uintptr_t)p % 16) / sizeof(T));
+        const long long head = min((long long)(mis ? V - mis : 0), len);
+        if (lane < head) acc += p[lane];
+        const VT* q = reinterpret_cast<const VT*>(p + head);
+        const long long nv = (len - head) / V;
+        long long i = lane;
+        // Four independent 16-byte loads in flight per lane.
+        for (; i + 96 < nv; i += 128) {
+            VT v0 = q[i], v1 = q[i + 32], v2 = q[i + 64], v3 = q[i + 96];
+            acc += (hsum(v0) + hsum(v1)) + (hsum(v2) + hsum(v3));
+        }
+        for (; i < nv; i += 32) acc += hsum(q[i]);
+        for (long long k = head + nv * V + lane; k < len; k += 32) acc += p[k];
+        acc = warp_sum(acc);
+        if (lane == 0) out[task] = acc;
+    }
+}
+
+// blockDim.x == 256 == tx * ty; each thread sums V adjacent columns.
+template <typename T, int V>
+__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
+                              long long outer, long long n, long long inner,
+                              long long chunk, long long chunks, int tx) {
+    __shared__ T part[256 * V];
+    const int ty = blockDim.x / tx;
+    const int x = threadIdx.x % tx, y = threadIdx.x / tx;
+    const long long tile_cols = (long long)tx * V;
+    const long long tiles = (inner + tile_cols - 1) / tile_cols;
+    const long long tasks = outer * tiles * chunks;
+    for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
+        const long long o = task / (tiles * chunks);
+        const long long rem = task - o * tiles * chunks;
+        const long long tile = rem / chunks, ch = rem - (rem / chunks) * chunks;
+        const long long col = tile * tile_cols + (long long)x * V;
+        const long long r_end = min(n, (ch + 1) * chunk);
+        T acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = 0;
+        if (col < inner) {
+            const T* base = a + o * n * inner + col;
+            long long r = ch * chunk + y;
+            if constexpr (V == 1) {
+                for (; r + 3 * ty < r_end; r += 4 * ty) {
+                    T v0 = base[r * inner], v1 = base[(r + ty) * inner];
+                    T v2 = base[(r + 2 * ty) * inner], v3 = base[(r + 3 * ty) * inner];
+                    acc[0] += (v0 + v1) + (v2 + v3);
+                }
+                for (; r < r_end; r += ty) acc[0] += base[r * inner];
+            } else {
+                using VT = typename Vec<T>::type;
+                for (; r + ty < r_end; r += 2 * ty) {
+                    VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
+                    VT v1 = *reinterpret_cast<const VT*>(base + (r + ty) * inner);
+                    const T* e0 = reinterpret_cast<const T*>(&v0);
+                    const T* e1 = reinterpret_cast<const T*>(&v1);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) acc[j] += e0[j] + e1[j];
+                }
+                for (; r < r_end; r += ty) {
+                    VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
+                    const T* e0 = reinterpret_cast<const T*>(&v0);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) acc[j] += e0[j];
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
+        __syncthreads();
+        if (threadIdx.x < tile_cols) {
+            const long long c = tile * tile_cols + threadIdx.x;
+            T s = 0;
+            for (int k = 0; k < ty; ++k) s += part[k * tile_cols + threadIdx.x];
+            if (c < inner) out[(o * chunks + ch) * inner + c] = s;
+        }
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+#define SH_EXPORT_ROWS(T, SUF)                                                       \
+    extern "C" __global__ void __launch_bounds__(256)                                \
+    sum_rows_##SUF(const T* a, T* out, long long rows, long long n,                  \
+                   long long chunk, long long chunks) {                              \
+        sum_rows_impl<T>(a, out, rows, n, chunk, chunks);                            \
+    }
+#define SH_EXPORT_COLS(T, V, NAME)                                                   \
+    extern "C" __global__ void __launch_bounds__(256)                                \
+    NAME(const T* a, T* out, long long outer, long long n, long long inner,          \
+         long long chunk, long long chunks, int tx) {                                \
+        sum_cols_impl<T, V>(a, out, outer, n, inner, chunk, chunks, tx);             \
+    }
+
+SH_EXPORT_ROWS(float, f32)
+SH_EXPORT_ROWS(double, f64)
+SH_EXPORT_COLS(float, 1, sum_cols_f32)
+SH_EXPORT_COLS(double, 1, sum_cols_f64)
+SH_EXPORT_COLS(float, 4, sum_cols_vec_f32)
+SH_EXPORT_COLS(double, 2, sum_cols_vec_f64)

@@ -1,0 +1,419 @@
+"""PyCudaHandler: the Handler contract on a CUDA GPU with pycuda and cuBLAS.
+
+Arrays are ``pycuda.gpuarray.GPUArray`` backed by a device memory pool.  Every
+piece of device work (kernels, fills, copies, cuBLAS) is issued on the
+handler's own non-blocking streams, never on the legacy NULL stream, which
+would serialise against everything.  Kernels come from ``handlers/kernels``
+and are launched with ``prepared_async_call``.
+
+Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
+cuBLAS handle and scratch workspace.  Every op currently runs on the first
+stream of its group.
+"""
+import os
+
+import numpy as np
+
+from . import cuda_context, kernel_loader
+from .base import Handler
+from .blas import make_gemm
+from .checks import fail_type
+
+_BLOCK = 256
+
+
+class _StreamSlot:
+    """One stream with what belongs to it: a cuBLAS handle and scratch memory."""
+
+    def __init__(self, drv, pool, dtype, blas):
+        self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
+        self.event = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
+        self.gemm = make_gemm(blas, dtype, self.stream)
+        self._pool = pool
+        self._work = None
+        self._work_bytes = 0
+        self.flag = pool.allocate(4)               # is_fully_finite's result
+        self.host_flag = drv.pagelocked_empty(1, np.uint32)
+
+    def workspace(self, nbytes):
+        """Scratch memory of at least ``nbytes`` used only by this stream; it
+        grows when needed and is kept for later ops."""
+        if nbytes > self._work_bytes:
+            self._work = self._pool.allocate(nbytes)
+            self._work_bytes = nbytes
+        return self._work
+
+
+class GpuEvent:
+    """A CUDA event recorded on a handler stream (see ``Handler.record_event``)."""
+
+    def __init__(self, event):
+        self.event = event
+
+    def query(self):
+        """Return True if the work before the event has finished; never blocks."""
+        return self.event.query()
+
+    def synchronize(self):
+        """Block the host until the work before the event has finished."""
+        self.event.synchronize()
+
+
+class PyCudaHandler(Handler):
+    """Handler whose arrays are C-contiguous ``GPUArray`` on one CUDA device.
+
+    Args:
+        dtype: ``np.float32`` or ``np.float64``.
+        seed: seed of the counter-based random generator (random if None).
+        blas: ``"scikit-cuda"`` (default) or ``"nvmath"``: the cuBLAS binding.
+        device: CUDA device index.
+        num_stream_groups, streams_per_group: see ``Handler``.
+
+    Raises ImportError if pycuda (or the chosen BLAS package) is not installed
+    and RuntimeError if no GPU can be used.
+    """
+
+    array_type = None  # set in __init__ once pycuda is importable
+
+    def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
+                 num_stream_groups=4, streams_per_group=1):
+        super().__init__(dtype, seed, num_stream_groups, streams_per_group)
+        drv = cuda_context.load_driver()
+        from pycuda.gpuarray import GPUArray
+        from pycuda.tools import DeviceMemoryPool
+        type(self).array_type = GPUArray
+        self._drv = drv
+        self._device, _ = cuda_context.acquire(device)
+        self.blas = blas
+        sms = self._device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+        self._sms = sms
+        self._pool = DeviceMemoryPool()
+        self._slots = [[_StreamSlot(drv, self._pool, self.dtype, blas)
+                        for _ in range(self.streams_per_group)]
+                       for _ in range(self.num_stream_groups)]
+        self._all_slots = [s for g in self._slots for s in g]
+        self._slot = self._slots[0][0]
+        cuda_context.at_exit(self._close)
+        self._vec = 4 if self.dtype == np.float32 else 2
+        self._max_blocks = 16 * sms
+        self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
+                     else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
+        self._sum_plans = {}
+        self._load_kernels()
+
+    def _close(self):
+        for slot in self._all_slots:
+            slot.gemm.close()
+        self._pool.free_held()
+
+    @property
+    def stream(self):
+        """The pycuda ``Stream`` this handler (or view) issues its ops on."""
+        return self._slot.stream
+
+    def gemm_raw(self):
+        """The bare cuBLAS GEMM callable bound to this group's stream (column-major
+        cuBLAS convention, see ``handlers.blas``); for benchmarks and interop."""
+        return self._slot.gemm
+
+    def _make_view(self, k):
+        view = super()._make_view(k)
+        view._slot = self._slots[k][0]
+        return view
+
+    # kernels ------------------------------------------------------------------
+    def _load_kernels(self):
+        suf = "f32" if self.dtype == np.float32 else "f64"
+        T = "f" if self.dtype == np.float32 else "d"
+        k = {}
+
+        def add(file, name, fmt, key=None):
+            k[key or name] = kernel_loader.function(file, name, suf, fmt)
+
+        add("elementwise", "fill", f"P{T}q")
+        add("elementwise", "axpby", f"{T}P{T}Pq")
+        for op in ("add", "sub", "mul", "div", "mul_add"):
+            add("elementwise", "binary_" + op, "PPPq")
+        for op in ("add", "mul", "mul_add"):
+            add("elementwise", "scalar_" + op, f"{T}PPq")
+        for op in ("abs", "sign", "sqrt", "log", "exp", "sigmoid", "tanh", "relu", "elu"):
+            add("elementwise", "unary_" + op, "PPq")
+        add("elementwise", "clip", f"P{T}{T}Pq")
+        for op in ("sigmoid", "tanh", "relu", "elu"):
+            add("elementwise", "deriv_" + op, "PPPPq")
+        for op in ("add", "sub", "mul", "div"):
+            for side in ("row", "col"):
+                add("elementwise", f"mv_{op}_{side}", "PPPqq")
+        add("elementwise", "broadcast", "PPqqq")
+        add("elementwise", "copy_if", "PPPq")
+        add("elementwise", "fill_if", f"P{T}Pq")
+        add("elementwise", "add_if", "PPPq")
+        add("elementwise", "all_finite", "PqP")
+        add("rows", "softmax_rows", "PPqq")
+        add("rows", "index_m_by_v", "PPPqq")
+        add("rows", "binarize_v", "PPqq")
+        add("random", "fill_gaussian", f"Pq{T}{T}QQ")
+        add("random", "probability_mask", f"Pq{T}QQ")
+        add("reduce", "sum_rows", "PPqqqq")
+        add("reduce", "sum_cols", "PPqqqqqi")
+        add("reduce", "sum_cols_vec", "PPqqqqqi")
+        self._k = k
+
+    def _grid(self, n):
+        """Blocks for a grid-stride kernel over n elements (VEC per thread)."""
+        per = _BLOCK * self._vec
+        return (max(1, min((n + per - 1) // per, self._max_blocks)), 1)
+
+    def _launch(self, name, n, *args):
+        if n:
+            self._k[name].prepared_async_call(self._grid(n), (_BLOCK, 1, 1),
+                                              self._slot.stream, *args)
+
+    # streams ------------------------------------------------------------------
+    def _record_event(self):
+        ev = self._drv.Event(flags=self._drv.event_flags.DISABLE_TIMING)
+        ev.record(self._slot.stream)
+        return GpuEvent(ev)
+
+    def _wait_event(self, event):
+        if not isinstance(event, GpuEvent):
+            fail_type("wait_event", f"expected an event from record_event, "
+                                    f"got {type(event).__name__}")
+        self._slot.stream.wait_for_event(event.event)
+
+    def _synchronize(self):
+        for slot in self._slots[self.group]:
+            slot.stream.synchronize()
+
+    def _synchronize_all(self):
+        for slot in self._all_slots:
+            slot.stream.synchronize()
+
+    def _barrier(self):
+        """Make every handler stream wait for the work issued so far on every
+        other stream (no host blocking)."""
+        slots = self._all_slots
+        for s in slots:
+            s.event.record(s.stream)
+        for s in slots:
+            for t in slots:
+                if t is not s:
+                    s.stream.wait_for_event(t.event)
+
+    def _ready(self, a):
+        # The array was written on this stream: let every other stream wait for it.
+        ev = self._slot.event
+        ev.record(self._slot.stream)
+        for s in self._all_slots:
+            if s is not self._slot:
+                s.stream.wait_for_event(ev)
+
+    # memory -------------------------------------------------------------------
+    def _allocate(self, shape):
+        # The pool may hand back memory that queued work on some stream still
+        # uses; a barrier orders all later work after it.
+        if self._pool.held_blocks:
+            self._barrier()
+        return self.array_type(shape, self.dtype, allocator=self._pool.allocate)
+
+    def _fill(self, a, value):
+        self._launch("fill", a.size, a.gpudata, value, a.size)
+
+    def _set_from_numpy(self, a, arr):
+        if a.size:
+            self._drv.memcpy_htod_async(a.gpudata, arr, self._slot.stream)
+
+    def _get_numpy_copy(self, a):
+        out = np.empty(a.shape, self.dtype)
+        if a.size:
+            self._synchronize_all()
+            self._drv.memcpy_dtoh_async(out, a.gpudata, self._slot.stream)
+            self._slot.stream.synchronize()
+        return out
+
+    def _copy_to(self, src, dest):
+        if src.size and src.gpudata is not dest.gpudata:
+            self._drv.memcpy_dtod_async(dest.gpudata, src.gpudata, src.nbytes,
+                                        self._slot.stream)
+
+    def _overlaps(self, a, b):
+        if not a.size or not b.size:
+            return False
+        pa, pb = int(a.gpudata), int(b.gpudata)
+        return pa < pb + b.nbytes and pb < pa + a.nbytes
+
+    # BLAS ---------------------------------------------------------------------
+    def _dot(self, a, b, out, transa, transb, beta):
+        m, n = out.shape
+        k = a.shape[0] if transa else a.shape[1]
+        if not m or not n:
+            return
+        if not k:
+            if beta == 0.0:
+                self._fill(out, 0.0)
+            return
+        # Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
+        # swap the operands, keep each one's transpose flag.
+        self._slot.gemm(int(transb), int(transa), n, m, k, 1.0,
+                        b.gpudata, b.shape[1], a.gpudata, a.shape[1],
+                        beta, out.gpudata, n)
+
+    def _axpby(self, alpha, x, beta, y):
+        self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
+
+    # reduction ----------------------------------------------------------------
+    def _sum_t(self, a, axis, out):
+        shape = a.shape
+        if axis is None:
+            outer, n, inner = 1, a.size, 1
+        else:
+            outer = int(np.prod(shape[:axis], dtype=np.int64))
+            n = shape[axis]
+            inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        if not outer * inner:
+            return
+        if not n:
+            self._fill(out, 0.0)
+            return
+        aligned = int(a.gpudata) % 16 == 0
+        key = (outer, n, inner, aligned)
+        plan = self._sum_plans.get(key)
+        if plan is None:
+            plan = self._sum_plans[key] = self._plan_sum(outer, n, inner, aligned)
+        first, second, ws_elems = plan
+        stream = self._slot.stream
+        if second is None:
+            fn, grid, args = first
+            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, a.gpudata, out.gpudata, *args)
+        else:
+            ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
+            fn, grid, args = first
+            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, a.gpudata, ws, *args)
+            fn, grid, args = second
+            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, ws, out.gpudata, *args)
+
+    def _plan_sum(self, outer, n, inner, aligned):
+        """Choose kernels, grids and chunking for a sum over the middle axis of
+        an (outer, n, inner) view.  Returns (first, second, workspace elements);
+        ``second`` is None when one pass suffices."""
+        sms = self._sms
+        if inner == 1:
+            fn = self._k["sum_rows"]
+            rows = outer
+            chunks = 1
+            if n > 2048:   # split long rows so that about one wave of warps runs
+                chunks = min(-(-n // 2048), max(1, -(-(sms * 32) // rows)))
+            chunk = -(-n // chunks)
+            chunk += -chunk % 4          # keep chunk starts 16-byte aligned
+            chunks = -(-n // chunk)
+
+            def grid(tasks):
+                return (max(1, min(-(-tasks // 8), sms * 64)), 1)
+            first = (fn, grid(rows * chunks), (rows, n, chunk, chunks))
+            if chunks == 1:
+                return first, None, 0
+            second = (fn, grid(rows), (rows, chunks, chunks, 1))
+            return first, second, rows * chunks
+        vec = self._vec if aligned and inner % self._vec == 0 else 1
+        fn = self._k["sum_cols_vec" if vec > 1 else "sum_cols"]
+        cols = -(-inner // vec)
+        tx = 1
+        while tx < cols and tx < 32:
+            tx *= 2
+        ty = _BLOCK // tx
+        tiles = -(-cols // tx)
+        base = outer * tiles
+        chunks = 1
+        if base < sms * 8:
+            chunks = max(1, min(-(-(sms * 8) // base), n // (ty * 4)))
+        chunk = -(-n // chunks)
+        chunks = -(-n // chunk)
+
+        def grid(tasks):
+            return (max(1, min(tasks, sms * 32)), 1)
+        first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx))
+        if chunks == 1:
+            return first, None, 0
+        second = (fn, grid(base), (outer, chunks, inner, chunks, 1, tx))
+        return first, second, outer * chunks * inner
+
+    # elementwise --------------------------------------------------------------
+    def _binary(self, name, a, b, out):
+        self._launch("binary_" + name, out.size, a.gpudata, b.gpudata, out.gpudata, out.size)
+
+    def _scalar_op(self, name, s, t, out):
+        self._launch("scalar_" + name, out.size, s, t.gpudata, out.gpudata, out.size)
+
+    def _unary(self, name, a, out):
+        self._launch("unary_" + name, out.size, a.gpudata, out.gpudata, out.size)
+
+    def _clip(self, a, a_min, a_max, out):
+        self._launch("clip", out.size, a.gpudata, a_min, a_max, out.gpudata, out.size)
+
+    def _broadcast_t(self, a, axis, out):
+        s = out.shape
+        outer = int(np.prod(s[:axis], dtype=np.int64))
+        inner = int(np.prod(s[axis + 1:], dtype=np.int64))
+        self._launch("broadcast", out.size, a.gpudata, out.gpudata, outer, s[axis], inner)
+
+    def _mv(self, name, m, v, out, orientation):
+        side = "row" if orientation == 0 else "col"
+        rows, cols = m.shape
+        self._launch(f"mv_{name}_{side}", out.size, m.gpudata, v.gpudata, out.gpudata,
+                     rows, cols)
+
+    # activations --------------------------------------------------------------
+    def _deriv(self, name, x, y, dy, dx):
+        self._launch("deriv_" + name, dx.size, x.gpudata, y.gpudata, dy.gpudata,
+                     dx.gpudata, dx.size)
+
+    def _softmax_m(self, m, out):
+        rows, cols = m.shape
+        if rows and cols:
+            self._k["softmax_rows"].prepared_async_call(
+                (min(rows, 2**31 - 1), 1), (_BLOCK, 1, 1), self._slot.stream,
+                m.gpudata, out.gpudata, rows, cols)
+
+    # indexing and masks -------------------------------------------------------
+    def _index_m_by_v(self, m, v, out):
+        rows, cols = m.shape
+        self._launch("index_m_by_v", rows, m.gpudata, v.gpudata, out.gpudata, rows, cols)
+
+    def _binarize_v(self, v, out):
+        rows, cols = out.shape
+        self._launch("binarize_v", out.size, v.gpudata, out.gpudata, rows, cols)
+
+    def _masked(self, name, src, val, dest, cond):
+        n = dest.size
+        if name == "copy":
+            self._launch("copy_if", n, src.gpudata, dest.gpudata, cond.gpudata, n)
+        elif name == "fill":
+            self._launch("fill_if", n, dest.gpudata, val, cond.gpudata, n)
+        else:
+            self._launch("add_if", n, src.gpudata, dest.gpudata, cond.gpudata, n)
+
+    def _is_fully_finite(self, a):
+        if not a.size:
+            return True
+        slot = self._slot
+        self._drv.memset_d32_async(slot.flag, 0, 1, slot.stream)
+        self._launch("all_finite", a.size, a.gpudata, a.size, slot.flag)
+        self._drv.memcpy_dtoh_async(slot.host_flag, slot.flag, slot.stream)
+        slot.stream.synchronize()
+        return slot.host_flag[0] == 0
+
+    # randomness ---------------------------------------------------------------
+    def _next_offset(self, n):
+        offset = self._rng[1]
+        self._rng[1] += n
+        return offset
+
+    def _fill_gaussian(self, mean, std, out):
+        n = out.size
+        self._launch("fill_gaussian", n, out.gpudata, n, mean, std, self._rng[0],
+                     self._next_offset(n))
+
+    def _probability_mask(self, mask, p):
+        n = mask.size
+        self._launch("probability_mask", n, mask.gpudata, n, p, self._rng[0],
+                     self._next_offset(n))

@@ -1,0 +1,166 @@
+"""The stream-group API: views from ``with_streams``, events and synchronisation.
+
+Results on any group must equal, bit for bit, the same ops on the plain handler.
+No timing is measured: NumpyHandler runs ops at once, which is a valid schedule.
+"""
+import numpy as np
+import pytest
+
+from helpers import assert_close, rand, rand_input
+
+
+def groups(handler):
+    return range(handler.num_stream_groups)
+
+
+def need_groups(handler, n):
+    if handler.num_stream_groups < n:
+        pytest.skip(f"needs {n} stream groups, handler has {handler.num_stream_groups}")
+
+
+def workload(h, host):
+    """A handful of different ops issued on ``h`` (a handler or a view); returns
+    host copies of every result."""
+    a = h.create_from_numpy(host["a"])
+    b = h.create_from_numpy(host["b"])
+    v = h.create_from_numpy(host["v"])
+    idx = h.create_from_numpy(host["idx"])
+    prod = h.allocate((64, 48))
+    h.dot_mm(a, b, prod)
+    h.dot_add_mm(a, b, prod, transa=False, transb=False)
+    act = h.zeros((64, 48))
+    h.add_mv(prod, v, act)
+    h.tanh(act, act)
+    col = h.allocate((48,))
+    h.sum_t(act, 0, col)
+    h.axpby(0.5, act, -1.5, prod)
+    soft = h.allocate((64, 48))
+    h.softmax_m(prod, soft)
+    picked = h.allocate((64, 1))
+    h.index_m_by_v(soft, idx, picked)
+    copy = h.ones((64, 48))
+    h.copy_to(soft, copy)
+    h.mult_st(3.0, copy, copy)
+    return [h.get_numpy_copy(x) for x in (prod, act, col, soft, picked, copy)]
+
+
+@pytest.fixture
+def host_inputs(rng):
+    return {"a": rand((64, 130), rng), "b": rand((130, 48), rng), "v": rand((1, 48), rng),
+            "idx": rng.integers(0, 48, (64, 1)).astype(float)}
+
+
+def test_views_compute_what_the_handler_computes(handler, host_inputs):
+    expected = workload(handler, host_inputs)
+    for k in groups(handler):
+        view = handler.with_streams(k)
+        for got, want in zip(workload(view, host_inputs), expected):
+            np.testing.assert_array_equal(got, want, err_msg=f"stream group {k}")
+
+
+def test_view_attributes_and_caching(handler):
+    assert handler.with_streams(0) is handler
+    for k in groups(handler):
+        view = handler.with_streams(k)
+        assert view.group == k
+        assert view.dtype == handler.dtype
+        assert view.num_stream_groups == handler.num_stream_groups
+        assert view.array_type is handler.array_type
+        assert handler.with_streams(k) is view, "views are cached"
+        assert view.with_streams(0) is handler
+        assert view.with_streams(k) is view
+
+
+def test_context_manager_yields_the_view(handler):
+    for k in groups(handler):
+        view = handler.with_streams(k)
+        with handler.with_streams(k) as inside:
+            assert inside is view
+            a = inside.zeros((3,))
+            inside.add_st(1.5, a, a)
+        assert_close(handler, a, np.full(3, 1.5))
+
+
+@pytest.mark.parametrize("bad", ["num_stream_groups", -1, "num_stream_groups+5", 1.0, True,
+                                 "1", None])
+def test_bad_stream_group(handler, bad):
+    n = handler.num_stream_groups
+    bad = {"num_stream_groups": n, "num_stream_groups+5": n + 5}.get(bad, bad)
+    handler.with_streams(1 % n)  # a cached view must not let 1.0 or True through
+    with pytest.raises(ValueError, match="with_streams"):
+        handler.with_streams(bad)
+    with pytest.raises(ValueError, match="with_streams"):
+        handler.with_streams(1 % n).with_streams(bad)
+
+
+def test_events_and_synchronisation_run(handler):
+    need_groups(handler, 2)
+    for k in groups(handler):
+        view = handler.with_streams(k)
+        other = handler.with_streams((k + 1) % handler.num_stream_groups)
+        event = view.record_event()
+        assert event is not None
+        assert other.wait_event(event) is None
+        assert other.wait_for(view) is None
+        assert view.wait_for(view) is None
+        assert view.synchronize() is None
+    assert handler.synchronize_all_streams() is None
+    assert handler.with_streams(1).synchronize_all_streams() is None
+
+
+def test_get_numpy_copy_sees_work_of_other_groups(handler, rng):
+    need_groups(handler, 2)
+    a, ra = rand_input(handler, (256, 300), rng)
+    b, rb = rand_input(handler, (300, 200), rng)
+    for k in range(1, handler.num_stream_groups):
+        out = handler.allocate((256, 200))
+        handler.with_streams(k).dot_mm(a, b, out)
+        assert_close(handler, out, ra @ rb, n=300)  # read from group 0, no explicit sync
+        big = handler.zeros((1 << 20,))
+        handler.with_streams(k).fill(big, float(k))
+        got = handler.with_streams((k + 1) % handler.num_stream_groups).get_numpy_copy(big)
+        np.testing.assert_array_equal(got, np.full(1 << 20, float(k)))
+
+
+def test_new_arrays_are_ready_on_every_group(handler, rng):
+    data = rand((1 << 20,), rng)
+    for k in groups(handler):
+        created = {"zeros": handler.zeros(data.shape), "ones": handler.ones(data.shape),
+                   "create_from_numpy": handler.create_from_numpy(data)}
+        out = handler.allocate(data.shape)
+        view = handler.with_streams(k)
+        for name, arr in created.items():
+            view.copy_to(arr, out)
+            expected = {"zeros": 0.0, "ones": 1.0}.get(name, data.astype(handler.dtype))
+            np.testing.assert_array_equal(view.get_numpy_copy(out),
+                                          np.broadcast_to(expected, data.shape),
+                                          err_msg=f"{name} then use on group {k}")
+
+
+@pytest.mark.parametrize("order", ["record_event/wait_event", "wait_for", "synchronize"])
+def test_ordering_between_groups(handler, rng, order):
+    need_groups(handler, 3)
+    producer, consumer = handler.with_streams(1), handler.with_streams(2)
+    a, ra = rand_input(handler, (300, 300), rng)
+    x = handler.allocate((300, 300))
+    y = handler.allocate((300, 300))
+    producer.dot_mm(a, a, x)
+    producer.set_from_numpy(y, np.ones((300, 300)))
+    producer.add_st(1.0, y, y)
+    if order == "record_event/wait_event":
+        consumer.wait_event(producer.record_event())
+    elif order == "wait_for":
+        consumer.wait_for(producer)
+    else:
+        producer.synchronize()
+    z = handler.allocate((300, 300))
+    consumer.mult_tt(x, y, z)
+    assert_close(handler, z, 2.0 * (ra @ ra), n=300)
+
+
+def test_wait_for_needs_a_view_of_the_same_handler(handler_id, make_handler, handler):
+    stranger = make_handler(handler_id, seed=0)
+    with pytest.raises(ValueError, match="wait_for"):
+        handler.wait_for(stranger)
+    with pytest.raises(ValueError, match="wait_for"):
+        handler.with_streams(1 % handler.num_stream_groups).wait_for(stranger.with_streams(0))

@@ -1,0 +1,361 @@
+"""Bad input to every op: the exact exception, a message naming the op, and no
+array touched.
+
+Each op is described once in ``OPS`` by its arguments, in call order, with
+valid shapes.  The bad cases are derived from that description (wrong array
+type, wrong dtype, non-contiguous view, bad scalars for every argument; wrong
+shapes and ranks where listed) plus per-op extras (bad axis, forbidden
+aliasing, out-of-range parameters).  ``test_valid_call`` checks that the
+undamaged call succeeds, so that each bad case fails for its own reason.
+"""
+import re
+
+import numpy as np
+import pytest
+
+from handlers import Handler
+from helpers import other_dtype, rand
+
+SH = (3, 4)          # default shape of same-shape ops
+OTHER = (3, 5)       # a wrong shape for them
+FLAT = (12,)         # a wrong rank, same size
+
+
+# ---------------------------------------------------------------- op descriptions
+class Arr:
+    """A handler array argument (random contents)."""
+    def __init__(self, name, shape, values=None):
+        self.name, self.shape, self.values = name, shape, values
+
+
+class Host:
+    """A NumPy host array argument (create_from_numpy, set_from_numpy)."""
+    def __init__(self, name, shape):
+        self.name, self.shape = name, shape
+
+
+class Scalar:
+    """A real scalar argument, validated by the op."""
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+class Fixed:
+    """Any other argument (axis, flags, shapes, handler views)."""
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+
+class Op:
+    def __init__(self, name, *params, same_shape=False, bad_shapes=(), bad_ranks=(),
+                 extra=()):
+        self.name, self.params = name, params
+        arrays = [p.name for p in params if isinstance(p, Arr)]
+        if same_shape:  # every array argument must have the one shape SH
+            bad_shapes = [(a, OTHER) for a in arrays]
+            bad_ranks = [(a, FLAT) for a in arrays]
+        self.bad_shapes, self.bad_ranks, self.extra = bad_shapes, bad_ranks, extra
+
+
+def index_values(cols):
+    """Valid class indices stored as floats, for index_m_by_v and binarize_v."""
+    return lambda shape, rng: rng.integers(0, cols, shape).astype(float)
+
+
+def cond_values(shape, rng):
+    return (rng.random(shape) < 0.5).astype(float)
+
+
+def unary(name, a="a", out="out"):
+    return Op(name, Arr(a, SH), Arr(out, SH), same_shape=True)
+
+
+def deriv(name):
+    return Op(name, Arr("x", SH), Arr("y", SH), Arr("dy", SH), Arr("dx", SH), same_shape=True)
+
+
+def mv(name):
+    return Op(name, Arr("m", SH), Arr("v", (1, 4)), Arr("out", SH),
+              bad_shapes=[("v", (1, 5)), ("v", (4, 1)), ("v", SH), ("out", OTHER), ("m", OTHER)],
+              bad_ranks=[("v", (4,)), ("m", FLAT), ("out", FLAT)])
+
+
+def dot(name):
+    return Op(name, Arr("a", (3, 4)), Arr("b", (4, 5)), Arr("out", (3, 5)),
+              Fixed("transa", False), Fixed("transb", False),
+              bad_shapes=[("a", (3, 6)), ("b", (5, 5)), ("out", (3, 4)), ("out", (5, 3))],
+              bad_ranks=[("a", (3, 4, 1)), ("b", (20,)), ("out", (15,))],
+              extra=[("transa-mismatch", ValueError, {"transa": True}),
+                     ("transb-mismatch", ValueError, {"transb": True}),
+                     ("out-is-a", ValueError, {"shapes": {"a": (3, 3), "b": (3, 3), "out": (3, 3)},
+                                               "alias": {"out": "a"}}),
+                     ("out-is-b", ValueError, {"shapes": {"a": (3, 3), "b": (3, 3), "out": (3, 3)},
+                                               "alias": {"out": "b"}}),
+                     ("out-overlaps-a", ValueError, {"shapes": {"b": (4, 4), "out": (3, 4)},
+                                                     "overlap": ("a", "out", (4, 4))})])
+
+
+def shape_arg_op(name):
+    def bad(value, exc):
+        return f"shape={value!r}", exc, {"shape": value}
+    return Op(name, Fixed("shape", SH),
+              extra=[bad(-1, ValueError), bad((3, -1), ValueError), bad(None, TypeError),
+                     bad(2.5, TypeError), bad("ab", TypeError), bad((2.5, 3), TypeError)])
+
+
+class NotAnArray:
+    """Looks like an ndarray (shape, dtype, flags) but is not one."""
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.size, self.ndim = shape, np.dtype(dtype), 0, len(shape)
+
+        class Flags:
+            c_contiguous = True
+        self.flags = Flags()
+
+    def __array__(self, dtype=None, copy=None):
+        return np.zeros(self.shape, dtype or self.dtype)
+
+
+OPS = [
+    # memory
+    shape_arg_op("allocate"), shape_arg_op("zeros"), shape_arg_op("ones"),
+    Op("create_from_numpy", Host("arr", SH)),
+    Op("get_numpy_copy", Arr("a", SH)),
+    Op("set_from_numpy", Arr("a", SH), Host("arr", SH), bad_shapes=[("arr", OTHER)],
+       bad_ranks=[("arr", FLAT)]),
+    Op("copy_to", Arr("src", SH), Arr("dest", SH), same_shape=True),
+    Op("fill", Arr("a", SH), Scalar("value", 0.5)),
+    # BLAS
+    dot("dot_mm"), dot("dot_add_mm"),
+    Op("axpby", Scalar("alpha", 0.5), Arr("x", SH), Scalar("beta", 2.0), Arr("y", SH),
+       same_shape=True),
+    # reduction
+    Op("sum_t", Arr("a", (3, 4, 5)), Fixed("axis", 1), Arr("out", (3, 5)),
+       bad_shapes=[("out", (3, 4)), ("out", (4, 5)), ("a", (3, 4, 6))],
+       bad_ranks=[("a", (3, 4, 5, 1)), ("out", (15,)), ("out", (3, 1, 5, 1))],
+       extra=[("axis=3", ValueError, {"axis": 3}), ("axis=-4", ValueError, {"axis": -4}),
+              ("axis=1.0", TypeError, {"axis": 1.0}), ("axis='1'", TypeError, {"axis": "1"}),
+              ("axis=None-out-too-big", ValueError, {"axis": None, "shapes": {"out": (2,)}}),
+              ("rank-0", ValueError, {"axis": None, "shapes": {"a": (), "out": ()}}),
+              ("out-is-a", ValueError, {"shapes": {"a": (3, 1), "out": (3, 1)},
+                                        "alias": {"out": "a"}}),
+              ("out-view-of-a", ValueError, {"shapes": {"a": (3, 1)},
+                                             "view": ("out", "a", (3,))})]),
+    # elementwise
+    *[Op(n, Arr("a", SH), Arr("b", SH), Arr("out", SH), same_shape=True)
+      for n in ("add_tt", "subtract_tt", "mult_tt", "divide_tt", "mult_add_tt")],
+    *[Op(n, Scalar("s", 0.5), Arr("t", SH), Arr("out", SH), same_shape=True)
+      for n in ("add_st", "mult_st", "mult_add_st")],
+    *[unary(n) for n in ("abs_t", "sign_t", "sqrt_t", "log_t", "exp_t")],
+    Op("clip_t", Arr("a", SH), Scalar("a_min", -0.5), Scalar("a_max", 0.5), Arr("out", SH),
+       same_shape=True,
+       extra=[("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5})]),
+    Op("broadcast_t", Arr("a", (3, 1, 5)), Fixed("axis", 1), Arr("out", (3, 4, 5)),
+       bad_shapes=[("a", (3, 2, 5)), ("a", (3, 1, 6)), ("out", (3, 4, 6))],
+       bad_ranks=[("a", (3, 5)), ("out", (3, 4, 5, 1))],
+       extra=[("axis=3", ValueError, {"axis": 3}), ("axis=-4", ValueError, {"axis": -4}),
+              ("axis=0", ValueError, {"axis": 0}), ("axis=1.5", TypeError, {"axis": 1.5}),
+              ("out-rank-0", ValueError, {"axis": 0, "shapes": {"a": (), "out": ()}}),
+              ("out-overlaps-a", ValueError, {"overlap": ("a", "out", (3, 4, 5))})]),
+    *[mv(n) for n in ("add_mv", "subtract_mv", "mult_mv", "divide_mv")],
+    # activations
+    unary("sigmoid", "x", "y"), unary("tanh", "x", "y"), unary("relu", "x", "y"),
+    unary("elu", "x", "y"),
+    *[deriv(n) for n in ("sigmoid_deriv", "tanh_deriv", "relu_deriv", "elu_deriv")],
+    Op("softmax_m", Arr("m", SH), Arr("out", SH), same_shape=True,
+       extra=[("both-1d", ValueError, {"shapes": {"m": FLAT, "out": FLAT}}),
+              ("both-3d", ValueError, {"shapes": {"m": (2, 3, 4), "out": (2, 3, 4)}})]),
+    # indexing and masks
+    Op("index_m_by_v", Arr("m", (4, 5)), Arr("v", (4, 1), index_values(5)), Arr("out", (4, 1)),
+       bad_shapes=[("m", (5, 5)), ("v", (5, 1)), ("v", (4, 2)), ("out", (5, 1)), ("out", (4, 2))],
+       bad_ranks=[("m", (20,)), ("v", (4,)), ("out", (4,))]),
+    Op("binarize_v", Arr("v", (4, 1), index_values(5)), Arr("out", (4, 5)),
+       bad_shapes=[("v", (5, 1)), ("v", (4, 2)), ("out", (5, 5))],
+       bad_ranks=[("v", (4,)), ("out", (20,))],
+       extra=[("out-is-v", ValueError, {"shapes": {"out": (4, 1)}, "alias": {"out": "v"}})]),
+    Op("copy_to_if", Arr("src", SH), Arr("dest", SH), Arr("cond", SH, cond_values),
+       same_shape=True),
+    Op("fill_if", Arr("mem", SH), Scalar("val", 0.5), Arr("cond", SH, cond_values),
+       same_shape=True),
+    Op("add_into_if", Arr("a", SH), Arr("out", SH), Arr("cond", SH, cond_values),
+       same_shape=True),
+    Op("is_fully_finite", Arr("a", SH)),
+    # randomness
+    Op("fill_gaussian", Scalar("mean", 0.0), Scalar("std", 1.0), Arr("out", SH),
+       extra=[("std<0", ValueError, {"std": -1.0})]),
+    Op("generate_probability_mask", Arr("mask", SH), Scalar("p", 0.5),
+       extra=[("p=1.5", ValueError, {"p": 1.5}), ("p=-0.1", ValueError, {"p": -0.1}),
+              ("p=nan", ValueError, {"p": float("nan")})]),
+    # streams (the rest of the stream API is tested in test_streams_api.py)
+    Op("wait_for", Fixed("other", "self"),
+       extra=[("other=object", ValueError, {"other": object()}),
+              ("other=another-handler", ValueError, {"other": "fresh-handler"})]),
+]
+OPS_BY_NAME = {op.name: op for op in OPS}
+
+
+def _cases():
+    for op in OPS:
+        for p in op.params:
+            if isinstance(p, Arr):
+                yield op.name, f"{p.name}-list", TypeError, {"bad": (p.name, "list")}
+                yield op.name, f"{p.name}-foreign", TypeError, {"bad": (p.name, "foreign")}
+                yield op.name, f"{p.name}-dtype", TypeError, {"bad": (p.name, "dtype")}
+                yield op.name, f"{p.name}-noncontig", ValueError, {"bad": (p.name, "noncontig")}
+            elif isinstance(p, Host):
+                yield op.name, f"{p.name}-object", TypeError, {p.name: object()}
+                yield op.name, f"{p.name}-complex", TypeError, {"bad": (p.name, "complex")}
+                yield op.name, f"{p.name}-str-array", TypeError, {"bad": (p.name, "str")}
+            elif isinstance(p, Scalar):
+                yield op.name, f"{p.name}-str", TypeError, {p.name: "0.5"}
+                yield op.name, f"{p.name}-complex", TypeError, {p.name: 1 + 2j}
+                yield op.name, f"{p.name}-None", TypeError, {p.name: None}
+        for name, shape in op.bad_shapes:
+            yield op.name, f"{name}-shape{shape}", ValueError, {"shapes": {name: shape},
+                                                               "names_shape": name}
+        for name, shape in op.bad_ranks:
+            yield op.name, f"{name}-rank{shape}", ValueError, {"shapes": {name: shape},
+                                                              "names_shape": name}
+        for case_id, exc, change in op.extra:
+            yield op.name, case_id, exc, change
+
+
+CASES = []
+for _op, _id, _exc, _change in _cases():
+    _marks = [pytest.mark.xfail(strict=True, reason=_change["xfail"])] if "xfail" in _change else []
+    CASES.append(pytest.param(_op, _exc, _change, id=f"{_op}:{_id}", marks=_marks))
+
+
+# ---------------------------------------------------------------- building a call
+class Call:
+    """The arguments of one call of ``op`` on ``handler``, with one thing broken.
+
+    Every handler array the call can see is recorded (views by their base), so
+    that the test can check afterwards that none of them changed.
+    """
+
+    def __init__(self, handler, handler_id, sibling_handler, make_handler, rng, op, change):
+        self.h, self.rng = handler, rng
+        self.h_id, self.sibling_handler, self.make_handler = handler_id, sibling_handler, make_handler
+        self.watched = []  # (handler that owns it, array, contents before)
+        self.shape_named = None
+        shapes = change.get("shapes", {})
+        self.args = {}
+        for p in op.params:
+            if isinstance(p, Arr):
+                shape = shapes.get(p.name, p.shape)
+                self.args[p.name] = self.array(shape, p.values)
+            elif isinstance(p, Host):
+                self.args[p.name] = rand(shapes.get(p.name, p.shape), rng)
+            else:
+                self.args[p.name] = p.value
+        if "names_shape" in change:
+            self.shape_named = shapes[change["names_shape"]]
+        for name, other in change.get("alias", {}).items():
+            self.args[name] = self.args[other]
+        if "overlap" in change:  # two overlapping slices of one base array
+            a_name, out_name, base_shape = change["overlap"]
+            self.overlap(a_name, out_name, base_shape)
+        if "view" in change:     # out is a reshaped view of a
+            name, of, shape = change["view"]
+            self.args[name] = self.try_view(lambda: self.args[of].reshape(shape))
+        if "bad" in change:
+            name, kind = change["bad"]
+            self.args[name] = self.broken(kind, name, self.args[name])
+        for key, value in change.items():
+            if key not in ("shapes", "alias", "overlap", "view", "bad", "names_shape", "xfail"):
+                self.args[key] = value
+        if self.args.get("other") == "self":
+            self.args["other"] = handler.with_streams(1 % handler.num_stream_groups)
+        elif self.args.get("other") == "fresh-handler":
+            self.args["other"] = make_handler(handler_id, seed=0)
+
+    def array(self, shape, values=None, h=None):
+        h = h or self.h
+        data = values(shape, self.rng) if values else rand(shape, self.rng)
+        a = h.create_from_numpy(data)
+        self.watched.append((h, a, h.get_numpy_copy(a)))
+        return a
+
+    def try_view(self, make):
+        try:
+            return make()
+        except Exception as e:  # a handler array type without such views
+            pytest.skip(f"{type(self.h).__name__} arrays cannot make this view: {e}")
+
+    def overlap(self, a_name, out_name, base_shape):
+        base = self.array(base_shape)
+        a_shape = tuple(self.args[a_name].shape)
+        out_shape = tuple(self.args[out_name].shape)
+        flat = self.try_view(lambda: base.reshape(-1))
+        n_a, n_out = int(np.prod(a_shape)), int(np.prod(out_shape))
+        self.args[a_name] = self.try_view(lambda: flat[:n_a].reshape(a_shape))
+        self.args[out_name] = self.try_view(lambda: flat[flat.size - n_out:].reshape(out_shape))
+
+    def broken(self, kind, name, good):
+        h, shape = self.h, tuple(getattr(good, "shape", ()))
+        if kind == "list":
+            return h.get_numpy_copy(good).tolist()
+        if kind == "foreign":
+            if h.array_type is np.ndarray:
+                return NotAnArray(shape, h.dtype)
+            return h.get_numpy_copy(good)  # a NumPy array given to a device handler
+        if kind == "dtype":
+            sibling = self.sibling_handler(self.h_id, other_dtype(h.dtype))
+            self.bad_dtype = other_dtype(h.dtype)
+            return self.array(shape, h=sibling)
+        if kind == "noncontig":
+            if not shape:
+                pytest.skip("a 0-d array is always contiguous")
+            wide = self.array(shape[:-1] + (2 * shape[-1],))
+            view = self.try_view(lambda: wide[..., ::2])
+            if getattr(getattr(view, "flags", None), "c_contiguous", True):
+                pytest.skip(f"{type(h).__name__} cannot make a non-contiguous view")
+            return view
+        if kind == "complex":
+            return good + 1j
+        if kind == "str":
+            return good.astype(str)
+        raise AssertionError(kind)
+
+    def check_unchanged(self):
+        for h, a, before in self.watched:
+            np.testing.assert_array_equal(h.get_numpy_copy(a), before,
+                                          err_msg="an array changed although the op raised")
+
+
+# ---------------------------------------------------------------- tests
+@pytest.mark.parametrize("op_name,exc,change", CASES)
+def test_bad_input(handler, handler_id, sibling_handler, make_handler, rng, op_name, exc, change):
+    op = OPS_BY_NAME[op_name]
+    call = Call(handler, handler_id, sibling_handler, make_handler, rng, op, change)
+    with pytest.raises(exc) as info:
+        getattr(handler, op_name)(*call.args.values())
+    assert info.type is exc, f"raised {info.type.__name__}, expected exactly {exc.__name__}"
+    msg = str(info.value)
+    assert re.search(rf"\b{op_name}\b", msg), f"message does not name {op_name}: {msg!r}"
+    if call.shape_named is not None:
+        assert str(call.shape_named) in msg, f"message does not show {call.shape_named}: {msg!r}"
+    if "bad" in change and change["bad"][1] == "dtype":
+        assert str(call.bad_dtype) in msg, f"message does not show the dtype: {msg!r}"
+    if "bad" in change and change["bad"][1] == "list":
+        assert "list" in msg, f"message does not name the type: {msg!r}"
+    call.check_unchanged()
+
+
+@pytest.mark.parametrize("op_name", list(OPS_BY_NAME))
+def test_valid_call(handler, handler_id, sibling_handler, make_handler, rng, op_name):
+    """The undamaged call of each description works: a bad case fails for its
+    own reason, not because the description is wrong."""
+    call = Call(handler, handler_id, sibling_handler, make_handler, rng, OPS_BY_NAME[op_name], {})
+    getattr(handler, op_name)(*call.args.values())
+
+
+def test_every_op_has_bad_input_cases():
+    ops = {name for name, value in vars(Handler).items()
+           if callable(value) and not name.startswith("_")}
+    streams = {"with_streams", "record_event", "wait_event", "synchronize",
+               "synchronize_all_streams"}  # tested in test_streams_api.py
+    assert not ops - streams - set(OPS_BY_NAME), "ops without bad-input cases"
+    per_op = {name: sum(1 for p in CASES if p.values[0] == name) for name in OPS_BY_NAME}
+    assert min(per_op.values()) >= 2, per_op
