@@ -4,9 +4,10 @@
 and raises an ``ImportError`` naming what is missing when pycuda is absent.
 """
 from .base import Handler
+from .debug_handler import DebugHandler, StreamHazardError
 from .numpy_handler import NumpyHandler
 
-__all__ = ["Handler", "NumpyHandler", "PyCudaHandler"]
+__all__ = ["DebugHandler", "Handler", "NumpyHandler", "PyCudaHandler", "StreamHazardError"]
 
 
 def __getattr__(name):

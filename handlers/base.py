@@ -490,7 +490,11 @@ class Handler:
         self._masked("add", a, 0.0, out, cond)
 
     def is_fully_finite(self, a):
-        """Return True if no element of ``a`` is NaN or infinite (blocks the host)."""
+        """Return True if no element of ``a`` is NaN or infinite.
+
+        Blocks the host until the check, which is ordered after the work issued
+        before it on this group (like any read on this group), has finished.
+        """
         check_arrays(self, "is_fully_finite", a)
         return bool(self._is_fully_finite(a))
 

@@ -104,7 +104,10 @@ class PyCudaHandler(Handler):
     def _close(self):
         for slot in self._all_slots:
             slot.gemm.close()
-        self._pool.free_held()
+        # Arrays still alive at exit are freed after the context is popped.  A
+        # pool that starts holding blocks then needs a current context and
+        # aborts the process; a pool that stops holding frees them directly.
+        self._pool.stop_holding()
 
     @property
     def stream(self):

@@ -1,0 +1,161 @@
+"""GPU-only checks of PyCudaHandler beyond the per-handler suite.
+
+* The same random inputs give the same results on PyCudaHandler and
+  NumpyHandler for every op (both float64, so differences are rounding only).
+* PyTorch and CuPy can be imported and used in the same process, and the
+  handler's later ops are still correct.
+* A subprocess that uses the handler exits 0 with nothing on stderr.
+"""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from handlers import NumpyHandler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    try:
+        from handlers import PyCudaHandler
+        return PyCudaHandler(np.float64, seed=5)
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"PyCudaHandler unavailable: {e}")
+
+
+M, N = 37, 53
+
+
+def _inputs(rng):
+    a = rng.uniform(-2, 2, (M, N))
+    return {
+        "a": a, "b": rng.uniform(-2, 2, (M, N)), "pos": rng.uniform(0.1, 3, (M, N)),
+        "row": rng.uniform(0.5, 2, (1, N)), "col": rng.uniform(0.5, 2, (M, 1)),
+        "k": rng.uniform(-1, 1, (N, 11)), "idx": rng.integers(-1, N + 1, (M, 1)).astype(float),
+        "cond": (rng.random((M, N)) < 0.5).astype(float),
+        "t4": rng.uniform(-1, 1, (3, 4, 5, 6)),
+    }
+
+
+# op name -> (argument names or ("out", shape)), the out argument's position is last
+CASES = {
+    "dot_mm": (["a", "k", ("out", (M, 11))], {}),
+    "dot_add_mm": (["a", "b", ("out", (M, M))], {"transb": True}),
+    "sum_t": (["t4", 2, ("out", (3, 4, 6))], {}),
+    "add_tt": (["a", "b", ("out", (M, N))], {}),
+    "subtract_tt": (["a", "b", ("out", (M, N))], {}),
+    "mult_tt": (["a", "b", ("out", (M, N))], {}),
+    "divide_tt": (["a", "pos", ("out", (M, N))], {}),
+    "mult_add_tt": (["a", "b", ("out", (M, N))], {}),
+    "add_st": ([0.7, "a", ("out", (M, N))], {}),
+    "mult_st": ([0.7, "a", ("out", (M, N))], {}),
+    "mult_add_st": ([0.7, "a", ("out", (M, N))], {}),
+    "abs_t": (["a", ("out", (M, N))], {}),
+    "sign_t": (["a", ("out", (M, N))], {}),
+    "sqrt_t": (["pos", ("out", (M, N))], {}),
+    "log_t": (["pos", ("out", (M, N))], {}),
+    "exp_t": (["a", ("out", (M, N))], {}),
+    "clip_t": (["a", -0.5, 0.8, ("out", (M, N))], {}),
+    "broadcast_t": (["row", 0, ("out", (M, N))], {}),
+    "add_mv": (["a", "row", ("out", (M, N))], {}),
+    "subtract_mv": (["a", "col", ("out", (M, N))], {}),
+    "mult_mv": (["a", "row", ("out", (M, N))], {}),
+    "divide_mv": (["a", "col", ("out", (M, N))], {}),
+    "sigmoid": (["a", ("out", (M, N))], {}),
+    "tanh": (["a", ("out", (M, N))], {}),
+    "relu": (["a", ("out", (M, N))], {}),
+    "elu": (["a", ("out", (M, N))], {}),
+    "softmax_m": (["a", ("out", (M, N))], {}),
+    "index_m_by_v": (["a", "idx", ("out", (M, 1))], {}),
+    "binarize_v": (["idx", ("out", (M, N))], {}),
+    "copy_to_if": (["a", ("out", (M, N)), "cond"], {}),
+    "fill_if": ([("out", (M, N)), 3.5, "cond"], {}),
+    "add_into_if": (["a", ("out", (M, N)), "cond"], {}),
+    "axpby": ([1.5, "a", -0.5, ("out", (M, N))], {}),
+}
+for _act in ("sigmoid", "tanh", "relu", "elu"):
+    CASES[_act + "_deriv"] = (["a", "b", "pos", ("out", (M, N))], {})
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_gpu_matches_numpy_handler(gpu, op):
+    cpu = NumpyHandler(np.float64)
+    rng = np.random.default_rng()
+    data = _inputs(rng)
+    start = rng.uniform(-1, 1, 1000)   # initial contents of "out" (some ops read it)
+    args, kwargs = CASES[op]
+    results = []
+    for h in (cpu, gpu):
+        call, out = [], None
+        for arg in args:
+            if isinstance(arg, tuple):
+                out = h.create_from_numpy(np.resize(start, arg[1]))
+                call.append(out)
+            elif isinstance(arg, str):
+                call.append(h.create_from_numpy(data[arg]))
+            else:
+                call.append(arg)
+        getattr(h, op)(*call, **kwargs)
+        results.append(h.get_numpy_copy(out))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12, atol=1e-12,
+                               err_msg=f"{op}: PyCudaHandler differs from NumpyHandler")
+
+
+def test_torch_and_cupy_in_same_process(gpu):
+    used = []
+    try:
+        import torch
+        if torch.cuda.is_available():
+            t = torch.randn(256, 256, device="cuda")
+            torch.cuda.synchronize()
+            assert torch.isfinite((t @ t).sum()).item()
+            used.append("torch")
+    except ImportError:
+        pass
+    try:
+        import cupy
+        c = cupy.arange(1000, dtype=cupy.float32)
+        assert float(c.sum()) == 499500.0
+        used.append("cupy")
+    except ImportError:
+        pass
+    if not used:
+        pytest.skip("neither PyTorch nor CuPy is importable here")
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((65, 33)), rng.standard_normal((33, 17))
+    out = gpu.allocate((65, 17))
+    gpu.dot_mm(gpu.create_from_numpy(a), gpu.create_from_numpy(b), out)
+    np.testing.assert_allclose(gpu.get_numpy_copy(out), a @ b, rtol=1e-12, atol=1e-12)
+    s = gpu.allocate((17,))
+    gpu.sum_t(out, 0, s)
+    np.testing.assert_allclose(gpu.get_numpy_copy(s), (a @ b).sum(0), rtol=1e-12, atol=1e-11)
+
+
+def test_subprocess_exits_cleanly(gpu):
+    code = textwrap.dedent("""
+        import numpy as np
+        from handlers import PyCudaHandler
+        for blas in ("scikit-cuda", "nvmath"):
+            h = PyCudaHandler(np.float32, blas=blas)
+            a = h.create_from_numpy(np.ones((64, 64)))
+            out = h.zeros((64, 64))
+            h.with_streams(1).dot_add_mm(a, a, out)
+            h.synchronize_all_streams()
+            assert h.get_numpy_copy(out)[0, 0] == 64.0
+        try:
+            import torch, cupy
+            torch.ones(3, device="cuda").sum().item(); cupy.ones(3).sum().item()
+        except ImportError:
+            pass
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+    assert proc.stderr == "", proc.stderr
