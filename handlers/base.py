@@ -194,6 +194,63 @@ class Handler:
         # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         return np.asarray(arr, dtype=self.dtype, order="C")
 
+    # ------------------------------------------------------------------ input pipeline
+    def prefetch(self, batches, depth=2):
+        """Iterate over ``batches`` as handler arrays, preparing the next ones
+        while the current one is being used.
+
+        ``batches`` is any iterable of NumPy arrays or tuples of them (rank >=
+        1, any real dtype; the last batch may be smaller).  Yields a handler
+        array, or a tuple of them, per item.  A background thread copies the
+        next batches into staging memory (page-locked on a GPU) and up to
+        ``depth`` uploads run ahead on a dedicated upload stream; this group
+        waits for each upload before its later work.  A yielded batch stays
+        valid until the next one is requested.  An exception raised by
+        ``batches`` is re-raised here; ``break`` or ``close()`` stops and joins
+        the thread.  Items that are C-contiguous slices of an array returned by
+        ``pin`` (in the handler's dtype) are uploaded with no host copy.
+        """
+        from .prefetch import prefetch
+        if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+            fail_value("prefetch", f"depth must be a positive int, got {depth!r}")
+        return prefetch(self, batches, int(depth), self._transfer())
+
+    def pin(self, array):
+        """Return ``array`` (C-contiguous NumPy) backed by page-locked memory, so
+        that uploads from it, and from its slices, need no staging copy.
+
+        The returned array shares memory with ``array``; use it (or slices of
+        it) as the source of ``prefetch`` and as ``out`` of
+        ``get_numpy_copy_async``.  On NumpyHandler it returns ``array``.
+        """
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"pin: expected a numpy.ndarray, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            fail_value("pin", f"array of shape {array.shape} is not C-contiguous")
+        return self._pin(array)
+
+    def get_numpy_copy_async(self, a, out=None):
+        """Start copying ``a`` to the host and return a handle whose
+        ``result()`` blocks until the copy is done and returns the NumPy array.
+
+        The copy is ordered after the work issued before it on this group.
+        ``out``, if given, is a C-contiguous NumPy array of ``a``'s shape and
+        the handler's dtype that receives the data; make it with ``pin`` so the
+        copy does not block the host.  Do not read ``out`` before ``result()``.
+        """
+        check_arrays(self, "get_numpy_copy_async", a)
+        if out is None:
+            out = np.empty(a.shape, self.dtype)
+        elif not isinstance(out, np.ndarray):
+            raise TypeError(f"get_numpy_copy_async: out must be a numpy.ndarray, "
+                            f"got {type(out).__name__}")
+        elif out.dtype != self.dtype:
+            raise TypeError(f"get_numpy_copy_async: out dtype {out.dtype} is not {self.dtype}")
+        elif out.shape != a.shape or not out.flags.c_contiguous:
+            fail_value("get_numpy_copy_async", f"out must be C-contiguous with shape "
+                                               f"{a.shape}, got {out.shape}")
+        return self._copy_async(a, out)
+
     def copy_to(self, src, dest):
         """Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."""
         check_same_shape(self, "copy_to", src, dest)

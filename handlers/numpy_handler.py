@@ -10,6 +10,7 @@ import numpy as np
 
 from .base import Handler
 from .checks import fail_type
+from .prefetch import Transfer
 
 
 class CompletedEvent:
@@ -21,6 +22,21 @@ class CompletedEvent:
 
     def synchronize(self):
         """Return at once: there is nothing to wait for."""
+
+
+class DoneCopy:
+    """Handle of a finished copy (``get_numpy_copy_async`` on NumpyHandler)."""
+
+    def __init__(self, out):
+        self._out = out
+
+    def done(self):
+        """Return True: the copy has finished."""
+        return True
+
+    def result(self):
+        """Return the copied NumPy array."""
+        return self._out
 
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
@@ -60,6 +76,17 @@ class NumpyHandler(Handler):
 
     def _synchronize_all(self):
         pass
+
+    # input pipeline ----------------------------------------------------------
+    def _transfer(self):
+        return Transfer(self)   # staged host arrays are the batches themselves
+
+    def _pin(self, array):
+        return array
+
+    def _copy_async(self, a, out):
+        np.copyto(out, a)
+        return DoneCopy(out)
 
     # memory ----------------------------------------------------------------
     def _allocate(self, shape):

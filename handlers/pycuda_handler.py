@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from . import cuda_context, kernel_loader
+from . import cuda_context, cuda_transfer, kernel_loader
 from .base import Handler
 from .blas import make_gemm
 from .checks import fail_type
@@ -99,6 +99,8 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
+        self._pinned = cuda_transfer.PinnedRegistry()
+        self._uploads = []       # the upload stream, created on first prefetch
         self._load_kernels()
 
     def _close(self):
@@ -210,6 +212,21 @@ class PyCudaHandler(Handler):
         for s in self._all_slots:
             if s is not self._slot:
                 s.stream.wait_for_event(ev)
+
+    # input pipeline -----------------------------------------------------------
+    def _upload_stream(self):
+        if not self._uploads:
+            self._uploads.append(self._drv.Stream(flags=1))
+        return self._uploads[0]
+
+    def _transfer(self):
+        return cuda_transfer.CudaTransfer(self)
+
+    def _pin(self, array):
+        return cuda_transfer.pin(self, array)
+
+    def _copy_async(self, a, out):
+        return cuda_transfer.copy_async(self, a, out)
 
     # memory -------------------------------------------------------------------
     def _allocate(self, shape):

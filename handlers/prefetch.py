@@ -1,0 +1,225 @@
+"""Double-buffered input: batches are prepared while the device computes.
+
+``Handler.prefetch(batches, depth)`` runs :func:`prefetch` below.  The work is
+split in two so that the background thread never calls CUDA:
+
+* a reader thread pulls items from ``batches`` and copies each into a free
+  host *staging slot* (page-locked memory on the GPU handler);
+* the consumer's thread (the one iterating) hands filled slots to the
+  handler's :class:`Transfer` hooks, which upload them asynchronously and make
+  the consuming stream group wait for the upload, and yields the batch.
+
+Slots are created once per batch shape (the first ``depth + 1`` batches are
+staged by the consumer's thread while the reader has no slot yet) and reused;
+a smaller last batch uses the leading rows of a slot.  A slot returns to the
+reader only once the transfer that read it says so, and a yielded batch stays
+valid until the next one is requested.  An exception raised by ``batches``
+reaches the consumer with its traceback; leaving the loop early (``break``,
+``close()``) stops and joins the thread and releases the slots.
+"""
+import collections
+import queue
+import threading
+
+import numpy as np
+
+_POLL = 0.05   # seconds between checks of the stop flag while blocked
+
+
+def as_batch(item, op="prefetch"):
+    """Return ``(arrays, single)``: the item's arrays as a tuple and whether the
+    item was a single array rather than a tuple."""
+    single = not isinstance(item, (tuple, list))
+    arrays = (item,) if single else tuple(item)
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype.kind not in "fiub":
+            raise TypeError(f"{op}: batches must hold real numeric arrays, got dtype {a.dtype}")
+        if a.ndim == 0:
+            raise ValueError(f"{op}: batch arrays must have rank >= 1, got shape ()")
+        out.append(a)
+    return tuple(out), single
+
+
+def fits(slot, arrays):
+    """True if ``arrays`` fit the leading rows of the staging ``slot``."""
+    return len(slot) == len(arrays) and all(
+        s.shape[1:] == a.shape[1:] and a.shape[0] <= s.shape[0] for s, a in zip(slot, arrays))
+
+
+def stage(slot, arrays):
+    """Copy ``arrays`` into the leading rows of ``slot``; return the views."""
+    views = tuple(s[:a.shape[0]] for s, a in zip(slot, arrays))
+    for v, a in zip(views, arrays):
+        np.copyto(v, a, casting="unsafe")
+    return views
+
+
+class _Reader(threading.Thread):
+    """Pulls items from the source and stages them; never calls CUDA."""
+
+    def __init__(self, source, depth, direct):
+        super().__init__(name="streamhandlers-prefetch", daemon=True)
+        self.source = source
+        self.direct = direct          # arrays -> True if they need no staging
+        self.free = queue.Queue()     # staging slots the reader may fill
+        self.ready = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.budget = depth + 1       # slots the consumer may still create
+
+    def _put(self, msg):
+        while not self.stop.is_set():
+            try:
+                self.ready.put(msg, timeout=_POLL)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def _slot_for(self, arrays):
+        """A free slot that fits, or None to let the consumer stage (and create
+        a slot) itself."""
+        while not self.stop.is_set():
+            try:
+                slot = self.free.get_nowait()
+            except queue.Empty:
+                if self.budget > 0:
+                    self.budget -= 1
+                    return None
+                try:
+                    slot = self.free.get(timeout=_POLL)
+                except queue.Empty:
+                    continue
+            if fits(slot, arrays):
+                return slot
+            # Shapes changed: this slot is dropped and a new one may be made.
+            self.budget += 1
+        return None
+
+    def run(self):
+        try:
+            for item in self.source:
+                if self.stop.is_set():
+                    return
+                arrays, single = as_batch(item)
+                if self.direct(arrays):
+                    msg = ("direct", arrays, single, None)
+                else:
+                    slot = self._slot_for(arrays)
+                    if self.stop.is_set():
+                        return
+                    if slot is None:
+                        msg = ("raw", arrays, single, None)
+                    else:
+                        msg = ("staged", stage(slot, arrays), single, slot)
+                if not self._put(msg):
+                    return
+            self._put(("end",))
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            self._put(("error", e))
+
+
+class Transfer:
+    """How a handler moves staged host batches to where its ops can read them.
+
+    The default (NumpyHandler) yields the staged host arrays themselves.
+    """
+
+    def new_slot(self, arrays):
+        """Allocate a staging slot for arrays of these shapes (consumer thread)."""
+        return tuple(np.empty(a.shape, self.dtype) for a in arrays)
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.dtype = handler.dtype
+
+    def is_direct(self, arrays):
+        """True if ``arrays`` can be used without staging (reader thread)."""
+        return False
+
+    def start(self, views, slot):
+        """Begin moving ``views`` (staged in ``slot``, or direct arrays when slot
+        is None); return a token for ``finish``/``done``."""
+        return views
+
+    def finish(self, token):
+        """Make the consumer's group wait for the transfer; return the batch."""
+        return token
+
+    def slot_reusable(self, token):
+        """True once the staging slot behind ``token`` may be refilled."""
+        return True
+
+    def wait_slot(self, token):
+        """Block until the staging slot behind ``token`` may be refilled."""
+
+    def release(self, token):
+        """The consumer has issued all its work on the batch of ``token``."""
+
+    def close(self):
+        """Wait for transfers in flight and release device buffers."""
+
+
+def prefetch(handler, batches, depth, transfer):
+    """Generator behind ``Handler.prefetch``; see the module docstring."""
+    reader = _Reader(iter(batches), depth, transfer.is_direct)
+    reader.start()
+    inflight = collections.deque()   # (token, single, slot) uploads started
+    pending = []                     # (token, slot) staging slots not yet back
+    slots = []                       # every staging slot, to release at the end
+    ended = False
+    failure = None
+    try:
+        while True:
+            # Hand back staging slots whose transfer has read them.
+            still = []
+            for token, slot in pending:
+                if transfer.slot_reusable(token):
+                    reader.free.put(slot)
+                else:
+                    still.append((token, slot))
+            pending = still
+            # Keep up to `depth` transfers in flight.
+            while not ended and len(inflight) < depth:
+                if inflight:
+                    try:
+                        msg = reader.ready.get_nowait()
+                    except queue.Empty:
+                        break
+                else:
+                    for token, slot in pending:   # the reader may wait for these
+                        transfer.wait_slot(token)
+                        reader.free.put(slot)
+                    pending = []
+                    msg = reader.ready.get()
+                kind = msg[0]
+                if kind == "end":
+                    ended = True
+                    break
+                if kind == "error":   # raised once the batches before it are used
+                    failure = msg[1]
+                    ended = True
+                    break
+                _, arrays, single, slot = msg
+                if kind == "raw":   # the reader had no slot: make one here
+                    slot = transfer.new_slot(arrays)
+                    slots.append(slot)
+                    arrays = stage(slot, arrays)
+                token = transfer.start(arrays, slot)
+                inflight.append((token, single, slot))
+            if not inflight:
+                if failure is not None:
+                    raise failure
+                return
+            token, single, slot = inflight.popleft()
+            batch = transfer.finish(token)
+            yield batch[0] if single else batch
+            transfer.release(token)
+            if slot is not None:
+                pending.append((token, slot))
+    finally:
+        reader.stop.set()
+        reader.join()
+        transfer.close()
+        del slots[:]

@@ -1,0 +1,179 @@
+"""Double-buffered input (``prefetch``), ``pin`` and asynchronous downloads,
+per handler, plus GPU-only checks of overlap and of resource stability."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+
+def _batches(rng, n, rows=6, cols=5, last=None):
+    out = [rng.standard_normal((rows, cols)) for _ in range(n)]
+    if last:
+        out.append(rng.standard_normal((last, cols)))
+    return out
+
+
+def _wait_threads(before, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return threading.active_count()
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_batches_arrive_intact_and_in_order(handler, rng, depth):
+    data = _batches(rng, 9, last=2)
+    seen = []
+    for xb in handler.prefetch(data, depth=depth):
+        assert isinstance(xb, handler.array_type)
+        # A computation on the batch, so that the batch is used on the device.
+        out = handler.allocate(xb.shape)
+        handler.mult_st(2.0, xb, out)
+        seen.append(handler.get_numpy_copy(out) / 2.0)
+    assert len(seen) == len(data)
+    for got, want in zip(seen, data):
+        np.testing.assert_array_equal(got, want.astype(handler.dtype))
+
+
+def test_tuples_and_generators(handler, rng):
+    xs = _batches(rng, 5, last=3)
+    ys = [rng.integers(0, 10, (x.shape[0], 1)) for x in xs]
+    src = ((x, y) for x, y in zip(xs, ys))          # a generator, ints in y
+    n = 0
+    for i, (xb, yb) in enumerate(handler.prefetch(src, depth=2)):
+        np.testing.assert_array_equal(handler.get_numpy_copy(xb), xs[i].astype(handler.dtype))
+        np.testing.assert_array_equal(handler.get_numpy_copy(yb), ys[i].astype(handler.dtype))
+        n += 1
+    assert n == len(xs)
+
+
+def test_a_batch_stays_valid_until_the_next_is_requested(handler, rng):
+    data = _batches(rng, 8)
+    it = handler.prefetch(data, depth=3)
+    first = next(it)
+    time.sleep(0.05)       # let the reader and uploads run ahead
+    np.testing.assert_array_equal(handler.get_numpy_copy(first), data[0].astype(handler.dtype))
+    rest = [handler.get_numpy_copy(b) for b in it]
+    assert len(rest) == 7
+
+
+def test_source_exception_reaches_consumer_with_traceback(handler, rng):
+    def source():
+        yield rng.standard_normal((4, 4))
+        yield rng.standard_normal((4, 4))
+        raise KeyError("broken source")
+
+    before = threading.active_count()
+    got = 0
+    with pytest.raises(KeyError, match="broken source") as info:
+        for _ in handler.prefetch(source()):
+            got += 1
+    assert got == 2
+    assert any(entry.name == "source" for entry in info.traceback)
+    assert _wait_threads(before) == before
+
+
+def test_early_break_and_close_stop_the_thread(handler, rng):
+    data = _batches(rng, 50)
+    before = threading.active_count()
+    for i, _ in enumerate(handler.prefetch(data, depth=2)):
+        if i == 3:
+            break
+    assert _wait_threads(before) == before
+    it = handler.prefetch(iter(data), depth=4)
+    next(it)
+    it.close()
+    assert _wait_threads(before) == before
+
+
+def test_bad_input(handler):
+    with pytest.raises(ValueError, match="prefetch"):
+        handler.prefetch([], depth=0)
+    with pytest.raises(TypeError, match="prefetch"):
+        list(handler.prefetch([np.array(["a", "b"])]))
+    assert list(handler.prefetch([])) == []
+
+
+def test_pinned_slices_arrive_intact(handler, rng):
+    dataset = handler.pin(rng.standard_normal((40, 7)).astype(handler.dtype))
+    seen = [handler.get_numpy_copy(b) for b in
+            handler.prefetch((dataset[i:i + 8] for i in range(0, 40, 8)), depth=2)]
+    np.testing.assert_array_equal(np.concatenate(seen), dataset)
+
+
+def test_get_numpy_copy_async(handler, rng):
+    data = rng.standard_normal((33, 17))
+    a = handler.create_from_numpy(data)
+    out = handler.allocate(a.shape)
+    handler.mult_st(3.0, a, out)
+    pending = handler.get_numpy_copy_async(out)
+    np.testing.assert_allclose(pending.result(), 3.0 * data.astype(handler.dtype), rtol=1e-6)
+    pinned = handler.pin(np.full((33, 17), np.nan, handler.dtype))
+    handler.add_st(1.0, a, out)
+    got = handler.get_numpy_copy_async(out, out=pinned).result()
+    assert got is pinned
+    np.testing.assert_allclose(pinned, data.astype(handler.dtype) + 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="get_numpy_copy_async"):
+        handler.get_numpy_copy_async(out, out=np.empty((2, 2), handler.dtype))
+
+
+def _gpu_only(handler):
+    if "pycuda" not in type(handler).__module__:
+        pytest.skip("GPU-only check")
+
+
+def test_uploads_overlap_compute(handler, rng):
+    """Loose sanity check: prefetching hides most upload time behind gemms."""
+    _gpu_only(handler)
+    n, steps = 2048, 20
+    w = handler.create_from_numpy(rng.standard_normal((n, n)) / n)
+    data = handler.pin(rng.standard_normal((steps, n, n)).astype(handler.dtype))
+    y = handler.allocate((n, n))
+
+    def step(xb):
+        for _ in range(4):
+            handler.dot_mm(xb, w, y)
+
+    def serial():
+        for i in range(steps):
+            xb = handler.create_from_numpy(data[i])
+            step(xb)
+        handler.synchronize_all_streams()
+
+    def overlapped():
+        for xb in handler.prefetch((data[i] for i in range(steps)), depth=2):
+            step(xb)
+        handler.synchronize_all_streams()
+
+    serial(), overlapped()       # warm-up
+    t0 = time.perf_counter(); serial(); t_serial = time.perf_counter() - t0
+    t0 = time.perf_counter(); overlapped(); t_over = time.perf_counter() - t0
+    assert t_over < 0.9 * t_serial, (t_over, t_serial)
+
+
+def test_resources_flat_over_10000_iterations(handler, rng):
+    _gpu_only(handler)
+    import pycuda.driver as drv
+    data = [rng.standard_normal((64, 32)) for _ in range(16)]
+    w = handler.create_from_numpy(rng.standard_normal((32, 8)))
+    y = handler.allocate((64, 8))
+
+    def run(iters):
+        it = (data[i % 16] for i in range(iters))
+        for xb in handler.prefetch(it, depth=2):
+            handler.dot_mm(xb, w, y)
+        handler.synchronize_all_streams()
+
+    def snapshot():
+        handler.synchronize_all_streams()
+        free, _ = drv.mem_get_info()
+        return (free, handler._pool.active_blocks, handler._pool.held_blocks,
+                threading.active_count())
+
+    run(200)
+    before = snapshot()
+    run(10000)
+    after = snapshot()
+    assert after[1:] == before[1:], (before, after)
+    assert abs(after[0] - before[0]) < 8 << 20, (before, after)
