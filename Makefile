@@ -9,9 +9,10 @@ install:
 test: install
 	$(PYTHON) -m pytest -q -rs tests
 
-# Until layers exist, the demo is the m*x+b loop on every available handler.
+# The main job: an LSTM digits classifier on the GPU if there is one, else NumPy.
 demo: install
-	$(PYTHON) -m benchmarks mxb
+	$(PYTHON) -m pip install -q -e '.[examples]'
+	$(PYTHON) -m examples.digits
 
 bench: install
 	$(PYTHON) -m benchmarks all

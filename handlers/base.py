@@ -231,7 +231,8 @@ class Handler:
 
     def get_numpy_copy_async(self, a, out=None):
         """Start copying ``a`` to the host and return a handle whose
-        ``result()`` blocks until the copy is done and returns the NumPy array.
+        ``result()`` blocks until the copy is done and returns the NumPy array
+        (``done()`` says, without blocking, whether it is).
 
         The copy is ordered after the work issued before it on this group.
         ``out``, if given, is a C-contiguous NumPy array of ``a``'s shape and

@@ -139,6 +139,10 @@ OPS = {
     "ones": OpSpec("alloc", finite=False),
     "create_from_numpy": OpSpec("alloc"),
     "get_numpy_copy": OpSpec("host_read", reads=("a",), finite=False),
+    # a read of a on this group; `out` is host memory
+    "get_numpy_copy_async": _op(("a",), finite=False),
+    # host-side or pipeline: explicit methods below
+    "pin": _STREAM, "prefetch": _STREAM,
     "set_from_numpy": _op(writes=("a",)),
     "copy_to": _op(("src",), ("dest",)),
     "fill": _op(writes=("a",)),
@@ -623,6 +627,25 @@ class DebugHandler:
         """Block the host until all work issued on every group has finished."""
         self._inner.synchronize_all_streams()
         self._shared.tracker.synchronize_all()
+
+    def pin(self, array):
+        """Page-lock a host array (see ``Handler.pin``); touches no handler array."""
+        return self._inner.pin(array)
+
+    def prefetch(self, batches, depth=2):
+        """``Handler.prefetch`` through the wrapper: each yielded batch counts as
+        written on this group (the group waits for its upload), so reading it
+        on another group without an ordering point is a hazard."""
+        batches = self._inner.prefetch(batches, depth)   # validates now
+        return self._tracked_batches(batches)
+
+    def _tracked_batches(self, batches):
+        tracker = self._shared.tracker
+        for batch in batches:
+            arrays = batch if isinstance(batch, tuple) else (batch,)
+            tracker.commit("prefetch", self.group,
+                           [("batch", a, byte_range(a), True) for a in arrays])
+            yield batch
 
     # ---------------------------------------------------------------- ops
     def _call(self, name, args, kwargs):

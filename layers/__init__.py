@@ -1,5 +1,29 @@
-"""Layers, the network container and the trainer (they come later).
+"""Layers, the network container, the optimizer and the trainer.
 
 Layers are written only against the handler API: no NumPy math and no pycuda
-import here, so every layer runs unchanged on every handler.
+import here (NumPy appears only for dtypes, shapes and initial host data), so
+every layer runs unchanged on every handler.
+
+    from handlers import NumpyHandler
+    from layers import LSTM, FullyConnected, SoftmaxCrossEntropy, Sequential, SGD, Trainer
+
+    h = NumpyHandler()
+    net = Sequential(h, [LSTM(8, 64, return_sequences=False), FullyConnected(64, 10)],
+                     SoftmaxCrossEntropy(), seed=0)
+    history = Trainer(net, SGD(net.parameters, lr=0.1), batch_axis=1).fit(x, y, epochs=10)
 """
+from .activations import ELU, Activation, ReLU, Sigmoid, Tanh
+from .base import Layer
+from .dense import FullyConnected
+from .dropout import Dropout
+from .losses import Loss, SoftmaxCrossEntropy, SquaredError
+from .lstm import LSTM
+from .metrics import accuracy
+from .network import Sequential
+from .optim import SGD
+from .params import ParameterSet, view
+from .trainer import History, Trainer
+
+__all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "FullyConnected",
+           "Dropout", "Loss", "SoftmaxCrossEntropy", "SquaredError", "LSTM", "Sequential",
+           "SGD", "Trainer", "History", "ParameterSet", "view", "accuracy"]

@@ -93,6 +93,17 @@ def test_bad_input(handler):
     with pytest.raises(TypeError, match="prefetch"):
         list(handler.prefetch([np.array(["a", "b"])]))
     assert list(handler.prefetch([])) == []
+    with pytest.raises(TypeError, match="pin"):
+        handler.pin([1.0, 2.0])
+    with pytest.raises(ValueError, match="pin"):
+        handler.pin(np.ones((4, 4))[:, ::2])
+    a = handler.zeros((3, 4))
+    with pytest.raises(TypeError, match="get_numpy_copy_async"):
+        handler.get_numpy_copy_async([[0.0] * 4] * 3)
+    with pytest.raises(TypeError, match="get_numpy_copy_async"):
+        handler.get_numpy_copy_async(a, out=np.zeros((3, 4), np.int32))
+    with pytest.raises(ValueError, match="get_numpy_copy_async"):
+        handler.get_numpy_copy_async(a, out=np.zeros((4, 3), handler.dtype))
 
 
 def test_pinned_slices_arrive_intact(handler, rng):

@@ -1,0 +1,101 @@
+"""The ``Layer`` base class: the contract every layer follows.
+
+A layer is written once against the handler API (``self.h``) and runs on every
+handler.  Its life:
+
+1. construction, with sizes only (no handler yet);
+2. ``bind(h)``: the network gives it its handler;
+3. ``param_shapes()`` / ``init_params(rng, host)``: a ``ParameterSet`` lays the
+   parameters of all layers out in one flat buffer, lets each layer fill its
+   part on the host, uploads once, and gives the layer views in
+   ``self.params[name]`` and ``self.grads[name]``;
+4. ``forward(x, training)`` then ``backward(dy)``, once per step.
+
+Rules of the contract, which the network and the optimizer rely on:
+
+* ``forward`` returns an array owned by the layer (or, for a layer that changes
+  nothing, its input); it stays valid until the layer's next ``forward`` with
+  the same input shape.
+* ``backward(dy)`` follows the ``forward`` of the same step, *overwrites* (does
+  not accumulate into) every gradient view of the layer, and returns dL/dx, or
+  None when ``self.input_grad`` is False (the first layer of a network: nobody
+  needs the gradient of the data).
+* Intermediate buffers are allocated through the handler once per input shape
+  (``buffers``), so that no step allocates; a smaller last batch gets its own
+  set.
+"""
+from types import SimpleNamespace
+
+
+class Layer:
+    """Base of all layers; see the module docstring for the contract.
+
+    Attributes:
+        h: the handler, set by ``bind``.
+        params, grads: name -> handler view into the flat parameter and
+            gradient buffers, set by ``ParameterSet``.
+        input_grad: whether ``backward`` computes the gradient of the input.
+    """
+
+    def __init__(self):
+        self.h = None
+        self.params = {}
+        self.grads = {}
+        self.input_grad = True
+        self._cache = {}
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+    def bind(self, h):
+        """Attach the layer to handler ``h`` (and forget buffers of another)."""
+        self.h = h
+        self._cache = {}
+
+    def param_shapes(self):
+        """Return {name: shape} of the layer's parameters, in a fixed order."""
+        return {}
+
+    def init_params(self, rng, host):
+        """Fill ``host`` ({name: NumPy array of the parameter's shape}) with
+        initial values drawn from the NumPy generator ``rng``."""
+
+    def forward(self, x, training=True):
+        """Compute and return the output for input ``x``; keep what ``backward``
+        needs.  ``training`` False selects inference behaviour (no dropout)."""
+        raise NotImplementedError
+
+    def backward(self, dy):
+        """Given dL/dy, write the parameter gradients and return dL/dx (or None
+        when ``input_grad`` is False)."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- helpers
+    def buffers(self, key, **shapes):
+        """Handler arrays of the given shapes (name=shape), allocated on the
+        first call with ``key`` (typically the input shape) and returned from
+        the cache afterwards, as a namespace: ``b = self.buffers(x.shape,
+        y=x.shape)``, then ``b.y``."""
+        b = self._cache.get(key)
+        if b is None:
+            b = SimpleNamespace(**{n: self.h.allocate(s) for n, s in shapes.items()})
+            self._cache[key] = b
+        return b
+
+    def cached(self, key, build):
+        """Like ``buffers`` for buffers that need more than allocation (views,
+        zero fills): ``build()`` runs once per ``key`` and its result is kept."""
+        b = self._cache.get(key)
+        if b is None:
+            b = self._cache[key] = build()
+        return b
+
+    def check_input(self, x, ndim, last=None, what="x"):
+        """Raise ValueError naming the layer unless ``x`` has ``ndim``
+        dimensions (an int or a tuple of allowed ones) and, if given, last
+        dimension ``last``."""
+        ndims = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if len(x.shape) not in ndims or (last is not None and x.shape[-1] != last):
+            want = " or ".join(f"{n}-D" for n in ndims)
+            tail = f" with last dimension {last}" if last is not None else ""
+            raise ValueError(f"{self!r}: {what} must be {want}{tail}, got shape {x.shape}")

@@ -1,0 +1,61 @@
+"""``FullyConnected``: y = x @ W + b."""
+import math
+
+from . import init
+from .base import Layer
+from .params import view
+
+
+class FullyConnected(Layer):
+    """Affine layer y = x @ W + b, with W (n_in, n_out) and b (1, n_out).
+
+    The input is (n, n_in), or (..., n_in), whose leading axes are flattened
+    into one batch axis (so the layer applies to every time step of a
+    (T, B, n_in) sequence).  Weights start Glorot-uniform, the bias at 0.
+    """
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.n_in, self.n_out = int(n_in), int(n_out)
+
+    def __repr__(self):
+        return f"FullyConnected({self.n_in}, {self.n_out})"
+
+    def param_shapes(self):
+        return {"W": (self.n_in, self.n_out), "b": (1, self.n_out)}
+
+    def init_params(self, rng, host):
+        init.glorot_uniform(rng, host["W"], self.n_in, self.n_out)
+        init.constant(host["b"], 0.0)
+
+    def _bufs(self, shape):
+        def build():
+            h = self.h
+            n = math.prod(shape[:-1])
+            y = h.allocate(shape[:-1] + (self.n_out,))
+            dx = h.allocate(shape)
+            # 2-D views of N-D arrays: the gemms want matrices.
+            return (n, y, view(h, y, 0, (n, self.n_out)), dx, view(h, dx, 0, (n, self.n_in)))
+        return self.cached(shape, build)
+
+    def forward(self, x, training=True):
+        self.check_input(x, (2, 3, 4), self.n_in)
+        h = self.h
+        n, y, y2, _, _ = self._bufs(x.shape)
+        x2 = x if len(x.shape) == 2 else view(h, x, 0, (n, self.n_in))
+        self._x2 = x2
+        h.dot_mm(x2, self.params["W"], y2)
+        h.add_mv(y2, self.params["b"], y2)
+        return y
+
+    def backward(self, dy):
+        h = self.h
+        n, _, _, dx, dx2 = self._bufs(dy.shape[:-1] + (self.n_in,))
+        dy2 = dy if len(dy.shape) == 2 else view(h, dy, 0, (n, self.n_out))
+        h.dot_mm(self._x2, dy2, self.grads["W"], transa=True)   # dW = x^T dy
+        h.sum_t(dy2, 0, self.grads["b"])                         # db = sum over the batch
+        if not self.input_grad:
+            return None
+        h.dot_mm(dy2, self.params["W"], dx2, transb=True)        # dx = dy W^T
+        return dx
+

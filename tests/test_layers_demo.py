@@ -1,0 +1,34 @@
+"""The digits demo and the training benchmark run (no timing is checked)."""
+import pytest
+
+from benchmarks import train as train_bench
+
+
+def test_digits_demo_reaches_target(tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="the digits demo needs scikit-learn")
+    from examples import digits
+    png = tmp_path / "loss.png"
+    rc = digits.main(["--handler", "numpy", "--epochs", "12", "--no-progress",
+                      "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "handler: NumpyHandler" in out and "time per epoch" in out
+    assert "test accuracy" in out and "met" in out
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "no loss curve" in out
+    else:
+        assert png.stat().st_size > 1000
+
+
+def test_train_benchmark_small(capsys):
+    """On a machine without a GPU the default run skips with a message; with
+    ``--handler numpy`` the whole code path runs on tiny models."""
+    assert train_bench.main(["--small", "--reps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" in out or "samples / s" in out
+    assert train_bench.main(["--handler", "numpy", "--small", "--reps", "2"]) == 0
+    out = capsys.readouterr().out
+    for word in ("NumpyHandler", "gemm", "elementwise", "sum_t", "update"):
+        assert word in out

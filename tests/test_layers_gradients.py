@@ -1,0 +1,235 @@
+"""Finite-difference gradient checks of every layer, loss and a whole network,
+for inputs and parameters, per handler.
+
+Method: central differences, (L(p + eps) - L(p - eps)) / (2 eps) with
+eps = 1e-6, one element at a time, against the layer's backward.  A layer's
+scalar loss is L = sum(R * y) for a fixed random R, so backward gets dy = R.
+
+Tolerance: the normwise relative error max|num - ana| / max(max|num|, max|ana|)
+must be below 1e-6.  In float64, the central difference is off by about
+eps^2 * |L'''| ~ 1e-12 (truncation) plus 1e-16 * |L| / eps ~ 1e-10
+(rounding), so 1e-6 has a wide margin yet catches any wrong term (those give
+errors of order 1e-2 and more).  Float32 handlers skip: with 7 digits the
+rounding term alone would be about 1e-1.
+"""
+import numpy as np
+import pytest
+
+from layers import (ELU, LSTM, Dropout, FullyConnected, ParameterSet, ReLU, Sequential, Sigmoid,
+                    SoftmaxCrossEntropy, SquaredError, Tanh)
+
+EPS = 1e-6
+RTOL = 1e-6
+
+
+@pytest.fixture
+def h64(handler):
+    if np.dtype(handler.dtype) != np.float64:
+        pytest.skip("gradient checks run on float64 handlers only (float32 central "
+                    "differences have rounding errors near 1e-1)")
+    return handler
+
+
+def rel_error(num, ana):
+    scale = max(np.abs(num).max(), np.abs(ana).max(), 1e-300)
+    return np.abs(num - ana).max() / scale
+
+
+def assert_grad(num, ana, what):
+    assert num.shape == ana.shape, what
+    if not num.any():   # e.g. Wh of a 1-step LSTM: h[-1] = 0 makes it exactly 0
+        assert not ana.any(), f"{what}: numeric gradient is 0, analytic {ana.ravel()[:8]}"
+        return
+    err = rel_error(num, ana)
+    assert err < RTOL, (f"{what}: relative error {err:.2e} >= {RTOL:g}\n"
+                        f"numeric  {num.ravel()[:8]}\nanalytic {ana.ravel()[:8]}")
+
+
+def away_from_zero(x, gap=0.1):
+    """Keep |x| >= gap, so no difference straddles the kink of ReLU at 0."""
+    return np.sign(x) * (gap + (1 - gap) * np.abs(x))
+
+
+def numeric_grad(f, values):
+    """Central differences of the scalar f() with respect to each element of
+    the host array ``values`` (modified in place and restored)."""
+    grad = np.zeros_like(values)
+    flat, g = values.reshape(-1), grad.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + EPS
+        plus = f()
+        flat[i] = old - EPS
+        minus = f()
+        flat[i] = old
+        g[i] = (plus - minus) / (2 * EPS)
+    return grad
+
+
+def param_slices(ps):
+    """(name, flat index array) of every parameter element of a ParameterSet."""
+    return [(f"{type(layer).__name__}.{name}", np.arange(off, off + int(np.prod(shape))))
+            for layer, name, off, shape in ps.entries]
+
+
+def check_layer(h, layer, x_host, rng, prepare=None):
+    """Check dL/dx and dL/dparams of ``layer`` at input ``x_host``."""
+    layer.bind(h)
+    ps = ParameterSet(h, [layer], seed=int(rng.integers(2**31)))
+    x = h.create_from_numpy(x_host)
+    y = layer.forward(x, True)
+    if prepare:
+        prepare(layer)
+        y = layer.forward(x, True)
+    R = rng.standard_normal(y.shape)
+    dx = layer.backward(h.create_from_numpy(R))
+    ana_x = h.get_numpy_copy(dx)
+    ana_p = h.get_numpy_copy(ps.grads)
+
+    def loss():
+        return float(np.sum(R * h.get_numpy_copy(layer.forward(x, True))))
+
+    xv = x_host.astype(np.float64).copy()
+
+    def loss_x():
+        h.set_from_numpy(x, xv)
+        return loss()
+    assert_grad(numeric_grad(loss_x, xv), ana_x, f"{layer!r} dL/dx")
+    h.set_from_numpy(x, x_host)
+
+    pv = ps.get().astype(np.float64)
+    for name, idx in param_slices(ps):
+        sub = pv[idx]
+
+        def loss_p(idx=idx, sub=sub):
+            full = pv.copy()
+            full[idx] = sub
+            ps.set(full)
+            return loss()
+        assert_grad(numeric_grad(loss_p, sub), ana_p[idx], f"{layer!r} dL/d{name}")
+    ps.set(pv)
+
+
+LAYERS = {
+    "fc": (lambda: FullyConnected(5, 4), (3, 5)),
+    "fc-odd-1row": (lambda: FullyConnected(3, 7), (1, 3)),
+    "fc-3d-input": (lambda: FullyConnected(4, 3), (2, 3, 4)),
+    "sigmoid": (Sigmoid, (4, 6)),
+    "tanh": (Tanh, (4, 6)),
+    "relu": (ReLU, (4, 6)),
+    "elu": (ELU, (4, 6)),
+    "elu-3d": (ELU, (2, 3, 5)),
+    "lstm-seq": (lambda: LSTM(3, 4, return_sequences=True), (4, 3, 3)),
+    "lstm-last": (lambda: LSTM(3, 5, return_sequences=False), (5, 2, 3)),
+    "lstm-1step": (lambda: LSTM(2, 3, return_sequences=True), (1, 2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layer_gradients(h64, rng, name):
+    make, shape = LAYERS[name]
+    x = away_from_zero(rng.uniform(-1, 1, shape))
+    check_layer(h64, make(), x, rng)
+
+
+def test_dropout_gradient_with_fixed_mask(h64, rng):
+    layer = Dropout(0.4)
+
+    def freeze(layer):
+        layer.resample = False
+    check_layer(h64, layer, rng.uniform(-1, 1, (6, 7)), rng, prepare=freeze)
+    mask = h64.get_numpy_copy(next(iter(layer._cache.values())).mask)
+    assert set(np.unique(mask)) <= {0.0, 1 / 0.6}, "mask is not 0 or 1/(1-p)"
+
+
+def check_loss(h, loss, y_host, t_host):
+    loss.bind(h)
+    y, t = h.create_from_numpy(y_host), h.create_from_numpy(t_host)
+    loss.forward(y, t)
+    ana = h.get_numpy_copy(loss.backward())
+    yv = y_host.copy()
+
+    def f():
+        h.set_from_numpy(y, yv)
+        return float(h.get_numpy_copy(loss.forward(y, t))[0])
+    assert_grad(numeric_grad(f, yv), ana, f"{type(loss).__name__} dL/dy")
+
+
+def test_softmax_cross_entropy_indices(h64, rng):
+    t = rng.integers(0, 5, (6, 1)).astype(np.float64)
+    check_loss(h64, SoftmaxCrossEntropy(), rng.uniform(-2, 2, (6, 5)), t)
+
+
+def test_softmax_cross_entropy_distributions(h64, rng):
+    t = rng.uniform(0, 1, (4, 3))
+    t /= t.sum(axis=1, keepdims=True)
+    check_loss(h64, SoftmaxCrossEntropy(), rng.uniform(-2, 2, (4, 3)), t)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 3, 4)], ids=["2d", "3d"])
+def test_squared_error(h64, rng, shape):
+    check_loss(h64, SquaredError(), rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape))
+
+
+def test_loss_values(h64, rng):
+    """The losses' values themselves, against NumPy."""
+    y, t = rng.uniform(-2, 2, (6, 4)), rng.integers(0, 4, (6, 1)).astype(np.float64)
+    ce = SoftmaxCrossEntropy()
+    ce.bind(h64)
+    got = h64.get_numpy_copy(ce.forward(h64.create_from_numpy(y), h64.create_from_numpy(t)))
+    p = np.exp(y - y.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    want = -np.mean(np.log(p[np.arange(6), t[:, 0].astype(int)]))
+    np.testing.assert_allclose(got, [want], rtol=1e-12)
+    se = SquaredError()
+    se.bind(h64)
+    got = h64.get_numpy_copy(se.forward(h64.create_from_numpy(y), h64.create_from_numpy(y + 1)))
+    np.testing.assert_allclose(got, [0.5 * 4], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["lstm-fc-ce", "lstm-seq-fc-se", "mlp"])
+def test_network_gradients(h64, rng, kind):
+    """A whole network: every parameter view of the flat buffers and dL/dx."""
+    T, B = 3, 2
+    if kind == "lstm-fc-ce":
+        layers = [LSTM(3, 4, return_sequences=False), FullyConnected(4, 3)]
+        loss, x = SoftmaxCrossEntropy(), rng.uniform(-1, 1, (T, B, 3))
+        t = rng.integers(0, 3, (B, 1)).astype(np.float64)
+    elif kind == "lstm-seq-fc-se":
+        layers = [LSTM(2, 3), Tanh(), FullyConnected(3, 2)]
+        loss, x = SquaredError(), rng.uniform(-1, 1, (T, B, 2))
+        t = rng.uniform(-1, 1, (T, B, 2))
+    else:
+        layers = [FullyConnected(4, 5), ELU(), FullyConnected(5, 5), Sigmoid(),
+                  FullyConnected(5, 3)]
+        loss, x = SoftmaxCrossEntropy(), rng.uniform(-1, 1, (4, 4))
+        t = rng.integers(0, 3, (4, 1)).astype(np.float64)
+    h = h64
+    net = Sequential(h, layers, loss, seed=int(rng.integers(2**31)), input_grad=True)
+    hx, ht = h.create_from_numpy(x), h.create_from_numpy(t)
+    net.train_step(hx, ht)
+    ana_x = h.get_numpy_copy(net.backward(net.loss.backward()))
+    ana_p = h.get_numpy_copy(net.grads)
+
+    def f():
+        return float(h.get_numpy_copy(net.evaluate_batch(hx, ht)[0])[0])
+    xv = x.copy()
+
+    def fx():
+        h.set_from_numpy(hx, xv)
+        return f()
+    assert_grad(numeric_grad(fx, xv), ana_x, f"{kind} dL/dx")
+    h.set_from_numpy(hx, x)
+    pv = net.parameters.get()
+    used = np.concatenate([idx for _, idx in param_slices(net.parameters)])
+    sub = pv[used]
+
+    def fp():
+        full = pv.copy()
+        full[used] = sub
+        net.parameters.set(full)
+        return f()
+    assert_grad(numeric_grad(fp, sub), ana_p[used], f"{kind} dL/dparams")
+    # the alignment padding between parameters gets no gradient
+    pad = np.setdiff1d(np.arange(pv.size), used)
+    assert not ana_p[pad].any()

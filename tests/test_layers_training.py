@@ -1,0 +1,282 @@
+"""Networks, the flat parameter buffers, the optimizer, the trainer, stream
+groups in the LSTM backward, and a user-defined layer; per handler."""
+import builtins
+import inspect
+
+import numpy as np
+import pytest
+
+from handlers import NumpyHandler
+from layers import (ELU, LSTM, SGD, Dropout, FullyConnected, Layer, ReLU, Sequential, Sigmoid,
+                    SoftmaxCrossEntropy, SquaredError, Tanh, Trainer, accuracy)
+from layers.params import ALIGN
+
+
+class Recorder:
+    """A handler stand-in that forwards every op to ``h`` and records
+    (stream group, op name) of each call."""
+
+    def __init__(self, h, log=None):
+        self._h, self.log = h, ([] if log is None else log)
+
+    def __getattr__(self, name):
+        attr = getattr(self._h, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            args = [a._h if isinstance(a, Recorder) else a for a in args]
+            self.log.append((self._h.group, name))
+            out = attr(*args, **kwargs)
+            return Recorder(out, self.log) if name == "with_streams" else out
+        return call
+
+
+def mlp(h, seed=0, layers=None):
+    layers = layers or [FullyConnected(6, 8), Tanh(), FullyConnected(8, 3)]
+    return Sequential(h, layers, SoftmaxCrossEntropy(), seed=seed)
+
+
+def lstm_net(h, seed=0):
+    return Sequential(h, [LSTM(4, 6, return_sequences=False), FullyConnected(6, 3)],
+                      SoftmaxCrossEntropy(), seed=seed)
+
+
+def toy_sequences(rng, n=60, T=5, F=4):
+    """Time-major sequences whose class is the sign pattern of their mean."""
+    x = rng.standard_normal((T, n, F))
+    m = x.mean(axis=0)
+    y = ((m[:, 0] > 0).astype(int) + (m[:, 1] > 0).astype(int)).astype(float).reshape(-1, 1)
+    return x, y
+
+
+# ------------------------------------------------------------- flat parameters
+def test_parameters_live_in_one_flat_buffer(handler):
+    net = Sequential(handler, [LSTM(3, 4), FullyConnected(4, 5), ReLU(), FullyConnected(5, 2)],
+                     SquaredError(), seed=1)
+    ps = net.parameters
+    assert ps.params.shape == ps.grads.shape == (ps.size,)
+    assert ps.count == 4 * (3 * 4 + 4 * 4 + 4) + (4 * 5 + 5) + (5 * 2 + 2)
+    # Write a pattern through the flat buffers; every view must read its slice.
+    pattern = np.arange(ps.size, dtype=np.float64)
+    handler.set_from_numpy(ps.params, pattern)
+    handler.set_from_numpy(ps.grads, -pattern)
+    for layer, name, off, shape in ps.entries:
+        assert off % ALIGN == 0
+        want = pattern[off:off + int(np.prod(shape))].reshape(shape)
+        np.testing.assert_array_equal(handler.get_numpy_copy(layer.params[name]), want)
+        np.testing.assert_array_equal(handler.get_numpy_copy(layer.grads[name]), -want)
+
+
+def test_seeded_initialization(handler):
+    a, b, c = (mlp(handler, seed=s).parameters.get() for s in (7, 7, 8))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # the same seed gives the same start on another handler too
+    ref = mlp(NumpyHandler(np.float64), seed=7).parameters.get()
+    np.testing.assert_allclose(a, ref, rtol=1e-6 if handler.dtype == np.float32 else 0)
+
+
+@pytest.mark.parametrize("n_layers", [1, 3, 7])
+def test_sgd_step_is_two_axpby_calls(handler, n_layers, rng):
+    layers = [FullyConnected(4, 4) for _ in range(n_layers)]
+    net = Sequential(handler, layers, SquaredError(), seed=0)
+    opt = SGD(net.parameters, lr=0.1, momentum=0.5)
+    x = handler.create_from_numpy(rng.uniform(-1, 1, (3, 4)))
+    t = handler.create_from_numpy(rng.uniform(-1, 1, (3, 4)))
+    p0 = net.parameters.get().astype(np.float64)
+    net.train_step(x, t)
+    g = handler.get_numpy_copy(net.grads).astype(np.float64)
+    rec = Recorder(handler)
+    net.parameters.h = rec
+    opt.step()
+    opt.step()        # same gradients again: v = 0.5 * v - 0.1 g
+    net.parameters.h = handler
+    assert rec.log == [(0, "axpby")] * 4, rec.log
+    v1 = -0.1 * g
+    v2 = 0.5 * v1 - 0.1 * g
+    tol = 1e-6 if handler.dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(net.parameters.get(), p0 + v1 + v2, rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------- layers
+def test_buffers_cached_per_batch_size(handler, rng):
+    """A smaller (last) batch gets its own buffers and the right result; the
+    full-size batch afterwards still reuses its first buffers."""
+    net = lstm_net(handler)
+    x = rng.standard_normal((3, 5, 4))
+    full = handler.get_numpy_copy(net.forward(handler.create_from_numpy(x)))
+    out_full = net.forward(handler.create_from_numpy(x))
+    small = handler.get_numpy_copy(net.forward(handler.create_from_numpy(x[:, :2].copy())))
+    again = net.forward(handler.create_from_numpy(x))
+    assert again is out_full
+    tol = 1e-5 if handler.dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(small, full[:2], rtol=tol, atol=tol)
+    assert len(net.layers[0]._cache) == 2
+
+
+def test_wrong_input_shapes_raise(handler):
+    net = lstm_net(handler)
+    with pytest.raises(ValueError, match="LSTM"):
+        net.forward(handler.zeros((3, 2, 5)))          # 5 features, LSTM wants 4
+    with pytest.raises(ValueError, match="FullyConnected"):
+        fc = FullyConnected(3, 2)
+        Sequential(handler, [fc], SquaredError()).forward(handler.zeros((2, 4)))
+    with pytest.raises(ValueError, match="targets"):
+        net.loss.forward(handler.zeros((2, 3)), handler.zeros((2, 2)))
+
+
+def test_dropout(make_handler, handler_id):
+    h = make_handler(handler_id, seed=3)
+    d = Dropout(0.25)
+    Sequential(h, [d], SquaredError(), input_grad=True)
+    x = h.ones((200, 50))
+    assert d.forward(x, training=False) is x
+    y = h.get_numpy_copy(d.forward(x, training=True))
+    assert np.all((y == 0) | np.isclose(y, 1 / 0.75, rtol=1e-6))
+    assert abs((y == 0).mean() - 0.25) < 0.02
+    dx = h.get_numpy_copy(d.backward(h.ones((200, 50))))
+    np.testing.assert_array_equal(dx, y)            # same mask forward and backward
+
+
+def test_lstm_weight_gradients_run_on_side_stream_groups(handler, rng):
+    """The backward issues the gates' weight-gradient gemms on groups other
+    than 0, after waiting for group 0, and group 0 waits for them after."""
+    rec = Recorder(handler)
+    net = Sequential(rec, [LSTM(4, 6), FullyConnected(6, 2)], SquaredError(), seed=0)
+    x = handler.create_from_numpy(rng.standard_normal((3, 5, 4)))
+    t = handler.create_from_numpy(rng.standard_normal((3, 5, 2)))
+    net.train_step(x, t)
+    log = rec.log
+    groups = handler.num_stream_groups
+    side = [(i, g) for i, (g, op) in enumerate(log) if g != 0]
+    if groups == 1:
+        assert not side
+        return
+    side_ops = [log[i][1] for i, _ in side]
+    assert side_ops.count("dot_mm") == 8 and side_ops.count("sum_t") == 4
+    used = {g for _, g in side}
+    assert len(used) == min(4, groups - 1)
+    for g in used:   # each side group waits for group 0 before its first gemm
+        first = next(i for i, (gg, _) in enumerate(log) if gg == g)
+        assert log[first][1] == "wait_event"
+    last_side = max(i for i, _ in side)
+    waits = [i for i, (g, op) in enumerate(log) if g == 0 and op == "wait_for"]
+    assert len(waits) == len(used) and min(waits) > last_side
+
+
+# --------------------------------------------------- training and trajectories
+def train_losses(h, seed, steps, rng_seed=0):
+    rng = np.random.default_rng(rng_seed)
+    x, y = toy_sequences(rng, n=16)
+    net = Sequential(h, [LSTM(4, 8), Tanh(), FullyConnected(8, 8), ELU(),
+                         LSTM(8, 6, return_sequences=False), FullyConnected(6, 3)],
+                     SoftmaxCrossEntropy(), seed=seed)
+    opt = SGD(net.parameters, lr=0.3, momentum=0.9)
+    hx, hy = h.create_from_numpy(x), h.create_from_numpy(y)
+    out = []
+    for _ in range(steps):
+        out.append(float(h.get_numpy_copy(net.train_step(hx, hy))[0]))
+        opt.step()
+    return np.array(out)
+
+
+def test_same_trajectory_as_numpy_handler(handler):
+    """The same network and seed on this handler and on NumpyHandler of the
+    same dtype give the same losses, step after step, within float tolerance
+    (float32: rtol 1e-3 after 15 momentum steps; float64: 1e-9)."""
+    got = train_losses(handler, seed=5, steps=15)
+    ref = train_losses(NumpyHandler(handler.dtype), seed=5, steps=15)
+    assert ref[-1] < 0.5 * ref[0], "the reference does not learn: the check is vacuous"
+    rtol = 1e-3 if handler.dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(got, ref, rtol=rtol)
+
+
+def test_trainer_fits_and_evaluates(handler):
+    rng = np.random.default_rng(0)
+    x, y = toy_sequences(rng, n=70)          # 70 = 2 batches of 32 and one of 6
+    xt, yt = toy_sequences(rng, n=40)
+    net = lstm_net(handler, seed=1)
+    trainer = Trainer(net, SGD(net.parameters, lr=0.3), batch_size=32, batch_axis=1,
+                      seed=0, log_every=1, progress=True, metrics={"accuracy": accuracy})
+    seen = []
+    hist = trainer.fit(x, y, epochs=12, eval_data=(xt, yt), on_epoch=seen.append)
+    assert len(hist.epochs) == 12 and len(hist.step_losses) == 12 * 3
+    assert seen == hist.epochs
+    assert hist.train_loss[-1] < 0.6 * hist.train_loss[0]
+    last = hist.epochs[-1]
+    assert last["seconds"] > 0 and 0 <= last["eval_accuracy"] <= 1
+    res = trainer.evaluate(xt, yt)
+    assert res["loss"] == pytest.approx(last["eval_loss"], rel=1e-5)
+    assert res["accuracy"] > 0.6
+
+
+def test_trainer_without_tqdm(handler, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *args, **kwargs):
+        if name == "tqdm" or name.startswith("tqdm."):
+            raise ImportError("No module named 'tqdm'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((20, 6))
+    y = rng.integers(0, 3, (20, 1)).astype(float)
+    net = mlp(handler)
+    with pytest.warns(UserWarning, match="tqdm"):
+        hist = Trainer(net, SGD(net.parameters), batch_size=8).fit(x, y, epochs=2)
+    assert len(hist.step_losses) == 6
+
+
+# ------------------------------------------------------- a user-defined layer
+class Scale(Layer):
+    """y = x * s, one learned factor per feature: a layer written by a user."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def param_shapes(self):
+        return {"s": (1, self.n)}
+
+    def init_params(self, rng, host):
+        host["s"][...] = 1.0
+
+    def forward(self, x, training=True):
+        b = self.buffers(x.shape, y=x.shape, tmp=x.shape, dx=x.shape)
+        self.h.mult_mv(x, self.params["s"], b.y)
+        self.x = x
+        return b.y
+
+    def backward(self, dy):
+        b = self.buffers(dy.shape)
+        self.h.mult_tt(dy, self.x, b.tmp)
+        self.h.sum_t(b.tmp, 0, self.grads["s"])       # writes (does not add) the gradient
+        self.h.mult_mv(dy, self.params["s"], b.dx)
+        return b.dx
+
+
+def test_user_defined_layer_trains(handler):
+    assert len(inspect.getsource(Scale).splitlines()) < 30
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1, 1, (64, 5))
+    scale = np.array([[3.0, -2.0, 0.5, 1.5, -1.0]])
+    net = Sequential(handler, [Scale(5)], SquaredError(), seed=0)
+    hist = Trainer(net, SGD(net.parameters, lr=0.5, momentum=0.5), batch_size=16,
+                   progress=False).fit(x, x * scale, epochs=30)
+    assert hist.train_loss[-1] < 1e-4 * hist.train_loss[0]
+    np.testing.assert_allclose(handler.get_numpy_copy(net.layers[0].params["s"]), scale,
+                               rtol=1e-2)
+
+
+def test_mlp_with_every_activation_trains(handler):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((96, 6))
+    y = (np.argmax(x[:, :3], axis=1)).astype(float).reshape(-1, 1)
+    net = mlp(handler, layers=[FullyConnected(6, 16), ReLU(), Dropout(0.1), FullyConnected(16, 16),
+                               ELU(), FullyConnected(16, 16), Sigmoid(), FullyConnected(16, 3)])
+    trainer = Trainer(net, SGD(net.parameters, lr=0.2), batch_size=16, progress=False,
+                      metrics={"accuracy": accuracy})
+    hist = trainer.fit(x, y, epochs=40)
+    assert hist.train_loss[-1] < 0.5 * hist.train_loss[0]
+    assert trainer.evaluate(x, y)["accuracy"] > 0.8
