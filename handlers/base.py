@@ -122,7 +122,10 @@ class Handler:
         if getattr(other, "_views", None) is not self._views:
             fail_value("wait_for", "other must be a view of the same handler")
         if other.group != self.group:
-            self._wait_event(other._record_event())
+            self._wait_for(other)
+
+    def _wait_for(self, other):
+        self._wait_event(other._record_event())
 
     def synchronize(self):
         """Block the host until all work issued on this group has finished."""

@@ -186,6 +186,13 @@ class PyCudaHandler(Handler):
                                     f"got {type(event).__name__}")
         self._slot.stream.wait_for_event(event.event)
 
+    def _wait_for(self, other):
+        # The other stream's own event is enough: a wait captures the event's
+        # state when it is issued, so re-recording it later is harmless.
+        ev = other._slot.event
+        ev.record(other._slot.stream)
+        self._slot.stream.wait_for_event(ev)
+
     def _synchronize(self):
         for slot in self._slots[self.group]:
             slot.stream.synchronize()

@@ -31,30 +31,44 @@ namespace sh {
 // so an op never reads out unless it says so (axpby with beta == 0 must not
 // see NaN in y, fill must not read at all).
 
-// Trips per batch of loads in batched_loop: 64 bytes of packets in flight
-// per thread and input for float, 32 for double, which keeps the double
-// kernels within 64 registers.
-template <typename T> constexpr int kBatch = kVec<T>;
+template <bool ReadOut, typename T, int N, typename Op, typename... L>
+__device__ __forceinline__ void apply_lanes(const Op& op, Lanes<T, N>& r, const L&... in) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if constexpr (ReadOut) r.v[k] = op(in.v[k]..., r.v[k]);
+        else r.v[k] = op(in.v[k]...);
+    }
+}
 
+// Elements i, i + stride, ..., i + (N - 1) * stride of p.
+template <int N, typename T>
+__device__ __forceinline__ Lanes<T, N> gather(const T* p, long long i, long long stride) {
+    Lanes<T, N> r;
+#pragma unroll
+    for (int k = 0; k < N; ++k) r.v[k] = p[i + k * stride];
+    return r;
+}
+
+// Elements [lo, hi), one at a time per thread and grid stride.  Because out
+// may alias an input, the compiler may not move a load above an earlier
+// store; so each trip loads kUnroll elements of every array before it
+// stores any, which keeps that many loads in flight per thread.
 template <bool ReadOut, typename T, typename Op, typename... In>
 __device__ __forceinline__ void map_scalar(const Op& op, T* out, long long lo, long long hi,
                                            const In*... in) {
-    NoCounter none;
-    batched_loop<4>(
-        lo, hi, none,
-        [&](long long i, const NoCounter&) {
-            if constexpr (ReadOut) return op(in[i]..., out[i]);
-            else return op(in[i]...);
-        },
-        [&](long long i, T x) { out[i] = x; });
-}
-
-template <bool ReadOut, typename T, typename Op, typename... P>
-__device__ __forceinline__ void apply_lanes(const Op& op, Packet<T>& r, const P&... in) {
+    constexpr int kUnroll = 4;
+    const long long stride = grid_stride();
+    long long i = lo + grid_thread();
+    for (; i + (kUnroll - 1) * stride < hi; i += kUnroll * stride) {
+        Lanes<T, kUnroll> r;
+        if constexpr (ReadOut) r = gather<kUnroll>(out, i, stride);
+        apply_lanes<ReadOut>(op, r, gather<kUnroll>(in, i, stride)...);
 #pragma unroll
-    for (int k = 0; k < kVec<T>; ++k) {
-        if constexpr (ReadOut) r.v[k] = op(in.v[k]..., r.v[k]);
-        else r.v[k] = op(in.v[k]...);
+        for (int k = 0; k < kUnroll; ++k) out[i + k * stride] = r.v[k];
+    }
+    for (; i < hi; i += stride) {
+        if constexpr (ReadOut) out[i] = op(in[i]..., out[i]);
+        else out[i] = op(in[i]...);
     }
 }
 
@@ -62,16 +76,14 @@ __device__ __forceinline__ void apply_lanes(const Op& op, Packet<T>& r, const P&
 template <bool ReadOut, typename T, typename Op, typename... In>
 __device__ __forceinline__ void map_packets(const Op& op, T* out, long long npk,
                                             const In*... in) {
-    NoCounter none;
-    batched_loop<2>(
-        0, npk, none,
-        [&](long long p, const NoCounter&) {
-            Packet<T> r;
-            if constexpr (ReadOut) r = load_packet(out, p);
-            apply_lanes<ReadOut>(op, r, load_packet(in, p)...);
-            return r;
-        },
-        [&](long long p, const Packet<T>& r) { store_packet(out, p, r); });
+    const long long stride = grid_stride();
+    for (long long p = grid_thread(); p < npk; p += stride) {
+        Packet<T> r;
+        if constexpr (ReadOut) r = load_packet(out, p);
+        // All loads are issued before the store below, so in-place is safe.
+        apply_lanes<ReadOut>(op, r, load_packet(in, p)...);
+        store_packet(out, p, r);
+    }
 }
 
 template <bool ReadOut, typename T, typename Op, typename... In>
@@ -229,6 +241,11 @@ __device__ __forceinline__ void axpby(T alpha, const T* x, T beta, T* y, long lo
 // into the next row (cols >= VEC) and v is read per lane; v is small and
 // stays in cache.  Any other layout takes the scalar loop throughout.
 
+
+// Trips per batch of loads in batched_loop: 64 bytes of packets in flight
+// per thread for float, 32 for double, which keeps the double kernels
+// within 64 registers.
+template <typename T> constexpr int kBatch = kVec<T>;
 
 template <bool ByCol, typename T, typename Op>
 __device__ __forceinline__ void mv_scalar(const Op& op, const T* m, const T* v, T* out,

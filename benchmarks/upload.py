@@ -1,0 +1,210 @@
+"""``python -m benchmarks upload``: the m·x+b loop with data moving each step.
+
+y = m·x + b, 1000x1000 float32, m and b resident on the device, a fresh x
+uploaded and y downloaded every iteration, 500 iterations.  Rows:
+
+(a) naive synchronous copies through the handler;
+(b) ``prefetch`` from pre-pinned data (``h.pin``), asynchronous downloads;
+(c) ``prefetch`` from ordinary NumPy arrays, asynchronous downloads;
+(d) the bound B = iterations x max(upload, gemm, download), each measured
+    with CUDA events in this run;
+(e) PyTorch naive; (f) PyTorch with pinned buffers, ``non_blocking`` copies,
+    three streams and events.
+
+Targets: (b) <= 1.10 x B; (c) <= 1.25 x max(B, iterations x the 4 MB host
+copy into pinned memory); (b) and (c) faster than (f).
+"""
+import argparse
+import time
+
+import numpy as np
+
+from benchmarks.common import gpu_name, print_table, save_results
+from benchmarks.gpu import EventTimer, optional_peers
+
+F32 = np.float32
+DISTINCT = 32   # distinct inputs, cycled: every iteration uploads new bytes
+
+
+def naive(h, m, b, xs, iters):
+    x, y = h.allocate(xs[0].shape), h.allocate(xs[0].shape)
+    for i in range(iters):
+        h.set_from_numpy(x, xs[i % DISTINCT])
+        h.dot_mm(m, x, y)
+        h.add_mv(y, b, y)
+        h.get_numpy_copy(y)
+
+
+def pipelined(h, m, b, source, ys, outs, iters):
+    """Upload through prefetch on the upload stream, compute on group 0,
+    download on group 1; y is double-buffered so a download never holds up
+    the next step's compute."""
+    down = h.with_streams(1)
+    pending = [None, None]
+    for i, x in enumerate(h.prefetch(source(iters), depth=2)):
+        k = i % 2
+        if pending[k] is not None:
+            pending[k].result()          # outs[k] is free again, and so is ys[k]
+            h.wait_for(down)
+        h.dot_mm(m, x, ys[k])
+        h.add_mv(ys[k], b, ys[k])
+        down.wait_for(h)
+        pending[k] = down.get_numpy_copy_async(ys[k], out=outs[k])
+    for p in pending:
+        if p is not None:
+            p.result()
+
+
+def parts(h, m, b, xs_pinned, timer):
+    """Device time (s) of one upload, one gemm + bias, one download."""
+    import pycuda.driver as drv
+    x, y = h.allocate(xs_pinned[0].shape), h.allocate(xs_pinned[0].shape)
+    out = h.pin(np.empty(xs_pinned[0].shape, F32))
+    up = timer.time(lambda i: drv.memcpy_htod_async(x.gpudata, xs_pinned[i % DISTINCT], h.stream))
+    gemm = timer.time(lambda i: (h.dot_mm(m, x, y), h.add_mv(y, b, y)))
+    dn = timer.time(lambda i: drv.memcpy_dtoh_async(out, y.gpudata, h.stream))
+    return up / 1e3, gemm / 1e3, dn / 1e3
+
+
+def host_copy_time(shape):
+    src, dst = np.random.default_rng(0).standard_normal(shape).astype(F32), None
+    import pycuda.driver as drv
+    dst = drv.pagelocked_empty(shape, F32)
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def torch_rows(t, m_h, b_h, xs, iters):
+    m, b = t.from_numpy(m_h).cuda(), t.from_numpy(b_h).cuda()
+
+    def naive_loop():
+        for i in range(iters):
+            x = t.from_numpy(xs[i % DISTINCT]).cuda()
+            (t.mm(m, x) + b).cpu()
+        t.cuda.synchronize()
+
+    up_s, comp_s, down_s = t.cuda.Stream(), t.cuda.Stream(), t.cuda.Stream()
+    pinned = [t.from_numpy(x).pin_memory() for x in xs]
+    outs = [t.empty(xs[0].shape).pin_memory() for _ in range(2)]
+    xd = [t.empty(xs[0].shape, device="cuda") for _ in range(2)]
+    yd = [t.empty(xs[0].shape, device="cuda") for _ in range(2)]
+
+    def pinned_loop():
+        up_ev = [t.cuda.Event() for _ in range(2)]
+        used_ev = [t.cuda.Event() for _ in range(2)]
+        done_ev = [t.cuda.Event() for _ in range(2)]
+        down_ev = [None, None]
+        with t.cuda.stream(up_s):
+            xd[0].copy_(pinned[0], non_blocking=True)
+            up_ev[0].record(up_s)
+        for i in range(iters):
+            k = i % 2
+            if i + 1 < iters:            # upload the next x while this one computes
+                with t.cuda.stream(up_s):
+                    if i >= 1:
+                        up_s.wait_event(used_ev[1 - k])
+                    xd[1 - k].copy_(pinned[(i + 1) % DISTINCT], non_blocking=True)
+                    up_ev[1 - k].record(up_s)
+            if down_ev[k] is not None:
+                down_ev[k].synchronize()  # outs[k] and yd[k] are free
+            with t.cuda.stream(comp_s):
+                comp_s.wait_event(up_ev[k])
+                t.mm(m, xd[k], out=yd[k])
+                yd[k].add_(b)
+                used_ev[k].record(comp_s)
+                done_ev[k].record(comp_s)
+            with t.cuda.stream(down_s):
+                down_s.wait_event(done_ev[k])
+                outs[k].copy_(yd[k], non_blocking=True)
+                ev = t.cuda.Event()
+                ev.record(down_s)
+                down_ev[k] = ev
+        t.cuda.synchronize()
+
+    res = {}
+    for name, fn in (("naive", naive_loop), ("pinned", pinned_loop)):
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        res[name] = time.perf_counter() - t0
+    return res
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks upload", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        from handlers import PyCudaHandler
+        h = PyCudaHandler(F32)
+    except (ImportError, RuntimeError) as e:
+        print(f"upload: skipped, this suite needs a GPU: {e}")
+        return 0
+    n, iters = args.n, args.iters
+    rng = np.random.default_rng(0)
+    m_h = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(F32)
+    b_h = rng.standard_normal((n, 1)).astype(F32)
+    xs = [rng.standard_normal((n, n)).astype(F32) for _ in range(DISTINCT)]
+    pinned = h.pin(np.stack(xs))
+    m, b = h.create_from_numpy(m_h), h.create_from_numpy(b_h)
+    ys = [h.allocate((n, n)) for _ in range(2)]
+    outs = [h.pin(np.empty((n, n), F32)) for _ in range(2)]
+
+    def timed(fn):
+        fn()          # warm-up: buffers, pinned staging, kernels
+        h.synchronize_all_streams()
+        t0 = time.perf_counter()
+        fn()
+        h.synchronize_all_streams()
+        return time.perf_counter() - t0
+
+    res = {}
+    res["a"] = timed(lambda: naive(h, m, b, xs, iters))
+    res["b"] = timed(lambda: pipelined(h, m, b, lambda k: (pinned[i % DISTINCT] for i in range(k)),
+                                       ys, outs, iters))
+    res["c"] = timed(lambda: pipelined(h, m, b, lambda k: (xs[i % DISTINCT] for i in range(k)),
+                                       ys, outs, iters))
+    # correctness of the pipelined result: the last y equals m x + b
+    last = xs[(iters - 1) % DISTINCT]
+    got = outs[(iters - 1) % 2]
+    err = np.abs(got - (m_h.astype(np.float64) @ last + b_h)).max()
+    up, gemm, dn = parts(h, m, b, pinned, EventTimer("pycuda", h.stream))
+    bound = iters * max(up, gemm, dn)
+    hcopy = host_copy_time((n, n))
+    res["d"] = bound
+    t = optional_peers().get("torch")
+    if t is not None:
+        tr = torch_rows(t, m_h, b_h, xs, iters)
+        res["e"], res["f"] = tr["naive"], tr["pinned"]
+    c_bound = max(bound, iters * hcopy)
+    f = res.get("f")
+    rows = [
+        ["(a) handler, naive synchronous copies", res["a"], res["a"] / bound, ""],
+        ["(b) prefetch from pinned data", res["b"], res["b"] / bound,
+         f"<= 1.10 x B: {'yes' if res['b'] <= 1.10 * bound else 'NO'}; faster than (f): "
+         f"{'yes' if f and res['b'] < f else 'NO'}"],
+        ["(c) prefetch from NumPy arrays", res["c"], res["c"] / bound,
+         f"<= 1.25 x max(B, host copies) = {1.25 * c_bound:.4f}: "
+         f"{'yes' if res['c'] <= 1.25 * c_bound else 'NO'}; faster than (f): "
+         f"{'yes' if f and res['c'] < f else 'NO'}"],
+        ["(d) bound B = iters x max(up, gemm, down)", bound, 1.0,
+         f"up {up*1e6:.0f} us, gemm+bias {gemm*1e6:.0f} us, down {dn*1e6:.0f} us"],
+    ]
+    if t is not None:
+        rows += [["(e) PyTorch naive", res["e"], res["e"] / bound, ""],
+                 ["(f) PyTorch pinned, non_blocking, 3 streams", res["f"], res["f"] / bound, ""]]
+    print(f"\nm·x+b with uploads and downloads, {n}x{n} float32, {iters} iterations; "
+          f"GPU {gpu_name()}; host copy into pinned {hcopy*1e6:.0f} us; max error {err:.2e}")
+    print_table(["variant", "seconds", "x B", "target"], rows)
+    if args.save:
+        name = "upload-" + "".join(c if c.isalnum() else "-" for c in (gpu_name() or "gpu"))
+        print("saved", save_results(name, dict(seconds=res, up_s=up, gemm_s=gemm, down_s=dn,
+                                               host_copy_s=hcopy, max_error=float(err))))
+    return 0
