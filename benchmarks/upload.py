@@ -59,7 +59,7 @@ def parts(h, m, b, xs_pinned, timer):
     """Device time (s) of one upload, one gemm + bias, one download."""
     import pycuda.driver as drv
     x, y = h.allocate(xs_pinned[0].shape), h.allocate(xs_pinned[0].shape)
-    out = h.pin(np.empty(xs_pinned[0].shape, F32))
+    out = h.empty_pinned(xs_pinned[0].shape)
     up = timer.time(lambda i: drv.memcpy_htod_async(x.gpudata, xs_pinned[i % DISTINCT], h.stream))
     gemm = timer.time(lambda i: (h.dot_mm(m, x, y), h.add_mv(y, b, y)))
     dn = timer.time(lambda i: drv.memcpy_dtoh_async(out, y.gpudata, h.stream))
@@ -155,7 +155,7 @@ def main(argv=None):
     pinned = h.pin(np.stack(xs))
     m, b = h.create_from_numpy(m_h), h.create_from_numpy(b_h)
     ys = [h.allocate((n, n)) for _ in range(2)]
-    outs = [h.pin(np.empty((n, n), F32)) for _ in range(2)]
+    outs = [h.empty_pinned((n, n)) for _ in range(2)]
 
     def timed(fn):
         fn()          # warm-up: buffers, pinned staging, kernels

@@ -219,18 +219,27 @@ class Handler:
         return prefetch(self, batches, int(depth), self._transfer())
 
     def pin(self, array):
-        """Return ``array`` (C-contiguous NumPy) backed by page-locked memory, so
-        that uploads from it, and from its slices, need no staging copy.
+        """Page-lock the memory of ``array`` (C-contiguous NumPy) in place and
+        return ``array``, so that uploads from it, and from its slices, need no
+        staging copy.
 
-        The returned array shares memory with ``array``; use it (or slices of
-        it) as the source of ``prefetch`` and as ``out`` of
-        ``get_numpy_copy_async``.  On NumpyHandler it returns ``array``.
+        Use it (or slices of it) as the source of ``prefetch`` and as ``out``
+        of ``get_numpy_copy_async``.  The memory stays page-locked, and the
+        array referenced, for the life of the process's CUDA context; pin a
+        data set once, not a batch per step.  On NumpyHandler it only returns
+        ``array``.
         """
         if not isinstance(array, np.ndarray):
             raise TypeError(f"pin: expected a numpy.ndarray, got {type(array).__name__}")
         if not array.flags.c_contiguous:
             fail_value("pin", f"array of shape {array.shape} is not C-contiguous")
         return self._pin(array)
+
+    def empty_pinned(self, shape):
+        """Return a new NumPy array of ``shape`` and the handler's dtype in
+        page-locked host memory (plain memory on NumpyHandler): the ``out`` to
+        give ``get_numpy_copy_async`` for copies that do not block the host."""
+        return self._empty_pinned(check_shape_arg("empty_pinned", shape))
 
     def get_numpy_copy_async(self, a, out=None):
         """Start copying ``a`` to the host and return a handle whose
@@ -239,8 +248,8 @@ class Handler:
 
         The copy is ordered after the work issued before it on this group.
         ``out``, if given, is a C-contiguous NumPy array of ``a``'s shape and
-        the handler's dtype that receives the data; make it with ``pin`` so the
-        copy does not block the host.  Do not read ``out`` before ``result()``.
+        the handler's dtype that receives the data; make it with
+        ``empty_pinned`` (or ``pin``) so the copy does not block the host.  Do not read ``out`` before ``result()``.
         """
         check_arrays(self, "get_numpy_copy_async", a)
         if out is None:

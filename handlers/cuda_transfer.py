@@ -8,6 +8,7 @@ overwritten only after the upload stream has waited for the event recorded
 when its previous batch's consumer moved on.
 """
 import bisect
+import mmap
 
 import numpy as np
 
@@ -15,25 +16,61 @@ from .prefetch import Transfer, fits
 
 
 class PinnedRegistry:
-    """Host ranges page-locked through ``PyCudaHandler.pin``.
+    """Host pages page-locked through ``PyCudaHandler.pin``.
 
-    The reader thread of ``prefetch`` queries it while ``pin`` may add to it,
-    so the sorted table is replaced whole rather than edited in place.
+    The driver locks whole pages and refuses a range that overlaps pages it
+    has locked before, and two small arrays can share a page; so we register
+    only the page-aligned gaps not yet locked, and an array counts as pinned
+    when every one of its bytes lies in locked pages.  The reader thread of
+    ``prefetch`` queries the table while ``pin`` may add to it, so the sorted
+    table is replaced whole rather than edited in place.
     """
 
     def __init__(self):
-        self._table = ((), ())   # (sorted starts, matching (start, end, owner))
+        self._table = ((), ())   # (sorted starts, matching (start, end) pieces)
+        self._owners = []        # arrays kept alive while their pages are locked
+        self.driver = None       # (register, unregister) once loaded
 
-    def add(self, start, end, owner):
-        ranges = sorted(self._table[1] + ((start, end, owner),), key=lambda r: r[0])
-        self._table = (tuple(r[0] for r in ranges), tuple(ranges))
+    def ranges(self):
+        """The registered page-aligned (start, end) pieces."""
+        return self._table[1]
+
+    def covered(self, lo, hi):
+        """True if every byte of [lo, hi) lies in registered pieces."""
+        starts, pieces = self._table
+        i = bisect.bisect(starts, lo) - 1
+        if i < 0:
+            return False
+        pos = lo
+        while i < len(pieces) and pieces[i][0] <= pos:
+            pos = max(pos, pieces[i][1])
+            if pos >= hi:
+                return True
+            i += 1
+        return False
+
+    def gaps(self, lo, hi):
+        """The sub-ranges of [lo, hi) not yet registered."""
+        out, pos = [], lo
+        for start, end in self._table[1]:
+            if end <= pos or start >= hi:
+                continue
+            if start > pos:
+                out.append((pos, start))
+            pos = max(pos, end)
+        if pos < hi:
+            out.append((pos, hi))
+        return out
+
+    def add(self, pieces, owner):
+        merged = sorted(self._table[1] + tuple(pieces))
+        self._table = (tuple(p[0] for p in merged), tuple(merged))
+        self._owners.append(owner)
 
     def contains(self, a):
-        """True if the whole of array ``a`` lies in one pinned range."""
-        starts, ranges = self._table
+        """True if the whole of array ``a`` lies in page-locked memory."""
         start = a.__array_interface__["data"][0]
-        i = bisect.bisect(starts, start) - 1
-        return i >= 0 and start + a.nbytes <= ranges[i][1]
+        return self.covered(start, start + a.nbytes)
 
 
 class CudaTransfer(Transfer):
@@ -134,12 +171,48 @@ def copy_async(handler, a, out):
     return PendingCopy(out, ev)
 
 
+def _host_register():
+    """cuMemHostRegister/cuMemHostUnregister from the driver library.
+
+    pycuda's ``register_host_memory`` fails under NumPy 2 (it sets an array's
+    base twice), so we page-lock through the driver API directly.
+    """
+    import ctypes
+    lib = ctypes.CDLL("libcuda.so.1")
+    reg, unreg = lib.cuMemHostRegister_v2, lib.cuMemHostUnregister
+    reg.argtypes, reg.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint], ctypes.c_int
+    unreg.argtypes, unreg.restype = [ctypes.c_void_p], ctypes.c_int
+    return reg, unreg
+
+
 def pin(handler, array):
-    """Page-lock ``array`` in place and remember its range."""
+    """Page-lock ``array``'s memory in place; its pages stay locked (and the
+    array referenced) until the handler's context is released."""
     registry = handler._pinned
-    if registry.contains(array):
+    if not array.nbytes or registry.contains(array):
         return array
-    pinned = handler._drv.register_host_memory(array)
-    start = pinned.__array_interface__["data"][0]
-    registry.add(start, start + pinned.nbytes, pinned.base)
-    return pinned
+    reg, unreg = registry.driver or _host_register()
+    registry.driver = (reg, unreg)
+    start = array.__array_interface__["data"][0]
+    lo = start - start % mmap.PAGESIZE
+    hi = -(-(start + array.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
+    done = []
+    for a, b in registry.gaps(lo, hi):
+        status = reg(a, b - a, 0)
+        if status:
+            for a2, _ in done:
+                unreg(a2)
+            raise RuntimeError(f"pin: cuMemHostRegister failed with CUDA error {status} "
+                               f"for an array of shape {array.shape}")
+        done.append((a, b))
+    registry.add(done, array)
+    return array
+
+
+def unpin_all(handler):
+    """Unregister every range ``pin`` registered (at exit)."""
+    registry = handler._pinned
+    if registry.driver:
+        for start, _, _ in registry.ranges():
+            registry.driver[1](start)
+    registry.__init__()

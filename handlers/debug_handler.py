@@ -142,7 +142,7 @@ OPS = {
     # a read of a on this group; `out` is host memory
     "get_numpy_copy_async": _op(("a",), finite=False),
     # host-side or pipeline: explicit methods below
-    "pin": _STREAM, "prefetch": _STREAM,
+    "pin": _STREAM, "prefetch": _STREAM, "empty_pinned": _STREAM,
     "set_from_numpy": _op(writes=("a",)),
     "copy_to": _op(("src",), ("dest",)),
     "fill": _op(writes=("a",)),
@@ -631,6 +631,10 @@ class DebugHandler:
     def pin(self, array):
         """Page-lock a host array (see ``Handler.pin``); touches no handler array."""
         return self._inner.pin(array)
+
+    def empty_pinned(self, shape):
+        """A page-locked host array (see ``Handler.empty_pinned``)."""
+        return self._inner.empty_pinned(shape)
 
     def prefetch(self, batches, depth=2):
         """``Handler.prefetch`` through the wrapper: each yielded batch counts as

@@ -84,6 +84,9 @@ class NumpyHandler(Handler):
     def _pin(self, array):
         return array
 
+    def _empty_pinned(self, shape):
+        return np.empty(shape, self.dtype)
+
     def _copy_async(self, a, out):
         np.copyto(out, a)
         return DoneCopy(out)

@@ -10,6 +10,7 @@ Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
 cuBLAS handle and scratch workspace.  Every op currently runs on the first
 stream of its group.
 """
+import math
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ from .blas import make_gemm
 from .checks import fail_type
 
 _BLOCK = 256
+_pack = None   # pycuda's argument packer, bound when a handler is created
 
 
 class _StreamSlot:
@@ -81,6 +83,8 @@ class PyCudaHandler(Handler):
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
+        global _pack
+        from pycuda._pvt_struct import pack as _pack
         type(self).array_type = GPUArray
         self._drv = drv
         self._device, _ = cuda_context.acquire(device)
@@ -104,6 +108,8 @@ class PyCudaHandler(Handler):
         self._load_kernels()
 
     def _close(self):
+        self._synchronize_all()
+        cuda_transfer.unpin_all(self)
         for slot in self._all_slots:
             slot.gemm.close()
         # Arrays still alive at exit are freed after the context is popped.  A
@@ -171,8 +177,11 @@ class PyCudaHandler(Handler):
 
     def _launch(self, name, n, *args):
         if n:
-            self._k[name].prepared_async_call(self._grid(n), (_BLOCK, 1, 1),
-                                              self._slot.stream, *args)
+            # What prepared_async_call does, minus its per-call argument
+            # handling and import (about 1 us of the ~8 us a launch costs).
+            fn = self._k[name]
+            fn._launch_kernel(self._grid(n), (_BLOCK, 1, 1), _pack(fn.arg_format, *args), 0,
+                              self._slot.stream)
 
     # streams ------------------------------------------------------------------
     def _record_event(self):
@@ -232,6 +241,9 @@ class PyCudaHandler(Handler):
     def _pin(self, array):
         return cuda_transfer.pin(self, array)
 
+    def _empty_pinned(self, shape):
+        return self._drv.pagelocked_empty(shape, self.dtype)
+
     def _copy_async(self, a, out):
         return cuda_transfer.copy_async(self, a, out)
 
@@ -290,40 +302,44 @@ class PyCudaHandler(Handler):
 
     # reduction ----------------------------------------------------------------
     def _sum_t(self, a, axis, out):
-        shape = a.shape
-        if axis is None:
-            outer, n, inner = 1, a.size, 1
-        else:
-            outer = int(np.prod(shape[:axis], dtype=np.int64))
-            n = shape[axis]
-            inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-        if not outer * inner:
-            return
-        if not n:
-            self._fill(out, 0.0)
-            return
-        aligned = int(a.gpudata) % 16 == 0
-        key = (outer, n, inner, aligned)
+        key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
         plan = self._sum_plans.get(key)
         if plan is None:
-            plan = self._sum_plans[key] = self._plan_sum(outer, n, inner, aligned)
+            plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
         first, second, ws_elems = plan
         stream = self._slot.stream
+        if first is None:          # nothing to add up
+            if second:
+                self._fill(out, 0.0)
+            return
+        fn, grid, args = first
         if second is None:
-            fn, grid, args = first
-            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, a.gpudata, out.gpudata, *args)
-        else:
-            ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
-            fn, grid, args = first
-            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, a.gpudata, ws, *args)
-            fn, grid, args = second
-            fn.prepared_async_call(grid, (_BLOCK, 1, 1), stream, ws, out.gpudata, *args)
+            fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, a.gpudata,
+                                                          out.gpudata, *args), 0, stream)
+            return
+        ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
+        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, a.gpudata, ws, *args),
+                          0, stream)
+        fn, grid, args = second
+        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, ws, out.gpudata, *args),
+                          0, stream)
+
+    @staticmethod
+    def _sum_view(shape, axis):
+        """(outer, n, inner): the sum runs over n of this view of the input."""
+        if axis is None:
+            return 1, math.prod(shape), 1
+        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
     def _plan_sum(self, outer, n, inner, aligned):
         """Choose kernels, grids and chunking for a sum over the middle axis of
         an (outer, n, inner) view.  Returns (first, second, workspace elements);
         ``second`` is None when one pass suffices."""
         sms = self._sms
+        if not outer * inner:
+            return None, False, 0        # empty output
+        if not n:
+            return None, True, 0         # empty axis: the sum is 0
         if inner == 1:
             fn = self._k["sum_rows"]
             rows = outer
@@ -351,7 +367,7 @@ class PyCudaHandler(Handler):
         tiles = -(-cols // tx)
         base = outer * tiles
         chunks = 1
-        if base < sms * 8:
+        if base < sms * 2:   # too few blocks to fill the GPU: split the rows too
             chunks = max(1, min(-(-(sms * 8) // base), n // (ty * 4)))
         chunk = -(-n // chunks)
         chunks = -(-n // chunk)
@@ -397,8 +413,10 @@ class PyCudaHandler(Handler):
     def _softmax_m(self, m, out):
         rows, cols = m.shape
         if rows and cols:
+            # The kernel strides over rows, so a grid that fills the GPU is
+            # enough (and much faster for short rows than a block per row).
             self._k["softmax_rows"].prepared_async_call(
-                (min(rows, 2**31 - 1), 1), (_BLOCK, 1, 1), self._slot.stream,
+                (min(rows, 16 * self._sms), 1), (_BLOCK, 1, 1), self._slot.stream,
                 m.gpudata, out.gpudata, rows, cols)
 
     # indexing and masks -------------------------------------------------------

@@ -125,7 +125,7 @@ class Trainer:
         history = History()
         bar = _progress_bar(epochs * steps, self.progress)
         try:
-            host_log = h.pin(np.zeros(steps, h.dtype))   # target of async loss reads
+            host_log = h.empty_pinned((steps,))          # target of async loss reads
             for epoch in range(1, epochs + 1):
                 pending = None
                 if bar is not None:

@@ -141,7 +141,7 @@ RANDOM_OPS = {"fill_gaussian", "generate_probability_mask"}
 
 def test_every_op_has_a_recipe():
     # prefetch, pin and get_numpy_copy_async: tested in test_prefetch.py and below
-    pipeline = {"prefetch", "pin", "get_numpy_copy_async"}
+    pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned"}
     assert set(RECIPES) | STREAM_OPS | ALLOC_OPS | pipeline == public_ops()
 
 

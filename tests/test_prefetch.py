@@ -97,6 +97,8 @@ def test_bad_input(handler):
         handler.pin([1.0, 2.0])
     with pytest.raises(ValueError, match="pin"):
         handler.pin(np.ones((4, 4))[:, ::2])
+    with pytest.raises(ValueError, match="empty_pinned"):
+        handler.empty_pinned((2, -1))
     a = handler.zeros((3, 4))
     with pytest.raises(TypeError, match="get_numpy_copy_async"):
         handler.get_numpy_copy_async([[0.0] * 4] * 3)
@@ -120,7 +122,9 @@ def test_get_numpy_copy_async(handler, rng):
     handler.mult_st(3.0, a, out)
     pending = handler.get_numpy_copy_async(out)
     np.testing.assert_allclose(pending.result(), 3.0 * data.astype(handler.dtype), rtol=1e-6)
-    pinned = handler.pin(np.full((33, 17), np.nan, handler.dtype))
+    pinned = handler.empty_pinned((33, 17))
+    assert pinned.dtype == handler.dtype and pinned.shape == (33, 17)
+    pinned.fill(np.nan)
     handler.add_st(1.0, a, out)
     got = handler.get_numpy_copy_async(out, out=pinned).result()
     assert got is pinned

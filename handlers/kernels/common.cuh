@@ -2,19 +2,21 @@
 //
 // What is here:
 //   * SH_EXPORT: emits the two extern "C" kernels name_f32 / name_f64 around
-//     one templated body, so float and double share every line of code.
+//     one templated body, so float and double share every line of code;
 //   * grid-stride indexing in 64-bit (arrays may exceed 2^31 elements);
+//   * MixedRadix: the (row, column, ...) digits of a flat index that
+//     advances by a fixed grid stride, without a 64-bit division per element,
+//     and batched_loop, a grid-stride loop that keeps several loads in
+//     flight per thread;
 //   * 16-byte packets (float4 / double2) with their load/store helpers and
 //     the alignment tests that decide whether a packet path may run;
-//   * math overloads for float and double (expf vs exp, ...);
-//   * MixedRadix: (i, j) indices of a flat index that advances by a fixed
-//     grid stride, without a 64-bit division per element.
+//   * math overloads for float and double (expf vs exp, ...).
 //
 // Launch convention of every kernel that includes this file: a 1-D grid of
-// 1-D blocks.  Kernels are correct for any grid size and any block size
-// (unless the kernel's own comment says otherwise); the host launches 256
-// threads per block and min(ceil(n / (256 * VEC)), 16 * SMs) blocks, where
-// VEC = kVec<T> (4 for float, 2 for double).
+// 1-D blocks.  Kernels are correct for any grid size and any block size up
+// to 1024 (unless the kernel's own comment says otherwise); the host
+// launches 256 threads per block and min(ceil(n / (256 * VEC)), 16 * SMs)
+// blocks, where VEC = kVec<T> (4 for float, 2 for double).
 #ifndef STREAMHANDLERS_KERNELS_COMMON_CUH
 #define STREAMHANDLERS_KERNELS_COMMON_CUH
 
@@ -23,22 +25,22 @@
 // Each exported kernel is written once, in terms of a type T, and emitted
 // twice.  extern "C" gives the unmangled names pycuda looks up; a function
 // with C linkage keeps its plain name inside a namespace, and the namespace
-// supplies T.  __launch_bounds__(1024) keeps every kernel within the register
-// budget of the largest block (64 registers per thread), so that any block
-// size launches.
+// supplies T.  __launch_bounds__(1024, 1) keeps every kernel within the
+// register budget of the largest block (64 registers per thread), so that
+// any block size launches.
 namespace sh_f32 { using T = float; }
 namespace sh_f64 { using T = double; }
 
-#define SH_EXPORT(name, params, ...)                                          \
-    namespace sh_f32 {                                                        \
+#define SH_EXPORT(name, params, ...)                                             \
+    namespace sh_f32 {                                                           \
     extern "C" __global__ void __launch_bounds__(1024, 1) name##_f32 params {    \
-        __VA_ARGS__;                                                          \
-    }                                                                         \
-    }                                                                         \
-    namespace sh_f64 {                                                        \
+        __VA_ARGS__;                                                             \
+    }                                                                            \
+    }                                                                            \
+    namespace sh_f64 {                                                           \
     extern "C" __global__ void __launch_bounds__(1024, 1) name##_f64 params {    \
-        __VA_ARGS__;                                                          \
-    }                                                                         \
+        __VA_ARGS__;                                                             \
+    }                                                                            \
     }
 
 namespace sh {

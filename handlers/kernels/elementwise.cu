@@ -241,7 +241,6 @@ __device__ __forceinline__ void axpby(T alpha, const T* x, T beta, T* y, long lo
 // into the next row (cols >= VEC) and v is read per lane; v is small and
 // stays in cache.  Any other layout takes the scalar loop throughout.
 
-
 // Trips per batch of loads in batched_loop: 64 bytes of packets in flight
 // per thread for float, 32 for double, which keeps the double kernels
 // within 64 registers.

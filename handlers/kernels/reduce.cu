@@ -100,13 +100,18 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
                 for (; r < r_end; r += ty) acc[0] += base[r * inner];
             } else {
                 using VT = typename Vec<T>::type;
-                for (; r + ty < r_end; r += 2 * ty) {
+                // Four independent 16-byte loads in flight per thread.
+                for (; r + 3 * ty < r_end; r += 4 * ty) {
                     VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
                     VT v1 = *reinterpret_cast<const VT*>(base + (r + ty) * inner);
+                    VT v2 = *reinterpret_cast<const VT*>(base + (r + 2 * ty) * inner);
+                    VT v3 = *reinterpret_cast<const VT*>(base + (r + 3 * ty) * inner);
                     const T* e0 = reinterpret_cast<const T*>(&v0);
                     const T* e1 = reinterpret_cast<const T*>(&v1);
+                    const T* e2 = reinterpret_cast<const T*>(&v2);
+                    const T* e3 = reinterpret_cast<const T*>(&v3);
 #pragma unroll
-                    for (int j = 0; j < V; ++j) acc[j] += e0[j] + e1[j];
+                    for (int j = 0; j < V; ++j) acc[j] += (e0[j] + e1[j]) + (e2[j] + e3[j]);
                 }
                 for (; r < r_end; r += ty) {
                     VT v0 = *reinterpret_cast<const VT*>(base + r * inner);

@@ -6,9 +6,10 @@
 //   softmax_rows   grid-stride over rows (rows go to lane groups or to whole
 //                  blocks, see below), so any grid size works; the block
 //                  size must be a multiple of 32, at most 1024.  The host
-//                  uses block = 256 and grid = (rows,).  For rows of up to
-//                  256 elements, where several rows share a warp, a grid of
-//                  min(rows, 16 * SMs) blocks is faster (fewer idle blocks).
+//                  uses block = 256 and grid = (rows,); min(rows, 16 * SMs)
+//                  blocks are as fast for long rows and several times faster
+//                  for rows of up to 256 elements, where a warp takes several
+//                  rows and most of a grid of `rows` blocks would sit idle.
 //   index_m_by_v   grid-stride over rows; any grid and block size.
 //   binarize_v     grid-stride over rows * cols elements; any grid and block.
 //
@@ -71,8 +72,9 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* scratch) {
 // A NaN in a row makes its sum, hence the whole row, NaN, as in the NumPy
 // reference; so does a row of -inf (inf - inf).
 //
-// In place (out == m): every element is written by the thread that read it,
-// after the reductions over its row, which follow all reads of that row.
+// In place (out == m): an element is written only by the thread that reads
+// it in the last step, and only after both reductions over its row, which
+// come after every other read of that row.
 
 constexpr int kSoftmaxRegs = 8;
 
@@ -243,6 +245,15 @@ __device__ __forceinline__ void index_m_by_v(const T* m, const T* v, T* out, lon
     }
 }
 
+// What binarize_v's batched loop carries from its load to its store: the
+// row's index value and the (packet) column.  The arithmetic waits for the
+// store step, so that all loads of a batch are in flight together.
+template <typename T>
+struct RowPick {
+    T index;
+    long long col;
+};
+
 // out[i, j] = 1 where j is row i's valid index, else 0.  Rows come from a
 // MixedRadix counter; with cols % VEC == 0 and out aligned, a packet never
 // straddles rows and goes out as one 16-byte store.
@@ -252,28 +263,23 @@ __device__ __forceinline__ void binarize_v(const T* v, T* out, long long rows, l
     const long long total = rows * cols;
     if (total <= 0) return;
     const long long start = grid_thread(), stride = grid_stride();
+    const auto pick = [&](long long, const MixedRadix& c) { return RowPick<T>{v[c.d1], c.d0}; };
     if (cols % W == 0 && is_aligned16(out)) {
         MixedRadix ij(start, stride, cols / W, rows);  // d1 = row, d0 = packet column
-        batched_loop<4>(
-            0, total / W, ij,
-            [&](long long, const MixedRadix& c) {
-                long long hot;
-                if (!valid_index(v[c.d1], cols, &hot)) hot = -1;
-                Packet<T> r;
+        batched_loop<4>(0, total / W, ij, pick, [&](long long p, const RowPick<T>& x) {
+            long long hot;
+            if (!valid_index(x.index, cols, &hot)) hot = -1;
+            Packet<T> r;
 #pragma unroll
-                for (int k = 0; k < W; ++k) r.v[k] = c.d0 * W + k == hot ? T(1) : T(0);
-                return r;
-            },
-            [&](long long p, const Packet<T>& r) { store_packet(out, p, r); });
+            for (int k = 0; k < W; ++k) r.v[k] = x.col * W + k == hot ? T(1) : T(0);
+            store_packet(out, p, r);
+        });
     } else {
         MixedRadix ij(start, stride, cols, rows);  // d1 = row, d0 = column
-        batched_loop<4>(
-            0, total, ij,
-            [&](long long, const MixedRadix& c) {
-                long long hot;
-                return valid_index(v[c.d1], cols, &hot) && hot == c.d0 ? T(1) : T(0);
-            },
-            [&](long long e, T x) { out[e] = x; });
+        batched_loop<4>(0, total, ij, pick, [&](long long e, const RowPick<T>& x) {
+            long long hot;
+            out[e] = valid_index(x.index, cols, &hot) && hot == x.col ? T(1) : T(0);
+        });
     }
 }
 
