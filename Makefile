@@ -13,6 +13,7 @@ test: install
 demo: install
 	$(PYTHON) -m pip install -q -e '.[examples]'
 	$(PYTHON) -m examples.digits
+	$(PYTHON) -m benchmarks mxb
 
 bench: install
 	$(PYTHON) -m benchmarks all
