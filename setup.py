@@ -15,7 +15,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy>=1.24"],
     extras_require={
-        "test": ["pytest", "hypothesis", "tqdm"],
+        "test": ["pytest", "hypothesis", "tqdm", "scikit-learn", "matplotlib"],
         # scikit-cuda imports pkg_resources, which setuptools dropped after 80.
         "gpu": ["pycuda>=2026.1", "scikit-cuda==0.5.3", "setuptools<81"],
         "nvmath": ["nvmath-python"],
