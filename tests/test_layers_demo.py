@@ -4,15 +4,23 @@ import pytest
 from benchmarks import train as train_bench
 
 
-def test_digits_demo_reaches_target(tmp_path, capsys):
+@pytest.mark.parametrize("which", ["numpy", "pycuda"])
+def test_digits_demo_reaches_target(tmp_path, capsys, which):
     pytest.importorskip("sklearn", reason="the digits demo needs scikit-learn")
+    if which == "pycuda":
+        try:
+            from handlers import PyCudaHandler
+            PyCudaHandler()
+        except (ImportError, RuntimeError) as e:
+            pytest.skip(f"PyCudaHandler unavailable: {e}")
     from examples import digits
     png = tmp_path / "loss.png"
-    rc = digits.main(["--handler", "numpy", "--epochs", "12", "--no-progress",
+    rc = digits.main(["--handler", which, "--epochs", "12", "--no-progress",
                       "--plot", str(png)])
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "handler: NumpyHandler" in out and "time per epoch" in out
+    name = "NumpyHandler" if which == "numpy" else "PyCudaHandler"
+    assert f"handler: {name}" in out and "time per epoch" in out
     assert "test accuracy" in out and "met" in out
     try:
         import matplotlib  # noqa: F401
