@@ -15,17 +15,25 @@ demo: install
 	$(PYTHON) -m examples.digits
 	$(PYTHON) -m benchmarks mxb
 
+# Every suite, then the report: PNG plots from benchmarks/results/*.json.
 bench: install
+	$(PYTHON) -m pip install -q -e '.[examples]'
 	$(PYTHON) -m benchmarks all
 
 docs:
 	$(PYTHON) -m pip install -q -e '.[docs]'
 	$(PYTHON) -m sphinx -W -b html docs docs/_build/html
 
+# Options on the command line: the top level of the repository holds no lint
+# config.  tests/ is a source root so that its helper modules sort as first party.
+RUFF_VERSION = 0.17.6
+RUFF_OPTIONS = --select E,F,W,I --line-length 100 --target-version py310 \
+	--config "src = ['.', 'tests']" --extend-exclude docs/_build,docs/_generated
+
 lint:
-	$(PYTHON) -m pip install -q ruff
-	$(PYTHON) -m ruff check .
+	$(PYTHON) -m pip install -q 'ruff==$(RUFF_VERSION)'
+	$(PYTHON) -m ruff check $(RUFF_OPTIONS) .
 
 clean:
-	rm -rf build dist *.egg-info docs/_build .pytest_cache .ruff_cache
+	rm -rf build dist *.egg-info docs/_build docs/_generated .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

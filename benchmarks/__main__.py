@@ -1,14 +1,16 @@
-"""``python -m benchmarks [mxb|ops|streams|upload|train|all] [suite options]``.
+"""``python -m benchmarks [mxb|ops|streams|upload|train|report|all] [suite options]``.
 
 Each suite is a module ``benchmarks.<name>`` with ``main(argv)``; options after
-the suite name go to it (``python -m benchmarks mxb --n 500``).
+the suite name go to it (``python -m benchmarks mxb --n 500``).  ``report``
+plots the saved results (``benchmarks/results/*.json``, written by a suite's
+``--save``) as PNGs beside them; ``all`` runs every suite, then the report.
 """
 import argparse
 import importlib
 import importlib.util
 import sys
 
-SUITES = ("mxb", "ops", "streams", "upload", "train")
+SUITES = ("mxb", "ops", "streams", "upload", "train", "report")   # all: in this order
 
 
 def written(name):

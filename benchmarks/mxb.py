@@ -49,7 +49,8 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=1000, help="m, x and y are n x n (default 1000)")
     p.add_argument("--iters", type=int, default=500, help="loop iterations (default 500)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median counts")
-    p.add_argument("--save", action="store_true", help="write benchmarks/results/mxb-<machine>.json")
+    p.add_argument("--save", action="store_true",
+                   help="write benchmarks/results/mxb-<machine>.json")
     args = p.parse_args(argv)
     n, iters, dtype = args.n, args.iters, np.float32
 

@@ -238,6 +238,7 @@ def gemms(hs, peers, sizes):
 
 def mxb(h, n, iters, numpy_too=True):
     import pycuda.driver as drv
+
     from benchmarks.mxb import mxb_loop, numpy_loop
     rng = np.random.default_rng(4)
     m_h, x_h = rng.standard_normal((n, n)).astype(F32), rng.standard_normal((n, n)).astype(F32)
@@ -261,7 +262,8 @@ def mxb(h, n, iters, numpy_too=True):
         numpy_loop(m_h, x_h, b_h, ym, iters)
         np_s = time.perf_counter() - t0
     r = ours / bare_s
-    print(f"\nm·x+b loop, {n}x{n} float32, {iters} iterations, all resident (s); target <= 1.05x bare")
+    print(f"\nm·x+b loop, {n}x{n} float32, {iters} iterations, all resident (s); "
+          f"target <= 1.05x bare")
     print_table(["PyCudaHandler", "bare cuBLAS", "ratio", "NumPy (CPU)", "<=1.05"],
                 [[ours, bare_s, r, np_s or float("nan"), "yes" if r <= 1.05 else "NO"]])
     return dict(n=n, iters=iters, ours_s=ours, bare_s=bare_s, ratio=r, numpy_s=np_s)
@@ -271,7 +273,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, few calls")
-    parser.add_argument("--save", action="store_true", help="write benchmarks/results/ops-<gpu>.json")
+    parser.add_argument("--save", action="store_true",
+                        help="write benchmarks/results/ops-<gpu>.json")
     args = parser.parse_args(argv)
     try:
         from handlers import PyCudaHandler

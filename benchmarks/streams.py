@@ -96,7 +96,8 @@ def main(argv=None):
                                 four_groups_us=four * 1e3, speedup=speed,
                                 torch_one_stream_us=t1 and t1 * 1e3,
                                 torch_four_streams_us=t4 and t4 * 1e3))
-    print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median); GPU {gpu_name()}")
+    print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median); "
+          f"GPU {gpu_name()}")
     print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "torch 1 stream",
                  "torch 4 streams", "not >5% slower", ">=1.3x"], rows)
     if args.save:

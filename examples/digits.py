@@ -21,8 +21,7 @@ import time
 import numpy as np
 
 from handlers import NumpyHandler
-from layers import (LSTM, SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Trainer,
-                    accuracy)
+from layers import LSTM, SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Trainer, accuracy
 
 TARGET_ACCURACY = 0.95
 

@@ -25,10 +25,32 @@ Conventions shared by every op:
   ``wait_for`` and the synchronize calls.  ``with_streams(k)`` returns a view
   of the handler whose ops run on group ``k``.
 """
-import numpy as np
+from __future__ import annotations
 
-from .checks import (check_arrays, check_ndim, check_same_shape, check_scalar,
-                     check_shape_arg, fail_value, normalize_axis)
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from .checks import (
+    check_arrays,
+    check_ndim,
+    check_same_shape,
+    check_scalar,
+    check_shape_arg,
+    fail_value,
+    normalize_axis,
+)
+
+#: Stands for a handler array in signatures.  It is an instance of the
+#: handler's ``array_type`` (``numpy.ndarray`` on NumpyHandler,
+#: ``pycuda.gpuarray.GPUArray`` on PyCudaHandler), C-contiguous and of the
+#: handler's ``dtype``.
+Array = Any
+#: Stands for a shape argument in signatures, an int or a tuple of
+#: non-negative ints.
+Shape = int | tuple[int, ...]
 
 
 class Handler:
@@ -47,8 +69,8 @@ class Handler:
     #: The class of arrays this handler accepts and returns.
     array_type = None
 
-    def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4,
-                 streams_per_group=1):
+    def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
+                 num_stream_groups: int = 4, streams_per_group: int = 1) -> None:
         dt = np.dtype(dtype)
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"{type(self).__name__}: dtype must be float32 or float64, got {dt}")
@@ -68,7 +90,7 @@ class Handler:
         return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
 
     # ------------------------------------------------------------------ streams
-    def with_streams(self, k):
+    def with_streams(self, k: int) -> Handler:
         """Return a view of this handler whose ops run on stream group ``k``.
 
         The view shares memory, kernels and state with the handler and has the
@@ -100,7 +122,7 @@ class Handler:
     def __exit__(self, *exc):
         return False
 
-    def record_event(self):
+    def record_event(self) -> Any:
         """Record an event on this group and return it; returns without waiting.
 
         The event completes when all work issued on this group before the call
@@ -108,7 +130,7 @@ class Handler:
         """
         return self._record_event()
 
-    def wait_event(self, event):
+    def wait_event(self, event: Any) -> None:
         """Make work issued later on this group wait for ``event``.
 
         Returns without blocking the host; only future operations on this group
@@ -116,7 +138,7 @@ class Handler:
         """
         self._wait_event(event)
 
-    def wait_for(self, other):
+    def wait_for(self, other: Handler) -> None:
         """Make later work on this group wait for all work issued so far on
         ``other`` (a handler view of the same handler).  Does not block the host."""
         if getattr(other, "_views", None) is not self._views:
@@ -127,37 +149,37 @@ class Handler:
     def _wait_for(self, other):
         self._wait_event(other._record_event())
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Block the host until all work issued on this group has finished."""
         self._synchronize()
 
-    def synchronize_all_streams(self):
+    def synchronize_all_streams(self) -> None:
         """Block the host until all work issued on every group has finished."""
         self._synchronize_all()
 
     # ------------------------------------------------------------------ memory
-    def allocate(self, shape):
+    def allocate(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` with undefined contents.
 
         The array is ready for use on every stream group when returned.
         """
         return self._allocate(check_shape_arg("allocate", shape))
 
-    def zeros(self, shape):
+    def zeros(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 0, ready on every group."""
         a = self._allocate(check_shape_arg("zeros", shape))
         self._fill(a, 0.0)
         self._ready(a)
         return a
 
-    def ones(self, shape):
+    def ones(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 1, ready on every group."""
         a = self._allocate(check_shape_arg("ones", shape))
         self._fill(a, 1.0)
         self._ready(a)
         return a
 
-    def create_from_numpy(self, arr):
+    def create_from_numpy(self, arr: np.ndarray) -> Array:
         """Return a new handler array holding a copy of the NumPy array ``arr``.
 
         ``arr`` may have any real dtype and layout; it is converted to the
@@ -169,13 +191,13 @@ class Handler:
         self._ready(a)
         return a
 
-    def get_numpy_copy(self, a):
+    def get_numpy_copy(self, a: Array) -> np.ndarray:
         """Return a NumPy copy of ``a``, including all work issued before the call
         on any stream group.  Blocks the host until the data is available."""
         check_arrays(self, "get_numpy_copy", a)
         return self._get_numpy_copy(a)
 
-    def set_from_numpy(self, a, arr):
+    def set_from_numpy(self, a: Array, arr: np.ndarray) -> None:
         """Copy the NumPy array ``arr`` (same shape, any real dtype) into ``a``.
 
         The copy is ordered after work already issued on this group.
@@ -198,7 +220,7 @@ class Handler:
         return np.asarray(arr, dtype=self.dtype, order="C")
 
     # ------------------------------------------------------------------ input pipeline
-    def prefetch(self, batches, depth=2):
+    def prefetch(self, batches: Iterable[Any], depth: int = 2) -> Iterator[Any]:
         """Iterate over ``batches`` as handler arrays, preparing the next ones
         while the current one is being used.
 
@@ -218,7 +240,7 @@ class Handler:
             fail_value("prefetch", f"depth must be a positive int, got {depth!r}")
         return prefetch(self, batches, int(depth), self._transfer())
 
-    def pin(self, array):
+    def pin(self, array: np.ndarray) -> np.ndarray:
         """Page-lock the memory of ``array`` (C-contiguous NumPy) in place and
         return ``array``, so that uploads from it, and from its slices, need no
         staging copy.
@@ -235,13 +257,13 @@ class Handler:
             fail_value("pin", f"array of shape {array.shape} is not C-contiguous")
         return self._pin(array)
 
-    def empty_pinned(self, shape):
+    def empty_pinned(self, shape: Shape) -> np.ndarray:
         """Return a new NumPy array of ``shape`` and the handler's dtype in
         page-locked host memory (plain memory on NumpyHandler): the ``out`` to
         give ``get_numpy_copy_async`` for copies that do not block the host."""
         return self._empty_pinned(check_shape_arg("empty_pinned", shape))
 
-    def get_numpy_copy_async(self, a, out=None):
+    def get_numpy_copy_async(self, a: Array, out: np.ndarray | None = None) -> Any:
         """Start copying ``a`` to the host and return a handle whose
         ``result()`` blocks until the copy is done and returns the NumPy array
         (``done()`` says, without blocking, whether it is).
@@ -249,7 +271,8 @@ class Handler:
         The copy is ordered after the work issued before it on this group.
         ``out``, if given, is a C-contiguous NumPy array of ``a``'s shape and
         the handler's dtype that receives the data; make it with
-        ``empty_pinned`` (or ``pin``) so the copy does not block the host.  Do not read ``out`` before ``result()``.
+        ``empty_pinned`` (or ``pin``) so the copy does not block the host.  Do
+        not read ``out`` before ``result()``.
         """
         check_arrays(self, "get_numpy_copy_async", a)
         if out is None:
@@ -264,12 +287,12 @@ class Handler:
                                                f"{a.shape}, got {out.shape}")
         return self._copy_async(a, out)
 
-    def copy_to(self, src, dest):
+    def copy_to(self, src: Array, dest: Array) -> None:
         """Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."""
         check_same_shape(self, "copy_to", src, dest)
         self._copy_to(src, dest)
 
-    def fill(self, a, value):
+    def fill(self, a: Array, value: float) -> None:
         """Set every element of ``a`` to the scalar ``value``."""
         check_arrays(self, "fill", a)
         self._fill(a, check_scalar("fill", "value", value))
@@ -287,7 +310,8 @@ class Handler:
         if self._overlaps(out, a) or self._overlaps(out, b):
             fail_value(op, "out must not overlap a or b")
 
-    def dot_mm(self, a, b, out, transa=False, transb=False):
+    def dot_mm(self, a: Array, b: Array, out: Array, transa: bool = False,
+               transb: bool = False) -> None:
         """out = op(a) @ op(b), where op(x) is x.T if the flag is set, else x.
 
         Shapes: op(a) (m, k), op(b) (k, n), out (m, n).  ``out`` must not
@@ -296,12 +320,13 @@ class Handler:
         self._check_dot("dot_mm", a, b, out, transa, transb)
         self._dot(a, b, out, bool(transa), bool(transb), 0.0)
 
-    def dot_add_mm(self, a, b, out, transa=False, transb=False):
+    def dot_add_mm(self, a: Array, b: Array, out: Array, transa: bool = False,
+                   transb: bool = False) -> None:
         """out += op(a) @ op(b); shapes and aliasing as ``dot_mm``."""
         self._check_dot("dot_add_mm", a, b, out, transa, transb)
         self._dot(a, b, out, bool(transa), bool(transb), 1.0)
 
-    def axpby(self, alpha, x, beta, y):
+    def axpby(self, alpha: float, x: Array, beta: float, y: Array) -> None:
         """y = alpha * x + beta * y, for x and y of any one shape.
 
         ``x`` may be ``y``.  With beta = 0, the old contents of y are ignored
@@ -313,7 +338,7 @@ class Handler:
         self._axpby(alpha, x, beta, y)
 
     # ------------------------------------------------------------------ reduction
-    def sum_t(self, a, axis, out):
+    def sum_t(self, a: Array, axis: int | None, out: Array) -> None:
         """Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
 
         ``axis`` is an int (negative counts from the end) or None (all axes).
@@ -339,44 +364,44 @@ class Handler:
         self._sum_t(a, axis, out)
 
     # ------------------------------------------------------------------ elementwise
-    def add_tt(self, a, b, out):
+    def add_tt(self, a: Array, b: Array, out: Array) -> None:
         """out = a + b (same shapes; out may be a or b)."""
         check_same_shape(self, "add_tt", a, b, out)
         self._binary("add", a, b, out)
 
-    def subtract_tt(self, a, b, out):
+    def subtract_tt(self, a: Array, b: Array, out: Array) -> None:
         """out = a - b (same shapes; out may be a or b)."""
         check_same_shape(self, "subtract_tt", a, b, out)
         self._binary("sub", a, b, out)
 
-    def mult_tt(self, a, b, out):
+    def mult_tt(self, a: Array, b: Array, out: Array) -> None:
         """out = a * b (same shapes; out may be a or b)."""
         check_same_shape(self, "mult_tt", a, b, out)
         self._binary("mul", a, b, out)
 
-    def divide_tt(self, a, b, out):
+    def divide_tt(self, a: Array, b: Array, out: Array) -> None:
         """out = a / b (same shapes; out may be a or b; IEEE division by 0)."""
         check_same_shape(self, "divide_tt", a, b, out)
         self._binary("div", a, b, out)
 
-    def mult_add_tt(self, a, b, out):
+    def mult_add_tt(self, a: Array, b: Array, out: Array) -> None:
         """out += a * b (same shapes; out may be a or b)."""
         check_same_shape(self, "mult_add_tt", a, b, out)
         self._binary("mul_add", a, b, out)
 
-    def add_st(self, s, t, out):
+    def add_st(self, s: float, t: Array, out: Array) -> None:
         """out = t + s for a scalar s (out may be t)."""
         s = check_scalar("add_st", "s", s)
         check_same_shape(self, "add_st", t, out)
         self._scalar_op("add", s, t, out)
 
-    def mult_st(self, s, t, out):
+    def mult_st(self, s: float, t: Array, out: Array) -> None:
         """out = s * t for a scalar s (out may be t)."""
         s = check_scalar("mult_st", "s", s)
         check_same_shape(self, "mult_st", t, out)
         self._scalar_op("mul", s, t, out)
 
-    def mult_add_st(self, s, t, out):
+    def mult_add_st(self, s: float, t: Array, out: Array) -> None:
         """out += s * t for a scalar s (out may be t)."""
         s = check_scalar("mult_add_st", "s", s)
         check_same_shape(self, "mult_add_st", t, out)
@@ -386,27 +411,27 @@ class Handler:
         check_same_shape(self, op, a, out)
         self._unary(name, a, out)
 
-    def abs_t(self, a, out):
+    def abs_t(self, a: Array, out: Array) -> None:
         """out = abs(a), elementwise (out may be a)."""
         self._unary_checked("abs_t", "abs", a, out)
 
-    def sign_t(self, a, out):
+    def sign_t(self, a: Array, out: Array) -> None:
         """out = sign(a): -1, 0 or 1 (0 for NaN is not guaranteed; out may be a)."""
         self._unary_checked("sign_t", "sign", a, out)
 
-    def sqrt_t(self, a, out):
+    def sqrt_t(self, a: Array, out: Array) -> None:
         """out = sqrt(a); NaN where a < 0 (out may be a)."""
         self._unary_checked("sqrt_t", "sqrt", a, out)
 
-    def log_t(self, a, out):
+    def log_t(self, a: Array, out: Array) -> None:
         """out = natural log of a; -inf at 0, NaN where a < 0 (out may be a)."""
         self._unary_checked("log_t", "log", a, out)
 
-    def exp_t(self, a, out):
+    def exp_t(self, a: Array, out: Array) -> None:
         """out = exp(a) (out may be a)."""
         self._unary_checked("exp_t", "exp", a, out)
 
-    def clip_t(self, a, a_min, a_max, out):
+    def clip_t(self, a: Array, a_min: float, a_max: float, out: Array) -> None:
         """out = min(max(a, a_min), a_max); requires a_min <= a_max (out may be a)."""
         a_min = check_scalar("clip_t", "a_min", a_min)
         a_max = check_scalar("clip_t", "a_max", a_max)
@@ -415,7 +440,7 @@ class Handler:
         check_same_shape(self, "clip_t", a, out)
         self._clip(a, a_min, a_max, out)
 
-    def broadcast_t(self, a, axis, out):
+    def broadcast_t(self, a: Array, axis: int, out: Array) -> None:
         """Repeat ``a`` along ``axis`` into ``out``.
 
         ``a`` has the shape of ``out`` except for a 1 at ``axis`` (negative
@@ -447,62 +472,62 @@ class Handler:
             return 1  # v is a column: broadcast along each row
         fail_value(op, f"v shape {v.shape} must be (1, {cols}) or ({rows}, 1) for m {m.shape}")
 
-    def add_mv(self, m, v, out):
+    def add_mv(self, m: Array, v: Array, out: Array) -> None:
         """out = m + v, with v (1, n) broadcast over rows or (m, 1) over columns.
         out may be m."""
         self._mv("add", m, v, out, self._check_mv("add_mv", m, v, out))
 
-    def subtract_mv(self, m, v, out):
+    def subtract_mv(self, m: Array, v: Array, out: Array) -> None:
         """out = m - v, v broadcast as in ``add_mv`` (out may be m)."""
         self._mv("sub", m, v, out, self._check_mv("subtract_mv", m, v, out))
 
-    def mult_mv(self, m, v, out):
+    def mult_mv(self, m: Array, v: Array, out: Array) -> None:
         """out = m * v, v broadcast as in ``add_mv`` (out may be m)."""
         self._mv("mul", m, v, out, self._check_mv("mult_mv", m, v, out))
 
-    def divide_mv(self, m, v, out):
+    def divide_mv(self, m: Array, v: Array, out: Array) -> None:
         """out = m / v, v broadcast as in ``add_mv`` (out may be m)."""
         self._mv("div", m, v, out, self._check_mv("divide_mv", m, v, out))
 
     # ------------------------------------------------------------------ activations
-    def sigmoid(self, x, y):
+    def sigmoid(self, x: Array, y: Array) -> None:
         """y = 1 / (1 + exp(-x)) (y may be x)."""
         self._unary_checked("sigmoid", "sigmoid", x, y)
 
-    def sigmoid_deriv(self, x, y, dy, dx):
+    def sigmoid_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
         """dx = dy * y * (1 - y), with y = sigmoid(x).  x is unused but checked;
         dx may be dy."""
         check_same_shape(self, "sigmoid_deriv", x, y, dy, dx)
         self._deriv("sigmoid", x, y, dy, dx)
 
-    def tanh(self, x, y):
+    def tanh(self, x: Array, y: Array) -> None:
         """y = tanh(x) (y may be x)."""
         self._unary_checked("tanh", "tanh", x, y)
 
-    def tanh_deriv(self, x, y, dy, dx):
+    def tanh_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
         """dx = dy * (1 - y * y), with y = tanh(x); dx may be dy."""
         check_same_shape(self, "tanh_deriv", x, y, dy, dx)
         self._deriv("tanh", x, y, dy, dx)
 
-    def relu(self, x, y):
+    def relu(self, x: Array, y: Array) -> None:
         """y = max(x, 0) (y may be x)."""
         self._unary_checked("relu", "relu", x, y)
 
-    def relu_deriv(self, x, y, dy, dx):
+    def relu_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
         """dx = dy where x > 0, else 0; dx may be dy."""
         check_same_shape(self, "relu_deriv", x, y, dy, dx)
         self._deriv("relu", x, y, dy, dx)
 
-    def elu(self, x, y):
+    def elu(self, x: Array, y: Array) -> None:
         """y = x where x > 0, else exp(x) - 1 (y may be x)."""
         self._unary_checked("elu", "elu", x, y)
 
-    def elu_deriv(self, x, y, dy, dx):
+    def elu_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
         """dx = dy where x > 0, else dy * (y + 1); dx may be dy."""
         check_same_shape(self, "elu_deriv", x, y, dy, dx)
         self._deriv("elu", x, y, dy, dx)
 
-    def softmax_m(self, m, out):
+    def softmax_m(self, m: Array, out: Array) -> None:
         """Row-wise softmax of the matrix m into out, computed as
         exp(m - rowmax) / rowsum so that large inputs do not overflow.
         out may be m."""
@@ -511,7 +536,7 @@ class Handler:
         self._softmax_m(m, out)
 
     # ------------------------------------------------------------------ indexing and masks
-    def index_m_by_v(self, m, v, out):
+    def index_m_by_v(self, m: Array, v: Array, out: Array) -> None:
         """out[i, 0] = m[i, v[i, 0]] for a matrix m (r, c) and index vector v (r, 1).
 
         v holds indices stored as floats, truncated towards zero.  An index
@@ -526,7 +551,7 @@ class Handler:
                                        f"got v {v.shape}, out {out.shape}")
         self._index_m_by_v(m, v, out)
 
-    def binarize_v(self, v, out):
+    def binarize_v(self, v: Array, out: Array) -> None:
         """One-hot encode: out[i, j] = 1 if j == v[i, 0] else 0.
 
         v (r, 1) holds class indices stored as floats, truncated towards zero;
@@ -542,24 +567,24 @@ class Handler:
             fail_value("binarize_v", "out must not overlap v")
         self._binarize_v(v, out)
 
-    def copy_to_if(self, src, dest, cond):
+    def copy_to_if(self, src: Array, dest: Array, cond: Array) -> None:
         """dest = src where cond != 0; elsewhere dest keeps its value.
         All three have one shape; dest may be src."""
         check_same_shape(self, "copy_to_if", src, dest, cond)
         self._masked("copy", src, 0.0, dest, cond)
 
-    def fill_if(self, mem, val, cond):
+    def fill_if(self, mem: Array, val: float, cond: Array) -> None:
         """mem = val where cond != 0; elsewhere mem keeps its value."""
         val = check_scalar("fill_if", "val", val)
         check_same_shape(self, "fill_if", mem, cond)
         self._masked("fill", None, val, mem, cond)
 
-    def add_into_if(self, a, out, cond):
+    def add_into_if(self, a: Array, out: Array, cond: Array) -> None:
         """out += a where cond != 0; elsewhere out keeps its value."""
         check_same_shape(self, "add_into_if", a, out, cond)
         self._masked("add", a, 0.0, out, cond)
 
-    def is_fully_finite(self, a):
+    def is_fully_finite(self, a: Array) -> bool:
         """Return True if no element of ``a`` is NaN or infinite.
 
         Blocks the host until the check, which is ordered after the work issued
@@ -569,7 +594,7 @@ class Handler:
         return bool(self._is_fully_finite(a))
 
     # ------------------------------------------------------------------ randomness
-    def fill_gaussian(self, mean, std, out):
+    def fill_gaussian(self, mean: float, std: float, out: Array) -> None:
         """Fill out with samples from a normal distribution (mean, std >= 0)."""
         mean = check_scalar("fill_gaussian", "mean", mean)
         std = check_scalar("fill_gaussian", "std", std)
@@ -578,7 +603,7 @@ class Handler:
         check_arrays(self, "fill_gaussian", out)
         self._fill_gaussian(mean, std, out)
 
-    def generate_probability_mask(self, mask, p):
+    def generate_probability_mask(self, mask: Array, p: float) -> None:
         """Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."""
         p = check_scalar("generate_probability_mask", "p", p)
         if not 0.0 <= p <= 1.0:

@@ -10,8 +10,6 @@ when its previous batch's consumer moved on.
 import bisect
 import mmap
 
-import numpy as np
-
 from .prefetch import Transfer, fits
 
 

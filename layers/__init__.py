@@ -2,7 +2,7 @@
 
 Layers are written only against the handler API: no NumPy math and no pycuda
 import here (NumPy appears only for dtypes, shapes and initial host data), so
-every layer runs unchanged on every handler.
+every layer runs unchanged on every handler.  Usage::
 
     from handlers import NumpyHandler
     from layers import LSTM, FullyConnected, SoftmaxCrossEntropy, Sequential, SGD, Trainer

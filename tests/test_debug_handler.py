@@ -11,13 +11,13 @@ import inspect
 
 import numpy as np
 import pytest
-from helpers import assert_close, rand
-from test_streams_api import workload
-from test_validation import CASES, OPS_BY_NAME, Call
 
 import handlers
 from handlers import DebugHandler, Handler, StreamHazardError
 from handlers.debug_handler import OPS, DebugEvent, byte_range
+from helpers import assert_close, rand
+from test_streams_api import workload
+from test_validation import CASES, OPS_BY_NAME, Call
 
 R, C = 5, 7
 S = (R, C)
@@ -559,7 +559,8 @@ def test_views_split_state_exactly(handler):
     debug = DebugHandler(handler)
     one, two = debug.with_streams(1), debug.with_streams(2)
     flat = debug.zeros((40,))
-    part = lambda lo, hi: view_of(handler, lambda: flat[lo:hi])
+    def part(lo, hi):
+        return view_of(handler, lambda: flat[lo:hi])
     one.copy_to(part(0, 20), debug.zeros((20,)))     # group 1 reads [0, 20)
     two.fill(part(20, 40), 1.0)                      # disjoint: fine
     with pytest.raises(StreamHazardError, match="write-after-read"):

@@ -15,8 +15,19 @@ rounding term alone would be about 1e-1.
 import numpy as np
 import pytest
 
-from layers import (ELU, LSTM, Dropout, FullyConnected, ParameterSet, ReLU, Sequential, Sigmoid,
-                    SoftmaxCrossEntropy, SquaredError, Tanh)
+from layers import (
+    ELU,
+    LSTM,
+    Dropout,
+    FullyConnected,
+    ParameterSet,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    SoftmaxCrossEntropy,
+    SquaredError,
+    Tanh,
+)
 
 EPS = 1e-6
 RTOL = 1e-6

@@ -7,8 +7,22 @@ import numpy as np
 import pytest
 
 from handlers import NumpyHandler
-from layers import (ELU, LSTM, SGD, Dropout, FullyConnected, Layer, ReLU, Sequential, Sigmoid,
-                    SoftmaxCrossEntropy, SquaredError, Tanh, Trainer, accuracy)
+from layers import (
+    ELU,
+    LSTM,
+    SGD,
+    Dropout,
+    FullyConnected,
+    Layer,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    SoftmaxCrossEntropy,
+    SquaredError,
+    Tanh,
+    Trainer,
+    accuracy,
+)
 from layers.params import ALIGN
 
 

@@ -11,8 +11,17 @@ import numpy as np
 import pytest
 
 from handlers import Handler
-from helpers import (as_handler_values, assert_close, assert_unchanged, poisoned,
-                     rand, rand_input, shape_id, tolerance, upload)
+from helpers import (
+    as_handler_values,
+    assert_close,
+    assert_unchanged,
+    poisoned,
+    rand,
+    rand_input,
+    shape_id,
+    tolerance,
+    upload,
+)
 
 BIG = 1048583  # > 2**20 elements, not a multiple of 4 or of 256
 SHAPES = [(1,), (7,), (3, 5), (2, 3, 5, 7), (BIG,)]

@@ -162,8 +162,12 @@ def test_uploads_overlap_compute(handler, rng):
         handler.synchronize_all_streams()
 
     serial(), overlapped()       # warm-up
-    t0 = time.perf_counter(); serial(); t_serial = time.perf_counter() - t0
-    t0 = time.perf_counter(); overlapped(); t_over = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    serial()
+    t_serial = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    overlapped()
+    t_over = time.perf_counter() - t0
     assert t_over < 0.9 * t_serial, (t_over, t_serial)
 
 

@@ -5,8 +5,6 @@ handler's pool and ``cuMemGetInfo``) and page-locked staging memory."""
 import gc
 import threading
 
-import numpy as np
-
 from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh
 
 STEPS = 10_000

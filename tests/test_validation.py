@@ -236,7 +236,8 @@ class Call:
 
     def __init__(self, handler, handler_id, sibling_handler, make_handler, rng, op, change):
         self.h, self.rng = handler, rng
-        self.h_id, self.sibling_handler, self.make_handler = handler_id, sibling_handler, make_handler
+        self.h_id = handler_id
+        self.sibling_handler, self.make_handler = sibling_handler, make_handler
         self.watched = []  # (handler that owns it, array, contents before)
         self.shape_named = None
         shapes = change.get("shapes", {})
@@ -356,7 +357,8 @@ def test_every_op_has_bad_input_cases():
            if callable(value) and not name.startswith("_")}
     streams = {"with_streams", "record_event", "wait_event", "synchronize",
                "synchronize_all_streams"}  # tested in test_streams_api.py
-    pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned"}  # test_prefetch.py::test_bad_input
+    # tested in test_prefetch.py::test_bad_input
+    pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned"}
     assert not ops - streams - pipeline - set(OPS_BY_NAME), "ops without bad-input cases"
     per_op = {name: sum(1 for p in CASES if p.values[0] == name) for name in OPS_BY_NAME}
     assert min(per_op.values()) >= 2, per_op

@@ -1,0 +1,656 @@
+"""``python -m benchmarks report``: plots and tables from the saved results.
+
+Reads every ``benchmarks/results/<suite>-<machine>.json`` that a suite's
+``--save`` wrote (suites ``ops``, ``streams``, ``upload`` and ``train``) and
+writes PNG plots beside them (matplotlib, Agg backend), one set per machine:
+
+* ``ops-<machine>-bandwidth.png``: each elementwise op and each ``sum_t`` case
+  against the device-to-device copy ceiling, its target and the peers (PyTorch,
+  CuPy);
+* ``mxb-<machine>.png``: the m·x+b loop per iteration, resident (from ``ops``)
+  and with an upload and a download per step (from ``upload``);
+* ``streams-<machine>.png``: the stream-group sweep, speedup of four groups
+  over one, beside PyTorch on four streams;
+* ``upload-<machine>.png``: the upload variants against the bound;
+* ``train-<machine>.png``: a training step against PyTorch.
+
+Every target the suites print is judged here again from the JSON, by
+:func:`verdicts`; the documentation's benchmark page is :func:`rst_report` of
+the latest result of each suite, written at docs build time by
+``docs/conf.py`` (which needs no matplotlib: it only copies the PNGs).
+``--rst PATH`` writes that page body too, and the report ends with the
+headline numbers that README.rst quotes.
+"""
+import argparse
+import datetime
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+from benchmarks.common import RESULTS_DIR
+
+SUITES = ("ops", "streams", "upload", "train")
+
+# The targets, as the suites state and judge them (see each suite's docstring).
+OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
+BANDWIDTH_TARGET = 0.85     # ops: elementwise >= 85% of the copy bandwidth
+GEMM_TARGET = 0.95          # ops: dot_add_mm >= 95% of a bare cuBLAS loop
+MXB_TARGET = 1.05           # ops: resident m·x+b loop <= 1.05 x bare cuBLAS
+STREAMS_SLOWER = 1.05       # streams: four groups never more than 5% slower ...
+STREAMS_GAIN = 1.3          # ... and >= 1.3x faster where one gemm leaves the GPU idle
+UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
+UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
+
+PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
+    "ops": ("ops-{m}-bandwidth.png", "mxb-{m}.png"),
+    "streams": ("streams-{m}.png",),
+    "upload": ("upload-{m}.png",),
+    "train": ("train-{m}.png",),
+}
+
+
+# ============================================================================ loading
+def load(results_dir=RESULTS_DIR):
+    """Return ``{machine key: {suite: payload}}`` for every result file.
+
+    A payload is the JSON as saved: ``{"machine": {...}, "results": ...}``.
+    The machine key is the file name after ``<suite>-`` (``NVIDIA-H200``).
+    Files of other suites (``mxb-*.json``) are ignored.
+    """
+    found = {}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        suite, _, key = path.stem.partition("-")
+        if suite not in SUITES or not key:
+            continue
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload["path"] = path
+        found.setdefault(key, {})[suite] = payload
+    return found
+
+
+def _date(payload):
+    return payload["machine"].get("date") or ""
+
+
+def latest(found):
+    """``{suite: (machine key, payload)}``: the most recent result of each suite."""
+    out = {}
+    for key, suites in found.items():
+        for suite, payload in suites.items():
+            if suite not in out or _date(payload) > _date(out[suite][1]):
+                out[suite] = (key, payload)
+    return out
+
+
+# ============================================================================ derived numbers
+def upload_numbers(res):
+    """The upload suite's numbers with what the targets need: B, iterations,
+    the two bounds and the per-variant seconds (``None`` where not measured)."""
+    sec = res["seconds"]
+    step = max(res["up_s"], res["gemm_s"], res["down_s"])
+    bound = sec["d"]
+    iters = round(bound / step) if step else 0
+    return dict(seconds=sec, bound=bound, iters=iters, step=step,
+                host_bound=max(bound, iters * res["host_copy_s"]))
+
+
+def _best_ours_us(row):
+    return min(v for v in (row["skcuda_us"], row.get("nvmath_us")) if v is not None)
+
+
+def _sum_ok(row):
+    faster = all(row["ours_Bps"] > p for p in (row.get("torch_Bps"), row.get("cupy_Bps")) if p)
+    return row["fraction_of_copy"] >= row["target"] and faster
+
+
+def _case(row):
+    return f"{'x'.join(map(str, row['shape']))} axis {row['axis']}"
+
+
+def verdicts(suites):
+    """Every target of the suites judged from their results.
+
+    ``suites`` is ``{suite: payload}``.  Returns a list of dicts with
+    ``suite``, ``target`` (what is asked), ``result`` (what was measured) and
+    ``met`` (cases that hold) of ``total``, in the suites' order.
+    """
+    out = []
+
+    def add(suite, target, result, met, total):
+        out.append(dict(suite=suite, target=target, result=result, met=met, total=total))
+
+    if "ops" in suites:
+        r = suites["ops"]["results"]
+        ov = [x for x in r["overhead"] if x.get("ratio_to_torch") is not None]
+        good = [x["op"] for x in ov if x["ratio_to_torch"] <= OVERHEAD_TARGET]
+        add("ops", f"host overhead per call <= {OVERHEAD_TARGET}x PyTorch",
+            ", ".join(f"{x['op']} {x['ratio_to_torch']:.2f}x" for x in ov), len(good), len(ov))
+        bw = r["bandwidth"]
+        add("ops", f"elementwise bandwidth >= {BANDWIDTH_TARGET:.0%} of copy",
+            ", ".join(f"{x['op']} {x['fraction_of_copy']:.1%}" for x in bw),
+            sum(x["fraction_of_copy"] >= BANDWIDTH_TARGET for x in bw), len(bw))
+        st = r["sum_t"]
+        add("ops", "sum_t >= its target x copy and faster than PyTorch and CuPy",
+            ", ".join(f"{_case(x)} {x['fraction_of_copy']:.1%} (target {x['target']:.0%})"
+                      for x in st), sum(_sum_ok(x) for x in st), len(st))
+        gm = r["gemm"]
+        add("ops", f"dot_add_mm >= {GEMM_TARGET:.0%} of bare cuBLAS",
+            ", ".join(f"{x['size']}^3 {x['blas']} {x['fraction_of_bare']:.1%}" for x in gm),
+            sum(x["fraction_of_bare"] >= GEMM_TARGET for x in gm), len(gm))
+        m = r["mxb"]
+        add("ops", f"resident m·x+b loop <= {MXB_TARGET}x bare cuBLAS", f"{m['ratio']:.3f}x",
+            int(m["ratio"] <= MXB_TARGET), 1)
+    if "streams" in suites:
+        rows = suites["streams"]["results"]
+        add("streams", "four groups never more than 5% slower than one",
+            "speedups " + ", ".join(f"{x['speedup']:.2f}" for x in rows),
+            sum(x["speedup"] >= 1 / STREAMS_SLOWER for x in rows), len(rows))
+        best = max(rows, key=lambda x: x["speedup"])
+        add("streams", f">= {STREAMS_GAIN}x faster on four groups where one gemm leaves "
+                       f"the GPU idle",
+            f"best {best['speedup']:.2f}x (batch {best['batch']}, hidden {best['hidden']})",
+            sum(x["speedup"] >= STREAMS_GAIN for x in rows), len(rows))
+    if "upload" in suites:
+        u = upload_numbers(suites["upload"]["results"])
+        sec, bound, f = u["seconds"], u["bound"], u["seconds"].get("f")
+        add("upload", f"(b) prefetch from pinned data <= {UPLOAD_PINNED:.2f} x B",
+            f"{sec['b'] / bound:.2f} x B", int(sec["b"] <= UPLOAD_PINNED * bound), 1)
+        add("upload", f"(c) prefetch from NumPy arrays <= {UPLOAD_NUMPY:.2f} x max(B, host copies)",
+            f"{sec['c'] / u['host_bound']:.2f} x max(B, host copies)",
+            int(sec["c"] <= UPLOAD_NUMPY * u["host_bound"]), 1)
+        if f is not None:
+            add("upload", "(b) and (c) faster than PyTorch pinned (f)",
+                f"(b) {sec['b'] / f:.2f}x, (c) {sec['c'] / f:.2f}x the time of (f)",
+                int(sec["b"] < f) + int(sec["c"] < f), 2)
+    return out
+
+
+def train_rows(res):
+    """[(model, library, ms, samples/s, speedup of ours over it)] of the train suite."""
+    rows = []
+    for model, m in res["models"].items():
+        ours = m["ours"]["ms"]
+        rows.append((model, "streamhandlers (PyCudaHandler)", ours, m["ours"]["samples_per_s"],
+                     None))
+        for lib, t in m.get("torch", {}).items():
+            rows.append((model, lib, t["ms"], t["samples_per_s"], t["ms"] / ours))
+    return rows
+
+
+# ============================================================================ plots
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _title(payload, what):
+    m = payload["machine"]
+    return f"{what}\n{m.get('gpu') or 'CPU'}, {(m.get('date') or '')[:10]}"
+
+
+def plot_bandwidth(payload, path):
+    """Elementwise ops and sum_t cases: ours and the peers against the copy ceiling."""
+    plt = _plt()
+    r = payload["results"]
+    copy = r["copy_Bps"] / 1e12
+    rows = [(x["op"], x, BANDWIDTH_TARGET) for x in r["bandwidth"]]
+    rows += [(f"sum_t\n{'x'.join(map(str, x['shape']))}\naxis {x['axis']}", x, x["target"])
+             for x in r["sum_t"]]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    width = 0.26
+    libs = (("streamhandlers", "ours_Bps", "tab:blue"), ("PyTorch", "torch_Bps", "tab:orange"),
+            ("CuPy", "cupy_Bps", "tab:green"))
+    for j, (label, key, color) in enumerate(libs):
+        xs = [i + (j - 1) * width for i in range(len(rows))]
+        ys = [(row.get(key) or 0) / 1e12 for _, row, _ in rows]
+        ax.bar(xs, ys, width, label=label, color=color)
+    ax.axhline(copy, color="black", linestyle="--", linewidth=1,
+               label=f"device copy {copy:.2f} TB/s")
+    for i, (_, _, target) in enumerate(rows):
+        ax.plot([i - 1.5 * width, i + 1.5 * width], [target * copy] * 2, color="red",
+                linewidth=2, label="target" if i == 0 else None)
+    ax.set_xticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
+    ax.set_ylabel("TB/s (bytes read once + written once)")
+    ax.set_title(_title(payload, "Bandwidth against the copy ceiling (float32)"))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_mxb(ops_payload, upload_payload, path):
+    """The m·x+b loop per iteration: resident, then with data moving each step."""
+    plt = _plt()
+    m = ops_payload["results"]["mxb"]
+    it = m["iters"]
+    rows = [("PyCudaHandler, resident", m["ours_s"] / it, "tab:blue"),
+            ("bare cuBLAS, resident", m["bare_s"] / it, "tab:gray")]
+    if m.get("numpy_s"):
+        rows.append(("NumPy (CPU)", m["numpy_s"] / it, "tab:brown"))
+    if upload_payload is not None:
+        u = upload_numbers(upload_payload["results"])
+        labels = {"a": ("(a) handler, synchronous copies", "tab:blue"),
+                  "b": ("(b) prefetch from pinned data", "tab:blue"),
+                  "c": ("(c) prefetch from NumPy arrays", "tab:blue"),
+                  "d": ("(d) bound B: max(up, gemm, down)", "black"),
+                  "e": ("(e) PyTorch, naive", "tab:orange"),
+                  "f": ("(f) PyTorch, pinned + 3 streams", "tab:orange")}
+        for k, (label, color) in labels.items():
+            if u["seconds"].get(k) is not None and u["iters"]:
+                rows.append((f"{label} (x moves)", u["seconds"][k] / u["iters"], color))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
+    ys = range(len(rows))[::-1]
+    ax.barh(list(ys), [r[1] * 1e3 for r in rows], color=[r[2] for r in rows])
+    for y, (_, s, _) in zip(ys, rows):
+        ax.text(s * 1e3 * 1.05, y, f"{s * 1e3:.3g} ms", va="center", fontsize=8)
+    ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per iteration (log scale)")
+    n = m["n"]
+    ax.set_title(_title(ops_payload, f"m·x+b loop, {n}x{n} float32, {it} iterations"))
+    ax.set_xlim(right=max(r[1] for r in rows) * 1e3 * 4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_streams(payload, path):
+    """Speedup of four stream groups over one, per batch and hidden size."""
+    plt = _plt()
+    rows = payload["results"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    batches = sorted({x["batch"] for x in rows})
+    for i, b in enumerate(batches):
+        sel = sorted((x for x in rows if x["batch"] == b), key=lambda x: x["hidden"])
+        hid = [x["hidden"] for x in sel]
+        color = f"C{i}"
+        ax.plot(hid, [x["speedup"] for x in sel], "o-", color=color,
+                label=f"streamhandlers, batch {b}")
+        tp = [(x["hidden"], x["torch_one_stream_us"] / x["torch_four_streams_us"]) for x in sel
+              if x.get("torch_one_stream_us") and x.get("torch_four_streams_us")]
+        if tp:
+            ax.plot(*zip(*tp), "x--", color=color, alpha=0.6, label=f"PyTorch, batch {b}")
+        ax2.plot(hid, [x["one_group_us"] for x in sel], "o-", color=color,
+                 label=f"1 group, batch {b}")
+        ax2.plot(hid, [x["four_groups_us"] for x in sel], "s--", color=color,
+                 label=f"4 groups, batch {b}")
+    ax.axhline(1 / STREAMS_SLOWER, color="red", linestyle=":", linewidth=1.5,
+               label="5% slower (limit)")
+    ax.axhline(STREAMS_GAIN, color="purple", linestyle="-.", linewidth=1.5,
+               label=f"{STREAMS_GAIN}x (target)")
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    hiddens = sorted({x["hidden"] for x in rows})
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xticks(hiddens, [str(v) for v in hiddens])
+        a.minorticks_off()
+        a.set_xlabel("hidden size")
+    ax.set_ylabel("speedup: time on 1 group / time on 4")
+    ax.set_title("4 x dot_add_mm per step, 4 groups vs 1", fontsize=10)
+    ax.legend(fontsize=7)
+    ax2.set_yscale("log")
+    ax2.set_xticks(hiddens, [str(v) for v in hiddens])
+    ax2.set_ylabel("us per step")
+    ax2.set_title("time per step", fontsize=10)
+    ax2.legend(fontsize=7)
+    fig.suptitle(_title(payload, "Stream groups: the LSTM backward pattern"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_upload(payload, path):
+    """The upload variants in seconds against the bound and the targets."""
+    plt = _plt()
+    u = upload_numbers(payload["results"])
+    sec = u["seconds"]
+    names = {"a": "(a) naive\nsync copies", "b": "(b) prefetch\npinned data",
+             "c": "(c) prefetch\nNumPy arrays", "e": "(e) PyTorch\nnaive",
+             "f": "(f) PyTorch pinned\n3 streams"}
+    keys = [k for k in names if sec.get(k) is not None]
+    colors = ["tab:orange" if k in "ef" else "tab:blue" for k in keys]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ax.bar(range(len(keys)), [sec[k] for k in keys], color=colors)
+    for i, k in enumerate(keys):
+        ax.text(i, sec[k], f"{sec[k]:.3f} s\n{sec[k] / u['bound']:.2f} B", ha="center",
+                va="bottom", fontsize=8)
+    ax.axhline(u["bound"], color="black", linestyle="--", linewidth=1,
+               label=f"B = iterations x max(up, gemm, down) = {u['bound']:.3f} s")
+    ax.axhline(UPLOAD_PINNED * u["bound"], color="red", linewidth=1,
+               label=f"target (b): {UPLOAD_PINNED:.2f} B")
+    ax.axhline(UPLOAD_NUMPY * u["host_bound"], color="purple", linewidth=1,
+               label=f"target (c): {UPLOAD_NUMPY:.2f} max(B, host copies)")
+    ax.set_xticks(range(len(keys)), [names[k] for k in keys], fontsize=8)
+    ax.set_ylabel(f"seconds for {u['iters']} iterations")
+    ax.set_ylim(top=max(sec[k] for k in keys) * 1.25)
+    ax.set_title(_title(payload, "m·x+b with an upload and a download every step"))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_train(payload, path):
+    """Milliseconds per training step, ours against PyTorch, per model."""
+    plt = _plt()
+    models = payload["results"]["models"]
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
+    for ax, (model, m) in zip(axes[0], models.items()):
+        rows = [("streamhandlers", m["ours"]["ms"], "tab:blue")]
+        rows += [(lib, t["ms"], "tab:orange") for lib, t in m.get("torch", {}).items()]
+        ax.barh(range(len(rows))[::-1], [r[1] for r in rows], color=[r[2] for r in rows])
+        ax.set_yticks(range(len(rows))[::-1], [r[0] for r in rows], fontsize=8)
+        for y, (_, ms, _) in zip(range(len(rows))[::-1], rows):
+            ax.text(ms, y, f" {ms:.3g}", va="center", fontsize=8)
+        ax.set_xlim(right=max(r[1] for r in rows) * 1.3)
+        ax.set_xlabel("ms per step (forward, backward, SGD update)")
+        cfg = ", ".join(f"{k} {v}" for k, v in m["config"].items())
+        ax.set_title(f"{model.upper()}: {cfg}", fontsize=9)
+    fig.suptitle(_title(payload, "Training step, float32"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_plots(found, out_dir):
+    """Write every plot of every machine into ``out_dir``; return the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, suites in sorted(found.items()):
+        jobs = []
+        if "ops" in suites:
+            jobs.append((f"ops-{key}-bandwidth.png", plot_bandwidth, (suites["ops"],)))
+            jobs.append((f"mxb-{key}.png", plot_mxb, (suites["ops"], suites.get("upload"))))
+        if "streams" in suites:
+            jobs.append((f"streams-{key}.png", plot_streams, (suites["streams"],)))
+        if "upload" in suites:
+            jobs.append((f"upload-{key}.png", plot_upload, (suites["upload"],)))
+        if "train" in suites:
+            jobs.append((f"train-{key}.png", plot_train, (suites["train"],)))
+        for name, fn, args in jobs:
+            fn(*args, out_dir / name)
+            written.append(out_dir / name)
+    return written
+
+
+# ============================================================================ reStructuredText
+def _fmt(v, spec):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return format(v, spec)
+
+
+def _cell(value):
+    """A table cell's text; "(b) ..." or "1. ..." would start an enumerated list."""
+    text = str(value)
+    if re.match(r"\(?[A-Za-z0-9]{1,2}[.)]\s", text):
+        text = "\\" + text
+    return text or " "
+
+
+def _table(headers, rows, title=None):
+    lines = [f".. list-table:: {title}" if title else ".. list-table::",
+             "   :header-rows: 1", ""]
+    for row in [headers] + rows:
+        lines.append("   * - " + _cell(row[0]))
+        lines.extend("     - " + _cell(c) for c in row[1:])
+    return "\n".join(lines) + "\n"
+
+
+def _heading(text, char):
+    return f"{text}\n{char * len(text)}\n"
+
+
+def _when(payload):
+    d = payload["machine"].get("date") or ""
+    try:
+        t = datetime.datetime.fromisoformat(d)
+    except ValueError:
+        return d or "unknown date"
+    return t.strftime("%Y-%m-%d %H:%M %Z").strip()
+
+
+def _figure(name, images, caption):
+    if name not in images:
+        return (f".. note:: The plot ``{name}`` has not been generated: run "
+                f"``python -m benchmarks report``.\n")
+    return f".. figure:: {images[name]}\n   :width: 100%\n\n   {caption}\n"
+
+
+def headline(chosen):
+    """The headline numbers (README.rst quotes them) as a list of sentences."""
+    out = []
+    if "ops" in chosen:
+        r = chosen["ops"][1]["results"]
+        bw = r["bandwidth"]
+        fr = [x["fraction_of_copy"] for x in bw]
+        out.append(f"elementwise ops at {min(fr):.0%}-{max(fr):.0%} of the device copy "
+                   f"bandwidth (" + ", ".join(f"{x['op']} {x['fraction_of_copy']:.0%}"
+                                              for x in bw) + ")")
+        gm = [x["fraction_of_bare"] for x in r["gemm"]]
+        out.append(f"dot_add_mm at {min(gm):.1%}-{max(gm):.1%} of a bare cuBLAS loop")
+        m = r["mxb"]
+        out.append(f"the resident m·x+b loop at {m['ratio']:.2f}x bare cuBLAS"
+                   + (f", {m['numpy_s'] / m['ours_s']:.0f}x faster than NumPy on the CPU"
+                      if m.get("numpy_s") else ""))
+    if "train" in chosen:
+        for model, mm in chosen["train"][1]["results"]["models"].items():
+            eager = mm.get("torch", {}).get("PyTorch eager")
+            if eager:
+                out.append(f"{model.upper()} training step {eager['ms'] / mm['ours']['ms']:.2f}x "
+                           f"faster than PyTorch eager")
+    return out
+
+
+def rst_report(found, images=None):
+    """The body of the documentation's benchmark page, from the latest result
+    of each suite.  ``images`` maps a PNG name to the path the page uses for
+    it; PNGs not in it are replaced by a note."""
+    images = images or {}
+    chosen = latest(found)
+    if not chosen:
+        return ".. note:: No results in ``benchmarks/results/`` yet.\n"
+    parts = []
+    parts.append(_heading("Where and when", "-"))
+    rows = []
+    for suite in SUITES:
+        if suite in chosen:
+            key, p = chosen[suite]
+            m = p["machine"]
+            rows.append([f"``{p['path'].name}``", m.get("gpu") or "none",
+                         f"{m.get('cpu')} ({m.get('cpu_count')} cores)",
+                         f"Python {m.get('python')}, NumPy {m.get('numpy')}", _when(p)])
+    parts.append(_table(["result file", "GPU", "CPU", "software", "date"], rows))
+    plat = {chosen[s][1]["machine"].get("platform") for s in chosen}
+    parts.append("Platform: " + "; ".join(f"``{x}``" for x in sorted(plat)) + ".\n")
+
+    parts.append(_heading("Targets: which hold", "-"))
+    vs = verdicts({s: chosen[s][1] for s in chosen})
+    parts.append(_table(["suite", "target", "measured", "holds"],
+                        [[v["suite"], v["target"], v["result"],
+                          f"{'yes' if v['met'] == v['total'] else 'NO'} "
+                          f"({v['met']} of {v['total']})"] for v in vs]))
+    held = [v for v in vs if v["met"] == v["total"]]
+    missed = [v for v in vs if v["met"] < v["total"]]
+    text = (f"Of {len(vs)} targets, {len(held)} hold in every case"
+            + (": " + "; ".join(v["target"] for v in held) if held else "") + ".  ")
+    if missed:
+        text += ("These do not: " + "; ".join(f"{v['target']} (met in {v['met']} of "
+                                                f"{v['total']})" for v in missed) + ".")
+    parts.append(text + "\n")
+
+    if "ops" in chosen:
+        key, p = chosen["ops"]
+        r = p["results"]
+        copy = r["copy_Bps"]
+        parts.append(_heading("Ops: bandwidth, sum_t, gemm, host overhead", "-"))
+        parts.append(f"Device-to-device copy bandwidth (the ceiling): "
+                     f"**{copy / 1e12:.3f} TB/s**.\n")
+        parts.append(_table(
+            ["op", "elements", "TB/s", "of copy", "PyTorch TB/s", "CuPy TB/s",
+             f">= {BANDWIDTH_TARGET:.0%}"],
+            [[x["op"], x["n"], _fmt(x["ours_Bps"] / 1e12, ".3f"),
+              _fmt(x["fraction_of_copy"], ".1%"),
+              _fmt((x.get("torch_Bps") or math.nan) / 1e12, ".3f"),
+              _fmt((x.get("cupy_Bps") or math.nan) / 1e12, ".3f"),
+              "yes" if x["fraction_of_copy"] >= BANDWIDTH_TARGET else "NO"]
+             for x in r["bandwidth"]], "Elementwise ops, float32"))
+        parts.append(_table(
+            ["case", "TB/s", "of copy", "target", "PyTorch TB/s", "CuPy TB/s", "holds"],
+            [[_case(x), _fmt(x["ours_Bps"] / 1e12, ".3f"), _fmt(x["fraction_of_copy"], ".1%"),
+              _fmt(x["target"], ".0%"), _fmt((x.get("torch_Bps") or math.nan) / 1e12, ".3f"),
+              _fmt((x.get("cupy_Bps") or math.nan) / 1e12, ".3f"),
+              "yes" if _sum_ok(x) else "NO"] for x in r["sum_t"]],
+            "sum_t, float32: target x copy and faster than both peers"))
+        parts.append(_figure(f"ops-{key}-bandwidth.png", images,
+                             "Bandwidth of each op against the copy ceiling (dashed), its "
+                             "target (red) and the peers."))
+        parts.append(_table(
+            ["size", "BLAS", "ours ms", "bare cuBLAS ms", "of bare", "PyTorch addmm\\_ ms",
+             f">= {GEMM_TARGET:.0%}"],
+            [[f"{x['size']}^3", x["blas"], _fmt(x["ours_ms"], ".4f"), _fmt(x["bare_ms"], ".4f"),
+              _fmt(x["fraction_of_bare"], ".1%"), _fmt(x.get("torch_ms"), ".4f"),
+              "yes" if x["fraction_of_bare"] >= GEMM_TARGET else "NO"] for x in r["gemm"]],
+            "dot_add_mm, float32"))
+        parts.append(_table(
+            ["op", "ours (scikit-cuda) us", "ours (nvmath) us", "PyTorch us", "CuPy us",
+             "best ours / PyTorch", f"<= {OVERHEAD_TARGET}"],
+            [[x["op"], _fmt(x["skcuda_us"], ".2f"), _fmt(x.get("nvmath_us"), ".2f"),
+              _fmt(x.get("torch_us"), ".2f"), _fmt(x.get("cupy_us"), ".2f"),
+              _fmt(x.get("ratio_to_torch"), ".2f"),
+              "yes" if (x.get("ratio_to_torch") or math.inf) <= OVERHEAD_TARGET else "NO"]
+             for x in r["overhead"]], "Host overhead per call (1,000 elements; median)"))
+        m = r["mxb"]
+        it = m["iters"]
+        parts.append(_heading("The m·x+b loop", "-"))
+        rows = [["PyCudaHandler, all resident", _fmt(m["ours_s"], ".4f"),
+                 _fmt(m["ours_s"] / it * 1e3, ".4f"), _fmt(m["ours_s"] / m["bare_s"], ".3f")],
+                ["bare cuBLAS loop, all resident", _fmt(m["bare_s"], ".4f"),
+                 _fmt(m["bare_s"] / it * 1e3, ".4f"), "1.000"]]
+        if m.get("numpy_s"):
+            rows.append(["NumPy on the CPU", _fmt(m["numpy_s"], ".4f"),
+                         _fmt(m["numpy_s"] / it * 1e3, ".4f"),
+                         _fmt(m["numpy_s"] / m["bare_s"], ".1f")])
+        parts.append(_table(["variant", "seconds", "ms / iteration", "x bare cuBLAS"], rows,
+                            f"y = m·x + b, {m['n']}x{m['n']} float32, {it} iterations "
+                            f"(target <= {MXB_TARGET}x bare)"))
+        parts.append(_figure(f"mxb-{key}.png", images,
+                             "The m·x+b loop per iteration: resident, and with x uploaded and "
+                             "y downloaded every step (the upload suite)."))
+    if "upload" in chosen:
+        key, p = chosen["upload"]
+        u = upload_numbers(p["results"])
+        sec = u["seconds"]
+        names = {"a": "(a) handler, naive synchronous copies",
+                 "b": "(b) prefetch from pinned data, asynchronous downloads",
+                 "c": "(c) prefetch from NumPy arrays, asynchronous downloads",
+                 "d": "(d) bound B = iterations x max(upload, gemm, download)",
+                 "e": "(e) PyTorch naive",
+                 "f": "(f) PyTorch pinned, non_blocking, 3 streams"}
+        parts.append(_heading("Uploads: data moving every step", "-"))
+        parts.append(f"{u['iters']} iterations; one upload "
+                     f"{p['results']['up_s'] * 1e6:.0f} us, gemm + bias "
+                     f"{p['results']['gemm_s'] * 1e6:.0f} us, one download "
+                     f"{p['results']['down_s'] * 1e6:.0f} us, one host copy into pinned "
+                     f"memory {p['results']['host_copy_s'] * 1e6:.0f} us; largest error of the "
+                     f"pipelined result {p['results']['max_error']:.1e}.\n")
+        parts.append(_table(["variant", "seconds", "x B"],
+                            [[names[k], _fmt(sec[k], ".4f"), _fmt(sec[k] / u["bound"], ".2f")]
+                             for k in names if sec.get(k) is not None]))
+        parts.append(_figure(f"upload-{key}.png", images,
+                             "Upload variants against the bound B and the targets."))
+    if "streams" in chosen:
+        key, p = chosen["streams"]
+        parts.append(_heading("Stream groups", "-"))
+        parts.append(_table(
+            ["batch", "hidden", "1 group us", "4 groups us", "speedup", "PyTorch 1 stream us",
+             "PyTorch 4 streams us", "not > 5% slower", f">= {STREAMS_GAIN}x"],
+            [[x["batch"], x["hidden"], _fmt(x["one_group_us"], ".1f"),
+              _fmt(x["four_groups_us"], ".1f"), _fmt(x["speedup"], ".3f"),
+              _fmt(x.get("torch_one_stream_us"), ".1f"),
+              _fmt(x.get("torch_four_streams_us"), ".1f"),
+              "yes" if x["speedup"] >= 1 / STREAMS_SLOWER else "NO",
+              "yes" if x["speedup"] >= STREAMS_GAIN else "NO"] for x in p["results"]],
+            "Four independent dot_add_mm per step (the LSTM backward pattern)"))
+        parts.append(_figure(f"streams-{key}.png", images,
+                             "Speedup of four stream groups over one, and time per step."))
+    if "train" in chosen:
+        key, p = chosen["train"]
+        res = p["results"]
+        parts.append(_heading("Training step", "-"))
+        parts.append(_table(
+            ["model", "library", "ms / step", "samples / s", "its time / ours"],
+            [[model, lib, _fmt(ms, ".3f"), _fmt(sps, ",.0f"),
+              "" if ratio is None else _fmt(ratio, ".2f")]
+             for model, lib, ms, sps, ratio in train_rows(res)],
+            "Forward, loss, backward and SGD-with-momentum update, float32"))
+        rows = []
+        for model, m in res["models"].items():
+            total = m["ours"]["ms"]
+            for cat, ms in m.get("breakdown_ms", {}).items():
+                rows.append([model, cat, _fmt(ms, ".3f"), _fmt(ms / total, ".0%")])
+        if rows:
+            parts.append(_table(["model", "category", "ms (replayed alone)", "of the step"],
+                                rows, "Where a step's time goes"))
+        parts.append(_figure(f"train-{key}.png", images, "Milliseconds per training step."))
+    return "\n".join(parts)
+
+
+def write_docs(out_dir, results_dir=RESULTS_DIR, name="benchmark_report.inc"):
+    """For the documentation: copy the PNGs of the latest results into
+    ``out_dir`` and write the page body there as ``name``; return its path.
+    Needs no matplotlib."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = load(results_dir)
+    images = {}
+    for suite, (key, _) in latest(found).items():
+        for pattern in PLOTS[suite]:
+            png = Path(results_dir) / pattern.format(m=key)
+            if png.exists():
+                shutil.copyfile(png, out_dir / png.name)
+                images[png.name] = f"/{out_dir.name}/{png.name}"
+    path = out_dir / name
+    path.write_text(rst_report(found, images), encoding="utf-8")
+    return path
+
+
+# ============================================================================ main
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default=str(RESULTS_DIR),
+                   help="folder of the JSON results (default benchmarks/results)")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: --results)")
+    p.add_argument("--rst", default=None, help="also write the report as reStructuredText here")
+    args = p.parse_args(argv)
+    found = load(args.results)
+    if not found:
+        print(f"report: no results in {args.results}; run a suite with --save first")
+        return 0
+    try:
+        _plt()
+    except ImportError as e:
+        print(f"report: plots skipped, matplotlib is not installed ({e}); "
+              f"pip install matplotlib")
+    else:
+        for path in write_plots(found, args.out or args.results):
+            print("wrote", path)
+    if args.rst:
+        Path(args.rst).write_text(rst_report(found), encoding="utf-8")
+        print("wrote", args.rst)
+    chosen = latest(found)
+    for v in verdicts({s: chosen[s][1] for s in chosen}):
+        print(f"{v['suite']:8} {'holds' if v['met'] == v['total'] else 'MISSED':6} "
+              f"({v['met']}/{v['total']})  {v['target']}: {v['result']}")
+    gpus = sorted({c[1]["machine"].get("gpu") or "CPU" for c in chosen.values()})
+    dates = sorted({_date(c[1])[:10] for c in chosen.values()})
+    print(f"headline ({', '.join(gpus)}, {', '.join(dates)}):")
+    for line in headline(chosen):
+        print("  -", line)
+    return 0
