@@ -9,9 +9,12 @@ Conventions shared by every op:
 
 * Op names carry the shapes they take: ``_t`` any tensor, ``_m`` a matrix
   (2-D), ``_v`` a vector stored as an (n, 1) matrix, ``_s`` a scalar.
-* Outputs come last and are written in place; ops return ``None`` (the
-  exceptions are ``get_numpy_copy`` and ``is_fully_finite``, which return host
-  values, and the allocators).
+* Outputs come last and are written in place; ops return ``None``.  The
+  exceptions return what their names say: the allocators and
+  ``create_from_*`` a handler array, ``get_numpy_copy``/``is_fully_finite``/
+  ``empty_pinned``/``pin`` host values, ``get_numpy_copy_async`` a handle
+  (``done()``, ``result()``), ``record_event`` an event (``query()``,
+  ``synchronize()``), ``with_streams`` a view and ``prefetch`` an iterator.
 * Arrays must be C-contiguous, of the handler's ``array_type`` and ``dtype``.
   A wrong type or dtype raises ``TypeError``; a shape mismatch, a bad axis or a
   non-contiguous array raises ``ValueError``.  Messages name the op and the
@@ -190,6 +193,23 @@ class Handler:
         self._set_from_numpy(a, arr)
         self._ready(a)
         return a
+
+    def create_from_device_array(self, obj: Any) -> Array:
+        """Wrap an array of another library as a handler array, without a copy.
+
+        On PyCudaHandler ``obj`` exposes ``__cuda_array_interface__`` (a CuPy
+        array, a PyTorch CUDA tensor, ...); on NumpyHandler it exposes the
+        NumPy array interface.  It must be C-contiguous and of the handler's
+        dtype (``ValueError``/``TypeError`` otherwise).  The result shares
+        memory with ``obj`` and keeps it alive.  Work the other library queued
+        on ``obj`` is finished first when ``obj`` names a stream (PyCudaHandler
+        then synchronizes the device); otherwise order it yourself, e.g. with
+        ``torch.cuda.synchronize()``.  The other way round, handler arrays
+        expose the same interfaces, so ``torch.as_tensor(a, device="cuda")``
+        or ``cupy.asarray(a)`` wrap them without a copy once the handler's
+        work on them is done (``synchronize_all_streams``).
+        """
+        return self._wrap(obj)
 
     def get_numpy_copy(self, a: Array) -> np.ndarray:
         """Return a NumPy copy of ``a``, including all work issued before the call

@@ -138,6 +138,7 @@ OPS = {
     "zeros": OpSpec("alloc", finite=False),      # finite by construction
     "ones": OpSpec("alloc", finite=False),
     "create_from_numpy": OpSpec("alloc"),
+    "create_from_device_array": OpSpec("alloc", finite=False),   # memory of another library
     "get_numpy_copy": OpSpec("host_read", reads=("a",), finite=False),
     # a read of a on this group; `out` is host memory
     "get_numpy_copy_async": _op(("a",), finite=False),

@@ -101,6 +101,18 @@ class NumpyHandler(Handler):
     def _set_from_numpy(self, a, arr):
         np.copyto(a, arr)
 
+    def _wrap(self, obj):
+        if not isinstance(obj, np.ndarray) and not hasattr(obj, "__array_interface__"):
+            fail_type("create_from_device_array", f"expected an object with the NumPy "
+                                                  f"array interface, got {type(obj).__name__}")
+        a = np.asarray(obj)
+        if a.dtype != self.dtype:
+            fail_type("create_from_device_array", f"expected dtype {self.dtype}, got {a.dtype}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"create_from_device_array: array of shape {a.shape} is not "
+                             f"C-contiguous")
+        return a
+
     def _get_numpy_copy(self, a):
         return a.copy()
 

@@ -255,6 +255,29 @@ class PyCudaHandler(Handler):
             self._barrier()
         return self.array_type(shape, self.dtype, allocator=self._pool.allocate)
 
+    def _wrap(self, obj):
+        op = "create_from_device_array"
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if cai is None:
+            fail_type(op, f"expected an object with __cuda_array_interface__, "
+                          f"got {type(obj).__name__}")
+        shape, dtype = tuple(cai["shape"]), np.dtype(cai["typestr"])
+        if dtype != self.dtype:
+            fail_type(op, f"expected dtype {self.dtype}, got {dtype} (shape {shape})")
+        strides = cai.get("strides")
+        if strides is not None:
+            expect = dtype.itemsize
+            for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
+                if dim > 1 and stride != expect:
+                    raise ValueError(f"{op}: array of shape {shape} with strides "
+                                     f"{tuple(strides)} is not C-contiguous")
+                expect *= dim
+        if cai.get("stream") is not None:
+            # The producer names a stream we cannot wait on from pycuda
+            # without wrapping it; a device synchronize orders its work first.
+            self._drv.Context.synchronize()
+        return self.array_type(shape, dtype, gpudata=int(cai["data"][0]), base=obj)
+
     def _fill(self, a, value):
         self._launch("fill", a.size, a.gpudata, value, a.size)
 

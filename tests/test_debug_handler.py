@@ -23,7 +23,7 @@ R, C = 5, 7
 S = (R, C)
 STREAM_OPS = {"with_streams", "record_event", "wait_event", "wait_for", "synchronize",
               "synchronize_all_streams"}
-ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy"}
+ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy", "create_from_device_array"}
 HAZARD_KINDS = ["read-after-write", "write-after-read", "write-after-write"]
 
 
@@ -65,7 +65,8 @@ def test_op_table_covers_every_public_op():
         others = set(params) - set(spec.arrays) - {"self"}
         allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val",
                           "mean", "std", "p", "transa", "transb", "arr", "shape", "k",
-                          "event", "other", "array", "batches", "depth"}
+                          "event", "other", "array", "batches", "depth",
+                   "obj"}
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -189,6 +190,8 @@ def test_allocators(handler, rng, op):
     debug = DebugHandler(handler).with_streams(handler.num_stream_groups - 1)
     data = rand(S, rng)
     arg = data if op == "create_from_numpy" else S
+    if op == "create_from_device_array":
+        arg = handler.create_from_numpy(data)   # a handler array is a device array
     got = getattr(debug, op)(arg)
     want = getattr(handler, op)(arg)
     assert isinstance(got, handler.array_type) and got.dtype == handler.dtype

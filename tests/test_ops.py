@@ -699,7 +699,8 @@ def test_every_contract_op_is_tested():
     here = Path(__file__).parent
     text = (Path(__file__).read_text()
             + (here / "test_streams_api.py").read_text()
-            + (here / "test_prefetch.py").read_text())
+            + (here / "test_prefetch.py").read_text()
+            + (here / "test_interop.py").read_text())
     ops = [name for name, value in vars(Handler).items()
            if callable(value) and not name.startswith("_")]
     missing = [op for op in ops if not re.search(rf"\b{op}\b", text)]

@@ -357,8 +357,9 @@ def test_every_op_has_bad_input_cases():
            if callable(value) and not name.startswith("_")}
     streams = {"with_streams", "record_event", "wait_event", "synchronize",
                "synchronize_all_streams"}  # tested in test_streams_api.py
-    # tested in test_prefetch.py::test_bad_input
-    pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned"}
+    # tested in test_prefetch.py::test_bad_input and test_interop.py
+    pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned",
+                "create_from_device_array"}
     assert not ops - streams - pipeline - set(OPS_BY_NAME), "ops without bad-input cases"
     per_op = {name: sum(1 for p in CASES if p.values[0] == name) for name in OPS_BY_NAME}
     assert min(per_op.values()) >= 2, per_op
