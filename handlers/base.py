@@ -638,3 +638,8 @@ class Handler:
 
     def _overlaps(self, a, b):
         raise NotImplementedError
+
+    @staticmethod
+    def _c_contiguous(a):
+        """True if ``a`` (already of ``array_type``) is C-contiguous."""
+        return a.flags.c_contiguous

@@ -27,7 +27,7 @@ def check_arrays(handler, op, *arrays):
                           f"got {type(a).__module__}.{type(a).__name__}")
         if a.dtype != dtype:
             fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
-        if not a.flags.c_contiguous:
+        if not handler._c_contiguous(a):
             fail_value(op, f"array of shape {a.shape} is not C-contiguous")
 
 
