@@ -35,21 +35,36 @@ def naive(h, m, b, xs, iters):
         h.get_numpy_copy(y)
 
 
-def pipelined(h, m, b, source, ys, outs, iters):
+def pipelined(h, m, b, source, ys, outs, iters, phases=None):
     """Upload through prefetch on the upload stream, compute on group 0,
     download on group 1; y is double-buffered so a download never holds up
-    the next step's compute."""
+    the next step's compute.  ``phases``, if given, collects host seconds per
+    phase (next batch, compute issue, download issue, download wait)."""
+    clock = time.perf_counter
+    t = phases if phases is not None else {}
+    for key in ("next", "compute", "download", "wait"):
+        t.setdefault(key, 0.0)
     down = h.with_streams(1)
     pending = [None, None]
-    for i, x in enumerate(h.prefetch(source(iters), depth=2)):
+    batches = iter(h.prefetch(source(iters), depth=2))
+    t0 = clock()
+    for i, x in enumerate(batches):
+        t1 = clock()
+        t["next"] += t1 - t0
         k = i % 2
         if pending[k] is not None:
             pending[k].result()          # outs[k] is free again, and so is ys[k]
             h.wait_for(down)
+        t2 = clock()
         h.dot_mm(m, x, ys[k])
         h.add_mv(ys[k], b, ys[k])
+        t3 = clock()
         down.wait_for(h)
         pending[k] = down.get_numpy_copy_async(ys[k], out=outs[k])
+        t0 = clock()
+        t["wait"] += t2 - t1
+        t["compute"] += t3 - t2
+        t["download"] += t0 - t3
     for p in pending:
         if p is not None:
             p.result()
@@ -167,10 +182,11 @@ def main(argv=None):
 
     res = {}
     res["a"] = timed(lambda: naive(h, m, b, xs, iters))
+    phases = {"b": {}, "c": {}}
     res["b"] = timed(lambda: pipelined(h, m, b, lambda k: (pinned[i % DISTINCT] for i in range(k)),
-                                       ys, outs, iters))
+                                       ys, outs, iters, phases["b"]))
     res["c"] = timed(lambda: pipelined(h, m, b, lambda k: (xs[i % DISTINCT] for i in range(k)),
-                                       ys, outs, iters))
+                                       ys, outs, iters, phases["c"]))
     # correctness of the pipelined result: the last y equals m x + b
     last = xs[(iters - 1) % DISTINCT]
     got = outs[(iters - 1) % 2]
@@ -203,8 +219,12 @@ def main(argv=None):
     print(f"\nm·x+b with uploads and downloads, {n}x{n} float32, {iters} iterations; "
           f"GPU {gpu_name()}; host copy into pinned {hcopy*1e6:.0f} us; max error {err:.2e}")
     print_table(["variant", "seconds", "x B", "target"], rows)
+    for key in ("b", "c"):   # warm-up and timed run together: 2 x iters steps
+        per = {p: v / (2 * iters) * 1e6 for p, v in phases[key].items()}
+        print(f"({key}) host us per step: " + ", ".join(f"{p} {v:.0f}" for p, v in per.items()))
     if args.save:
         name = "upload-" + "".join(c if c.isalnum() else "-" for c in (gpu_name() or "gpu"))
         print("saved", save_results(name, dict(seconds=res, up_s=up, gemm_s=gemm, down_s=dn,
-                                               host_copy_s=hcopy, max_error=float(err))))
+                                               host_copy_s=hcopy, max_error=float(err),
+                                               host_phases_s=phases)))
     return 0
