@@ -4,6 +4,8 @@ Each suite is a module ``benchmarks.<name>`` with ``main(argv)``; options after
 the suite name go to it (``python -m benchmarks mxb --n 500``).  ``report``
 plots the saved results (``benchmarks/results/*.json``, written by a suite's
 ``--save``) as PNGs beside them; ``all`` runs every suite, then the report.
+``sumtune`` (a tuning sweep of ``sum_t``'s chunking, not part of ``all``)
+prints which knob settings run fastest on this GPU.
 """
 import argparse
 import importlib
@@ -11,6 +13,7 @@ import importlib.util
 import sys
 
 SUITES = ("mxb", "ops", "streams", "upload", "train", "report")   # all: in this order
+TOOLS = ("sumtune",)   # run by name only
 
 
 def written(name):
@@ -20,16 +23,19 @@ def written(name):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", nargs="?", default="all", help="|".join(SUITES + ("all",)))
+    parser.add_argument("suite", nargs="?", default="all",
+                        help="|".join(SUITES + ("all",) + TOOLS))
     parser.add_argument("options", nargs=argparse.REMAINDER, help="passed to the suite")
     args = parser.parse_args(argv)
     available = [s for s in SUITES if written(s)]
 
     if args.suite == "all":
         names = available
+    elif args.suite in TOOLS:
+        names = [args.suite]
     elif args.suite not in SUITES:
         print(f"benchmarks: unknown suite {args.suite!r}; choose from "
-              f"{', '.join(SUITES)} or all", file=sys.stderr)
+              f"{', '.join(SUITES + TOOLS)} or all", file=sys.stderr)
         return 2
     elif args.suite not in available:
         print(f"benchmarks: suite {args.suite!r} is not written yet; "

@@ -371,10 +371,16 @@ class PyCudaHandler(Handler):
             return 1, math.prod(shape), 1
         return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
-    def _plan_sum(self, outer, n, inner, aligned):
+    def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=8):
         """Choose kernels, grids and chunking for a sum over the middle axis of
         an (outer, n, inner) view.  Returns (first, second, workspace elements);
-        ``second`` is None when one pass suffices."""
+        ``second`` is None when one pass suffices.
+
+        The keyword arguments (per multiprocessor) are the tuning knobs that
+        ``python -m benchmarks sumtune`` sweeps: ``row_warps``, the warps that
+        long rows are split to fill; ``col_split``, the number of column blocks
+        under which the rows are split too; ``col_blocks``, the blocks that
+        such a split aims for."""
         sms = self._sms
         if not outer * inner:
             return None, False, 0        # empty output
@@ -385,7 +391,7 @@ class PyCudaHandler(Handler):
             rows = outer
             chunks = 1
             if n > 2048:   # split long rows so that about one wave of warps runs
-                chunks = min(-(-n // 2048), max(1, -(-(sms * 32) // rows)))
+                chunks = min(-(-n // 2048), max(1, -(-(sms * row_warps) // rows)))
             chunk = -(-n // chunks)
             chunk += -chunk % 4          # keep chunk starts 16-byte aligned
             chunks = -(-n // chunk)
@@ -407,8 +413,8 @@ class PyCudaHandler(Handler):
         tiles = -(-cols // tx)
         base = outer * tiles
         chunks = 1
-        if base < sms * 2:   # too few blocks to fill the GPU: split the rows too
-            chunks = max(1, min(-(-(sms * 8) // base), n // (ty * 4)))
+        if base < sms * col_split:   # too few blocks to fill the GPU: split the rows too
+            chunks = max(1, min(-(-(sms * col_blocks) // base), n // (ty * 4)))
         chunk = -(-n // chunks)
         chunks = -(-n // chunk)
 

@@ -1,0 +1,58 @@
+"""``python -m benchmarks sumtune``: sweep the chunking knobs of ``sum_t``.
+
+For each ``sum_t`` benchmark case, times the plan that each setting of
+``PyCudaHandler._plan_sum``'s knobs (``row_warps``, ``col_split``,
+``col_blocks``) produces, in TB/s and as a fraction of the copy bandwidth, so
+one GPU run shows which defaults to pick.  The handler's defaults are marked.
+"""
+import argparse
+import itertools
+
+import numpy as np
+
+from benchmarks.gpu import EventTimer
+from benchmarks.ops import LOOP, SUM_CASES, copy_bandwidth
+
+F32 = np.float32
+DEFAULTS = dict(row_warps=32, col_split=2, col_blocks=8)
+GRID = dict(row_warps=[16, 32, 64, 128], col_split=[1, 2, 4, 8], col_blocks=[2, 4, 8, 16])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks sumtune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
+    try:
+        from handlers import PyCudaHandler
+        h = PyCudaHandler(F32)
+    except (ImportError, RuntimeError) as e:
+        print(f"sumtune: skipped, this suite needs a GPU: {e}")
+        return 0
+    timer = EventTimer("pycuda", h.stream)
+    copy_bw = copy_bandwidth(h, 1 << 25, timer)
+    rng = np.random.default_rng(0)
+    print(f"copy {copy_bw / 1e12:.3f} TB/s")
+    for shape, axis, target in SUM_CASES:
+        host = rng.standard_normal(shape).astype(F32)
+        x = h.create_from_numpy(host)
+        rshape = shape[:axis] + shape[axis + 1:]
+        out = h.allocate(rshape)
+        nbytes = host.nbytes + int(np.prod(rshape)) * 4
+        view = h._sum_view(shape, axis)
+        key = (tuple(shape), axis, int(x.gpudata) % 16 == 0)
+        knobs = ["row_warps"] if view[2] == 1 else ["col_split", "col_blocks"]
+        results = []
+        for values in itertools.product(*(GRID[k] for k in knobs)):
+            kw = dict(zip(knobs, values))
+            h._sum_plans[key] = h._plan_sum(*view, key[2], **kw)
+            h.sum_t(x, axis, out)
+            err = np.abs(h.get_numpy_copy(out) - host.sum(axis)).max()
+            ms = timer.time(lambda i: h.sum_t(x, axis, out), inner=LOOP)
+            bw = nbytes / (ms * 1e-3)
+            mark = " (default)" if all(DEFAULTS[k] == v for k, v in kw.items()) else ""
+            results.append((bw, kw, mark, err))
+        del h._sum_plans[key]
+        print(f"\n{shape} axis {axis} (target {target:.0%} of copy):")
+        for bw, kw, mark, err in sorted(results, key=lambda r: -r[0]):
+            print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {kw}{mark}  max err {err:.1e}")
+    return 0
