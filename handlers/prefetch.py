@@ -126,13 +126,13 @@ class Transfer:
     The default (NumpyHandler) yields the staged host arrays themselves.
     """
 
-    def new_slot(self, arrays):
-        """Allocate a staging slot for arrays of these shapes (consumer thread)."""
-        return tuple(np.empty(a.shape, self.dtype) for a in arrays)
-
     def __init__(self, handler):
         self.handler = handler
         self.dtype = handler.dtype
+
+    def new_slot(self, arrays):
+        """Allocate a staging slot for arrays of these shapes (consumer thread)."""
+        return tuple(np.empty(a.shape, self.dtype) for a in arrays)
 
     def is_direct(self, arrays):
         """True if ``arrays`` can be used without staging (reader thread)."""

@@ -192,13 +192,17 @@ class PyCudaHandler(Handler):
         per = _BLOCK * self._vec
         return (max(1, min((n + per - 1) // per, self._max_blocks)), 1)
 
+    def _run(self, fn, grid, *args):
+        """Launch prepared kernel ``fn`` on this group's stream: what
+        prepared_async_call does, minus its per-call argument handling and
+        import (about 1 us of the ~8 us a launch costs)."""
+        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, *args), 0,
+                          self._slot.stream)
+
     def _launch(self, name, n, *args):
+        """Launch elementwise kernel ``name`` over ``n`` elements (none if 0)."""
         if n:
-            # What prepared_async_call does, minus its per-call argument
-            # handling and import (about 1 us of the ~8 us a launch costs).
-            fn = self._k[name]
-            fn._launch_kernel(self._grid(n), (_BLOCK, 1, 1), _pack(fn.arg_format, *args), 0,
-                              self._slot.stream)
+            self._run(self._k[name], self._grid(n), *args)
 
     # streams ------------------------------------------------------------------
     def _record_event(self):
@@ -347,22 +351,18 @@ class PyCudaHandler(Handler):
         if plan is None:
             plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
         first, second, ws_elems = plan
-        stream = self._slot.stream
         if first is None:          # nothing to add up
             if second:
                 self._fill(out, 0.0)
             return
         fn, grid, args = first
         if second is None:
-            fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, a.gpudata,
-                                                          out.gpudata, *args), 0, stream)
+            self._run(fn, grid, a.gpudata, out.gpudata, *args)
             return
         ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
-        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, a.gpudata, ws, *args),
-                          0, stream)
+        self._run(fn, grid, a.gpudata, ws, *args)
         fn, grid, args = second
-        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, ws, out.gpudata, *args),
-                          0, stream)
+        self._run(fn, grid, ws, out.gpudata, *args)
 
     @staticmethod
     def _sum_view(shape, axis):
@@ -461,9 +461,8 @@ class PyCudaHandler(Handler):
         if rows and cols:
             # The kernel strides over rows, so a grid that fills the GPU is
             # enough (and much faster for short rows than a block per row).
-            self._k["softmax_rows"].prepared_async_call(
-                (min(rows, 16 * self._sms), 1), (_BLOCK, 1, 1), self._slot.stream,
-                m.gpudata, out.gpudata, rows, cols)
+            self._run(self._k["softmax_rows"], (min(rows, 16 * self._sms), 1),
+                      m.gpudata, out.gpudata, rows, cols)
 
     # indexing and masks -------------------------------------------------------
     def _index_m_by_v(self, m, v, out):
