@@ -13,7 +13,7 @@ import importlib.util
 import sys
 
 SUITES = ("mxb", "ops", "streams", "upload", "train", "report")   # all: in this order
-TOOLS = ("sumtune",)   # run by name only
+TOOLS = ("sumtune", "hostcost")   # diagnostics, run by name only
 
 
 def written(name):

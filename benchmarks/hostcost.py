@@ -1,0 +1,128 @@
+"""``python -m benchmarks hostcost``: where an op's host time goes.
+
+For the small ops of the overhead table (1,000 elements, 16x16 gemm), prints
+the median host microseconds of: the whole op; the op with its kernel launch
+replaced by a no-op (validation and dispatch in Python); the launch alone
+through pycuda with pre-packed arguments; and, as floors, a raw
+``cuLaunchKernel`` through ctypes and through ``cuda.bindings``, and the event
+record/wait calls that stream-group fork and join use.  A diagnostic for
+choosing what to make leaner, not a target.
+"""
+import argparse
+import ctypes
+import struct
+
+import numpy as np
+
+from benchmarks.gpu import host_overhead_us
+
+F32 = np.float32
+
+
+def _floors(h, calls):
+    """Raw launch and event costs under the handler's own op."""
+    import pycuda.driver as drv
+    from pycuda.compiler import compile as nvcc_compile
+    out = {}
+    x = h.create_from_numpy(np.zeros(1000, F32))
+    src = ('extern "C" __global__ void nop(float* p, long long n)'
+           '{ if (threadIdx.x == 0 && n < 0) p[0] = 0; }')
+    cubin = nvcc_compile(src, no_extern_c=True)
+    mod = drv.module_from_buffer(cubin)
+    fn = mod.get_function("nop")
+    fn.prepare("Pq")
+    stream = h.stream
+    args = struct.pack("Pq", int(x.gpudata), 1000)
+    out["pycuda _launch_kernel, packed"] = host_overhead_us(
+        lambda: fn._launch_kernel((4, 1), (256, 1, 1), args, 0, stream), calls,
+        sync=h.synchronize_all_streams)
+    out["pycuda prepared_async_call"] = host_overhead_us(
+        lambda: fn.prepared_async_call((4, 1), (256, 1, 1), stream, x.gpudata, 1000), calls,
+        sync=h.synchronize_all_streams)
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cmod, cfn = ctypes.c_void_p(), ctypes.c_void_p()
+    buf = ctypes.create_string_buffer(cubin, len(cubin))
+    if cuda.cuModuleLoadData(ctypes.byref(cmod), buf) == 0 and \
+            cuda.cuModuleGetFunction(ctypes.byref(cfn), cmod, b"nop") == 0:
+        launch = cuda.cuLaunchKernel
+        launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        launch.restype = ctypes.c_int
+        ptr, n = ctypes.c_void_p(int(x.gpudata)), ctypes.c_longlong(1000)
+        params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
+        hstream = ctypes.c_void_p(stream.handle)
+        f = cfn.value
+
+        def raw():
+            launch(f, 4, 1, 1, 256, 1, 1, 0, hstream, params, None)
+        out["ctypes cuLaunchKernel"] = host_overhead_us(raw, calls,
+                                                        sync=h.synchronize_all_streams)
+    try:
+        from cuda.bindings import driver as cbd
+        err, bmod = cbd.cuModuleLoadData(cubin)
+        err, bfn = cbd.cuModuleGetFunction(bmod, b"nop")
+        bstream = cbd.CUstream(stream.handle)
+        kargs = ((int(x.gpudata), 1000), (ctypes.c_void_p, ctypes.c_longlong))
+        out["cuda.bindings cuLaunchKernel"] = host_overhead_us(
+            lambda: cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, kargs, 0), calls,
+            sync=h.synchronize_all_streams)
+    except Exception as e:  # optional floor
+        print(f"hostcost: cuda.bindings floor skipped: {e}")
+
+    ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
+    other = h.with_streams(1).stream
+    out["event record"] = host_overhead_us(lambda: ev.record(stream), calls,
+                                           sync=h.synchronize_all_streams)
+    out["stream wait_for_event"] = host_overhead_us(lambda: other.wait_for_event(ev), calls,
+                                                    sync=h.synchronize_all_streams)
+    v1 = h.with_streams(1)
+    out["view.wait_for(handler)"] = host_overhead_us(lambda: v1.wait_for(h), calls,
+                                                     sync=h.synchronize_all_streams)
+    out["with_streams(1) lookup"] = host_overhead_us(lambda: h.with_streams(1), calls)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks hostcost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=10000)
+    args = parser.parse_args(argv)
+    try:
+        from handlers import PyCudaHandler
+        h = PyCudaHandler(F32)
+    except (ImportError, RuntimeError) as e:
+        print(f"hostcost: skipped, this tool needs a GPU: {e}")
+        return 0
+    calls = args.calls
+    rng = np.random.default_rng(0)
+    x, y, z = (h.create_from_numpy(rng.standard_normal(1000)) for _ in range(3))
+    s = h.allocate((1,))
+    a, b, c = (h.create_from_numpy(rng.standard_normal((16, 16))) for _ in range(3))
+    ops = {
+        "axpby": lambda: h.axpby(2.0, x, 0.5, y),
+        "add_tt": lambda: h.add_tt(x, y, z),
+        "relu": lambda: h.relu(x, z),
+        "sum_t": lambda: h.sum_t(x, 0, s),
+        "dot_mm 16x16": lambda: h.dot_mm(a, b, c),
+    }
+    sync = h.synchronize_all_streams
+    whole = {k: host_overhead_us(f, calls, sync=sync) for k, f in ops.items()}
+    # The same ops with every launch (kernel and gemm) replaced by a no-op.
+    run, gemms = h._run, [s.gemm for s in h._all_slots]
+    h._run = lambda *a: None
+    for slot in h._all_slots:
+        slot.gemm = lambda *a: None
+    try:
+        python = {k: host_overhead_us(f, calls) for k, f in ops.items()}
+    finally:
+        h._run = run
+        for slot, g in zip(h._all_slots, gemms):
+            slot.gemm = g
+    print(f"Host us per call, median of {calls} calls")
+    print(f"{'op':16} {'whole':>8} {'python':>8} {'launch':>8}")
+    for k in ops:
+        print(f"{k:16} {whole[k]:8.2f} {python[k]:8.2f} {whole[k] - python[k]:8.2f}")
+    print("\nfloors:")
+    for k, v in _floors(h, calls).items():
+        print(f"  {k:34} {v:6.2f}")
+    return 0
