@@ -23,6 +23,7 @@ from .blas import make_gemm
 from .checks import fail_type
 
 _BLOCK = 256
+_SUM_UNROLL = 8   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
 _pack = None   # pycuda's argument packer, bound when a handler is created
 
 
@@ -419,6 +420,8 @@ class PyCudaHandler(Handler):
         if base < sms * col_split:   # too few blocks to fill the GPU: split the rows too
             chunks = max(1, min(-(-(sms * col_blocks) // base), n // (ty * 4)))
         chunk = -(-n // chunks)
+        if chunks > 1:   # whole unrolled steps per thread (UNROLL in reduce.cu)
+            chunk += -chunk % (ty * _SUM_UNROLL)
         chunks = -(-n // chunk)
 
         def grid(tasks):

@@ -24,6 +24,13 @@ template <typename T> struct Vec;
 template <> struct Vec<float>  { using type = float4;  static constexpr int n = 4; };
 template <> struct Vec<double> { using type = double2; static constexpr int n = 2; };
 
+// The V-wide load type of sum_cols: the scalar for V == 1, else Vec<T>.
+template <typename T, int V> struct Load { using type = typename Vec<T>::type; };
+template <typename T> struct Load<T, 1> { using type = T; };
+
+// Loads in flight per thread in sum_cols; the host rounds chunks to match.
+constexpr int UNROLL = 8;
+
 __device__ __forceinline__ float hsum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 __device__ __forceinline__ double hsum(double2 v) { return v.x + v.y; }
 
@@ -73,6 +80,7 @@ template <typename T, int V>
 __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
                               long long outer, long long n, long long inner,
                               long long chunk, long long chunks, int tx) {
+    using VT = typename Load<T, V>::type;
     __shared__ T part[256 * V];
     const int ty = blockDim.x / tx;
     const int x = threadIdx.x % tx, y = threadIdx.x / tx;
@@ -91,34 +99,26 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
         if (col < inner) {
             const T* base = a + o * n * inner + col;
             long long r = ch * chunk + y;
-            if constexpr (V == 1) {
-                for (; r + 3 * ty < r_end; r += 4 * ty) {
-                    T v0 = base[r * inner], v1 = base[(r + ty) * inner];
-                    T v2 = base[(r + 2 * ty) * inner], v3 = base[(r + 3 * ty) * inner];
-                    acc[0] += (v0 + v1) + (v2 + v3);
-                }
-                for (; r < r_end; r += ty) acc[0] += base[r * inner];
-            } else {
-                using VT = typename Vec<T>::type;
-                // Four independent 16-byte loads in flight per thread.
-                for (; r + 3 * ty < r_end; r += 4 * ty) {
-                    VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
-                    VT v1 = *reinterpret_cast<const VT*>(base + (r + ty) * inner);
-                    VT v2 = *reinterpret_cast<const VT*>(base + (r + 2 * ty) * inner);
-                    VT v3 = *reinterpret_cast<const VT*>(base + (r + 3 * ty) * inner);
-                    const T* e0 = reinterpret_cast<const T*>(&v0);
-                    const T* e1 = reinterpret_cast<const T*>(&v1);
-                    const T* e2 = reinterpret_cast<const T*>(&v2);
-                    const T* e3 = reinterpret_cast<const T*>(&v3);
+            // UNROLL independent loads in flight per thread: the loop is bound
+            // by memory latency, not arithmetic (the host picks chunks that
+            // are multiples of UNROLL * ty, so the tail loop rarely runs).
+            for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
+                VT v[UNROLL];
 #pragma unroll
-                    for (int j = 0; j < V; ++j) acc[j] += (e0[j] + e1[j]) + (e2[j] + e3[j]);
-                }
-                for (; r < r_end; r += ty) {
-                    VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
-                    const T* e0 = reinterpret_cast<const T*>(&v0);
+                for (int u = 0; u < UNROLL; ++u)
+                    v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
 #pragma unroll
-                    for (int j = 0; j < V; ++j) acc[j] += e0[j];
+                for (int u = 0; u < UNROLL; ++u) {
+                    const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) acc[j] += e[j];
                 }
+            }
+            for (; r < r_end; r += ty) {
+                const VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
+                const T* e = reinterpret_cast<const T*>(&v0);
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += e[j];
             }
         }
 #pragma unroll
