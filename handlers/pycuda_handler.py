@@ -38,6 +38,9 @@ class _StreamSlot:
         self._work = None
         self._work_bytes = 0
         self.flag = pool.allocate(4)               # is_fully_finite's result
+        self._drv = drv
+        self._counts = None
+        self._count_n = 0
         self.host_flag = drv.pagelocked_empty(1, np.uint32)
 
     def workspace(self, nbytes):
@@ -47,6 +50,15 @@ class _StreamSlot:
             self._work = self._pool.allocate(nbytes)
             self._work_bytes = nbytes
         return self._work
+
+    def counters(self, n):
+        """``n`` zeroed uint32 counters used only by this stream (chunked
+        ``sum_t``); kernels leave them zero again when they finish."""
+        if n > self._count_n:
+            self._counts = self._pool.allocate(4 * n)
+            self._drv.memset_d32_async(self._counts, 0, n, self.stream)
+            self._count_n = n
+        return self._counts
 
 
 class GpuEvent:
@@ -184,8 +196,8 @@ class PyCudaHandler(Handler):
         add("random", "fill_gaussian", f"Pq{T}{T}QQ")
         add("random", "probability_mask", f"Pq{T}QQ")
         add("reduce", "sum_rows", "PPqqqq")
-        add("reduce", "sum_cols", "PPqqqqqi")
-        add("reduce", "sum_cols_vec", "PPqqqqqi")
+        add("reduce", "sum_cols", "PPPPqqqqqi")
+        add("reduce", "sum_cols_vec", "PPPPqqqqqi")
         self._k = k
 
     def _grid(self, n):
@@ -351,12 +363,19 @@ class PyCudaHandler(Handler):
         plan = self._sum_plans.get(key)
         if plan is None:
             plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
-        first, second, ws_elems = plan
+        first, second, ws_elems, counters = plan
         if first is None:          # nothing to add up
             if second:
                 self._fill(out, 0.0)
             return
         fn, grid, args = first
+        if counters is not None:   # sum_cols: one launch, chunked or not
+            ws = cnt = 0
+            if counters:
+                ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
+                cnt = self._slot.counters(counters)
+            self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
+            return
         if second is None:
             self._run(fn, grid, a.gpudata, out.gpudata, *args)
             return
@@ -374,8 +393,10 @@ class PyCudaHandler(Handler):
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
         """Choose kernels, grids and chunking for a sum over the middle axis of
-        an (outer, n, inner) view.  Returns (first, second, workspace elements);
-        ``second`` is None when one pass suffices.
+        an (outer, n, inner) view.  Returns (first, second, workspace elements,
+        counters): ``second`` is the finishing launch of a chunked ``sum_rows``
+        (else None); ``counters`` is None for ``sum_rows`` and, for ``sum_cols``,
+        the number of per-tile counters its chunked form needs (0 unchunked).
 
         The keyword arguments (per multiprocessor) are the tuning knobs that
         ``python -m benchmarks sumtune`` sweeps: ``row_warps``, the warps that
@@ -387,9 +408,9 @@ class PyCudaHandler(Handler):
         per thread."""
         sms = self._sms
         if not outer * inner:
-            return None, False, 0        # empty output
+            return None, False, 0, None        # empty output
         if not n:
-            return None, True, 0         # empty axis: the sum is 0
+            return None, True, 0, None         # empty axis: the sum is 0
         if inner == 1:
             fn = self._k["sum_rows"]
             rows = outer
@@ -404,9 +425,9 @@ class PyCudaHandler(Handler):
                 return (max(1, min(-(-tasks // 8), sms * 64)), 1)
             first = (fn, grid(rows * chunks), (rows, n, chunk, chunks))
             if chunks == 1:
-                return first, None, 0
+                return first, None, 0, None
             second = (fn, grid(rows), (rows, chunks, chunks, 1))
-            return first, second, rows * chunks
+            return first, second, rows * chunks, None
         vec = self._vec if aligned and inner % self._vec == 0 else 1
         fn = self._k["sum_cols_vec" if vec > 1 else "sum_cols"]
         cols = -(-inner // vec)
@@ -428,9 +449,8 @@ class PyCudaHandler(Handler):
             return (max(1, min(tasks, sms * 32)), 1)
         first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx))
         if chunks == 1:
-            return first, None, 0
-        second = (fn, grid(base), (outer, chunks, inner, chunks, 1, tx))
-        return first, second, outer * chunks * inner
+            return first, None, 0, 0
+        return first, None, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
     def _binary(self, name, a, b, out):

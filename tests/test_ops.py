@@ -231,6 +231,11 @@ def _sum_cases():
     yield (1024, 1025), 1, True
     yield (3, 1 << 18, 2), 1, False
     yield (1024, 1025), None, ()
+    # Few wide columns over many rows: the GPU splits the rows into chunks
+    # (vectorized loads where the rows are 16-byte aligned).
+    yield (4096, 64), 0, False
+    yield (5, 3000, 12), 1, True
+    yield (20000, 3), 0, False
 
 
 def _sum_id(case):
@@ -257,6 +262,24 @@ def test_sum_t(handler, rng, case):
     assert handler.sum_t(a, axis, out) is None
     assert_close(handler, out, expected, n=n)
     assert_unchanged(handler, a, ra, "a")
+
+
+def test_sum_t_repeats_bit_for_bit_on_every_group(handler, rng):
+    """Chunked sums (one launch whose last block per tile finishes, with
+    counters that must reset) give identical bits on every call and group."""
+    for shape, axis in (((4096, 64), 0), ((3000, 7), 0), ((8, 50000), 1)):
+        a, ra = rand_input(handler, shape, rng)
+        out_shape = shape[:axis] + shape[axis + 1:]
+        first = None
+        for k in list(range(handler.num_stream_groups)) * 2:
+            view = handler.with_streams(k)
+            out = poisoned(handler, out_shape)
+            view.sum_t(a, axis, out)
+            got = view.get_numpy_copy(out)
+            if first is None:
+                first = got
+                assert_close(handler, out, ra.sum(axis=axis), n=shape[axis])
+            assert np.array_equal(got, first), (shape, axis, k)
 
 
 # ============================================================================ elementwise

@@ -9,11 +9,12 @@
 //   sum_cols  inner > 1: each thread owns V adjacent columns and walks down
 //             the rows of its chunk, so a warp reads whole rows coalesced.
 //
-// Long axes are split into `chunks`; partial sums go to a per-stream workspace
-// laid out exactly like another input of the same kind ((rows, chunks) or
-// (outer, chunks, inner)), so the host finishes with a second launch of the
-// same kernel.  Summation order depends only on the shape, never on timing:
-// results are bit-for-bit reproducible on every stream.
+// Long axes are split into `chunks`; partial sums go to a per-stream workspace.
+// sum_rows lays them out as another input of its kind ((rows, chunks)), so the
+// host finishes with a second launch of the same kernel; sum_cols finishes in
+// the same launch (the last block of each column tile adds its partials up).
+// Summation order depends only on the shape, never on timing: results are
+// bit-for-bit reproducible on every stream.
 //
 // Launch: 1-D grid of 256-thread blocks; any grid size is correct.
 #include <cstdint>
@@ -75,15 +76,78 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ out,
     }
 }
 
-// blockDim.x == 256 == tx * ty; each thread sums V adjacent columns.
-template <typename T, int V>
-__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
-                              long long outer, long long n, long long inner,
-                              long long chunk, long long chunks, int tx) {
+template <bool CG, typename VT>
+__device__ __forceinline__ VT load(const VT* p) {
+    if constexpr (CG) return __ldcg(p);   // L2 only: written by other blocks
+    else return *p;
+}
+
+// Sums rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V) of
+// the (rows, inner) slab at src into dst[c] (c < inner), in a fixed order.
+// blockDim.x == 256 == tx * ty; thread (x, y) sums V adjacent columns over
+// rows y, y + ty, ...; the ty partial sums are then added in y order.  The
+// caller synchronizes before `part` is used again.
+template <typename T, int V, bool CG>
+__device__ void tile_sum(const T* __restrict__ src, T* __restrict__ dst, long long inner,
+                         long long col0, long long r_begin, long long r_end, int tx,
+                         T* part) {
     using VT = typename Load<T, V>::type;
-    __shared__ T part[256 * V];
     const int ty = blockDim.x / tx;
     const int x = threadIdx.x % tx, y = threadIdx.x / tx;
+    const int tile_cols = tx * V;
+    const long long col = col0 + (long long)x * V;
+    T acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0;
+    if (col < inner) {
+        const T* base = src + col;
+        long long r = r_begin + y;
+        // UNROLL independent loads in flight per thread: the loop is bound by
+        // memory latency, not arithmetic (the host picks chunks that are
+        // multiples of UNROLL * ty, so the tail loop rarely runs).
+        for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
+            VT v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                v[u] = load<CG>(reinterpret_cast<const VT*>(base + (r + u * ty) * inner));
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += e[j];
+            }
+        }
+        for (; r < r_end; r += ty) {
+            const VT v0 = load<CG>(reinterpret_cast<const VT*>(base + r * inner));
+            const T* e = reinterpret_cast<const T*>(&v0);
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[j] += e[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
+    __syncthreads();
+    if (threadIdx.x < tile_cols) {
+        const long long c = col0 + threadIdx.x;
+        T s = 0;
+        for (int k = 0; k < ty; ++k) s += part[k * tile_cols + threadIdx.x];
+        if (c < inner) dst[c] = s;
+    }
+}
+
+// One launch whatever the chunking.  With chunks > 1, each (outer, tile,
+// chunk) task writes its partial sums to ws, laid out (outer, chunks, inner),
+// and bumps the tile's counter; the block that finishes a tile's last chunk
+// adds the tile's partials up in chunk order and resets the counter to 0 for
+// the next launch on this stream.  The order never depends on which block
+// comes last, so results stay bit-for-bit reproducible.
+template <typename T, int V>
+__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
+                              T* __restrict__ out, unsigned int* __restrict__ counters,
+                              long long outer, long long n, long long inner,
+                              long long chunk, long long chunks, int tx) {
+    __shared__ T part[256 * V];
+    __shared__ bool last;
     const long long tile_cols = (long long)tx * V;
     const long long tiles = (inner + tile_cols - 1) / tile_cols;
     const long long tasks = outer * tiles * chunks;
@@ -91,44 +155,26 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
         const long long o = task / (tiles * chunks);
         const long long rem = task - o * tiles * chunks;
         const long long tile = rem / chunks, ch = rem - (rem / chunks) * chunks;
-        const long long col = tile * tile_cols + (long long)x * V;
-        const long long r_end = min(n, (ch + 1) * chunk);
-        T acc[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] = 0;
-        if (col < inner) {
-            const T* base = a + o * n * inner + col;
-            long long r = ch * chunk + y;
-            // UNROLL independent loads in flight per thread: the loop is bound
-            // by memory latency, not arithmetic (the host picks chunks that
-            // are multiples of UNROLL * ty, so the tail loop rarely runs).
-            for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
-                VT v[UNROLL];
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u)
-                    v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const T* e = reinterpret_cast<const T*>(&v[u]);
-#pragma unroll
-                    for (int j = 0; j < V; ++j) acc[j] += e[j];
-                }
-            }
-            for (; r < r_end; r += ty) {
-                const VT v0 = *reinterpret_cast<const VT*>(base + r * inner);
-                const T* e = reinterpret_cast<const T*>(&v0);
-#pragma unroll
-                for (int j = 0; j < V; ++j) acc[j] += e[j];
-            }
+        const long long col0 = tile * tile_cols;
+        if (chunks == 1) {
+            tile_sum<T, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n, tx,
+                                  part);
+            __syncthreads();
+            continue;
         }
-#pragma unroll
-        for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
+        tile_sum<T, V, false>(a + o * n * inner, ws + (o * chunks + ch) * inner, inner, col0,
+                              ch * chunk, min(n, (ch + 1) * chunk), tx, part);
+        __threadfence();   // this block's partials reach L2 before the count does
         __syncthreads();
-        if (threadIdx.x < tile_cols) {
-            const long long c = tile * tile_cols + threadIdx.x;
-            T s = 0;
-            for (int k = 0; k < ty; ++k) s += part[k * tile_cols + threadIdx.x];
-            if (c < inner) out[(o * chunks + ch) * inner + c] = s;
+        if (threadIdx.x == 0) {
+            unsigned int* count = counters + o * tiles + tile;
+            last = atomicAdd(count, 1u) == (unsigned int)(chunks - 1);
+            if (last) *count = 0u;
+        }
+        __syncthreads();
+        if (last) {
+            tile_sum<T, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
+                                 chunks, tx, part);
         }
         __syncthreads();
     }
@@ -144,9 +190,9 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ out,
     }
 #define SH_EXPORT_COLS(T, V, NAME)                                                   \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    NAME(const T* a, T* out, long long outer, long long n, long long inner,          \
-         long long chunk, long long chunks, int tx) {                                \
-        sum_cols_impl<T, V>(a, out, outer, n, inner, chunk, chunks, tx);             \
+    NAME(const T* a, T* ws, T* out, unsigned int* counters, long long outer,         \
+         long long n, long long inner, long long chunk, long long chunks, int tx) {  \
+        sum_cols_impl<T, V>(a, ws, out, counters, outer, n, inner, chunk, chunks, tx); \
     }
 
 SH_EXPORT_ROWS(float, f32)
