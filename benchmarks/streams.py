@@ -25,8 +25,9 @@ def handler_step(h, x, dg, dw, groups):
 
     def step(_):
         if groups > 1:
+            ev = main.record_event()   # fork: dGates were written on group 0
             for v in views[1:]:
-                v.wait_for(main)       # fork: dGates were written on group 0
+                v.wait_event(ev)
         for k, v in enumerate(views):
             v.dot_add_mm(x, dg[k], dw[k], transa=True)
         if groups > 1:

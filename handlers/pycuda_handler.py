@@ -62,10 +62,21 @@ class _StreamSlot:
 
 
 class GpuEvent:
-    """A CUDA event recorded on a handler stream (see ``Handler.record_event``)."""
+    """A CUDA event recorded on a handler stream (see ``Handler.record_event``).
 
-    def __init__(self, event):
+    When the object is garbage collected its CUDA event goes back to the
+    handler's free list, so recording events in a loop creates none after the
+    first few (creating one costs more than recording it)."""
+
+    __slots__ = ("event", "_free")
+
+    def __init__(self, event, free=None):
         self.event = event
+        self._free = free
+
+    def __del__(self):
+        if self._free is not None:
+            self._free.append(self.event)   # no CUDA call: safe at any time
 
     def query(self):
         """Return True if the work before the event has finished; never blocks."""
@@ -121,6 +132,7 @@ class PyCudaHandler(Handler):
         self._c_strides = {}     # shape -> C-contiguous strides, for _c_contiguous
         self._pinned = cuda_transfer.PinnedRegistry()
         self._uploads = []       # the upload stream, created on first prefetch
+        self._free_events = []   # CUDA events of collected GpuEvents, shared by views
         self._load_kernels()
 
     def _close(self):
@@ -219,9 +231,12 @@ class PyCudaHandler(Handler):
 
     # streams ------------------------------------------------------------------
     def _record_event(self):
-        ev = self._drv.Event(flags=self._drv.event_flags.DISABLE_TIMING)
+        # Re-recording a recycled event is safe: a stream that waited on it
+        # captured its state when the wait was issued.
+        free = self._free_events
+        ev = free.pop() if free else self._drv.Event(flags=self._drv.event_flags.DISABLE_TIMING)
         ev.record(self._slot.stream)
-        return GpuEvent(ev)
+        return GpuEvent(ev, free)
 
     def _wait_event(self, event):
         if not isinstance(event, GpuEvent):
