@@ -16,8 +16,14 @@ reader only once the transfer that read it says so, and a yielded batch stays
 valid until the next one is requested.  An exception raised by ``batches``
 reaches the consumer with its traceback; leaving the loop early (``break``,
 ``close()``) stops and joins the thread and releases the slots.
+
+Big batches are copied into their slot by a few threads at once (see
+:class:`Stager`); those threads belong to one ``prefetch`` call, are started
+on its first big copy and are joined when it ends.  They never call CUDA.
 """
 import collections
+import concurrent.futures
+import os
 import queue
 import threading
 
@@ -48,21 +54,79 @@ def fits(slot, arrays):
         s.shape[1:] == a.shape[1:] and a.shape[0] <= s.shape[0] for s, a in zip(slot, arrays))
 
 
-def stage(slot, arrays):
-    """Copy ``arrays`` into the leading rows of ``slot``; return the views."""
-    views = tuple(s[:a.shape[0]] for s, a in zip(slot, arrays))
-    for v, a in zip(views, arrays):
-        np.copyto(v, a, casting="unsafe")
-    return views
+#: A copy into a staging slot is split across threads from this many
+#: destination bytes on; below it a thread handoff (tens of us) costs more
+#: than it saves.
+PARALLEL_BYTES = 1 << 20
+#: Threads sharing one big copy, the calling thread included.
+COPY_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _copy_rows(dst, src, lo, hi):
+    np.copyto(dst[lo:hi], src[lo:hi], casting="unsafe")
+
+
+class Stager:
+    """Copies batches into the leading rows of staging slots.
+
+    One thread copies about 14 GB/s into page-locked memory (~290 us for a
+    4 MB batch, more from a cold source), which made the reader thread the
+    bottleneck of an upload loop.  ``np.copyto`` releases the GIL for numeric
+    copies, so a copy of at least ``min_bytes`` is split along its first axis
+    into ``threads`` nearly equal row ranges, copied at once by the calling
+    thread and ``threads - 1`` workers.  The workers are started on the first
+    such copy and joined by :meth:`close`; both the reader and the consumer
+    may call the stager.
+    """
+
+    def __init__(self, threads=COPY_THREADS, min_bytes=PARALLEL_BYTES):
+        self.threads, self.min_bytes = threads, min_bytes
+        self._pool = None
+        self._lock = threading.Lock()
+
+    def __call__(self, slot, arrays):
+        """Copy ``arrays`` into the leading rows of ``slot``; return the views."""
+        views = tuple(s[:a.shape[0]] for s, a in zip(slot, arrays))
+        for v, a in zip(views, arrays):
+            parts = min(self.threads, a.shape[0])
+            if parts < 2 or v.nbytes < self.min_bytes:
+                _copy_rows(v, a, 0, a.shape[0])
+            else:
+                self._split_copy(v, a, parts)
+        return views
+
+    def _split_copy(self, dst, src, parts):
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self.threads - 1, thread_name_prefix="streamhandlers-stage")
+            pool = self._pool
+        bounds = [src.shape[0] * i // parts for i in range(parts + 1)]
+        futures = [pool.submit(_copy_rows, dst, src, lo, hi)
+                   for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        try:
+            _copy_rows(dst, src, 0, bounds[1])
+        finally:   # no copy may still write into the slot once we return
+            concurrent.futures.wait(futures)
+        for f in futures:
+            f.result()   # re-raises a worker's exception with its traceback
+
+    def close(self):
+        """Join the worker threads (after the last call)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 class _Reader(threading.Thread):
     """Pulls items from the source and stages them; never calls CUDA."""
 
-    def __init__(self, source, depth, direct):
+    def __init__(self, source, depth, direct, stage):
         super().__init__(name="streamhandlers-prefetch", daemon=True)
         self.source = source
         self.direct = direct          # arrays -> True if they need no staging
+        self.stage = stage            # (slot, arrays) -> views
         self.free = queue.Queue()     # staging slots the reader may fill
         self.ready = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
@@ -112,7 +176,7 @@ class _Reader(threading.Thread):
                     if slot is None:
                         msg = ("raw", arrays, single, None)
                     else:
-                        msg = ("staged", stage(slot, arrays), single, slot)
+                        msg = ("staged", self.stage(slot, arrays), single, slot)
                 if not self._put(msg):
                     return
             self._put(("end",))
@@ -163,7 +227,8 @@ class Transfer:
 
 def prefetch(handler, batches, depth, transfer):
     """Generator behind ``Handler.prefetch``; see the module docstring."""
-    reader = _Reader(iter(batches), depth, transfer.is_direct)
+    stager = Stager(COPY_THREADS, PARALLEL_BYTES)
+    reader = _Reader(iter(batches), depth, transfer.is_direct, stager)
     reader.start()
     inflight = collections.deque()   # (token, single, slot) uploads started
     pending = []                     # (token, slot) staging slots not yet back
@@ -205,7 +270,7 @@ def prefetch(handler, batches, depth, transfer):
                 if kind == "raw":   # the reader had no slot: make one here
                     slot = transfer.new_slot(arrays)
                     slots.append(slot)
-                    arrays = stage(slot, arrays)
+                    arrays = stager(slot, arrays)
                 token = transfer.start(arrays, slot)
                 inflight.append((token, single, slot))
             if not inflight:
@@ -221,5 +286,6 @@ def prefetch(handler, batches, depth, transfer):
     finally:
         reader.stop.set()
         reader.join()
+        stager.close()       # before transfer.close() frees the staging slots
         transfer.close()
         del slots[:]

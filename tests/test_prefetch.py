@@ -87,6 +87,90 @@ def test_early_break_and_close_stop_the_thread(handler, rng):
     assert _wait_threads(before) == before
 
 
+# Staging copies of at least PARALLEL_BYTES are split across threads.  Four
+# threads whatever the machine, so that the rows split unevenly (401 = 100 +
+# 100 + 100 + 101) and the workers exist even on one core.
+@pytest.fixture
+def parallel_staging(monkeypatch):
+    from handlers import prefetch
+    monkeypatch.setattr(prefetch, "COPY_THREADS", 4)
+    return prefetch
+
+
+def _stage_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("streamhandlers-stage")]
+
+
+def test_big_batches_staged_by_several_threads_arrive_intact(handler, rng, parallel_staging):
+    cols = 1000
+    sizes = [401] * 5 + [301]   # a smaller last batch, still over the threshold
+    assert min(sizes) * cols * 4 >= parallel_staging.PARALLEL_BYTES
+    # float64 (converted on float32 handlers) and not contiguous, int32, bool
+    xs = [rng.standard_normal((r, 2 * cols))[:, ::2] for r in sizes]
+    ys = [rng.integers(-1000, 1000, (r, cols), dtype=np.int32) for r in sizes]
+    zs = [rng.random((r, cols)) < 0.5 for r in sizes]
+    before = threading.active_count()
+    workers = 0
+    n = 0
+    for i, (xb, yb, zb) in enumerate(handler.prefetch(zip(xs, ys, zs), depth=2)):
+        workers = max(workers, len(_stage_threads()))
+        for got, want in ((xb, xs[i]), (yb, ys[i]), (zb, zs[i])):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(handler.get_numpy_copy(got),
+                                          want.astype(handler.dtype))
+        n += 1
+    assert n == len(sizes)
+    assert 1 <= workers <= 3       # the copies were split; the caller copies a part too
+    assert not _stage_threads()    # joined when the loop ended
+    assert _wait_threads(before) == before
+
+
+def test_staging_threads_end_with_the_loop(handler, rng, parallel_staging):
+    data = [rng.standard_normal((400, 1000)) for _ in range(6)]
+    before = threading.active_count()
+    for _ in range(5):
+        for i, _ in enumerate(handler.prefetch(data, depth=2)):
+            assert _stage_threads()    # the first batches are big: the workers exist
+            if i == 3:
+                break
+        assert not _stage_threads()
+        assert threading.active_count() == before
+        it = handler.prefetch(iter(data), depth=4)
+        next(it)
+        assert _stage_threads()
+        it.close()
+        assert not _stage_threads()
+        assert threading.active_count() == before
+        assert sum(1 for _ in handler.prefetch(data, depth=1)) == len(data)
+        assert not _stage_threads()
+        assert threading.active_count() == before
+
+
+def test_a_failing_staging_copy_reaches_consumer_with_traceback(handler, rng, parallel_staging,
+                                                                 monkeypatch):
+    data = [rng.standard_normal((400, 1000)) for _ in range(10)]
+    copy_rows = parallel_staging._copy_rows
+
+    def failing_copy(dst, src, lo, hi):
+        # batch 6 is staged by the reader (only the first depth + 1 may not be)
+        if src is data[6] and threading.current_thread().name.startswith("streamhandlers-stage"):
+            raise MemoryError("chunk copy failed")
+        copy_rows(dst, src, lo, hi)
+
+    monkeypatch.setattr(parallel_staging, "_copy_rows", failing_copy)
+    before = threading.active_count()
+    got = []
+    with pytest.raises(MemoryError, match="chunk copy failed") as info:
+        for xb in handler.prefetch(data, depth=1):
+            got.append(handler.get_numpy_copy(xb))
+    assert len(got) == 6
+    for g, want in zip(got, data):
+        np.testing.assert_array_equal(g, want.astype(handler.dtype))
+    assert any(entry.name == "failing_copy" for entry in info.traceback)
+    assert not _stage_threads()
+    assert _wait_threads(before) == before
+
+
 def test_bad_input(handler):
     with pytest.raises(ValueError, match="prefetch"):
         handler.prefetch([], depth=0)
@@ -146,9 +230,8 @@ def test_uploads_overlap_compute(handler, rng):
     data = handler.pin(rng.standard_normal((steps, n, n)).astype(handler.dtype))
     y = handler.allocate((n, n))
 
-    def step(xb):
-        for _ in range(4):
-            handler.dot_mm(xb, w, y)
+    def step(xb):      # one gemm takes about as long as one upload
+        handler.dot_mm(xb, w, y)
 
     def serial():
         for i in range(steps):
@@ -161,14 +244,18 @@ def test_uploads_overlap_compute(handler, rng):
             step(xb)
         handler.synchronize_all_streams()
 
+    def best_of_3(fn):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
     serial(), overlapped()       # warm-up
-    t0 = time.perf_counter()
-    serial()
-    t_serial = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    overlapped()
-    t_over = time.perf_counter() - t0
-    assert t_over < 0.9 * t_serial, (t_over, t_serial)
+    t_serial, t_over = best_of_3(serial), best_of_3(overlapped)
+    # Perfect overlap would give about 0.5; serial about 1.
+    assert t_over < 0.8 * t_serial, (t_over, t_serial)
 
 
 def test_resources_flat_over_10000_iterations(handler, rng):
