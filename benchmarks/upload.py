@@ -36,7 +36,7 @@ def naive(h, m, b, xs, iters):
         h.get_numpy_copy(y)
 
 
-def pipelined(h, m, b, source, ys, outs, iters, phases=None):
+def pipelined(h, m, b, source, ys, outs, iters, phases=None, depth=3):
     """Upload through prefetch on the upload stream, compute on group 0,
     download on group 1; y is double-buffered so a download never holds up
     the next step's compute.  Step i overwrites ys[k] (k = i % 2) only after
@@ -53,7 +53,7 @@ def pipelined(h, m, b, source, ys, outs, iters, phases=None):
     down = h.with_streams(1)
     pending = [None, None]
     read = [None, None]   # per buffer k: event recorded after ys[k]'s last download
-    batches = iter(h.prefetch(source(iters), depth=2))
+    batches = iter(h.prefetch(source(iters), depth=depth))
     t0 = clock()
     for i, x in enumerate(batches):
         t1 = clock()
@@ -168,6 +168,10 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--depth", type=int, default=3,
+                        help="prefetch depth of (b) and (c) (default 3: one more batch in "
+                             "flight than the library default absorbs jitter between the "
+                             "upload and download copy engines)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -198,9 +202,9 @@ def main(argv=None):
     res["a"] = timed(lambda: naive(h, m, b, xs, iters))
     phases = {"b": {}, "c": {}}
     res["b"] = timed(lambda: pipelined(h, m, b, lambda k: (pinned[i % DISTINCT] for i in range(k)),
-                                       ys, outs, iters, phases["b"]))
+                                       ys, outs, iters, phases["b"], args.depth))
     res["c"] = timed(lambda: pipelined(h, m, b, lambda k: (xs[i % DISTINCT] for i in range(k)),
-                                       ys, outs, iters, phases["c"]))
+                                       ys, outs, iters, phases["c"], args.depth))
     # correctness of the pipelined result: the last y equals m x + b
     last = xs[(iters - 1) % DISTINCT]
     got = outs[(iters - 1) % 2]
@@ -233,14 +237,16 @@ def main(argv=None):
         rows += [["(e) PyTorch naive", res["e"], res["e"] / bound, ""],
                  ["(f) PyTorch pinned, non_blocking, 3 streams", res["f"], res["f"] / bound, ""]]
     print(f"\nm·x+b with uploads and downloads, {n}x{n} float32, {iters} iterations; "
-          f"GPU {gpu_name()}; {HOST_COPY} {hcopy*1e6:.0f} us; max error {err:.2e}")
+          f"GPU {gpu_name()}; prefetch depth {args.depth}; {HOST_COPY} {hcopy*1e6:.0f} us; "
+          f"max error {err:.2e}")
     print_table(["variant", "seconds", "x B", "target"], rows)
     for key in ("b", "c"):   # warm-up and timed run together: 2 x iters steps
         per = {p: v / (2 * iters) * 1e6 for p, v in phases[key].items()}
         print(f"({key}) host us per step: " + ", ".join(f"{p} {v:.0f}" for p, v in per.items()))
     if args.save:
         name = "upload-" + "".join(c if c.isalnum() else "-" for c in (gpu_name() or "gpu"))
-        print("saved", save_results(name, dict(seconds=res, up_s=up, gemm_s=gemm, down_s=dn,
+        print("saved", save_results(name, dict(seconds=res, depth=args.depth,
+                                               up_s=up, gemm_s=gemm, down_s=dn,
                                                host_copy_s=hcopy, host_copy=HOST_COPY,
                                                max_error=float(err),
                                                host_phases_s=phases)))

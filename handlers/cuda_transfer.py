@@ -79,7 +79,8 @@ class CudaTransfer(Transfer):
         self.drv = handler._drv
         self.stream = handler._upload_stream()
         self.consumer = handler.stream
-        self.device_slots = []    # [arrays, consumed event or None, busy]
+        # [arrays, consumed event, busy, consumed event recorded?, upload event]
+        self.device_slots = []
         self.host_slots = []
 
     def new_slot(self, arrays):
@@ -92,24 +93,33 @@ class CudaTransfer(Transfer):
         return all(a.dtype == self.dtype and a.flags.c_contiguous and registry.contains(a)
                    for a in arrays)
 
+    def _event(self):
+        return self.drv.Event(flags=self.drv.event_flags.DISABLE_TIMING)
+
     def _device_slot(self, views):
         for slot in self.device_slots:
             if not slot[2] and fits(slot[0], views):
                 return slot
-        slot = [tuple(self.handler.allocate(v.shape) for v in views), None, False]
+        slot = [tuple(self.handler.allocate(v.shape) for v in views), self._event(), False,
+                False, self._event()]
         self.device_slots.append(slot)
         return slot
 
+    # Each device slot keeps its two events for life (creating an event costs
+    # more than recording one).  Re-recording is safe: a stream wait captures
+    # the event as it was when the wait was issued, and a later upload on the
+    # same in-order stream completes only after the earlier one, so a token
+    # whose event was re-recorded still answers slot_reusable correctly.
     def start(self, views, slot):
         dslot = self._device_slot(views)
         dslot[2] = True
-        if dslot[1] is not None:   # its last consumer must be done with it
+        if dslot[3]:   # its last consumer must be done with it
             self.stream.wait_for_event(dslot[1])
         dev = tuple(d[:v.shape[0]] for d, v in zip(dslot[0], views))
         for d, v in zip(dev, views):
             if v.size:
                 self.drv.memcpy_htod_async(d.gpudata, v, self.stream)
-        ev = self.drv.Event(flags=self.drv.event_flags.DISABLE_TIMING)
+        ev = dslot[4]
         ev.record(self.stream)
         return dev, ev, dslot
 
@@ -126,14 +136,13 @@ class CudaTransfer(Transfer):
 
     def release(self, token):
         dslot = token[2]
-        ev = self.drv.Event(flags=self.drv.event_flags.DISABLE_TIMING)
-        ev.record(self.consumer)
-        dslot[1], dslot[2] = ev, False
+        dslot[1].record(self.consumer)
+        dslot[2], dslot[3] = False, True
 
     def close(self):
         self.stream.synchronize()
         for slot in self.device_slots:
-            if slot[1] is not None:
+            if slot[3]:
                 slot[1].synchronize()
         self.device_slots = []
         for slot in self.host_slots:

@@ -34,13 +34,15 @@ def test_torch_tensor_round_trip(handler, rng):
     tdt = torch.float32 if handler.dtype == np.float32 else torch.float64
     t = torch.randn(64, 33, dtype=tdt, device="cuda")
     torch.cuda.synchronize()
+    before = t.cpu().numpy()
     a = handler.create_from_device_array(t)
     out = handler.allocate((64, 33))
     handler.mult_st(3.0, a, out)
     handler.add_st(1.0, a, a)                      # writes into t's memory
     handler.synchronize_all_streams()
     back = torch.as_tensor(out, device="cuda")     # no copy the other way
-    np.testing.assert_allclose(back.cpu().numpy(), 3 * (t.cpu().numpy() - 1), rtol=1e-6)
+    np.testing.assert_allclose(back.cpu().numpy(), 3 * before.astype(np.float64), rtol=1e-6)
+    np.testing.assert_array_equal(t.cpu().numpy(), before + before.dtype.type(1))
     assert back.data_ptr() == int(out.gpudata)
     with pytest.raises(ValueError, match="create_from_device_array"):
         handler.create_from_device_array(t.t())    # a transposed view
