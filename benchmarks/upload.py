@@ -92,19 +92,31 @@ def parts(h, m, b, xs_pinned, timer):
 HOST_COPY = "host copy into pinned, one thread, cold source"
 
 
-def host_copy_time(xs, rounds=3):
+def host_copy_time(xs, rounds=3, copy=None):
     """Median seconds of one single-threaded ``np.copyto`` of an input into
     page-locked memory (like a staging slot), cycling over the distinct
-    inputs ``xs`` as the loop does, so that each source is cold in the caches."""
+    inputs ``xs`` as the loop does, so that each source is cold in the caches.
+    ``copy(dst, src)`` replaces ``np.copyto`` (prefetch's parallel stager)."""
     import pycuda.driver as drv
     dst = drv.pagelocked_empty(xs[0].shape, xs[0].dtype)
+    copy = copy or np.copyto
     times = []
     for i in range(rounds * len(xs)):
         src = xs[i % len(xs)]
         t0 = time.perf_counter()
-        np.copyto(dst, src)
+        copy(dst, src)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def stager_copy_time(xs):
+    """As ``host_copy_time``, through the stager that ``prefetch`` uses."""
+    from handlers.prefetch import Stager
+    stager = Stager()
+    try:
+        return host_copy_time(xs, copy=lambda d, s: stager((d,), (s,))), stager.threads
+    finally:
+        stager.close()
 
 
 def torch_rows(t, m_h, b_h, xs, iters):
@@ -212,6 +224,7 @@ def main(argv=None):
     up, gemm, dn = parts(h, m, b, pinned, EventTimer("pycuda", h.stream))
     bound = iters * max(up, gemm, dn)
     hcopy = host_copy_time(xs)
+    scopy, sthreads = stager_copy_time(xs)
     res["d"] = bound
     t = optional_peers().get("torch")
     if t is not None:
@@ -232,6 +245,8 @@ def main(argv=None):
          f"up {up*1e6:.0f} us, gemm+bias {gemm*1e6:.0f} us, down {dn*1e6:.0f} us"],
         [f"iters x {HOST_COPY}", iters * hcopy, iters * hcopy / bound,
          f"{hcopy*1e6:.0f} us per 4 MB copy (median)"],
+        [f"iters x the same copy by prefetch's stager ({sthreads} threads)", iters * scopy,
+         iters * scopy / bound, f"{scopy*1e6:.0f} us per 4 MB copy (median)"],
     ]
     if t is not None:
         rows += [["(e) PyTorch naive", res["e"], res["e"] / bound, ""],
@@ -248,6 +263,7 @@ def main(argv=None):
         print("saved", save_results(name, dict(seconds=res, depth=args.depth,
                                                up_s=up, gemm_s=gemm, down_s=dn,
                                                host_copy_s=hcopy, host_copy=HOST_COPY,
+                                               stager_copy_s=scopy, stager_threads=sthreads,
                                                max_error=float(err),
                                                host_phases_s=phases)))
     return 0
