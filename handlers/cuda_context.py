@@ -7,6 +7,7 @@ pushed at exit makes pycuda abort.  At exit, registered cleanups (cuBLAS
 handles, memory pools) run first, then the context is popped.
 """
 import atexit
+import contextlib
 import importlib.util
 
 _state = {}      # device index -> (device, context)
@@ -56,6 +57,22 @@ def acquire(device_index=0):
     _state[device_index] = (device, context)
     atexit.register(_release)
     return _state[device_index]
+
+
+@contextlib.contextmanager
+def current():
+    """Make the primary context current on the calling thread for the block
+    (a no-op on a thread where a context is current already)."""
+    import pycuda.driver as drv
+    pushed = False
+    if drv.Context.get_current() is None and _state:
+        next(iter(_state.values()))[1].push()
+        pushed = True
+    try:
+        yield
+    finally:
+        if pushed:
+            drv.Context.pop()
 
 
 def at_exit(fn):

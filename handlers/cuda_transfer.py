@@ -216,9 +216,9 @@ def pin(handler, array):
     return array
 
 
-def unpin_all(handler):
-    """Unregister every range ``pin`` registered (at exit)."""
-    registry = handler._pinned
+def unpin_all(registry):
+    """Unregister every range ``pin`` registered into ``registry`` (a
+    handler's ``PinnedRegistry``), when the handler is closed."""
     if registry.driver:
         for start, _, _ in registry.ranges():
             registry.driver[1](start)

@@ -14,6 +14,7 @@ stream of its group.
 """
 import math
 import os
+import weakref
 
 import numpy as np
 
@@ -59,6 +60,37 @@ class _StreamSlot:
             self._drv.memset_d32_async(self._counts, 0, n, self.stream)
             self._count_n = n
         return self._counts
+
+
+class _Resources:
+    """What a handler must release explicitly, without the handler itself."""
+
+    def __init__(self, handler):
+        self.slots = handler._all_slots
+        self.uploads = handler._uploads      # filled later, by reference
+        self.pinned = handler._pinned
+        self.pool = handler._pool
+
+    def __call__(self):
+        if self.slots is None:               # closed already
+            return
+        # The garbage collector may run this on any thread (the prefetch
+        # reader's too): make the context current here for the calls below.
+        with cuda_context.current():
+            self._release()
+
+    def _release(self):
+        slots, self.slots = self.slots, None
+        for s in slots + self.uploads:
+            (getattr(s, "stream", s)).synchronize()
+        cuda_transfer.unpin_all(self.pinned)
+        for slot in slots:
+            slot.gemm.close()
+        # Arrays still alive at exit are freed after the context is popped.  A
+        # pool that starts holding blocks then needs a current context and
+        # aborts the process; a pool that stops holding frees them directly.
+        self.pool.stop_holding()
+        self.uploads = self.pinned = self.pool = None
 
 
 class GpuEvent:
@@ -123,7 +155,6 @@ class PyCudaHandler(Handler):
                        for _ in range(self.num_stream_groups)]
         self._all_slots = [s for g in self._slots for s in g]
         self._slot = self._slots[0][0]
-        cuda_context.at_exit(self._close)
         self._vec = 4 if self.dtype == np.float32 else 2
         self._max_blocks = 16 * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
@@ -134,16 +165,13 @@ class PyCudaHandler(Handler):
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
         self._load_kernels()
-
-    def _close(self):
-        self._synchronize_all()
-        cuda_transfer.unpin_all(self)
-        for slot in self._all_slots:
-            slot.gemm.close()
-        # Arrays still alive at exit are freed after the context is popped.  A
-        # pool that starts holding blocks then needs a current context and
-        # aborts the process; a pool that stops holding frees them directly.
-        self._pool.stop_holding()
+        # Closed when collected or at exit, whichever comes first.  The exit
+        # hook holds the resources only, never the handler, so a program that
+        # creates and drops many handlers frees each one's streams and cuBLAS
+        # handles as it goes.
+        self._resources = _Resources(self)
+        weakref.finalize(self, self._resources).atexit = False
+        cuda_context.at_exit(self._resources)
 
     @property
     def stream(self):

@@ -5,10 +5,15 @@
 * PyTorch and CuPy can be imported and used in the same process, and the
   handler's later ops are still correct.
 * A subprocess that uses the handler exits 0 with nothing on stderr.
+* A dropped handler releases its streams, cuBLAS handles, pinned ranges and
+  memory, also when the garbage collector runs on another thread.
 """
+import gc
 import subprocess
 import sys
 import textwrap
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +164,38 @@ def test_subprocess_exits_cleanly(gpu):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
     assert proc.stderr == "", proc.stderr
+
+
+def _use_and_drop(PyCudaHandler, rng):
+    h = PyCudaHandler(np.float32)
+    a = h.create_from_numpy(rng.standard_normal((256, 256)))
+    out = h.zeros((256, 256))
+    h.with_streams(2).dot_add_mm(a, a, out)
+    data = h.pin(rng.standard_normal((4, 256, 256)).astype(np.float32))
+    for xb in h.prefetch(data[i] for i in range(4)):
+        h.add_tt(xb, out, out)
+    assert np.isfinite(h.get_numpy_copy(out)).all()
+    return weakref.ref(h), h._resources
+
+
+def test_dropped_handlers_release_their_resources(gpu):
+    import pycuda.driver as drv
+
+    from handlers import PyCudaHandler
+    rng = np.random.default_rng(0)
+    ref, res = _use_and_drop(PyCudaHandler, rng)
+    gc.collect()
+    assert ref() is None, "nothing may keep a dropped handler alive"
+    assert res.slots is None and res.pool is None, "its resources were not released"
+    # Collected on another thread: the cleanup makes the context current there.
+    ref, res = _use_and_drop(PyCudaHandler, rng)
+    worker = threading.Thread(target=gc.collect)
+    worker.start()
+    worker.join()
+    gc.collect()
+    assert ref() is None and res.slots is None
+    free = drv.mem_get_info()[0]
+    for _ in range(20):
+        _use_and_drop(PyCudaHandler, rng)
+        gc.collect()
+    assert abs(drv.mem_get_info()[0] - free) < 64 << 20, "device memory grew"
