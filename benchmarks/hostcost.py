@@ -66,8 +66,32 @@ def _floors(h, calls):
         out["cuda.bindings cuLaunchKernel"] = host_overhead_us(
             lambda: cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, kargs, 0), calls,
             sync=h.synchronize_all_streams)
+        # kernelParams as a raw address: no per-call argument conversion.
+        ptr2, n2 = ctypes.c_void_p(int(x.gpudata)), ctypes.c_longlong(1000)
+        params2 = (ctypes.c_void_p * 2)(ctypes.addressof(ptr2), ctypes.addressof(n2))
+        addr = ctypes.addressof(params2)
+        bfn_int, bstream_int = int(bfn), int(bstream)
+        out["cuda.bindings, address params"] = host_overhead_us(
+            lambda: cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, addr, 0), calls,
+            sync=h.synchronize_all_streams)
+        out["cuda.bindings, int handles"] = host_overhead_us(
+            lambda: cbd.cuLaunchKernel(bfn_int, 4, 1, 1, 256, 1, 1, 0, bstream_int, addr, 0),
+            calls, sync=h.synchronize_all_streams)
+
+        def set_and_launch():
+            ptr2.value = int(x.gpudata)
+            n2.value = 1000
+            cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, addr, 0)
+        out["cuda.bindings, set 2 args + launch"] = host_overhead_us(
+            set_and_launch, calls, sync=h.synchronize_all_streams)
     except Exception as e:  # optional floor
-        print(f"hostcost: cuda.bindings floor skipped: {e}")
+        print(f"hostcost: cuda.bindings floor skipped: {e!r}")
+    out["struct.pack('Pq', int(gpudata), n)"] = host_overhead_us(
+        lambda: struct.pack("Pq", int(x.gpudata), 1000), calls)
+    from pycuda._pvt_struct import pack
+    out["pycuda pack('Pq', gpudata, n)"] = host_overhead_us(
+        lambda: pack("Pq", x.gpudata, 1000), calls)
+    out["int(a.gpudata)"] = host_overhead_us(lambda: int(x.gpudata), calls)
 
     ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
     other = h.with_streams(1).stream

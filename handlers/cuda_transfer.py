@@ -220,6 +220,6 @@ def unpin_all(registry):
     """Unregister every range ``pin`` registered into ``registry`` (a
     handler's ``PinnedRegistry``), when the handler is closed."""
     if registry.driver:
-        for start, _, _ in registry.ranges():
+        for start, _ in registry.ranges():
             registry.driver[1](start)
     registry.__init__()
