@@ -119,6 +119,57 @@ class Stager:
             pool.shutdown(wait=True)
 
 
+def _signal():
+    """A wake-up signal: a lock held while no wake-up is pending."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+def _wake(signal):
+    # One thread ever wakes a given signal, so nothing releases it between
+    # the test and the release.
+    if signal.locked():
+        signal.release()
+
+
+class _Channel:
+    """A FIFO from one thread to one other (reader to consumer or back).
+
+    ``queue.Queue`` hands each item over through condition variables written in
+    Python, tens of microseconds per batch under the GIL.  Here the deque's
+    append and popleft are atomic, and a side touches a lock only when it must
+    block (empty, or full at ``maxsize``); wake-ups may be spurious, so both
+    sides re-check in a loop.  ``queue.Empty``/``queue.Full`` on timeout."""
+
+    def __init__(self, maxsize=0):
+        self._items = collections.deque()
+        self._maxsize = maxsize
+        self._nonempty, self._nonfull = _signal(), _signal()
+
+    def put(self, item, timeout=None):
+        while self._maxsize and len(self._items) >= self._maxsize:
+            if not self._nonfull.acquire(timeout=-1 if timeout is None else timeout):
+                raise queue.Full
+        self._items.append(item)
+        _wake(self._nonempty)
+
+    def get(self, block=True, timeout=None):
+        while True:
+            try:
+                item = self._items.popleft()
+            except IndexError:
+                if not block or not self._nonempty.acquire(
+                        timeout=-1 if timeout is None else timeout):
+                    raise queue.Empty from None
+                continue
+            _wake(self._nonfull)
+            return item
+
+    def get_nowait(self):
+        return self.get(block=False)
+
+
 class _Reader(threading.Thread):
     """Pulls items from the source and stages them; never calls CUDA."""
 
@@ -127,8 +178,8 @@ class _Reader(threading.Thread):
         self.source = source
         self.direct = direct          # arrays -> True if they need no staging
         self.stage = stage            # (slot, arrays) -> views
-        self.free = queue.Queue()     # staging slots the reader may fill
-        self.ready = queue.Queue(maxsize=depth)
+        self.free = _Channel()        # staging slots the reader may fill
+        self.ready = _Channel(maxsize=depth)
         self.stop = threading.Event()
         self.budget = depth + 1       # slots the consumer may still create
 
