@@ -131,6 +131,11 @@ class PyCudaHandler(Handler):
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.
+
+    A handler that is garbage collected (or still alive at exit) releases its
+    streams' cuBLAS handles and the host memory ``pin`` page-locked, and its
+    memory pool frees blocks as the arrays it allocated die.  Handlers share
+    the device's primary context, so several can live side by side.
     """
 
     array_type = None  # set in __init__ once pycuda is importable
