@@ -58,10 +58,12 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--save", action="store_true")
+    parser.add_argument("--blas", default="scikit-cuda", choices=("scikit-cuda", "nvmath"),
+                        help="cuBLAS binding of the handler (default scikit-cuda)")
     args = parser.parse_args(argv)
     try:
         from handlers import PyCudaHandler
-        h = PyCudaHandler(F32, num_stream_groups=4)
+        h = PyCudaHandler(F32, num_stream_groups=4, blas=args.blas)
     except (ImportError, RuntimeError) as e:
         print(f"streams: skipped, this suite needs a GPU: {e}")
         return 0

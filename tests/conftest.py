@@ -189,4 +189,9 @@ def pytest_terminal_summary(terminalreporter):
     if counts:
         tr.write_line("bad-input validation cases: "
                       + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    for outcome in ("passed", "failed"):   # resource figures of the stability test
+        for rep in tr.stats.get(outcome, []):
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == "stability" and rep.when == "call":
+                    tr.write_line(f"stability {rep.nodeid.split('[')[-1].rstrip(']')}: {value}")
     tr.write_line(f"base seed {_BASE_SEED} (rerun with --seed={_BASE_SEED})")

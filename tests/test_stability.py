@@ -25,7 +25,7 @@ def _snapshot(h):
     return snap
 
 
-def test_ten_thousand_training_steps_stay_flat(handler, rng):
+def test_ten_thousand_training_steps_stay_flat(handler, rng, record_property):
     h = handler
     net = Sequential(h, [FullyConnected(12, 16), Tanh(), FullyConnected(16, 4)],
                      SoftmaxCrossEntropy(), seed=3)
@@ -46,6 +46,8 @@ def test_ten_thousand_training_steps_stay_flat(handler, rng):
         if step == WARMUP + STEPS:
             break
     before, after = snaps[WARMUP], snaps[WARMUP + STEPS]
+    record_property("stability", f"after {WARMUP} steps {before}; "
+                                 f"after {WARMUP + STEPS} steps {after}")
     assert h.is_fully_finite(net.parameters.params), "training diverged"
     assert after["threads"] == before["threads"], (before, after)
     # A few objects come and go with caches and the test itself; a leak of
