@@ -70,6 +70,56 @@ class PinnedRegistry:
         start = a.__array_interface__["data"][0]
         return self.covered(start, start + a.nbytes)
 
+    def mixed(self, a):
+        """True if array ``a`` lies partly in registered pages and partly not.
+
+        The driver refuses a copy from or to such a range ("invalid
+        argument"): it happens to an ordinary array that shares a page with
+        a pinned one, which heap allocation makes likely for small arrays."""
+        if not self._table[1] or not a.nbytes:
+            return False
+        lo = a.__array_interface__["data"][0]
+        hi = lo + a.nbytes
+        return not self.covered(lo, hi) and self.gaps(lo, hi) != [(lo, hi)]
+
+
+#: One registry per process: page-locking is per process, and a range that two
+#: handlers pinned would otherwise be registered twice (the driver refuses).
+REGISTRY = PinnedRegistry()
+
+
+def host_copy_to_device(handler, dest, arr, stream):
+    """``cuMemcpyHtoDAsync`` of host array ``arr``, through a temporary
+    page-locked buffer when ``arr`` straddles pinned pages (then the host
+    waits for the copy, so that the buffer may be freed: a rare path)."""
+    drv = handler._drv
+    if not REGISTRY.mixed(arr):
+        drv.memcpy_htod_async(dest, arr, stream)
+        return
+    tmp = drv.pagelocked_empty(arr.shape, arr.dtype)
+    tmp[...] = arr
+    drv.memcpy_htod_async(dest, tmp, stream)
+    stream.synchronize()
+    tmp.base.free()
+
+
+def device_copy_to_host(handler, out, src, stream):
+    """``cuMemcpyDtoHAsync`` into host array ``out``; returns a function that
+    completes the copy once the stream has passed it (a no-op unless ``out``
+    straddles pinned pages, when the data lands in a temporary page-locked
+    buffer first)."""
+    drv = handler._drv
+    if not REGISTRY.mixed(out):
+        drv.memcpy_dtoh_async(out, src, stream)
+        return None
+    tmp = drv.pagelocked_empty(out.shape, out.dtype)
+    drv.memcpy_dtoh_async(tmp, src, stream)
+
+    def finish():
+        out[...] = tmp
+        tmp.base.free()
+    return finish
+
 
 class CudaTransfer(Transfer):
     """Uploads staged batches to device buffers on the handler's upload stream."""
@@ -154,8 +204,8 @@ class CudaTransfer(Transfer):
 class PendingCopy:
     """Handle of an asynchronous device-to-host copy."""
 
-    def __init__(self, out, event):
-        self._out, self._event = out, event
+    def __init__(self, out, event, finish=None):
+        self._out, self._event, self._finish = out, event, finish
 
     def done(self):
         """Return True if the copy has finished; never blocks."""
@@ -164,6 +214,9 @@ class PendingCopy:
     def result(self):
         """Block until the copy has finished and return the NumPy array."""
         self._event.synchronize()
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
         return self._out
 
 
@@ -171,11 +224,10 @@ def copy_async(handler, a, out):
     """Issue the copy of ``a`` into ``out`` on the handler's group stream."""
     drv = handler._drv
     stream = handler.stream
-    if a.size:
-        drv.memcpy_dtoh_async(out, a.gpudata, stream)
+    finish = device_copy_to_host(handler, out, a.gpudata, stream) if a.size else None
     ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
     ev.record(stream)
-    return PendingCopy(out, ev)
+    return PendingCopy(out, ev, finish)
 
 
 def _host_register():
@@ -194,12 +246,15 @@ def _host_register():
 
 def pin(handler, array):
     """Page-lock ``array``'s memory in place; its pages stay locked (and the
-    array referenced) until the handler's context is released."""
-    registry = handler._pinned
+    array referenced) until the process exits."""
+    registry = REGISTRY
     if not array.nbytes or registry.contains(array):
         return array
-    reg, unreg = registry.driver or _host_register()
-    registry.driver = (reg, unreg)
+    if registry.driver is None:
+        registry.driver = _host_register()
+        from . import cuda_context
+        cuda_context.at_exit(lambda: _unpin_at_exit(registry))
+    reg, unreg = registry.driver
     start = array.__array_interface__["data"][0]
     lo = start - start % mmap.PAGESIZE
     hi = -(-(start + array.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -216,9 +271,14 @@ def pin(handler, array):
     return array
 
 
+def _unpin_at_exit(registry):
+    import pycuda.driver as drv
+    drv.Context.synchronize()    # no copy from pinned pages may be in flight
+    unpin_all(registry)
+
+
 def unpin_all(registry):
-    """Unregister every range ``pin`` registered into ``registry`` (a
-    handler's ``PinnedRegistry``), when the handler is closed."""
+    """Unregister every range ``pin`` registered into ``registry`` (at exit)."""
     if registry.driver:
         for start, _ in registry.ranges():
             registry.driver[1](start)

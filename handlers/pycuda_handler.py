@@ -68,7 +68,6 @@ class _Resources:
     def __init__(self, handler):
         self.slots = handler._all_slots
         self.uploads = handler._uploads      # filled later, by reference
-        self.pinned = handler._pinned
         self.pool = handler._pool
 
     def __call__(self):
@@ -83,14 +82,13 @@ class _Resources:
         slots, self.slots = self.slots, None
         for s in slots + self.uploads:
             (getattr(s, "stream", s)).synchronize()
-        cuda_transfer.unpin_all(self.pinned)
         for slot in slots:
             slot.gemm.close()
         # Arrays still alive at exit are freed after the context is popped.  A
         # pool that starts holding blocks then needs a current context and
         # aborts the process; a pool that stops holding frees them directly.
         self.pool.stop_holding()
-        self.uploads = self.pinned = self.pool = None
+        self.uploads = self.pool = None
 
 
 class GpuEvent:
@@ -133,8 +131,11 @@ class PyCudaHandler(Handler):
     and RuntimeError if no GPU can be used.
 
     A handler that is garbage collected (or still alive at exit) releases its
-    streams' cuBLAS handles and the host memory ``pin`` page-locked, and its
-    memory pool frees blocks as the arrays it allocated die.  Handlers share
+    streams' cuBLAS handles, and its memory pool frees blocks as the arrays it
+    allocated die.  Memory ``pin`` page-locked stays locked until the process
+    exits (page-locking is per process: every handler sees the same pinned
+    ranges).  Host arrays that straddle pinned and ordinary pages, which the
+    driver refuses to copy, are copied through a temporary page-locked buffer.  Handlers share
     the device's primary context, so several can live side by side.
     """
 
@@ -166,7 +167,7 @@ class PyCudaHandler(Handler):
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
         self._c_strides = {}     # shape -> C-contiguous strides, for _c_contiguous
-        self._pinned = cuda_transfer.PinnedRegistry()
+        self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
         self._load_kernels()
@@ -365,14 +366,16 @@ class PyCudaHandler(Handler):
 
     def _set_from_numpy(self, a, arr):
         if a.size:
-            self._drv.memcpy_htod_async(a.gpudata, arr, self._slot.stream)
+            cuda_transfer.host_copy_to_device(self, a.gpudata, arr, self._slot.stream)
 
     def _get_numpy_copy(self, a):
         out = np.empty(a.shape, self.dtype)
         if a.size:
             self._synchronize_all()
-            self._drv.memcpy_dtoh_async(out, a.gpudata, self._slot.stream)
+            finish = cuda_transfer.device_copy_to_host(self, out, a.gpudata, self._slot.stream)
             self._slot.stream.synchronize()
+            if finish is not None:
+                finish()
         return out
 
     def _copy_to(self, src, dest):

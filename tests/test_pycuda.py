@@ -5,8 +5,9 @@
 * PyTorch and CuPy can be imported and used in the same process, and the
   handler's later ops are still correct.
 * A subprocess that uses the handler exits 0 with nothing on stderr.
-* A dropped handler releases its streams, cuBLAS handles, pinned ranges and
-  memory, also when the garbage collector runs on another thread.
+* A dropped handler releases its streams, cuBLAS handles and memory, also
+  when the garbage collector runs on another thread.
+* Host arrays that straddle pinned and ordinary pages upload and download.
 """
 import gc
 import subprocess
@@ -199,3 +200,31 @@ def test_dropped_handlers_release_their_resources(gpu):
         _use_and_drop(PyCudaHandler, rng)
         gc.collect()
     assert abs(drv.mem_get_info()[0] - free) < 64 << 20, "device memory grew"
+
+
+def test_copies_of_arrays_that_straddle_pinned_pages(gpu):
+    """A host array partly inside page-locked pages (its neighbour was pinned)
+    and partly outside them still uploads and downloads: the driver refuses a
+    copy over such a mixed range, so the handler must route around it."""
+    import mmap
+    page = mmap.PAGESIZE
+    n = gpu.dtype.itemsize
+    raw = np.zeros(6 * page // n + page // n, gpu.dtype)
+    base = raw.__array_interface__["data"][0]
+    first = (-base % page) // n                      # first element on a page boundary
+    pinned = raw[first + page // n: first + 3 * page // n]   # exactly pages 1-2
+    gpu.pin(pinned)
+    # 64 elements ending in pinned page 2 and 64 starting after it.
+    lo = first + 3 * page // n - 64
+    straddler = raw[lo: lo + 128]
+    rng = np.random.default_rng(1)
+    straddler[:] = rng.standard_normal(128)
+    orig = straddler.copy()
+    x = gpu.create_from_numpy(straddler)
+    np.testing.assert_array_equal(gpu.get_numpy_copy(x), orig)
+    gpu.set_from_numpy(x, orig[::-1].copy())
+    got = gpu.get_numpy_copy_async(x, out=straddler).result()   # download into it
+    assert got is straddler
+    np.testing.assert_array_equal(straddler, orig[::-1])
+    for xb in gpu.prefetch([straddler.reshape(2, 64)]):
+        np.testing.assert_array_equal(gpu.get_numpy_copy(xb), orig[::-1].reshape(2, 64))
