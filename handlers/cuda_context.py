@@ -7,11 +7,13 @@ pushed at exit makes pycuda abort.  At exit, registered cleanups (cuBLAS
 handles, memory pools) run first, then the context is popped.
 """
 import atexit
-import contextlib
 import importlib.util
+import threading
 
 _state = {}      # device index -> (device, context)
 _cleanups = []   # callables run at exit, before the context is popped
+_deferred = []   # releases asked for on other threads (see run_on_owner)
+_owner = [None]  # ident of the thread that pushed the context
 
 
 def load_driver():
@@ -44,6 +46,8 @@ def acquire(device_index=0):
     context the first time.  Only one device per process is supported."""
     drv = load_driver()
     if device_index in _state:
+        if threading.get_ident() == _owner[0]:
+            _run_deferred()
         return _state[device_index]
     if _state:
         raise RuntimeError("PyCudaHandler: handlers on several devices in one "
@@ -54,25 +58,29 @@ def acquire(device_index=0):
     device = drv.Device(device_index)
     context = device.retain_primary_context()
     context.push()
+    _owner[0] = threading.get_ident()
     _state[device_index] = (device, context)
     atexit.register(_release)
     return _state[device_index]
 
 
-@contextlib.contextmanager
-def current():
-    """Make the primary context current on the calling thread for the block
-    (a no-op on a thread where a context is current already)."""
-    import pycuda.driver as drv
-    pushed = False
-    if drv.Context.get_current() is None and _state:
-        next(iter(_state.values()))[1].push()
-        pushed = True
-    try:
-        yield
-    finally:
-        if pushed:
-            drv.Context.pop()
+def run_on_owner(fn):
+    """Run ``fn()`` now if this is the thread that made the context current,
+    else at the next handler creation or at exit, on that thread.  Releasing
+    pycuda objects on another thread (where the garbage collector may run)
+    leaks them with a warning, as pycuda cannot make the context current."""
+    if threading.get_ident() == _owner[0]:
+        fn()
+    else:
+        _deferred.append(fn)
+
+
+def _run_deferred():
+    while _deferred:
+        try:
+            _deferred.pop()()
+        except Exception:  # one failed release must not stop the others
+            pass
 
 
 def at_exit(fn):
@@ -81,6 +89,7 @@ def at_exit(fn):
 
 
 def _release():
+    _run_deferred()
     while _cleanups:
         try:
             _cleanups.pop()()

@@ -16,10 +16,12 @@ from .prefetch import Transfer, fits
 class PinnedRegistry:
     """Host pages page-locked through ``PyCudaHandler.pin``.
 
-    The driver locks whole pages and refuses a range that overlaps pages it
-    has locked before, and two small arrays can share a page; so we register
-    only the page-aligned gaps not yet locked, and an array counts as pinned
-    when every one of its bytes lies in locked pages.  The reader thread of
+    The driver locks whole pages, refuses a range that overlaps pages it has
+    locked before, and refuses a copy whose host range spans two
+    registrations; two small arrays can share a page.  So the pieces here are
+    page-aligned, disjoint and never touching (``pin`` merges a new range with
+    those it meets into one registration), and an array counts as pinned when
+    every one of its bytes lies in one piece.  The reader thread of
     ``prefetch`` queries the table while ``pin`` may add to it, so the sorted
     table is replaced whole rather than edited in place.
     """
@@ -60,8 +62,10 @@ class PinnedRegistry:
             out.append((pos, hi))
         return out
 
-    def add(self, pieces, owner):
-        merged = sorted(self._table[1] + tuple(pieces))
+    def replace(self, old, piece, owner):
+        """Swap the registered pieces ``old`` for ``piece``, which covers them
+        (see ``pin``); ``owner`` is kept alive while the pages are locked."""
+        merged = sorted(set(self._table[1]) - set(old) | {piece})
         self._table = (tuple(p[0] for p in merged), tuple(merged))
         self._owners.append(owner)
 
@@ -258,16 +262,24 @@ def pin(handler, array):
     start = array.__array_interface__["data"][0]
     lo = start - start % mmap.PAGESIZE
     hi = -(-(start + array.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE
-    done = []
-    for a, b in registry.gaps(lo, hi):
-        status = reg(a, b - a, 0)
-        if status:
-            for a2, _ in done:
-                unreg(a2)
-            raise RuntimeError(f"pin: cuMemHostRegister failed with CUDA error {status} "
-                               f"for an array of shape {array.shape}")
-        done.append((a, b))
-    registry.add(done, array)
+    # A copy must lie within one registration: the driver refuses a host range
+    # that spans two, even adjacent ones.  So the new pages and every piece
+    # they overlap or touch become one registration (two arrays can share a
+    # page).  Re-registering a piece needs the copies from it to be finished.
+    victims = [p for p in registry.ranges() if p[0] <= hi and p[1] >= lo]
+    if victims:
+        import pycuda.driver as drv
+        drv.Context.synchronize()
+        lo, hi = min(lo, victims[0][0]), max(hi, victims[-1][1])
+        for a, _ in victims:
+            unreg(a)
+    status = reg(lo, hi - lo, 0)
+    if status:
+        for a, b in victims:      # put back what was there
+            reg(a, b - a, 0)
+        raise RuntimeError(f"pin: cuMemHostRegister failed with CUDA error {status} "
+                           f"for an array of shape {array.shape}")
+    registry.replace(victims, (lo, hi), array)
     return array
 
 

@@ -68,17 +68,20 @@ class _Resources:
     def __init__(self, handler):
         self.slots = handler._all_slots
         self.uploads = handler._uploads      # filled later, by reference
+        self.events = handler._free_events   # recycled CUDA events
         self.pool = handler._pool
 
     def __call__(self):
         if self.slots is None:               # closed already
             return
         # The garbage collector may run this on any thread (the prefetch
-        # reader's too): make the context current here for the calls below.
-        with cuda_context.current():
-            self._release()
+        # reader's too); the pycuda objects held here are then released on
+        # the thread that owns the context, later.
+        cuda_context.run_on_owner(self._release)
 
     def _release(self):
+        if self.slots is None:               # asked twice while deferred
+            return
         slots, self.slots = self.slots, None
         for s in slots + self.uploads:
             (getattr(s, "stream", s)).synchronize()
@@ -88,7 +91,7 @@ class _Resources:
         # pool that starts holding blocks then needs a current context and
         # aborts the process; a pool that stops holding frees them directly.
         self.pool.stop_holding()
-        self.uploads = self.pool = None
+        self.uploads = self.events = self.pool = None
 
 
 class GpuEvent:
