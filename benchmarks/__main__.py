@@ -4,8 +4,10 @@ Each suite is a module ``benchmarks.<name>`` with ``main(argv)``; options after
 the suite name go to it (``python -m benchmarks mxb --n 500``).  ``report``
 plots the saved results (``benchmarks/results/*.json``, written by a suite's
 ``--save``) as PNGs beside them; ``all`` runs every suite, then the report.
-``sumtune`` (a tuning sweep of ``sum_t``'s chunking, not part of ``all``)
-prints which knob settings run fastest on this GPU.
+Two diagnostics, not part of ``all``: ``sumtune`` (a sweep of ``sum_t``'s
+chunking knobs) prints which settings run fastest on this GPU; ``hostcost``
+splits small ops' host time into Python and kernel launch, beside raw launch
+and event floors.
 """
 import argparse
 import importlib
