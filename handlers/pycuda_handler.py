@@ -24,7 +24,7 @@ from .blas import make_gemm
 from .checks import fail_type
 
 _BLOCK = 256
-_SUM_UNROLL = 8   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
+_SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
 _pack = None   # pycuda's argument packer, bound when a handler is created
 
 
