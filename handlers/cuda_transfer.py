@@ -226,12 +226,11 @@ class PendingCopy:
 
 def copy_async(handler, a, out):
     """Issue the copy of ``a`` into ``out`` on the handler's group stream."""
-    drv = handler._drv
     stream = handler.stream
     finish = device_copy_to_host(handler, out, a.gpudata, stream) if a.size else None
-    ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
-    ev.record(stream)
-    return PendingCopy(out, ev, finish)
+    # A recycled event (GpuEvent): no event is created per copy, and none is
+    # destroyed wherever the handle happens to be garbage collected.
+    return PendingCopy(out, handler._record_event(), finish)
 
 
 def _host_register():
