@@ -35,32 +35,21 @@ class PinnedRegistry:
         """The registered page-aligned (start, end) pieces."""
         return self._table[1]
 
-    def covered(self, lo, hi):
-        """True if every byte of [lo, hi) lies in registered pieces."""
+    def _last_before(self, hi):
+        """The piece with the largest start below ``hi``, or None."""
         starts, pieces = self._table
-        i = bisect.bisect(starts, lo) - 1
-        if i < 0:
-            return False
-        pos = lo
-        while i < len(pieces) and pieces[i][0] <= pos:
-            pos = max(pos, pieces[i][1])
-            if pos >= hi:
-                return True
-            i += 1
-        return False
+        i = bisect.bisect_left(starts, hi) - 1
+        return pieces[i] if i >= 0 else None
 
-    def gaps(self, lo, hi):
-        """The sub-ranges of [lo, hi) not yet registered."""
-        out, pos = [], lo
-        for start, end in self._table[1]:
-            if end <= pos or start >= hi:
-                continue
-            if start > pos:
-                out.append((pos, start))
-            pos = max(pos, end)
-        if pos < hi:
-            out.append((pos, hi))
-        return out
+    def covered(self, lo, hi):
+        """True if every byte of [lo, hi) lies in one registered piece."""
+        p = self._last_before(hi)
+        return p is not None and p[0] <= lo and hi <= p[1]
+
+    def touches(self, lo, hi):
+        """True if some byte of [lo, hi) lies in a registered piece."""
+        p = self._last_before(hi)
+        return p is not None and p[1] > lo
 
     def replace(self, old, piece, owner):
         """Swap the registered pieces ``old`` for ``piece``, which covers them
@@ -84,7 +73,7 @@ class PinnedRegistry:
             return False
         lo = a.__array_interface__["data"][0]
         hi = lo + a.nbytes
-        return not self.covered(lo, hi) and self.gaps(lo, hi) != [(lo, hi)]
+        return self.touches(lo, hi) and not self.covered(lo, hi)
 
 
 #: One registry per process: page-locking is per process, and a range that two
@@ -125,6 +114,25 @@ def device_copy_to_host(handler, out, src, stream):
     return finish
 
 
+class _DeviceSlot:
+    """Device buffers for one batch, with the two events that guard them.
+
+    The events are kept for the slot's life (creating an event costs more than
+    recording one).  Re-recording is safe: a stream wait captures the event as
+    it was when the wait was issued, and a later upload on the same in-order
+    stream completes only after the earlier one, so a token whose event was
+    re-recorded still answers ``slot_reusable`` correctly."""
+
+    __slots__ = ("arrays", "uploaded", "consumed", "busy", "used")
+
+    def __init__(self, arrays, make_event):
+        self.arrays = arrays
+        self.uploaded = make_event()   # recorded after the upload into it
+        self.consumed = make_event()   # recorded when its consumer moved on
+        self.busy = False              # between start and release
+        self.used = False              # consumed has been recorded at least once
+
+
 class CudaTransfer(Transfer):
     """Uploads staged batches to device buffers on the handler's upload stream."""
 
@@ -133,7 +141,6 @@ class CudaTransfer(Transfer):
         self.drv = handler._drv
         self.stream = handler._upload_stream()
         self.consumer = handler.stream
-        # [arrays, consumed event, busy, consumed event recorded?, upload event]
         self.device_slots = []
         self.host_slots = []
 
@@ -143,8 +150,7 @@ class CudaTransfer(Transfer):
         return slot
 
     def is_direct(self, arrays):
-        registry = self.handler._pinned
-        return all(a.dtype == self.dtype and a.flags.c_contiguous and registry.contains(a)
+        return all(a.dtype == self.dtype and a.flags.c_contiguous and REGISTRY.contains(a)
                    for a in arrays)
 
     def _event(self):
@@ -152,30 +158,23 @@ class CudaTransfer(Transfer):
 
     def _device_slot(self, views):
         for slot in self.device_slots:
-            if not slot[2] and fits(slot[0], views):
+            if not slot.busy and fits(slot.arrays, views):
                 return slot
-        slot = [tuple(self.handler.allocate(v.shape) for v in views), self._event(), False,
-                False, self._event()]
+        slot = _DeviceSlot(tuple(self.handler.allocate(v.shape) for v in views), self._event)
         self.device_slots.append(slot)
         return slot
 
-    # Each device slot keeps its two events for life (creating an event costs
-    # more than recording one).  Re-recording is safe: a stream wait captures
-    # the event as it was when the wait was issued, and a later upload on the
-    # same in-order stream completes only after the earlier one, so a token
-    # whose event was re-recorded still answers slot_reusable correctly.
     def start(self, views, slot):
         dslot = self._device_slot(views)
-        dslot[2] = True
-        if dslot[3]:   # its last consumer must be done with it
-            self.stream.wait_for_event(dslot[1])
-        dev = tuple(d[:v.shape[0]] for d, v in zip(dslot[0], views))
+        dslot.busy = True
+        if dslot.used:   # its last consumer must be done with it
+            self.stream.wait_for_event(dslot.consumed)
+        dev = tuple(d[:v.shape[0]] for d, v in zip(dslot.arrays, views))
         for d, v in zip(dev, views):
             if v.size:
                 self.drv.memcpy_htod_async(d.gpudata, v, self.stream)
-        ev = dslot[4]
-        ev.record(self.stream)
-        return dev, ev, dslot
+        dslot.uploaded.record(self.stream)
+        return dev, dslot.uploaded, dslot
 
     def finish(self, token):
         dev, ev, _ = token
@@ -190,14 +189,14 @@ class CudaTransfer(Transfer):
 
     def release(self, token):
         dslot = token[2]
-        dslot[1].record(self.consumer)
-        dslot[2], dslot[3] = False, True
+        dslot.consumed.record(self.consumer)
+        dslot.busy, dslot.used = False, True
 
     def close(self):
         self.stream.synchronize()
         for slot in self.device_slots:
-            if slot[3]:
-                slot[1].synchronize()
+            if slot.used:
+                slot.consumed.synchronize()
         self.device_slots = []
         for slot in self.host_slots:
             for a in slot:
@@ -247,7 +246,7 @@ def _host_register():
     return reg, unreg
 
 
-def pin(handler, array):
+def pin(array):
     """Page-lock ``array``'s memory in place; its pages stay locked (and the
     array referenced) until the process exits."""
     registry = REGISTRY
@@ -256,7 +255,7 @@ def pin(handler, array):
     if registry.driver is None:
         registry.driver = _host_register()
         from . import cuda_context
-        cuda_context.at_exit(lambda: _unpin_at_exit(registry))
+        cuda_context.at_exit(_unpin_all)
     reg, unreg = registry.driver
     start = array.__array_interface__["data"][0]
     lo = start - start % mmap.PAGESIZE
@@ -282,15 +281,10 @@ def pin(handler, array):
     return array
 
 
-def _unpin_at_exit(registry):
+def _unpin_all():
+    """Unregister every pinned range (at exit, once no copy is in flight)."""
     import pycuda.driver as drv
-    drv.Context.synchronize()    # no copy from pinned pages may be in flight
-    unpin_all(registry)
-
-
-def unpin_all(registry):
-    """Unregister every range ``pin`` registered into ``registry`` (at exit)."""
-    if registry.driver:
-        for start, _ in registry.ranges():
-            registry.driver[1](start)
-    registry.__init__()
+    drv.Context.synchronize()
+    for start, _ in REGISTRY.ranges():
+        REGISTRY.driver[1](start)
+    REGISTRY.__init__()

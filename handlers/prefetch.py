@@ -278,12 +278,11 @@ class Transfer:
 
 def prefetch(handler, batches, depth, transfer):
     """Generator behind ``Handler.prefetch``; see the module docstring."""
-    stager = Stager(COPY_THREADS, PARALLEL_BYTES)
+    stager = Stager()
     reader = _Reader(iter(batches), depth, transfer.is_direct, stager)
     reader.start()
     inflight = collections.deque()   # (token, single, slot) uploads started
     pending = []                     # (token, slot) staging slots not yet back
-    slots = []                       # every staging slot, to release at the end
     ended = False
     failure = None
     try:
@@ -320,7 +319,6 @@ def prefetch(handler, batches, depth, transfer):
                 _, arrays, single, slot = msg
                 if kind == "raw":   # the reader had no slot: make one here
                     slot = transfer.new_slot(arrays)
-                    slots.append(slot)
                     arrays = stager(slot, arrays)
                 token = transfer.start(arrays, slot)
                 inflight.append((token, single, slot))
@@ -339,4 +337,3 @@ def prefetch(handler, batches, depth, transfer):
         reader.join()
         stager.close()       # before transfer.close() frees the staging slots
         transfer.close()
-        del slots[:]

@@ -138,8 +138,9 @@ class PyCudaHandler(Handler):
     allocated die.  Memory ``pin`` page-locked stays locked until the process
     exits (page-locking is per process: every handler sees the same pinned
     ranges).  Host arrays that straddle pinned and ordinary pages, which the
-    driver refuses to copy, are copied through a temporary page-locked buffer.  Handlers share
-    the device's primary context, so several can live side by side.
+    driver refuses to copy, are copied through a temporary page-locked
+    buffer.  Handlers share the device's primary context, so several can
+    live side by side.
     """
 
     array_type = None  # set in __init__ once pycuda is importable
@@ -325,7 +326,7 @@ class PyCudaHandler(Handler):
         return cuda_transfer.CudaTransfer(self)
 
     def _pin(self, array):
-        return cuda_transfer.pin(self, array)
+        return cuda_transfer.pin(array)
 
     def _empty_pinned(self, shape):
         return self._drv.pagelocked_empty(shape, self.dtype)
