@@ -89,6 +89,13 @@ def machine_info():
     }
 
 
+def result_name(suite, machine):
+    """``<suite>-<machine>`` with every non-alphanumeric character of the
+    machine name (``"gpu"`` where there is none) replaced by ``-``: the file
+    name, without ``.json``, of a suite's saved results."""
+    return f"{suite}-" + "".join(c if c.isalnum() else "-" for c in (machine or "gpu"))
+
+
 def save_results(name, results):
     """Write ``results`` with the machine info to benchmarks/results/<name>.json
     and return the path."""

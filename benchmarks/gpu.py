@@ -8,6 +8,18 @@ import statistics
 import time
 
 
+def cuda_handler(suite, *args, what="suite", **kw):
+    """``PyCudaHandler(*args, **kw)``, or None after printing that ``suite``
+    (a benchmark suite, or a diagnostic ``what="tool"``) skipped because it
+    needs a GPU: pycuda is missing or there is no usable device."""
+    try:
+        from handlers import PyCudaHandler
+        return PyCudaHandler(*args, **kw)
+    except (ImportError, RuntimeError) as e:
+        print(f"{suite}: skipped, this {what} needs a GPU: {e}")
+        return None
+
+
 def optional_peers():
     """Return ``{"torch": module, "cupy": module}`` for those importable with a GPU."""
     peers = {}

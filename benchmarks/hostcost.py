@@ -14,7 +14,8 @@ import struct
 
 import numpy as np
 
-from benchmarks.gpu import host_overhead_us
+from benchmarks.gpu import cuda_handler, host_overhead_us
+from benchmarks.ops import small_ops
 
 F32 = np.float32
 
@@ -40,6 +41,11 @@ def _floors(h, calls):
         lambda: fn.prepared_async_call((4, 1), (256, 1, 1), stream, x.gpudata, 1000), calls,
         sync=h.synchronize_all_streams)
 
+    # The kernel's parameters for the raw launches, built once: each entry of
+    # params points at one argument's value.
+    ptr, n = ctypes.c_void_p(int(x.gpudata)), ctypes.c_longlong(1000)
+    params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
+
     cuda = ctypes.CDLL("libcuda.so.1")
     cmod, cfn = ctypes.c_void_p(), ctypes.c_void_p()
     buf = ctypes.create_string_buffer(cubin, len(cubin))
@@ -48,28 +54,37 @@ def _floors(h, calls):
         launch = cuda.cuLaunchKernel
         launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
         launch.restype = ctypes.c_int
-        ptr, n = ctypes.c_void_p(int(x.gpudata)), ctypes.c_longlong(1000)
-        params = (ctypes.c_void_p * 2)(ctypes.addressof(ptr), ctypes.addressof(n))
         hstream = ctypes.c_void_p(stream.handle)
         f = cfn.value
 
         def raw():
-            launch(f, 4, 1, 1, 256, 1, 1, 0, hstream, params, None)
-        out["ctypes cuLaunchKernel"] = host_overhead_us(raw, calls,
-                                                        sync=h.synchronize_all_streams)
+            return launch(f, 4, 1, 1, 256, 1, 1, 0, hstream, params, None)
+        rc = raw()
+        if rc == 0:
+            out["ctypes cuLaunchKernel"] = host_overhead_us(raw, calls,
+                                                            sync=h.synchronize_all_streams)
+        else:
+            print(f"hostcost: ctypes floor skipped: cuLaunchKernel returned {rc}")
     try:
         from cuda.bindings import driver as cbd
-        err, bmod = cbd.cuModuleLoadData(cubin)
-        err, bfn = cbd.cuModuleGetFunction(bmod, b"nop")
+
+        def check(what, result):
+            """The values after a cuda.bindings call's CUresult; raise if it failed."""
+            err, *values = result
+            if err != cbd.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"{what}: {err!r}")
+            return values[0] if len(values) == 1 else values
+        bmod = check("cuModuleLoadData", cbd.cuModuleLoadData(cubin))
+        bfn = check("cuModuleGetFunction", cbd.cuModuleGetFunction(bmod, b"nop"))
         bstream = cbd.CUstream(stream.handle)
         kargs = ((int(x.gpudata), 1000), (ctypes.c_void_p, ctypes.c_longlong))
+        check("cuLaunchKernel",
+              cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, kargs, 0))
         out["cuda.bindings cuLaunchKernel"] = host_overhead_us(
             lambda: cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, kargs, 0), calls,
             sync=h.synchronize_all_streams)
         # kernelParams as a raw address: no per-call argument conversion.
-        ptr2, n2 = ctypes.c_void_p(int(x.gpudata)), ctypes.c_longlong(1000)
-        params2 = (ctypes.c_void_p * 2)(ctypes.addressof(ptr2), ctypes.addressof(n2))
-        addr = ctypes.addressof(params2)
+        addr = ctypes.addressof(params)
         bfn_int, bstream_int = int(bfn), int(bstream)
         out["cuda.bindings, address params"] = host_overhead_us(
             lambda: cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, addr, 0), calls,
@@ -79,8 +94,8 @@ def _floors(h, calls):
             calls, sync=h.synchronize_all_streams)
 
         def set_and_launch():
-            ptr2.value = int(x.gpudata)
-            n2.value = 1000
+            ptr.value = int(x.gpudata)
+            n.value = 1000
             cbd.cuLaunchKernel(bfn, 4, 1, 1, 256, 1, 1, 0, bstream, addr, 0)
         out["cuda.bindings, set 2 args + launch"] = host_overhead_us(
             set_and_launch, calls, sync=h.synchronize_all_streams)
@@ -111,24 +126,11 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=10000)
     args = parser.parse_args(argv)
-    try:
-        from handlers import PyCudaHandler
-        h = PyCudaHandler(F32)
-    except (ImportError, RuntimeError) as e:
-        print(f"hostcost: skipped, this tool needs a GPU: {e}")
+    h = cuda_handler("hostcost", F32, what="tool")
+    if h is None:
         return 0
     calls = args.calls
-    rng = np.random.default_rng(0)
-    x, y, z = (h.create_from_numpy(rng.standard_normal(1000)) for _ in range(3))
-    s = h.allocate((1,))
-    a, b, c = (h.create_from_numpy(rng.standard_normal((16, 16))) for _ in range(3))
-    ops = {
-        "axpby": lambda: h.axpby(2.0, x, 0.5, y),
-        "add_tt": lambda: h.add_tt(x, y, z),
-        "relu": lambda: h.relu(x, z),
-        "sum_t": lambda: h.sum_t(x, 0, s),
-        "dot_mm 16x16": lambda: h.dot_mm(a, b, c),
-    }
+    ops = small_ops(h, np.random.default_rng(0))
     sync = h.synchronize_all_streams
     whole = {k: host_overhead_us(f, calls, sync=sync) for k, f in ops.items()}
     # The same ops with every launch (kernel and gemm) replaced by a no-op.

@@ -13,8 +13,8 @@ import argparse
 
 import numpy as np
 
-from benchmarks.common import gpu_name, print_table, save_results
-from benchmarks.gpu import EventTimer, optional_peers
+from benchmarks.common import gpu_name, print_table, result_name, save_results
+from benchmarks.gpu import EventTimer, cuda_handler, optional_peers
 
 F32 = np.float32
 
@@ -38,16 +38,17 @@ def handler_step(h, x, dg, dw, groups):
 
 def torch_step(t, x, dg, dw, streams):
     main = t.cuda.current_stream()
+    xt = x.t()
 
     def step(_):
         if streams is None:
             for k in range(4):
-                dw[k].addmm_(x.t(), dg[k])
+                dw[k].addmm_(xt, dg[k])
             return
         for k, s in enumerate(streams):
             s.wait_stream(main)
             with t.cuda.stream(s):
-                dw[k].addmm_(x.t(), dg[k])
+                dw[k].addmm_(xt, dg[k])
         for s in streams:
             main.wait_stream(s)
     return step
@@ -61,14 +62,15 @@ def main(argv=None):
     parser.add_argument("--blas", default="scikit-cuda", choices=("scikit-cuda", "nvmath"),
                         help="cuBLAS binding of the handler (default scikit-cuda)")
     args = parser.parse_args(argv)
-    try:
-        from handlers import PyCudaHandler
-        h = PyCudaHandler(F32, num_stream_groups=4, blas=args.blas)
-    except (ImportError, RuntimeError) as e:
-        print(f"streams: skipped, this suite needs a GPU: {e}")
+    h = cuda_handler("streams", F32, num_stream_groups=4, blas=args.blas)
+    if h is None:
         return 0
     peers = optional_peers()
     t = peers.get("torch")
+    timer = EventTimer("pycuda", h.stream)
+    if t is not None:
+        tt = EventTimer("torch", module=t)
+        streams = [t.cuda.Stream() for _ in range(4)]
     batches, hiddens = ([16, 64], [256, 1024]) if args.quick else ([16, 64, 256], [256, 1024, 4096])
     rng = np.random.default_rng(0)
     rows, results = [], []
@@ -78,7 +80,6 @@ def main(argv=None):
             x = h.create_from_numpy(rng.standard_normal((b, hid)) * 0.01)
             dg = [h.create_from_numpy(rng.standard_normal((b, hid)) * 0.01) for _ in range(4)]
             dw = [h.zeros((hid, hid)) for _ in range(4)]
-            timer = EventTimer("pycuda", h.stream)
             one = timer.time(handler_step(h, x, dg, dw, 1), reps=15, warmup=5, inner=steps)
             four = timer.time(handler_step(h, x, dg, dw, 4), reps=15, warmup=5, inner=steps)
             t1 = t4 = None
@@ -86,8 +87,6 @@ def main(argv=None):
                 tx = t.randn(b, hid, device="cuda") * 0.01
                 tg = [t.randn(b, hid, device="cuda") * 0.01 for _ in range(4)]
                 tw = [t.zeros(hid, hid, device="cuda") for _ in range(4)]
-                tt = EventTimer("torch", module=t)
-                streams = [t.cuda.Stream() for _ in range(4)]
                 t1 = tt.time(torch_step(t, tx, tg, tw, None), reps=15, warmup=5, inner=steps)
                 t4 = tt.time(torch_step(t, tx, tg, tw, streams), reps=15, warmup=5, inner=steps)
             speed = one / four
@@ -104,6 +103,5 @@ def main(argv=None):
     print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "torch 1 stream",
                  "torch 4 streams", "not >5% slower", ">=1.3x"], rows)
     if args.save:
-        name = "streams-" + "".join(c if c.isalnum() else "-" for c in (gpu_name() or "gpu"))
-        print("saved", save_results(name, results))
+        print("saved", save_results(result_name("streams", gpu_name()), results))
     return 0

@@ -10,7 +10,7 @@ import itertools
 
 import numpy as np
 
-from benchmarks.gpu import EventTimer
+from benchmarks.gpu import EventTimer, cuda_handler
 from benchmarks.ops import LOOP, SUM_CASES, copy_bandwidth
 
 F32 = np.float32
@@ -22,11 +22,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks sumtune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.parse_args(argv)
-    try:
-        from handlers import PyCudaHandler
-        h = PyCudaHandler(F32)
-    except (ImportError, RuntimeError) as e:
-        print(f"sumtune: skipped, this suite needs a GPU: {e}")
+    h = cuda_handler("sumtune", F32)
+    if h is None:
         return 0
     timer = EventTimer("pycuda", h.stream)
     copy_bw = copy_bandwidth(h, 1 << 25, timer)
@@ -40,6 +37,7 @@ def main(argv=None):
         x = xs[0]
         rshape = shape[:axis] + shape[axis + 1:]
         out = h.allocate(rshape)
+        ref = host.sum(axis)
         nbytes = host.nbytes + int(np.prod(rshape)) * 4
         view = h._sum_view(shape, axis)
         key = (tuple(shape), axis, int(x.gpudata) % 16 == 0)
@@ -49,7 +47,7 @@ def main(argv=None):
             kw = dict(zip(knobs, values))
             h._sum_plans[key] = h._plan_sum(*view, key[2], **kw)
             h.sum_t(x, axis, out)
-            err = np.abs(h.get_numpy_copy(out) - host.sum(axis)).max()
+            err = np.abs(h.get_numpy_copy(out) - ref).max()
             ms = timer.time(lambda i: h.sum_t(xs[i % 2], axis, out), inner=LOOP)
             bw = nbytes / (ms * 1e-3)
             mark = " (default)" if all(DEFAULTS[k] == v for k, v in kw.items()) else ""

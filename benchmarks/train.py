@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import gpu_name, print_table, save_results
+from benchmarks.common import gpu_name, print_table, result_name, save_results
 from benchmarks.gpu import EventTimer, optional_peers
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
@@ -80,7 +80,7 @@ def handler_step(h, net, batches):
         x, y = dev[i % len(dev)]
         net.train_step(x, y)
         opt.step()
-    return step, opt
+    return step
 
 
 def torch_steps(torch, model, cfg, batches):
@@ -266,7 +266,7 @@ def main(argv=None):
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         cfg = MODELS[model][1 if args.small else 0]
         net, batches, n = build(h, model, cfg)
-        step, _ = handler_step(h, net, batches)
+        step = handler_step(h, net, batches)
         ms = timer.time(step, reps=reps)
         wall = host_ms(h, step, reps)
         desc = ", ".join(f"{k}={v}" for k, v in cfg.items())
@@ -314,6 +314,5 @@ def main(argv=None):
     print("where a step's time goes (each category replayed alone, serially):")
     print_table(["model", "category", "ops", "ms", "% of step"], breakdown)
     if args.save:
-        name = "train-" + "".join(c if c.isalnum() else "-" for c in device)
-        print("saved", save_results(name, results))
+        print("saved", save_results(result_name("train", device), results))
     return 0

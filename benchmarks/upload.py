@@ -20,11 +20,22 @@ import time
 
 import numpy as np
 
-from benchmarks.common import gpu_name, print_table, save_results
-from benchmarks.gpu import EventTimer, optional_peers
+from benchmarks.common import gpu_name, print_table, result_name, save_results
+from benchmarks.gpu import EventTimer, cuda_handler, optional_peers
 
 F32 = np.float32
 DISTINCT = 32   # distinct inputs, cycled: every iteration uploads new bytes
+
+
+def _timed(fn, sync):
+    """Seconds of one ``fn()`` after a warm-up call (buffers, pinned staging,
+    kernels); ``sync()`` waits for the device before and after."""
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
 
 
 def naive(h, m, b, xs, iters):
@@ -136,9 +147,8 @@ def torch_rows(t, m_h, b_h, xs, iters):
 
     def pinned_loop():
         up_ev = [t.cuda.Event() for _ in range(2)]
-        used_ev = [t.cuda.Event() for _ in range(2)]
-        done_ev = [t.cuda.Event() for _ in range(2)]
-        down_ev = [None, None]
+        used_ev = [t.cuda.Event() for _ in range(2)]   # yd[k] written, xd[k] read
+        down_ev = [t.cuda.Event() for _ in range(2)]   # outs[k] written, yd[k] read
         with t.cuda.stream(up_s):
             xd[0].copy_(pinned[0], non_blocking=True)
             up_ev[0].record(up_s)
@@ -150,29 +160,21 @@ def torch_rows(t, m_h, b_h, xs, iters):
                         up_s.wait_event(used_ev[1 - k])
                     xd[1 - k].copy_(pinned[(i + 1) % DISTINCT], non_blocking=True)
                     up_ev[1 - k].record(up_s)
-            if down_ev[k] is not None:
+            if i >= 2:
                 down_ev[k].synchronize()  # outs[k] and yd[k] are free
             with t.cuda.stream(comp_s):
                 comp_s.wait_event(up_ev[k])
                 t.mm(m, xd[k], out=yd[k])
                 yd[k].add_(b)
                 used_ev[k].record(comp_s)
-                done_ev[k].record(comp_s)
             with t.cuda.stream(down_s):
-                down_s.wait_event(done_ev[k])
+                down_s.wait_event(used_ev[k])
                 outs[k].copy_(yd[k], non_blocking=True)
-                ev = t.cuda.Event()
-                ev.record(down_s)
-                down_ev[k] = ev
+                down_ev[k].record(down_s)
         t.cuda.synchronize()
 
-    res = {}
-    for name, fn in (("naive", naive_loop), ("pinned", pinned_loop)):
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        res[name] = time.perf_counter() - t0
-    return res
+    return {name: _timed(fn, t.cuda.synchronize)
+            for name, fn in (("naive", naive_loop), ("pinned", pinned_loop))}
 
 
 def main(argv=None):
@@ -186,11 +188,8 @@ def main(argv=None):
                              "upload and download copy engines)")
     parser.add_argument("--save", action="store_true")
     args = parser.parse_args(argv)
-    try:
-        from handlers import PyCudaHandler
-        h = PyCudaHandler(F32)
-    except (ImportError, RuntimeError) as e:
-        print(f"upload: skipped, this suite needs a GPU: {e}")
+    h = cuda_handler("upload", F32)
+    if h is None:
         return 0
     n, iters = args.n, args.iters
     rng = np.random.default_rng(0)
@@ -203,12 +202,7 @@ def main(argv=None):
     outs = [h.empty_pinned((n, n)) for _ in range(2)]
 
     def timed(fn):
-        fn()          # warm-up: buffers, pinned staging, kernels
-        h.synchronize_all_streams()
-        t0 = time.perf_counter()
-        fn()
-        h.synchronize_all_streams()
-        return time.perf_counter() - t0
+        return _timed(fn, h.synchronize_all_streams)
 
     res = {}
     res["a"] = timed(lambda: naive(h, m, b, xs, iters))
@@ -259,11 +253,9 @@ def main(argv=None):
         per = {p: v / (2 * iters) * 1e6 for p, v in phases[key].items()}
         print(f"({key}) host us per step: " + ", ".join(f"{p} {v:.0f}" for p, v in per.items()))
     if args.save:
-        name = "upload-" + "".join(c if c.isalnum() else "-" for c in (gpu_name() or "gpu"))
-        print("saved", save_results(name, dict(seconds=res, depth=args.depth,
-                                               up_s=up, gemm_s=gemm, down_s=dn,
-                                               host_copy_s=hcopy, host_copy=HOST_COPY,
-                                               stager_copy_s=scopy, stager_threads=sthreads,
-                                               max_error=float(err),
-                                               host_phases_s=phases)))
+        saved = dict(seconds=res, depth=args.depth, up_s=up, gemm_s=gemm, down_s=dn,
+                     host_copy_s=hcopy, host_copy=HOST_COPY,
+                     stager_copy_s=scopy, stager_threads=sthreads,
+                     max_error=float(err), host_phases_s=phases)
+        print("saved", save_results(result_name("upload", gpu_name()), saved))
     return 0
