@@ -31,14 +31,13 @@ invisible.  Events must be waited on through the wrapper that recorded them.
 """
 import functools
 import inspect
-import numbers
 import weakref
 from bisect import bisect_left, bisect_right
 
 import numpy as np
 
 from .base import Handler
-from .checks import check_arrays
+from .checks import check_arrays, check_scalar
 
 __all__ = ["OPS", "DebugEvent", "DebugHandler", "OpSpec", "StreamHazardError", "byte_range"]
 
@@ -114,10 +113,11 @@ class OpSpec:
 
 
 def _is_zero(value):
-    # Only a valid scalar counts; anything else is left for the handler to reject.
-    if isinstance(value, np.ndarray) and value.shape == ():
-        value = value.item()
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == 0
+    # The handler's own scalar rule; a value it rejects is never "zero".
+    try:
+        return check_scalar("axpby", "beta", value) == 0.0
+    except TypeError:
+        return False
 
 
 def _op(reads=(), writes=(), **kw):
@@ -197,8 +197,6 @@ OPS = {
     # randomness
     "fill_gaussian": _op(writes=("out",)),
     "generate_probability_mask": _op(writes=("mask",)),
-    # prefetch: not in Handler yet.  When it lands, the coverage test fails
-    # until it gets an entry here and a wrapper; see "prefetch hook" below.
 }
 
 # Signatures of the contract's ops, to find arguments by name however passed.
@@ -446,21 +444,6 @@ class _Tracker:
             seg.writer = None
         self._maybe_prune()
 
-    # ---------------------------------------------------------------- prefetch hook
-    # Handler.prefetch (double-buffered uploads) is not written yet.  When it
-    # lands, DebugHandler.prefetch should wrap the inner generator and tell
-    # this tracker, on the consuming thread (the tracker is not thread-safe and
-    # the background thread must never call it):
-    #  * the upload stream is one more clock slot, index ``self.n``: build the
-    #    tracker with ``num_groups + 1`` slots and keep ``n`` for the groups;
-    #  * a yielded batch buffer is written by the upload slot (``commit`` with
-    #    h = upload) and the compute group's wait on the upload event is a
-    #    ``wait(group, clock(upload))``;
-    #  * reusing a device buffer for batch i + depth is a write by the upload
-    #    slot that must be ordered after the reads of batch i: merge the
-    #    consumer's event clock into the upload slot (``wait(upload, ...)``)
-    #    before that ``commit``, so that a missing event shows up as WAR.
-
 
 # =============================================================================== events
 class DebugEvent:
@@ -561,11 +544,9 @@ class DebugHandler:
             raise AttributeError(name)
         value = getattr(inner, name)
         if callable(value):
-            hint = (" (the tracker has a hook for prefetch, see _Tracker)"
-                    if name == "prefetch" else "")
             raise AttributeError(  # noqa: TRY004 - __getattr__ must raise AttributeError
                 f"DebugHandler does not wrap {name!r}: its memory accesses would not be "
-                f"checked{hint}; call it on .inner to bypass the checks")
+                "checked; call it on .inner to bypass the checks")
         return value
 
     # ---------------------------------------------------------------- streams
@@ -707,7 +688,7 @@ class DebugHandler:
         for out in spec.writes:
             o_start, o_end = ranges[out]
             for n in spec.arrays:
-                if n == out or n in spec.writes:
+                if n in spec.writes:
                     continue
                 start, end = ranges[n]
                 if not (start < o_end and o_start < end):

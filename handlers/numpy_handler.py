@@ -63,6 +63,12 @@ class NumpyHandler(Handler):
             buf = self._scratch_cache[shape] = np.empty(shape, self.dtype)
         return buf
 
+    def _add_product(self, fn, a, b, out):
+        # out += fn(a, b), through the scratch buffer of out's shape.
+        tmp = self._scratch(out.shape)
+        fn(a, b, out=tmp)
+        np.add(out, tmp, out=out)
+
     # streams ---------------------------------------------------------------
     def _record_event(self):
         return CompletedEvent()
@@ -129,9 +135,7 @@ class NumpyHandler(Handler):
         if beta == 0.0:
             np.dot(a, b, out=out)
         else:
-            tmp = self._scratch(out.shape)
-            np.dot(a, b, out=tmp)
-            np.add(out, tmp, out=out)
+            self._add_product(np.dot, a, b, out)
 
     def _axpby(self, alpha, x, beta, y):
         if beta == 0.0:
@@ -160,9 +164,7 @@ class NumpyHandler(Handler):
     # elementwise ------------------------------------------------------------
     def _binary(self, name, a, b, out):
         if name == "mul_add":
-            tmp = self._scratch(out.shape)
-            np.multiply(a, b, out=tmp)
-            np.add(out, tmp, out=out)
+            self._add_product(np.multiply, a, b, out)
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 _BINARY[name](a, b, out=out)
@@ -173,9 +175,7 @@ class NumpyHandler(Handler):
         elif name == "mul":
             np.multiply(t, s, out=out)
         else:  # mul_add
-            tmp = self._scratch(out.shape)
-            np.multiply(t, s, out=tmp)
-            np.add(out, tmp, out=out)
+            self._add_product(np.multiply, t, s, out)
 
     def _unary(self, name, a, out):
         if name == "sigmoid":

@@ -12,9 +12,6 @@ class Activation(Layer):
 
     op = None
 
-    def __repr__(self):
-        return f"{type(self).__name__}()"
-
     def forward(self, x, training=True):
         b = self.buffers(x.shape, y=x.shape, dx=x.shape)
         getattr(self.h, self.op)(x, b.y)

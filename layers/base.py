@@ -76,11 +76,8 @@ class Layer:
         first call with ``key`` (typically the input shape) and returned from
         the cache afterwards, as a namespace: ``b = self.buffers(x.shape,
         y=x.shape)``, then ``b.y``."""
-        b = self._cache.get(key)
-        if b is None:
-            b = SimpleNamespace(**{n: self.h.allocate(s) for n, s in shapes.items()})
-            self._cache[key] = b
-        return b
+        return self.cached(key, lambda: SimpleNamespace(
+            **{n: self.h.allocate(s) for n, s in shapes.items()}))
 
     def cached(self, key, build):
         """Like ``buffers`` for buffers that need more than allocation (views,

@@ -60,21 +60,15 @@ class LSTM(Layer):
         init.constant(host["b"], 0.0)
         init.constant(host["b"][GATES.index("f")], 1.0)
 
-    def bind(self, h):
-        super().bind(h)
-        self._pviews = None
-
     # ------------------------------------------------------------------ views
     def _param_views(self):
         """Per-gate views of the parameters and gradients (made once)."""
-        if self._pviews is None:
-            h = self.h
-            self._pviews = SimpleNamespace(**{
-                name: [index(h, store[key], k) for k in range(4)]
-                for name, store, key in (("Wx", self.params, "Wx"), ("Wh", self.params, "Wh"),
-                                         ("b", self.params, "b"), ("dWx", self.grads, "Wx"),
-                                         ("dWh", self.grads, "Wh"), ("db", self.grads, "b"))})
-        return self._pviews
+        h = self.h
+        return self.cached("params", lambda: SimpleNamespace(**{
+            name: [index(h, store[key], k) for k in range(4)]
+            for name, store, key in (("Wx", self.params, "Wx"), ("Wh", self.params, "Wh"),
+                                     ("b", self.params, "b"), ("dWx", self.grads, "Wx"),
+                                     ("dWh", self.grads, "Wh"), ("db", self.grads, "b"))}))
 
     def _bufs(self, T, B):
         """Buffers and their per-gate / per-step views for sequences (T, B)."""
@@ -128,8 +122,11 @@ class LSTM(Layer):
             for k, g in enumerate(GATES):
                 getattr(h, _GATE_OP[g])(a[k], a[k])     # in place: A keeps activations
             i, f, g, o = a
-            h.mult_tt(f, b.Ct[t], b.Ct[t + 1])          # c = f * c'
-            h.mult_add_tt(i, g, b.Ct[t + 1])            #   + i * g
+            if t == 0:                                  # c' = 0: c = i * g
+                h.mult_tt(i, g, b.Ct[1])
+            else:
+                h.mult_tt(f, b.Ct[t], b.Ct[t + 1])      # c = f * c'
+                h.mult_add_tt(i, g, b.Ct[t + 1])        #   + i * g
             h.tanh(b.Ct[t + 1], b.TCt[t])
             h.mult_tt(o, b.TCt[t], b.Ht[t + 1])         # h = o * tanh(c)
         self._x2, self._b, self._T, self._B = x2, b, T, B
@@ -145,7 +142,6 @@ class LSTM(Layer):
         if self.return_sequences:
             dys = [index(h, dy, t) for t in range(T)] if b.dY_seq is not dy else b.dys
             b.dY_seq, b.dys = dy, dys
-        h.fill(b.dc, 0.0)
         for t in range(T - 1, -1, -1):
             a, da = b.At[t], b.dAt[t]
             i, f, g, o = a
@@ -159,8 +155,11 @@ class LSTM(Layer):
             h.mult_tt(dh, b.TCt[t], b.tmp)                 # do = dh * tanh(c)
             h.sigmoid_deriv(o, o, b.tmp, da[3])
             h.mult_tt(dh, o, b.tmp)                        # dc += dh * o * (1 - tanh(c)^2)
-            h.tanh_deriv(b.TCt[t], b.TCt[t], b.tmp, b.tmp)
-            h.add_tt(b.dc, b.tmp, b.dc)
+            if t == T - 1:                                 # dc starts here
+                h.tanh_deriv(b.TCt[t], b.TCt[t], b.tmp, b.dc)
+            else:
+                h.tanh_deriv(b.TCt[t], b.TCt[t], b.tmp, b.tmp)
+                h.add_tt(b.dc, b.tmp, b.dc)
             h.mult_tt(b.dc, g, b.tmp)                      # di = dc * g
             h.sigmoid_deriv(i, i, b.tmp, da[0])
             h.mult_tt(b.dc, i, b.tmp)                      # dg = dc * i

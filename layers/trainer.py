@@ -30,12 +30,6 @@ def _progress_bar(total, enabled):
     return tqdm(total=total, unit="step", dynamic_ncols=True)
 
 
-def device_batches(h, batches, depth=2):
-    """Handler arrays of ``batches`` (NumPy arrays or tuples of them) through
-    ``h.prefetch``; a yielded batch stays valid until the next is requested."""
-    return h.prefetch(batches, depth=depth)
-
-
 class History:
     """What ``Trainer.fit`` returns.
 
@@ -131,7 +125,7 @@ class Trainer:
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
-                for i, (xb, yb) in enumerate(device_batches(h, self.batches(x, y, True))):
+                for i, (xb, yb) in enumerate(h.prefetch(self.batches(x, y, True))):
                     loss = net.train_step(xb, yb)
                     opt.step()
                     h.copy_to(loss, slots[i])     # the loss stays on the device
@@ -177,7 +171,7 @@ class Trainer:
         n = self._check(x, y)
         total = h.zeros((1,))
         outputs = []
-        for xb, yb in device_batches(h, self.batches(x, y, False)):
+        for xb, yb in h.prefetch(self.batches(x, y, False)):
             loss, out = net.evaluate_batch(xb, yb)
             nb = yb.shape[0]
             h.axpby(float(nb), loss, 1.0, total)   # sum of per-sample losses, on the device

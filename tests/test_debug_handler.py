@@ -38,6 +38,14 @@ def need_groups(handler, n):
         pytest.skip(f"needs {n} stream groups, handler has {handler.num_stream_groups}")
 
 
+def groups_one_two(handler):
+    """A DebugHandler of ``handler`` and its views of stream groups 1 and 2
+    (skips unless the handler has 3 groups)."""
+    need_groups(handler, 3)
+    debug = DebugHandler(handler)
+    return debug, debug.with_streams(1), debug.with_streams(2)
+
+
 def view_of(h, make):
     """A view of a handler array (slice, reshape), or skip if the array type
     cannot make it."""
@@ -414,9 +422,7 @@ def test_ordering_prevents_the_hazard(handler, kind, how):
 @pytest.mark.parametrize("wrong", ["reversed wait_for", "synchronize the reader",
                                    "event recorded too early", "event of the wrong group"])
 def test_the_wrong_ordering_does_not_count(handler, wrong):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     a, out = debug.zeros((3, 3)), debug.zeros((3, 3))
     early = one.record_event()
     one.fill(a, 1.0)
@@ -445,9 +451,7 @@ def test_ordering_is_transitive(handler):
 
 
 def test_no_hazard_within_a_group_or_between_reads(handler):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     a, b, c = debug.zeros((6,)), debug.zeros((6,)), debug.zeros((6,))
     one.fill(a, 1.0)
     one.add_tt(a, a, a)          # same group: issue order is enough
@@ -459,9 +463,7 @@ def test_no_hazard_within_a_group_or_between_reads(handler):
 
 
 def test_new_arrays_are_ready_on_every_group(handler, rng):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    _, one, two = groups_one_two(handler)
     made = [one.zeros((5,)), one.ones((5,)), one.create_from_numpy(rand((5,), rng)),
             one.allocate((5,))]
     for a in made:
@@ -471,9 +473,7 @@ def test_new_arrays_are_ready_on_every_group(handler, rng):
 
 
 def test_get_numpy_copy_is_an_ordering_point_for_its_buffer(handler):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     a, b, out = debug.zeros((5,)), debug.zeros((5,)), debug.zeros((5,))
     one.fill(a, 5.0)
     one.fill(b, 6.0)
@@ -503,9 +503,7 @@ def test_is_fully_finite_reads_on_its_group(handler):
 
 
 def test_bare_events_and_plain_views_of_the_inner_handler(handler):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     a, out = debug.zeros((5,)), debug.zeros((5,))
     one.fill(a, 1.0)
     two.wait_event(handler.with_streams(1).record_event())   # unknown to the tracker
@@ -535,9 +533,7 @@ def test_missing_wait_is_reported(handler, rng):
 
 # ---------------------------------------------------------------- overlapping views
 def test_overlapping_views_of_one_flat_buffer(handler):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     flat = debug.zeros((30,))
     out = debug.zeros((15,))
     head, mid, tail = (view_of(handler, lambda s=s: flat[s]) for s in
@@ -558,9 +554,7 @@ def test_overlapping_views_of_one_flat_buffer(handler):
 
 
 def test_views_split_state_exactly(handler):
-    need_groups(handler, 3)
-    debug = DebugHandler(handler)
-    one, two = debug.with_streams(1), debug.with_streams(2)
+    debug, one, two = groups_one_two(handler)
     flat = debug.zeros((40,))
     def part(lo, hi):
         return view_of(handler, lambda: flat[lo:hi])

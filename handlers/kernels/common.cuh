@@ -1,4 +1,5 @@
-// Device helpers shared by elementwise.cu, rows.cu and random.cu.
+// Device helpers shared by elementwise.cu, rows.cu, random.cu and reduce.cu
+// (reduce.cu uses only the packet traits, VecTraits and kVec).
 //
 // What is here:
 //   * SH_EXPORT: emits the two extern "C" kernels name_f32 / name_f64 around

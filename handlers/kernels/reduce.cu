@@ -17,16 +17,15 @@
 // bit-for-bit reproducible on every stream.
 //
 // Launch: 1-D grid of 256-thread blocks; any grid size is correct.
-#include <cstdint>
+#include "common.cuh"
 
 namespace {
 
-template <typename T> struct Vec;
-template <> struct Vec<float>  { using type = float4;  static constexpr int n = 4; };
-template <> struct Vec<double> { using type = double2; static constexpr int n = 2; };
+using sh::kVec;
+using sh::VecTraits;
 
-// The V-wide load type of sum_cols: the scalar for V == 1, else Vec<T>.
-template <typename T, int V> struct Load { using type = typename Vec<T>::type; };
+// The V-wide load type of sum_cols: the scalar for V == 1, else the packet.
+template <typename T, int V> struct Load { using type = typename VecTraits<T>::type; };
 template <typename T> struct Load<T, 1> { using type = T; };
 
 // Loads in flight per thread in sum_cols; the host rounds chunks to match
@@ -52,8 +51,8 @@ template <typename T>
 __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ out,
                               long long rows, long long n, long long chunk,
                               long long chunks) {
-    using VT = typename Vec<T>::type;
-    constexpr int V = Vec<T>::n;
+    using VT = typename VecTraits<T>::type;
+    constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
     const long long nwarps = (long long)gridDim.x * (blockDim.x >> 5);
     const long long tasks = rows * chunks;

@@ -30,12 +30,7 @@ struct SumOp {
 };
 
 template <typename T, typename Op>
-__device__ __forceinline__ T warp_reduce(T v, Op op) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-}
+__device__ __forceinline__ T group_reduce(T v, Op op, int width);  // below, with softmax
 
 // Reduces v over the block and returns the result to every thread.
 // blockDim.x must be a multiple of 32 (full warps for the shuffles); scratch
@@ -46,10 +41,10 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* scratch) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int nwarps = blockDim.x >> 5;
-    v = warp_reduce(v, op);
+    v = group_reduce(v, op, 32);
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
-    v = warp_reduce(lane < nwarps ? scratch[lane] : identity, op);
+    v = group_reduce(lane < nwarps ? scratch[lane] : identity, op, 32);
     __syncthreads();  // scratch is free for the next reduction
     return v;
 }
