@@ -1,7 +1,7 @@
 """Packaging for streamhandlers (import names ``handlers`` and ``layers``)."""
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 setup(
     name="streamhandlers",
@@ -12,6 +12,10 @@ setup(
     long_description_content_type="text/x-rst",
     packages=["handlers", "layers"],
     package_data={"handlers": ["kernels/*.cu", "kernels/*.cuh"]},
+    # The C kernel launcher (see handlers/kernel_loader.py).  It needs only a C
+    # compiler and Python's headers, no CUDA; where it cannot be built the
+    # install goes on and kernels launch through pycuda.
+    ext_modules=[Extension("handlers._launch", ["handlers/_launch.c"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24"],
     extras_require={

@@ -65,6 +65,20 @@ def _floors(h, calls):
                                                             sync=h.synchronize_all_streams)
         else:
             print(f"hostcost: ctypes floor skipped: cuLaunchKernel returned {rc}")
+        try:
+            from handlers import _launch
+        except ImportError:
+            print("hostcost: handlers._launch not built; C launcher floor skipped")
+        else:
+            if _launch.load():
+                ptr_int, sh = int(x.gpudata), stream.handle
+                out["handlers._launch.launch"] = host_overhead_us(
+                    lambda: _launch.launch(f, sh, 4, 256, b"Pq", ptr_int, 1000), calls,
+                    sync=h.synchronize_all_streams)
+                gd = x.gpudata
+                out["handlers._launch.launch, gpudata"] = host_overhead_us(
+                    lambda: _launch.launch(f, sh, 4, 256, b"Pq", gd, 1000), calls,
+                    sync=h.synchronize_all_streams)
     try:
         from cuda.bindings import driver as cbd
 
@@ -108,6 +122,7 @@ def _floors(h, calls):
         lambda: pack("Pq", x.gpudata, 1000), calls)
     out["int(a.gpudata)"] = host_overhead_us(lambda: int(x.gpudata), calls)
 
+    out.update(_gemm_floors(h, calls))
     ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
     other = h.with_streams(1).stream
     out["event record"] = host_overhead_us(lambda: ev.record(stream), calls,
@@ -118,6 +133,54 @@ def _floors(h, calls):
     out["view.wait_for(handler)"] = host_overhead_us(lambda: v1.wait_for(h), calls,
                                                      sync=h.synchronize_all_streams)
     out["with_streams(1) lookup"] = host_overhead_us(lambda: h.with_streams(1), calls)
+    return out
+
+
+def _gemm_floors(h, calls):
+    """Bare 16x16 sgemm calls on the handler's stream through each binding."""
+    out = {}
+    a = h.create_from_numpy(np.ones((16, 16), F32))
+    c = h.zeros((16, 16))
+    pa, pc = int(a.gpudata), int(c.gpudata)
+    sync = h.synchronize_all_streams
+    try:
+        from handlers.blas import _SkcudaGemm
+        g = _SkcudaGemm(np.dtype(F32), h.stream)
+        out["cublasSgemm ctypes"] = host_overhead_us(
+            lambda: g._fn(g.handle, 0, 0, 16, 16, 16, g._palpha, pa, 16, pa, 16, g._pbeta, pc,
+                          16), calls, sync=sync)
+        try:
+            from handlers import _launch
+            out["cublasSgemm handlers._launch.gemm"] = host_overhead_us(
+                lambda: _launch.gemm(g._symbol, g.handle, 0, 0, 16, 16, 16, 1.0, pa, 16, pa, 16,
+                                     0.0, pc, 16, False), calls, sync=sync)
+        except ImportError:
+            pass
+        g.close()
+    except ImportError as e:
+        print(f"hostcost: scikit-cuda floors skipped: {e}")
+    try:
+        from handlers.blas import _NvmathGemm
+        g = _NvmathGemm(np.dtype(F32), h.stream)
+        g._scalars[:] = (1.0, 0.0)
+        out["cublasSgemm nvmath"] = host_overhead_us(
+            lambda: g._fn(g.handle, 0, 0, 16, 16, 16, g._palpha, pa, 16, pa, 16, g._pbeta, pc,
+                          16), calls, sync=sync)
+        g.close()
+    except ImportError as e:
+        print(f"hostcost: nvmath floor skipped: {e}")
+    try:
+        import torch
+        ta = torch.ones((16, 16), device="cuda")
+        tc = torch.empty((16, 16), device="cuda")
+        out["torch.mm(out=) 16x16"] = host_overhead_us(lambda: torch.mm(ta, ta, out=tc), calls,
+                                                       sync=torch.cuda.synchronize)
+        tx = torch.ones(1000, device="cuda")
+        ty = torch.ones(1000, device="cuda")
+        out["torch.add(out=) 1000"] = host_overhead_us(lambda: torch.add(tx, ty, out=ty), calls,
+                                                       sync=torch.cuda.synchronize)
+    except ImportError:
+        pass
     return out
 
 
@@ -144,7 +207,7 @@ def main(argv=None):
         h._run = run
         for slot, g in zip(h._all_slots, gemms):
             slot.gemm = g
-    print(f"Host us per call, median of {calls} calls")
+    print(f"Host us per call, median of {calls} calls; kernel launcher: {h.launcher}")
     print(f"{'op':16} {'whole':>8} {'python':>8} {'launch':>8}")
     for k in ops:
         print(f"{k:16} {whole[k]:8.2f} {python[k]:8.2f} {whole[k] - python[k]:8.2f}")

@@ -8,7 +8,9 @@ Scalars are passed in host pointer mode.  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
-  symbol directly to skip the per-call wrapper work.
+  symbol directly to skip the per-call wrapper work: through the C launcher
+  (``handlers._launch.gemm``) where it is built, else through ctypes, whose
+  argument conversion costs a few microseconds per call.
 * ``"nvmath"``: ``nvmath.bindings.cublas`` from nvmath-python.
 """
 import ctypes
@@ -42,8 +44,22 @@ class _SkcudaGemm:
         ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
         self._alpha, self._beta = ctype(1.0), ctype(0.0)
         self._palpha, self._pbeta = ctypes.byref(self._alpha), ctypes.byref(self._beta)
+        self._double = dtype == np.float64
+        self._symbol = ctypes.cast(self._fn, ctypes.c_void_p).value
+        from .kernel_loader import launcher
+        if launcher() == "c":
+            from ._launch import gemm
+            self._c_gemm = gemm
+        else:
+            self._c_gemm = None
 
     def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+        if self._c_gemm is not None:
+            status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
+                                  int(A), lda, int(B), ldb, beta, int(C), ldc, self._double)
+            if status:
+                self._cublas.cublasCheckStatus(status)
+            return
         self._alpha.value = alpha
         self._beta.value = beta
         status = self._fn(self.handle, transa, transb, m, n, k, self._palpha,

@@ -1,32 +1,109 @@
-"""Compile the CUDA sources in ``handlers/kernels`` once per process.
+"""Compile the CUDA sources in ``handlers/kernels`` once per process, and load
+them for one of two launch paths.
 
 Each ``.cu`` file is plain CUDA C++ (templates instantiated for float and
 double behind ``extern "C"`` names ending in ``_f32``/``_f64``), so it also
-compiles standalone with nvcc.  pycuda caches the binaries on disk, so a warm
-start does not invoke nvcc again.
+compiles standalone with nvcc.  pycuda compiles and caches the binaries on
+disk, so a warm start does not invoke nvcc again.
+
+Launch paths (``launcher()`` says which one this process uses):
+
+* ``"c"``: the ``handlers._launch`` extension, built at install time where a C
+  compiler is present, loads the module through the driver and launches with
+  one C call per kernel (about 2 us less host time than pycuda's launch).
+* ``"pycuda"``: pycuda's prepared launch, where the extension is not built or
+  ``STREAMHANDLERS_LAUNCH=pycuda`` is set in the environment.
 """
+import ctypes
 import os
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+_cubins = {}
 _modules = {}
+_launcher = None
+_driver = None
+
+
+class Kernel:
+    """One compiled kernel: its argument format (pycuda struct codes) and
+    either a driver function handle (C launcher) or a prepared pycuda Function."""
+
+    __slots__ = ("name", "fmt", "handle", "function")
+
+    def __init__(self, name, fmt, handle=None, function=None):
+        self.name = name
+        self.fmt = fmt.encode()
+        self.handle = handle
+        self.function = function
+
+
+def launcher():
+    """``"c"`` if kernels launch through the ``handlers._launch`` extension, else
+    ``"pycuda"`` (extension not built, no driver, or ``STREAMHANDLERS_LAUNCH=pycuda``)."""
+    global _launcher
+    if _launcher is None:
+        _launcher = "pycuda"
+        if os.environ.get("STREAMHANDLERS_LAUNCH", "c") != "pycuda":
+            try:
+                from . import _launch
+            except ImportError:
+                pass
+            else:
+                if _launch.load():
+                    _launcher = "c"
+    return _launcher
+
+
+def cubin(name):
+    """The compiled binary of ``kernels/<name>.cu`` (nvcc through pycuda, cached)."""
+    data = _cubins.get(name)
+    if data is None:
+        from pycuda.compiler import compile as nvcc_compile
+        with open(os.path.join(KERNEL_DIR, name + ".cu")) as f:
+            source = f.read()
+        data = _cubins[name] = nvcc_compile(source, no_extern_c=True, options=["-std=c++17"],
+                                            include_dirs=[KERNEL_DIR])
+    return data
+
+
+def _check(what, rc):
+    if rc:
+        name = ctypes.c_char_p()
+        _driver.cuGetErrorName(rc, ctypes.byref(name))
+        raise RuntimeError(f"{what} failed: {(name.value or b'?').decode()} ({rc})")
 
 
 def module(name):
-    """Return the compiled pycuda module for ``kernels/<name>.cu``."""
+    """The loaded module of ``kernels/<name>.cu`` in the current context: a
+    driver ``CUmodule`` handle (int) for the C launcher, else a pycuda Module."""
     mod = _modules.get(name)
     if mod is None:
-        from pycuda.compiler import SourceModule
-        with open(os.path.join(KERNEL_DIR, name + ".cu")) as f:
-            source = f.read()
-        mod = SourceModule(source, no_extern_c=True, options=["-std=c++17"],
-                           include_dirs=[KERNEL_DIR])
+        data = cubin(name)
+        if launcher() == "c":
+            global _driver
+            if _driver is None:
+                _driver = ctypes.CDLL("libcuda.so.1")
+            handle = ctypes.c_void_p()
+            _check("cuModuleLoadData", _driver.cuModuleLoadData(ctypes.byref(handle), data))
+            mod = handle.value
+        else:
+            import pycuda.driver as drv
+            mod = drv.module_from_buffer(data)
         _modules[name] = mod
     return mod
 
 
 def function(file, name, suffix, arg_format):
-    """Return kernel ``name + '_' + suffix`` from ``file``, prepared with
-    ``arg_format`` (pycuda struct codes, e.g. ``"PPq"``)."""
-    fn = module(file).get_function(f"{name}_{suffix}")
+    """Return kernel ``name + '_' + suffix`` from ``file`` as a ``Kernel`` whose
+    arguments follow ``arg_format`` (pycuda struct codes, e.g. ``"PPq"``)."""
+    full = f"{name}_{suffix}"
+    mod = module(file)
+    if launcher() == "c":
+        handle = ctypes.c_void_p()
+        _check(f"cuModuleGetFunction({full})",
+               _driver.cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod),
+                                           full.encode()))
+        return Kernel(full, arg_format, handle=handle.value)
+    fn = mod.get_function(full)
     fn.prepare(arg_format)
-    return fn
+    return Kernel(full, arg_format, function=fn)

@@ -4,9 +4,9 @@ Arrays are ``pycuda.gpuarray.GPUArray`` backed by a device memory pool.  Every
 piece of device work (kernels, fills, copies, cuBLAS) is issued on the
 handler's own non-blocking streams, never on the legacy NULL stream, which
 would serialise against everything.  Kernels come from ``handlers/kernels``,
-are prepared once (``Function.prepare``) and launched through the prepared
-function's own launch call, as ``prepared_async_call`` does but without its
-per-call wrapper work, which costs about a microsecond on a hot path.
+are loaded once per process and launched with one C call through the
+``handlers._launch`` extension where it is built, else through pycuda's
+prepared launch (``handlers.kernel_loader`` says why and how to choose).
 
 Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
 cuBLAS handle and scratch workspace.  Every op currently runs on the first
@@ -25,7 +25,8 @@ from .checks import fail_type
 
 _BLOCK = 256
 _SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
-_pack = None   # pycuda's argument packer, bound when a handler is created
+_pack = None     # pycuda's argument packer, bound when a handler is created
+_c_launch = None  # handlers._launch.launch where the C launcher is used
 
 
 class _StreamSlot:
@@ -33,6 +34,7 @@ class _StreamSlot:
 
     def __init__(self, drv, pool, dtype, blas):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
+        self.handle = self.stream.handle           # CUstream, for the C launcher
         self.event = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
         self.gemm = make_gemm(blas, dtype, self.stream)
         self._pool = pool
@@ -151,8 +153,11 @@ class PyCudaHandler(Handler):
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
-        global _pack
+        global _pack, _c_launch
         from pycuda._pvt_struct import pack as _pack
+        self.launcher = kernel_loader.launcher()   # "c" or "pycuda", one per process
+        if self.launcher == "c":
+            from ._launch import launch as _c_launch
         type(self).array_type = GPUArray
         self._drv = drv
         self._device, _ = cuda_context.acquire(device)
@@ -253,14 +258,18 @@ class PyCudaHandler(Handler):
     def _grid(self, n):
         """Blocks for a grid-stride kernel over n elements (VEC per thread)."""
         per = _BLOCK * self._vec
-        return (max(1, min((n + per - 1) // per, self._max_blocks)), 1)
+        return max(1, min((n + per - 1) // per, self._max_blocks))
 
-    def _run(self, fn, grid, *args):
-        """Launch prepared kernel ``fn`` on this group's stream: what
-        prepared_async_call does, minus its per-call argument handling and
-        import (about 1 us of the ~8 us a launch costs)."""
-        fn._launch_kernel(grid, (_BLOCK, 1, 1), _pack(fn.arg_format, *args), 0,
-                          self._slot.stream)
+    def _run(self, kernel, grid, *args):
+        """Launch ``kernel`` (a ``kernel_loader.Kernel``) with ``grid`` blocks of
+        _BLOCK threads on this group's stream: one call into the C launcher,
+        else pycuda's launch (what prepared_async_call does, minus its per-call
+        argument handling)."""
+        if _c_launch is not None:
+            _c_launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *args)
+        else:
+            kernel.function._launch_kernel((grid, 1), (_BLOCK, 1, 1),
+                                           _pack(kernel.fmt, *args), 0, self._slot.stream)
 
     def _launch(self, name, n, *args):
         """Launch elementwise kernel ``name`` over ``n`` elements (none if 0)."""
@@ -477,7 +486,7 @@ class PyCudaHandler(Handler):
             chunks = -(-n // chunk)
 
             def grid(tasks):
-                return (max(1, min(-(-tasks // 8), sms * 64)), 1)
+                return max(1, min(-(-tasks // 8), sms * 64))
             first = (fn, grid(rows * chunks), (rows, n, chunk, chunks))
             if chunks == 1:
                 return first, None, 0, None
@@ -501,7 +510,7 @@ class PyCudaHandler(Handler):
         chunks = -(-n // chunk)
 
         def grid(tasks):
-            return (max(1, min(tasks, sms * 32)), 1)
+            return max(1, min(tasks, sms * 32))
         first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx))
         if chunks == 1:
             return first, None, 0, 0
@@ -542,7 +551,7 @@ class PyCudaHandler(Handler):
         if rows and cols:
             # The kernel strides over rows, so a grid that fills the GPU is
             # enough (and much faster for short rows than a block per row).
-            self._run(self._k["softmax_rows"], (min(rows, 16 * self._sms), 1),
+            self._run(self._k["softmax_rows"], min(rows, 16 * self._sms),
                       m.gpudata, out.gpudata, rows, cols)
 
     # indexing and masks -------------------------------------------------------

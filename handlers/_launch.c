@@ -1,0 +1,262 @@
+/* handlers._launch: a lean path from Python to cuLaunchKernel and cuBLAS GEMM.
+ *
+ * pycuda's launch goes through boost.python (argument tuples converted per
+ * call) and a separate argument packer, and scikit-cuda's GEMM through ctypes;
+ * together that is several microseconds of host time per op, more than the
+ * driver's own launch.  This module packs the arguments and makes the call in
+ * one C function (METH_FASTCALL: no argument tuple is built).
+ *
+ * It needs no CUDA headers or libraries at build time: libcuda is opened at
+ * run time and the few driver types used here are plain integers and
+ * pointers.  So it builds on any machine with a C compiler, and a machine
+ * without a GPU can still test the argument packer.
+ *
+ * Argument formats use pycuda's struct codes with native alignment:
+ * P (device pointer: an int or anything with __int__), q, Q, i, f, d.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_ARGS 16
+#define MAX_BYTES 256
+
+typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void *, void **, void **);
+typedef int (*error_name_fn)(int, const char **);
+typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const void *, int,
+                        const void *, int, const float *, void *, int);
+typedef int (*dgemm_fn)(void *, int, int, int, int, int, const double *, const void *, int,
+                        const void *, int, const double *, void *, int);
+
+static launch_fn cu_launch;
+static error_name_fn cu_error_name;
+
+/* Pack args by fmt into buf; params[i] points at argument i.  Returns the
+ * number of bytes used, or -1 with a Python exception set. */
+static Py_ssize_t pack(const char *fmt, Py_ssize_t nfmt, PyObject *const *args,
+                       Py_ssize_t nargs, char *buf, void **params) {
+    if (nfmt != nargs) {
+        PyErr_Format(PyExc_TypeError, "format has %zd codes but %zd arguments were given",
+                     nfmt, nargs);
+        return -1;
+    }
+    if (nargs > MAX_ARGS) {
+        PyErr_Format(PyExc_ValueError, "at most %d kernel arguments", MAX_ARGS);
+        return -1;
+    }
+    Py_ssize_t off = 0;
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        PyObject *o = args[i];
+        size_t size;
+        switch (fmt[i]) {
+            case 'P': case 'q': case 'Q': case 'd': size = 8; break;
+            case 'i': case 'f': size = 4; break;
+            default:
+                PyErr_Format(PyExc_ValueError, "unknown argument code '%c'", fmt[i]);
+                return -1;
+        }
+        off = (off + (Py_ssize_t)size - 1) & ~((Py_ssize_t)size - 1);   /* native alignment */
+        if (off + (Py_ssize_t)size > MAX_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "kernel arguments too large");
+            return -1;
+        }
+        char *dst = buf + off;
+        params[i] = dst;
+        off += (Py_ssize_t)size;
+        switch (fmt[i]) {
+            case 'P': {
+                /* Device allocations are objects with __int__; plain ints pass as is. */
+                PyObject *n = PyLong_Check(o) ? (Py_INCREF(o), o) : PyNumber_Long(o);
+                if (!n) return -1;
+                unsigned long long v = PyLong_AsUnsignedLongLong(n);
+                Py_DECREF(n);
+                if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+                memcpy(dst, &v, 8);
+                break;
+            }
+            case 'q': {
+                long long v = PyLong_AsLongLong(o);
+                if (v == -1 && PyErr_Occurred()) return -1;
+                memcpy(dst, &v, 8);
+                break;
+            }
+            case 'Q': {
+                unsigned long long v = PyLong_AsUnsignedLongLong(o);
+                if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+                memcpy(dst, &v, 8);
+                break;
+            }
+            case 'i': {
+                long v = PyLong_AsLong(o);
+                if (v == -1 && PyErr_Occurred()) return -1;
+                if (v < INT32_MIN || v > INT32_MAX) {
+                    PyErr_SetString(PyExc_OverflowError, "'i' argument out of range");
+                    return -1;
+                }
+                int32_t w = (int32_t)v;
+                memcpy(dst, &w, 4);
+                break;
+            }
+            case 'f': {
+                double v = PyFloat_AsDouble(o);
+                if (v == -1.0 && PyErr_Occurred()) return -1;
+                float w = (float)v;
+                memcpy(dst, &w, 4);
+                break;
+            }
+            case 'd': {
+                double v = PyFloat_AsDouble(o);
+                if (v == -1.0 && PyErr_Occurred()) return -1;
+                memcpy(dst, &v, 8);
+                break;
+            }
+        }
+    }
+    return off;
+}
+
+static int as_bytes(PyObject *o, const char **s, Py_ssize_t *n) {
+    if (PyBytes_Check(o)) {
+        *s = PyBytes_AS_STRING(o);
+        *n = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyUnicode_Check(o)) {
+        *s = PyUnicode_AsUTF8AndSize(o, n);
+        return *s ? 0 : -1;
+    }
+    PyErr_SetString(PyExc_TypeError, "format must be bytes or str");
+    return -1;
+}
+
+static PyObject *py_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "pack(fmt, *args)");
+        return NULL;
+    }
+    const char *fmt;
+    Py_ssize_t nfmt;
+    if (as_bytes(args[0], &fmt, &nfmt) < 0) return NULL;
+    char buf[MAX_BYTES];
+    void *params[MAX_ARGS];
+    memset(buf, 0, sizeof buf);
+    Py_ssize_t used = pack(fmt, nfmt, args + 1, nargs - 1, buf, params);
+    if (used < 0) return NULL;
+    return PyBytes_FromStringAndSize(buf, used);
+}
+
+static void *open_cuda(void) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    return lib ? lib : dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
+}
+
+static PyObject *py_load(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    if (cu_launch) Py_RETURN_TRUE;
+    void *lib = open_cuda();
+    if (!lib) Py_RETURN_FALSE;
+    cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
+    cu_error_name = (error_name_fn)dlsym(lib, "cuGetErrorName");
+    if (!cu_launch) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *driver_error(const char *what, int rc) {
+    const char *name = NULL;
+    if (!cu_error_name || cu_error_name(rc, &name) != 0 || !name) name = "unknown error";
+    PyErr_Format(PyExc_RuntimeError, "%s failed: %s (%d)", what, name, rc);
+    return NULL;
+}
+
+/* launch(function, stream, grid, block, fmt, *args): cuLaunchKernel with a
+ * 1-D grid of 1-D blocks on `stream` (CUfunction and CUstream as ints). */
+static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 5) {
+        PyErr_SetString(PyExc_TypeError, "launch(function, stream, grid, block, fmt, *args)");
+        return NULL;
+    }
+    if (!cu_launch) {
+        PyErr_SetString(PyExc_RuntimeError, "launch: libcuda not loaded (call load() first)");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(args[0]);
+    void *stream = PyLong_AsVoidPtr(args[1]);
+    long grid = PyLong_AsLong(args[2]);
+    long block = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (!fn || grid < 1 || block < 1) {
+        PyErr_SetString(PyExc_ValueError, "launch: null function or empty grid");
+        return NULL;
+    }
+    const char *fmt;
+    Py_ssize_t nfmt;
+    if (as_bytes(args[4], &fmt, &nfmt) < 0) return NULL;
+    char buf[MAX_BYTES];
+    void *params[MAX_ARGS];
+    if (pack(fmt, nfmt, args + 5, nargs - 5, buf, params) < 0) return NULL;
+    int rc = cu_launch(fn, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, stream, params, NULL);
+    if (rc) return driver_error("cuLaunchKernel", rc);
+    Py_RETURN_NONE;
+}
+
+/* gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
+ * ldc, double): call cublas[SD]gemm_v2 at address `symbol` in host pointer
+ * mode; returns the cublasStatus_t (0 on success). */
+static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "gemm takes 16 arguments");
+        return NULL;
+    }
+    void *sym = PyLong_AsVoidPtr(args[0]);
+    void *handle = PyLong_AsVoidPtr(args[1]);
+    int ints[5];
+    for (int i = 0; i < 5; ++i) ints[i] = (int)PyLong_AsLong(args[2 + i]);
+    double alpha = PyFloat_AsDouble(args[7]);
+    void *a = PyLong_AsVoidPtr(args[8]);
+    int lda = (int)PyLong_AsLong(args[9]);
+    void *b = PyLong_AsVoidPtr(args[10]);
+    int ldb = (int)PyLong_AsLong(args[11]);
+    double beta = PyFloat_AsDouble(args[12]);
+    void *c = PyLong_AsVoidPtr(args[13]);
+    int ldc = (int)PyLong_AsLong(args[14]);
+    int dbl = PyObject_IsTrue(args[15]);
+    if (PyErr_Occurred()) return NULL;
+    if (!sym) {
+        PyErr_SetString(PyExc_ValueError, "gemm: null symbol");
+        return NULL;
+    }
+    int status;
+    if (dbl) {
+        status = ((dgemm_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4], &alpha, a,
+                                 lda, b, ldb, &beta, c, ldc);
+    } else {
+        float fa = (float)alpha, fb = (float)beta;
+        status = ((sgemm_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4], &fa, a,
+                                 lda, b, ldb, &fb, c, ldc);
+    }
+    return PyLong_FromLong(status);
+}
+
+static PyMethodDef methods[] = {
+    {"load", py_load, METH_NOARGS,
+     "load() -> bool: open libcuda; False where there is no CUDA driver."},
+    {"launch", (PyCFunction)(void (*)(void))py_launch, METH_FASTCALL,
+     "launch(function, stream, grid, block, fmt, *args): cuLaunchKernel, 1-D grid."},
+    {"pack", (PyCFunction)(void (*)(void))py_pack, METH_FASTCALL,
+     "pack(fmt, *args) -> bytes: the argument buffer launch() would pass."},
+    {"gemm", (PyCFunction)(void (*)(void))py_gemm, METH_FASTCALL,
+     "gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, "
+     "double) -> cublasStatus_t."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers._launch",
+                                    "Lean kernel launch and cuBLAS GEMM calls.", -1, methods};
+
+PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }

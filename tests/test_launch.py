@@ -1,0 +1,118 @@
+"""The C kernel launcher (handlers._launch) and the choice between launchers.
+
+The argument packer is checked on any machine where the extension is built
+(no GPU needed): its buffer must equal Python's ``struct.pack`` in native
+alignment, which is how the kernels' parameters are laid out.  On a GPU the
+pycuda fallback runs the same ops in a subprocess.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+_launch = pytest.importorskip(
+    "handlers._launch",
+    reason="handlers._launch is not built (no C compiler at install): kernels launch "
+           "through pycuda; `pip install -e .` builds it")
+
+CODES = "PqQidf"
+VALUES = {
+    "P": lambda r: int(r.integers(0, 2**63)),
+    "q": lambda r: int(r.integers(-2**62, 2**62)),
+    "Q": lambda r: int(r.integers(0, 2**63)),
+    "i": lambda r: int(r.integers(-2**31, 2**31)),
+    "d": lambda r: float(r.normal()),
+    "f": lambda r: float(np.float32(r.normal())),
+}
+
+
+def _native(fmt, args):
+    # struct pads only between items; the C packer's buffer ends at the last one.
+    return struct.pack("@" + fmt, *args)
+
+
+@pytest.mark.parametrize("trial", range(50))
+def test_pack_matches_struct_native_layout(trial):
+    rng = np.random.default_rng(1000 + trial)
+    fmt = "".join(rng.choice(list(CODES), size=int(rng.integers(1, 12))))
+    args = [VALUES[c](rng) for c in fmt]
+    assert _launch.pack(fmt.encode(), *args) == _native(fmt, args)
+    assert _launch.pack(fmt, *args) == _native(fmt, args)
+
+
+def test_pack_takes_objects_with_int_for_pointers():
+    class Allocation:
+        def __int__(self):
+            return 0x7F00_0000_1000
+
+    assert _launch.pack(b"Pq", Allocation(), 3) == struct.pack("@Pq", 0x7F00_0000_1000, 3)
+
+
+@pytest.mark.parametrize("fmt,args,error", [
+    (b"PP", (1,), TypeError),                 # too few arguments
+    (b"P", (1, 2), TypeError),                # too many
+    (b"Px", (1, 2), ValueError),              # unknown code
+    (b"i", (2**31,), OverflowError),          # out of range for int32
+    (b"P", (-1,), OverflowError),             # negative pointer
+    (b"q", ("3",), TypeError),                # not a number
+    (b"P" * 17, (0,) * 17, ValueError),       # more than the packer holds
+    (3, (), TypeError),                       # format not bytes/str
+])
+def test_pack_rejects_bad_arguments(fmt, args, error):
+    with pytest.raises(error):
+        _launch.pack(fmt, *args)
+
+
+def test_launch_rejects_null_function_before_touching_the_driver():
+    with pytest.raises((ValueError, RuntimeError)):
+        _launch.launch(0, 0, 1, 256, b"P", 1)
+
+
+def _gpu_or_skip():
+    try:
+        from handlers import PyCudaHandler
+        PyCudaHandler(np.float32)
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"PyCudaHandler unavailable: {e}")
+
+
+_FALLBACK = r"""
+import json, numpy as np
+from handlers import PyCudaHandler
+h = PyCudaHandler(np.float32, seed=3)
+r = np.random.default_rng(5)
+x, y = r.normal(size=(300, 70)).astype(np.float32), r.normal(size=(70, 50)).astype(np.float32)
+a, b = h.create_from_numpy(x), h.create_from_numpy(y)
+out = h.allocate((300, 50)); h.dot_mm(a, b, out)
+s = h.allocate((70,)); h.sum_t(a, 0, s)
+big = r.normal(size=(4096, 64)).astype(np.float32); bg = h.create_from_numpy(big)
+cs = h.allocate((64,)); h.sum_t(bg, 0, cs)
+sm = h.allocate((300, 70)); h.softmax_m(a, sm)
+e = h.allocate((300, 70)); h.with_streams(2).axpby(2.0, a, 0.0, e)
+h.synchronize_all_streams()
+print(json.dumps({"launcher": h.launcher,
+    "dot": float(np.abs(h.get_numpy_copy(out) - x.astype(np.float64) @ y).max()),
+    "sum": float(np.abs(h.get_numpy_copy(s) - x.astype(np.float64).sum(0)).max()),
+    "colsum": float(np.abs(h.get_numpy_copy(cs) - big.astype(np.float64).sum(0)).max()),
+    "axpby": float(np.abs(h.get_numpy_copy(e) - 2.0 * x.astype(np.float64)).max()),
+    "softmax_rows": float(np.abs(h.get_numpy_copy(sm).sum(1) - 1).max())}))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["pycuda", "c"])
+def test_each_launcher_runs_ops_correctly(launcher):
+    _gpu_or_skip()
+    env = dict(os.environ, STREAMHANDLERS_LAUNCH=launcher)
+    proc = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, capture_output=True,
+                          text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res.pop("launcher") == launcher
+    for what, err in res.items():
+        assert err < 1e-3, (what, err)
