@@ -25,7 +25,7 @@ def check_arrays(handler, op, *arrays):
         if not isinstance(a, array_type):
             fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
                           f"got {type(a).__module__}.{type(a).__name__}")
-        if a.dtype != dtype:
+        if a.dtype is not dtype and a.dtype != dtype:   # identity first: the common case
             fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
         if not handler._c_contiguous(a):
             fail_value(op, f"array of shape {a.shape} is not C-contiguous")
@@ -47,6 +47,8 @@ def check_ndim(op, a, ndim, name="array"):
 
 def check_scalar(op, name, value):
     """Return ``value`` as a Python float, or raise TypeError naming the op."""
+    if type(value) is float:    # the common case, without the ABC check below
+        return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu":

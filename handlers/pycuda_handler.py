@@ -250,7 +250,7 @@ class PyCudaHandler(Handler):
         add("rows", "binarize_v", "PPqq")
         add("random", "fill_gaussian", f"Pq{T}{T}QQ")
         add("random", "probability_mask", f"Pq{T}QQ")
-        add("reduce", "sum_rows", "PPqqqq")
+        add("reduce", "sum_rows", "PPPPqqqq")
         add("reduce", "sum_cols", "PPPPqqqqqi")
         add("reduce", "sum_cols_vec", "PPPPqqqqqi")
         self._k = k
@@ -349,7 +349,16 @@ class PyCudaHandler(Handler):
         # uses; a barrier orders all later work after it.
         if self._pool.held_blocks:
             self._barrier()
-        return self.array_type(shape, self.dtype, allocator=self._pool.allocate)
+        nbytes = math.prod(shape) * self.dtype.itemsize
+        if not nbytes:
+            return self.array_type(shape, self.dtype, allocator=self._pool.allocate)
+        # gpudata is the plain address and base keeps the pooled block alive:
+        # every launch converts each array's gpudata to an address, which
+        # costs ~0.3 us per array for pycuda's allocation objects and nothing
+        # for an int.
+        mem = self._pool.allocate(nbytes)
+        return self.array_type(shape, self.dtype, allocator=self._pool.allocate,
+                               gpudata=int(mem), base=mem)
 
     def _wrap(self, obj):
         op = "create_from_device_array"
@@ -392,7 +401,7 @@ class PyCudaHandler(Handler):
         return out
 
     def _copy_to(self, src, dest):
-        if src.size and src.gpudata is not dest.gpudata:
+        if src.size and int(src.gpudata) != int(dest.gpudata):
             self._drv.memcpy_dtod_async(dest.gpudata, src.gpudata, src.nbytes,
                                         self._slot.stream)
 
@@ -427,26 +436,17 @@ class PyCudaHandler(Handler):
         plan = self._sum_plans.get(key)
         if plan is None:
             plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
-        first, second, ws_elems, counters = plan
+        first, zero, ws_elems, counters = plan
         if first is None:          # nothing to add up
-            if second:
+            if zero:
                 self._fill(out, 0.0)
             return
         fn, grid, args = first
-        if counters is not None:   # sum_cols: one launch, chunked or not
-            ws = cnt = 0
-            if counters:
-                ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
-                cnt = self._slot.counters(counters)
-            self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
-            return
-        if second is None:
-            self._run(fn, grid, a.gpudata, out.gpudata, *args)
-            return
-        ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
-        self._run(fn, grid, a.gpudata, ws, *args)
-        fn, grid, args = second
-        self._run(fn, grid, ws, out.gpudata, *args)
+        ws = cnt = 0
+        if counters:               # chunked: partials and per-stream counters
+            ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
+            cnt = self._slot.counters(counters)
+        self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
 
     @staticmethod
     def _sum_view(shape, axis):
@@ -456,11 +456,13 @@ class PyCudaHandler(Handler):
         return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
-        """Choose kernels, grids and chunking for a sum over the middle axis of
-        an (outer, n, inner) view.  Returns (first, second, workspace elements,
-        counters): ``second`` is the finishing launch of a chunked ``sum_rows``
-        (else None); ``counters`` is None for ``sum_rows`` and, for ``sum_cols``,
-        the number of per-tile counters its chunked form needs (0 unchunked).
+        """Choose kernel, grid and chunking for a sum over the middle axis of
+        an (outer, n, inner) view.  Returns (launch, zero, workspace elements,
+        counters): ``launch`` is (kernel, grid, trailing arguments) or None when
+        there is nothing to add up, in which case ``zero`` says whether the
+        output must be zero-filled (an empty axis); ``counters`` is the number
+        of per-stream counters a chunked launch needs (0 unchunked).  Both
+        kernels finish a chunked sum in the same launch.
 
         The keyword arguments (per multiprocessor) are the tuning knobs that
         ``python -m benchmarks sumtune`` sweeps: ``row_warps``, the warps that
@@ -472,9 +474,9 @@ class PyCudaHandler(Handler):
         per thread."""
         sms = self._sms
         if not outer * inner:
-            return None, False, 0, None        # empty output
+            return None, False, 0, 0           # empty output
         if not n:
-            return None, True, 0, None         # empty axis: the sum is 0
+            return None, True, 0, 0            # empty axis: the sum is 0
         if inner == 1:
             fn = self._k["sum_rows"]
             rows = outer
@@ -489,9 +491,8 @@ class PyCudaHandler(Handler):
                 return max(1, min(-(-tasks // 8), sms * 64))
             first = (fn, grid(rows * chunks), (rows, n, chunk, chunks))
             if chunks == 1:
-                return first, None, 0, None
-            second = (fn, grid(rows), (rows, chunks, chunks, 1))
-            return first, second, rows * chunks, None
+                return first, False, 0, 0
+            return first, False, rows * chunks, rows
         vec = self._vec if aligned and inner % self._vec == 0 else 1
         fn = self._k["sum_cols_vec" if vec > 1 else "sum_cols"]
         cols = -(-inner // vec)
@@ -513,8 +514,8 @@ class PyCudaHandler(Handler):
             return max(1, min(tasks, sms * 32))
         first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx))
         if chunks == 1:
-            return first, None, 0, 0
-        return first, None, outer * chunks * inner, base
+            return first, False, 0, 0
+        return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
     def _binary(self, name, a, b, out):

@@ -9,10 +9,10 @@
 //   sum_cols  inner > 1: each thread owns V adjacent columns and walks down
 //             the rows of its chunk, so a warp reads whole rows coalesced.
 //
-// Long axes are split into `chunks`; partial sums go to a per-stream workspace.
-// sum_rows lays them out as another input of its kind ((rows, chunks)), so the
-// host finishes with a second launch of the same kernel; sum_cols finishes in
-// the same launch (the last block of each column tile adds its partials up).
+// Long axes are split into `chunks`; partial sums go to a per-stream workspace
+// and both kernels finish in the same launch: the last warp of each row
+// (sum_rows) or the last block of each column tile (sum_cols) to finish adds
+// the partials up, told by a per-stream counter that it resets to 0.
 // Summation order depends only on the shape, never on timing: results are
 // bit-for-bit reproducible on every stream.
 //
@@ -47,8 +47,13 @@ __device__ __forceinline__ T warp_sum(T v) {
     return v;
 }
 
+// One warp per (row, chunk) task.  With chunks > 1, lane 0 writes the task's
+// partial sum to ws[task] and bumps the row's counter; the warp that finishes
+// a row's last chunk adds the row's partials up in chunk order and resets the
+// counter for the next launch on this stream.
 template <typename T>
-__device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ out,
+__device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
+                              T* __restrict__ out, unsigned int* __restrict__ counters,
                               long long rows, long long n, long long chunk,
                               long long chunks) {
     using VT = typename VecTraits<T>::type;
@@ -78,7 +83,25 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ out,
         for (; i < nv; i += 32) acc += hsum(q[i]);
         for (long long k = head + nv * V + lane; k < len; k += 32) acc += p[k];
         acc = warp_sum(acc);
-        if (lane == 0) out[task] = acc;
+        if (chunks == 1) {
+            if (lane == 0) out[row] = acc;
+            continue;
+        }
+        unsigned int done = 0;
+        if (lane == 0) {
+            ws[task] = acc;
+            __threadfence();   // the partial reaches L2 before the count does
+            done = atomicAdd(counters + row, 1u);
+        }
+        done = __shfl_sync(0xffffffffu, done, 0);
+        if (done != (unsigned int)(chunks - 1)) continue;
+        if (lane == 0) counters[row] = 0u;
+        __threadfence();       // order the other warps' partials before our reads
+        const T* part = ws + row * chunks;
+        T s = 0;
+        for (long long k = lane; k < chunks; k += 32) s += __ldcg(part + k);   // L2: other SMs wrote them
+        s = warp_sum(s);
+        if (lane == 0) out[row] = s;
     }
 }
 
@@ -190,9 +213,9 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
 
 #define SH_EXPORT_ROWS(T, SUF)                                                       \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    sum_rows_##SUF(const T* a, T* out, long long rows, long long n,                  \
-                   long long chunk, long long chunks) {                              \
-        sum_rows_impl<T>(a, out, rows, n, chunk, chunks);                            \
+    sum_rows_##SUF(const T* a, T* ws, T* out, unsigned int* counters, long long rows, \
+                   long long n, long long chunk, long long chunks) {                 \
+        sum_rows_impl<T>(a, ws, out, counters, rows, n, chunk, chunks);              \
     }
 #define SH_EXPORT_COLS(T, V, NAME)                                                   \
     extern "C" __global__ void __launch_bounds__(256)                                \
