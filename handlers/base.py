@@ -320,8 +320,9 @@ class Handler:
     # ------------------------------------------------------------------ BLAS
     def _check_dot(self, op, a, b, out, transa, transb):
         check_arrays(self, op, a, b, out)
-        for x, name in ((a, "a"), (b, "b"), (out, "out")):
-            check_ndim(op, x, 2, name)
+        if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+            for x, name in ((a, "a"), (b, "b"), (out, "out")):
+                check_ndim(op, x, 2, name)
         m, k = (a.shape[1], a.shape[0]) if transa else a.shape
         k2, n = (b.shape[1], b.shape[0]) if transb else b.shape
         if k != k2 or out.shape != (m, n):

@@ -21,18 +21,34 @@ def check_arrays(handler, op, *arrays):
     """Check array type, dtype and C-contiguity of each array in ``arrays``."""
     array_type = handler.array_type
     dtype = handler.dtype
+    contiguous = handler._c_contiguous
+    for a in arrays:   # fast path: exact type and dtype object
+        if type(a) is not array_type or a.dtype is not dtype or not contiguous(a):
+            break
+    else:
+        return
     for a in arrays:
         if not isinstance(a, array_type):
             fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
                           f"got {type(a).__module__}.{type(a).__name__}")
         if a.dtype is not dtype and a.dtype != dtype:   # identity first: the common case
             fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
-        if not handler._c_contiguous(a):
+        if not contiguous(a):
             fail_value(op, f"array of shape {a.shape} is not C-contiguous")
 
 
 def check_same_shape(handler, op, *arrays):
     """Check type/dtype/contiguity and that all arrays have one shape."""
+    # Fast path: one test per array for the common case of exact types; any
+    # doubt goes to the full checks below, which raise the precise error.
+    array_type, dtype, contiguous = handler.array_type, handler.dtype, handler._c_contiguous
+    shape = getattr(arrays[0], "shape", None)
+    for a in arrays:
+        if type(a) is not array_type or a.dtype is not dtype or a.shape != shape \
+                or not contiguous(a):
+            break
+    else:
+        return
     check_arrays(handler, op, *arrays)
     shape = arrays[0].shape
     for a in arrays[1:]:

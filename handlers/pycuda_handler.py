@@ -175,6 +175,7 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
+        self._grids = {}         # elements -> blocks, for _grid
         self._c_strides = {}     # shape -> C-contiguous strides, for _c_contiguous
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
@@ -257,8 +258,11 @@ class PyCudaHandler(Handler):
 
     def _grid(self, n):
         """Blocks for a grid-stride kernel over n elements (VEC per thread)."""
-        per = _BLOCK * self._vec
-        return max(1, min((n + per - 1) // per, self._max_blocks))
+        grid = self._grids.get(n)
+        if grid is None:   # cached: min/max calls cost ~0.2 us on a hot path
+            per = _BLOCK * self._vec
+            grid = self._grids[n] = max(1, min((n + per - 1) // per, self._max_blocks))
+        return grid
 
     def _run(self, kernel, grid, *args):
         """Launch ``kernel`` (a ``kernel_loader.Kernel``) with ``grid`` blocks of
@@ -274,7 +278,12 @@ class PyCudaHandler(Handler):
     def _launch(self, name, n, *args):
         """Launch elementwise kernel ``name`` over ``n`` elements (none if 0)."""
         if n:
-            self._run(self._k[name], self._grid(n), *args)
+            grid = self._grids.get(n) or self._grid(n)
+            kernel = self._k[name]
+            if _c_launch is not None:   # _run, inlined: this is the hottest path
+                _c_launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *args)
+            else:
+                self._run(kernel, grid, *args)
 
     # streams ------------------------------------------------------------------
     def _record_event(self):
