@@ -74,13 +74,17 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
         if (lane < head) acc += p[lane];
         const VT* q = reinterpret_cast<const VT*>(p + head);
         const long long nv = (len - head) / V;
-        long long i = lane;
-        // Four independent 16-byte loads in flight per lane.
-        for (; i + 96 < nv; i += 128) {
-            VT v0 = q[i], v1 = q[i + 32], v2 = q[i + 64], v3 = q[i + 96];
+        // Four independent 16-byte loads in flight per lane, the last trip
+        // predicated: a short row then costs one round trip to memory, not
+        // one per remaining packet.
+        const VT zero{};
+        for (long long i = lane; i < nv; i += 128) {
+            const VT v0 = q[i];
+            const VT v1 = i + 32 < nv ? q[i + 32] : zero;
+            const VT v2 = i + 64 < nv ? q[i + 64] : zero;
+            const VT v3 = i + 96 < nv ? q[i + 96] : zero;
             acc += (hsum(v0) + hsum(v1)) + (hsum(v2) + hsum(v3));
         }
-        for (; i < nv; i += 32) acc += hsum(q[i]);
         for (long long k = head + nv * V + lane; k < len; k += 32) acc += p[k];
         acc = warp_sum(acc);
         if (chunks == 1) {
