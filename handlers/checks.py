@@ -74,6 +74,8 @@ def check_scalar(op, name, value):
 
 def normalize_axis(op, axis, ndim):
     """Return ``axis`` in ``range(ndim)``; accepts negative axes."""
+    if type(axis) is int and 0 <= axis < ndim:   # the common case, without ABC checks
+        return axis
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         fail_type(op, f"axis must be an int or None, got {type(axis).__name__}")
     if not -ndim <= axis < ndim:

@@ -455,7 +455,11 @@ class PyCudaHandler(Handler):
         if counters:               # chunked: partials and per-stream counters
             ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
             cnt = self._slot.counters(counters)
-        self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
+        if _c_launch is not None:   # _run, inlined
+            _c_launch(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
+                      out.gpudata, cnt, *args)
+        else:
+            self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
 
     @staticmethod
     def _sum_view(shape, axis):
