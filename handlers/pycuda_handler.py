@@ -8,6 +8,10 @@ are loaded once per process and launched with one C call through the
 ``handlers._launch`` extension where it is built, else through pycuda's
 prepared launch (``handlers.kernel_loader`` says why and how to choose).
 
+Products small enough that cuBLAS's own host work would dominate (at most
+4096 output elements, inner dimension at most 128) run on a simple kernel
+(``kernels/small_gemm.cu``); all others go to cuBLAS through the chosen binding.
+
 Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
 cuBLAS handle and scratch workspace.  Every op currently runs on the first
 stream of its group.
@@ -25,6 +29,11 @@ from .checks import fail_type
 
 _BLOCK = 256
 _SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
+# Products with at most this many output elements and inner dimension run on
+# kernels/small_gemm.cu instead of cuBLAS, whose host work per call (~6 us on
+# an H200 host) is more than such a product costs: a 16x16 dot_mm then takes
+# about one kernel launch.  Larger products use cuBLAS.
+_SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
 _pack = None     # pycuda's argument packer, bound when a handler is created
 _c_launch = None  # handlers._launch.launch where the C launcher is used
 
@@ -252,6 +261,7 @@ class PyCudaHandler(Handler):
         add("random", "fill_gaussian", f"Pq{T}{T}QQ")
         add("random", "probability_mask", f"Pq{T}QQ")
         add("reduce", "sum_rows", "PPPPqqqq")
+        add("small_gemm", "small_gemm", "PPPqqqiii")
         add("reduce", "sum_cols", "PPPPqqqqqi")
         add("reduce", "sum_cols_vec", "PPPPqqqqqi")
         self._k = k
@@ -429,6 +439,10 @@ class PyCudaHandler(Handler):
         if not k:
             if beta == 0.0:
                 self._fill(out, 0.0)
+            return
+        if m * n <= _SMALL_GEMM_OUT and k <= _SMALL_GEMM_K:
+            self._run(self._k["small_gemm"], -(-m * n // _BLOCK), a.gpudata, b.gpudata,
+                      out.gpudata, m, n, k, transa, transb, beta != 0.0)
             return
         # Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
         # swap the operands, keep each one's transpose flag.

@@ -150,7 +150,10 @@ def test_fill(handler, shape, value):
 
 
 # ============================================================================ BLAS
-DOT_SHAPES = [(1, 1, 1), (7, 13, 5), (6, 6, 6), (1, 9, 4), (5, 9, 1), (130, 257, 67)]
+# (m, k, n).  On PyCudaHandler, products with m * n <= 4096 and k <= 128 run
+# on its small-product kernel, larger ones on cuBLAS: both sides of each limit.
+DOT_SHAPES = [(1, 1, 1), (7, 13, 5), (6, 6, 6), (1, 9, 4), (5, 9, 1), (16, 16, 16),
+              (64, 128, 64), (64, 129, 64), (65, 128, 63), (64, 8, 65), (130, 257, 67)]
 
 
 @pytest.mark.parametrize("mkn", DOT_SHAPES, ids=shape_id)

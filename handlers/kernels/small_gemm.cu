@@ -1,0 +1,29 @@
+// small_gemm: out = op(a) op(b) (+ out) for matrices so small that cuBLAS's
+// host-side work per call (~6 us: heuristics, argument checks, its launch)
+// costs more than the whole product.  PyCudaHandler routes a product here when
+// out has at most 4096 elements and the inner dimension is at most 128 (see
+// _SMALL_GEMM in pycuda_handler.py); everything larger goes to cuBLAS.
+//
+// Row-major: op(a) is (m, k), stored (m, k), or (k, m) when transa; op(b) is
+// (k, n), stored (k, n), or (n, k) when transb; out is (m, n).  One thread per
+// output element, n fastest across threads, so the loads of b (not
+// transposed) coalesce and a warp reads one element of a at a time.  The sum
+// runs in l order, so results are reproducible bit for bit.  With accumulate
+// == 0 the old contents of out are never read (NaN there does not propagate).
+//
+// Launch: a 1-D grid of 1-D blocks of any size (grid-stride loop).
+#include "common.cuh"
+
+SH_EXPORT(small_gemm,
+          (const T* a, const T* b, T* out, long long m, long long n, long long k, int transa,
+           int transb, int accumulate),
+          const long long stride_a_row = transa ? 1 : k, stride_a_l = transa ? m : 1;
+          const long long stride_b_l = transb ? 1 : n, stride_b_col = transb ? k : 1;
+          for (long long e = sh::grid_thread(); e < m * n; e += sh::grid_stride()) {
+              const long long i = e / n, j = e - (e / n) * n;
+              const T* pa = a + i * stride_a_row;
+              const T* pb = b + j * stride_b_col;
+              T acc = 0;
+              for (long long l = 0; l < k; ++l) acc += pa[l * stride_a_l] * pb[l * stride_b_l];
+              out[e] = accumulate ? out[e] + acc : acc;
+          })
