@@ -88,6 +88,8 @@ class Handler:
         #: index of the stream group this handler (or view) issues work on
         self.group = 0
         self._views = {0: self}
+        self._c_strides = {}   # shape -> C-contiguous strides, for the checks' fast path
+        self._sum_shapes = {}  # (a.shape, axis, out.shape) -> axis, checked (sum_t)
 
     def __repr__(self):
         return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
@@ -368,21 +370,35 @@ class Handler:
         ``out`` must not overlap ``a``.
         """
         check_arrays(self, "sum_t", a, out)
+        # The shape checks below cost more than the launch's Python; a shape
+        # combination that passed them once needs only a lookup (plain ints
+        # and None only: True would hash like 1).
+        key = (a.shape, axis, out.shape)
+        if (type(axis) is int or axis is None) and key in self._sum_shapes:
+            axis = self._sum_shapes[key]
+        else:
+            axis = self._sum_shapes[key] = self._check_sum_shapes(a, axis, out)
+        if self._overlaps(out, a):
+            fail_value("sum_t", "out must not overlap a")
+        self._sum_t(a, axis, out)
+
+    @staticmethod
+    def _check_sum_shapes(a, axis, out):
+        """Validate ``sum_t``'s axis and shapes; return the axis as an int in
+        ``range(a.ndim)`` (or None)."""
         nd = len(a.shape)
         if nd == 0:
             fail_value("sum_t", "a must have rank >= 1, got shape ()")
         if axis is None:
             if out.size != 1 or len(out.shape) not in (0, 1, nd):
                 fail_value("sum_t", f"out shape {out.shape} does not fit a full sum of {a.shape}")
-        else:
-            axis = normalize_axis("sum_t", axis, nd)
-            s = a.shape
-            if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
-                fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
-                                    f"{a.shape} over axis {axis}")
-        if self._overlaps(out, a):
-            fail_value("sum_t", "out must not overlap a")
-        self._sum_t(a, axis, out)
+            return None
+        axis = normalize_axis("sum_t", axis, nd)
+        s = a.shape
+        if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
+            fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
+                                f"{a.shape} over axis {axis}")
+        return axis
 
     # ------------------------------------------------------------------ elementwise
     def add_tt(self, a: Array, b: Array, out: Array) -> None:
@@ -640,7 +656,20 @@ class Handler:
     def _overlaps(self, a, b):
         raise NotImplementedError
 
-    @staticmethod
-    def _c_contiguous(a):
+    def _strides_of(self, shape):
+        """The strides of a C-contiguous array of ``shape`` and this dtype (cached)."""
+        strides = self._c_strides.get(shape)
+        if strides is None:
+            step, out = self.dtype.itemsize, []
+            for dim in reversed(shape):
+                out.append(step)
+                step *= dim
+            strides = self._c_strides[shape] = tuple(reversed(out))
+        return strides
+
+    def _c_contiguous(self, a):
         """True if ``a`` (already of ``array_type``) is C-contiguous."""
-        return a.flags.c_contiguous
+        # Comparing strides is much cheaper than GPUArray.flags (~0.5 us per
+        # access); arrays with other strides (size-1 dimensions, say) take the
+        # exact test.
+        return a.strides == self._strides_of(a.shape) or a.flags.c_contiguous

@@ -19,14 +19,14 @@ def fail_value(op, msg):
 
 def check_arrays(handler, op, *arrays):
     """Check array type, dtype and C-contiguity of each array in ``arrays``."""
-    array_type = handler.array_type
-    dtype = handler.dtype
-    contiguous = handler._c_contiguous
-    for a in arrays:   # fast path: exact type and dtype object
-        if type(a) is not array_type or a.dtype is not dtype or not contiguous(a):
+    array_type, dtype, c_strides = handler.array_type, handler.dtype, handler._c_strides
+    for a in arrays:   # fast path: exact type, dtype object and C strides
+        if type(a) is not array_type or a.dtype is not dtype \
+                or a.strides != c_strides.get(a.shape):
             break
     else:
         return
+    contiguous = handler._c_contiguous
     for a in arrays:
         if not isinstance(a, array_type):
             fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
@@ -39,13 +39,16 @@ def check_arrays(handler, op, *arrays):
 
 def check_same_shape(handler, op, *arrays):
     """Check type/dtype/contiguity and that all arrays have one shape."""
-    # Fast path: one test per array for the common case of exact types; any
-    # doubt goes to the full checks below, which raise the precise error.
-    array_type, dtype, contiguous = handler.array_type, handler.dtype, handler._c_contiguous
-    shape = getattr(arrays[0], "shape", None)
+    # Fast path: one test per array for the common case of exact types and C
+    # strides already seen; any doubt goes to the full checks below, which
+    # raise the precise error (and cache the strides of a new shape).
+    array_type, dtype = handler.array_type, handler.dtype
+    a = arrays[0]
+    shape = a.shape if type(a) is array_type else None
+    strides = handler._c_strides.get(shape)
     for a in arrays:
         if type(a) is not array_type or a.dtype is not dtype or a.shape != shape \
-                or not contiguous(a):
+                or a.strides != strides:
             break
     else:
         return

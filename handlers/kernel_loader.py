@@ -25,16 +25,36 @@ _driver = None
 
 
 class Kernel:
-    """One compiled kernel: its argument format (pycuda struct codes) and
-    either a driver function handle (C launcher) or a prepared pycuda Function."""
+    """One compiled kernel: its argument format (pycuda struct codes) and the
+    handle that ``launch_function()`` takes: a driver function handle (int)
+    for the C launcher, a pycuda Function for pycuda's."""
 
-    __slots__ = ("name", "fmt", "handle", "function")
+    __slots__ = ("name", "fmt", "handle")
 
-    def __init__(self, name, fmt, handle=None, function=None):
+    def __init__(self, name, fmt, handle):
         self.name = name
         self.fmt = fmt.encode()
         self.handle = handle
-        self.function = function
+
+
+def launch_function():
+    """The launch callable of this process's path:
+    ``launch(kernel.handle, stream_arg(stream), grid, block, kernel.fmt, *args)``
+    runs a kernel with ``grid`` x ``block`` threads (1-D) on ``stream``."""
+    if launcher() == "c":
+        from ._launch import launch
+        return launch
+    from pycuda._pvt_struct import pack
+
+    def launch(function, stream, grid, block, fmt, *args):
+        # What prepared_async_call does, minus its per-call argument handling.
+        function._launch_kernel((grid, 1), (block, 1, 1), pack(fmt, *args), 0, stream)
+    return launch
+
+
+def stream_arg(stream):
+    """What ``launch_function()``'s launch takes for a pycuda ``Stream``."""
+    return stream.handle if launcher() == "c" else stream
 
 
 def launcher():
@@ -106,4 +126,4 @@ def function(file, name, suffix, arg_format):
         return Kernel(full, arg_format, handle=handle.value)
     fn = mod.get_function(full)
     fn.prepare(arg_format)
-    return Kernel(full, arg_format, function=fn)
+    return Kernel(full, arg_format, fn)

@@ -34,8 +34,9 @@ _SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
 # an H200 host) is more than such a product costs: a 16x16 dot_mm then takes
 # about one kernel launch.  Larger products use cuBLAS.
 _SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
-_pack = None     # pycuda's argument packer, bound when a handler is created
-_c_launch = None  # handlers._launch.launch where the C launcher is used
+# kernel_loader.launch_function(), bound when the first handler is created:
+# launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *args)
+_launch_kernel = None
 
 
 class _StreamSlot:
@@ -43,7 +44,7 @@ class _StreamSlot:
 
     def __init__(self, drv, pool, dtype, blas):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
-        self.handle = self.stream.handle           # CUstream, for the C launcher
+        self.handle = kernel_loader.stream_arg(self.stream)   # for _launch_kernel
         self.event = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
         self.gemm = make_gemm(blas, dtype, self.stream)
         self._pool = pool
@@ -162,11 +163,9 @@ class PyCudaHandler(Handler):
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
-        global _pack, _c_launch
-        from pycuda._pvt_struct import pack as _pack
+        global _launch_kernel
         self.launcher = kernel_loader.launcher()   # "c" or "pycuda", one per process
-        if self.launcher == "c":
-            from ._launch import launch as _c_launch
+        _launch_kernel = kernel_loader.launch_function()
         type(self).array_type = GPUArray
         self._drv = drv
         self._device, _ = cuda_context.acquire(device)
@@ -185,7 +184,6 @@ class PyCudaHandler(Handler):
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
         self._grids = {}         # elements -> blocks, for _grid
-        self._c_strides = {}     # shape -> C-contiguous strides, for _c_contiguous
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
@@ -207,20 +205,6 @@ class PyCudaHandler(Handler):
         """The bare cuBLAS GEMM callable bound to this group's stream (column-major
         cuBLAS convention, see ``handlers.blas``); for benchmarks and interop."""
         return self._slot.gemm
-
-    def _c_contiguous(self, a):
-        # GPUArray.flags is a memoized property that costs ~0.5 us per access,
-        # a large share of an op's host overhead.  Arrays whose strides are
-        # exactly the C strides of their shape are contiguous; anything else
-        # (size-1 dimensions with odd strides, say) takes the exact test.
-        strides = self._c_strides.get(a.shape)
-        if strides is None:
-            step, out = self.dtype.itemsize, []
-            for dim in reversed(a.shape):
-                out.append(step)
-                step *= dim
-            strides = self._c_strides[a.shape] = tuple(reversed(out))
-        return a.strides == strides or a.flags.c_contiguous
 
     def _make_view(self, k):
         view = super()._make_view(k)
@@ -276,24 +260,15 @@ class PyCudaHandler(Handler):
 
     def _run(self, kernel, grid, *args):
         """Launch ``kernel`` (a ``kernel_loader.Kernel``) with ``grid`` blocks of
-        _BLOCK threads on this group's stream: one call into the C launcher,
-        else pycuda's launch (what prepared_async_call does, minus its per-call
-        argument handling)."""
-        if _c_launch is not None:
-            _c_launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *args)
-        else:
-            kernel.function._launch_kernel((grid, 1), (_BLOCK, 1, 1),
-                                           _pack(kernel.fmt, *args), 0, self._slot.stream)
+        _BLOCK threads on this group's stream."""
+        _launch_kernel(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *args)
 
     def _launch(self, name, n, *args):
         """Launch elementwise kernel ``name`` over ``n`` elements (none if 0)."""
         if n:
-            grid = self._grids.get(n) or self._grid(n)
             kernel = self._k[name]
-            if _c_launch is not None:   # _run, inlined: this is the hottest path
-                _c_launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *args)
-            else:
-                self._run(kernel, grid, *args)
+            _launch_kernel(kernel.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
+                           _BLOCK, kernel.fmt, *args)
 
     # streams ------------------------------------------------------------------
     def _record_event(self):
@@ -451,7 +426,11 @@ class PyCudaHandler(Handler):
                         beta, out.gpudata, n)
 
     def _axpby(self, alpha, x, beta, y):
-        self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
+        n = y.size
+        if n:
+            k = self._k["axpby"]
+            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
+                           _BLOCK, k.fmt, alpha, x.gpudata, beta, y.gpudata, n)
 
     # reduction ----------------------------------------------------------------
     def _sum_t(self, a, axis, out):
@@ -469,11 +448,8 @@ class PyCudaHandler(Handler):
         if counters:               # chunked: partials and per-stream counters
             ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
             cnt = self._slot.counters(counters)
-        if _c_launch is not None:   # _run, inlined
-            _c_launch(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
-                      out.gpudata, cnt, *args)
-        else:
-            self._run(fn, grid, a.gpudata, ws, out.gpudata, cnt, *args)
+        _launch_kernel(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
+                       out.gpudata, cnt, *args)
 
     @staticmethod
     def _sum_view(shape, axis):
@@ -545,14 +521,24 @@ class PyCudaHandler(Handler):
         return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
+    # _binary, _unary and _axpby launch directly rather than through _launch:
+    # one Python call less on the ops whose host time matters most.
     def _binary(self, name, a, b, out):
-        self._launch("binary_" + name, out.size, a.gpudata, b.gpudata, out.gpudata, out.size)
+        n = out.size
+        if n:
+            k = self._k["binary_" + name]
+            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
+                           _BLOCK, k.fmt, a.gpudata, b.gpudata, out.gpudata, n)
 
     def _scalar_op(self, name, s, t, out):
         self._launch("scalar_" + name, out.size, s, t.gpudata, out.gpudata, out.size)
 
     def _unary(self, name, a, out):
-        self._launch("unary_" + name, out.size, a.gpudata, out.gpudata, out.size)
+        n = out.size
+        if n:
+            k = self._k["unary_" + name]
+            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
+                           _BLOCK, k.fmt, a.gpudata, out.gpudata, n)
 
     def _clip(self, a, a_min, a_max, out):
         self._launch("clip", out.size, a.gpudata, a_min, a_max, out.gpudata, out.size)
