@@ -246,14 +246,13 @@ def _gemm_floors(h, calls):
     return out
 
 
-def device_us(h, fn, calls=400):
+def device_us(h, fn, big, out, calls=400):
     """GPU microseconds per ``fn()`` call, with the host kept ahead: the calls
     are queued behind ~8 ms of large gemms, so the events between them time
-    the device alone.  When this is close to the host time per call, a host
-    measurement of back-to-back calls is bounded by the device."""
+    the device alone (``big`` and ``out``: 4096x4096 arrays for those gemms).
+    When this is close to the host time per call, a host measurement of
+    back-to-back calls is bounded by the device."""
     import pycuda.driver as drv
-    big = h.zeros((4096, 4096))
-    out = h.zeros((4096, 4096))
     for _ in range(20):
         fn()
     start, end = drv.Event(), drv.Event()
@@ -281,17 +280,19 @@ def main(argv=None):
     sync = h.synchronize_all_streams
     whole = {k: host_overhead_us(f, calls, sync=sync) for k, f in ops.items()}
     # The same ops with every launch (kernel and gemm) replaced by a no-op.
-    run, gemms = h._run, [s.gemm for s in h._all_slots]
-    h._run = lambda *a: None
+    from handlers import pycuda_handler
+    launch, gemms = pycuda_handler._launch_kernel, [s.gemm for s in h._all_slots]
+    pycuda_handler._launch_kernel = lambda *a: None
     for slot in h._all_slots:
         slot.gemm = lambda *a: None
     try:
         python = {k: host_overhead_us(f, calls) for k, f in ops.items()}
     finally:
-        h._run = run
+        pycuda_handler._launch_kernel = launch
         for slot, g in zip(h._all_slots, gemms):
             slot.gemm = g
-    device = {k: device_us(h, f) for k, f in ops.items()}
+    big, out = h.zeros((4096, 4096)), h.zeros((4096, 4096))
+    device = {k: device_us(h, f, big, out) for k, f in ops.items()}
     print(f"Host us per call, median of {calls} calls; kernel launcher: {h.launcher}; "
           f"device: GPU us per call with the host ahead")
     print(f"{'op':16} {'whole':>8} {'python':>8} {'launch':>8} {'device':>8}")

@@ -148,9 +148,12 @@ def verdicts(suites):
             "speedups " + ", ".join(f"{x['speedup']:.2f}" for x in rows),
             sum(x["speedup"] >= 1 / STREAMS_SLOWER for x in rows), len(rows))
         best = max(rows, key=lambda x: x["speedup"])
+        gpu = [x for x in rows if x.get("bound") == "GPU"]   # not host-bound on one group
         add("streams", f">= {STREAMS_GAIN}x faster on four groups where one gemm leaves "
                        f"the GPU idle",
-            f"best {best['speedup']:.2f}x (batch {best['batch']}, hidden {best['hidden']})",
+            f"best {best['speedup']:.2f}x (batch {best['batch']}, hidden {best['hidden']})"
+            + ("; GPU-bound on one group: " + ", ".join(
+                f"b{x['batch']} h{x['hidden']} {x['speedup']:.2f}x" for x in gpu) if gpu else ""),
             sum(x["speedup"] >= STREAMS_GAIN for x in rows), len(rows))
     if "upload" in suites:
         u = upload_numbers(suites["upload"]["results"])
