@@ -31,8 +31,17 @@ typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const vo
 typedef int (*dgemm_fn)(void *, int, int, int, int, int, const double *, const void *, int,
                         const void *, int, const double *, void *, int);
 
+typedef int (*event_create_fn)(void **, unsigned);
+typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
+typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
+typedef int (*stream_wait_fn)(void *, void *, unsigned);
+
 static launch_fn cu_launch;
 static error_name_fn cu_error_name;
+static event_create_fn cu_event_create;
+static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
+static event_record_fn cu_event_record;
+static stream_wait_fn cu_stream_wait;
 
 /* Pack args by fmt into buf; params[i] points at argument i.  Returns the
  * number of bytes used, or -1 with a Python exception set. */
@@ -159,8 +168,18 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
     if (cu_launch) Py_RETURN_TRUE;
     void *lib = open_cuda();
     if (!lib) Py_RETURN_FALSE;
-    cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
     cu_error_name = (error_name_fn)dlsym(lib, "cuGetErrorName");
+    cu_event_create = (event_create_fn)dlsym(lib, "cuEventCreate");
+    cu_event_destroy = (event_fn)dlsym(lib, "cuEventDestroy_v2");
+    cu_event_query = (event_fn)dlsym(lib, "cuEventQuery");
+    cu_event_sync = (event_fn)dlsym(lib, "cuEventSynchronize");
+    cu_event_record = (event_record_fn)dlsym(lib, "cuEventRecord");
+    cu_stream_wait = (stream_wait_fn)dlsym(lib, "cuStreamWaitEvent");
+    if (!cu_event_create || !cu_event_destroy || !cu_event_query || !cu_event_sync ||
+        !cu_event_record || !cu_stream_wait)
+        Py_RETURN_FALSE;
+    /* Set last: a true cu_launch means every symbol above was found. */
+    cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
     if (!cu_launch) Py_RETURN_FALSE;
     Py_RETURN_TRUE;
 }
@@ -243,6 +262,105 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLong(status);
 }
 
+/* Events: a CUevent and a CUstream are passed as ints.  Each call is one
+ * driver call, about half of what pycuda's Event and Stream methods cost. */
+#define CUDA_ERROR_NOT_READY 600
+#define CU_EVENT_DISABLE_TIMING 2
+
+static int loaded(const char *what) {
+    if (cu_launch) return 1;
+    PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
+    return 0;
+}
+
+static PyObject *py_event_new(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    if (!loaded("event_new")) return NULL;
+    void *ev = NULL;
+    int rc = cu_event_create(&ev, CU_EVENT_DISABLE_TIMING);
+    if (rc) return driver_error("cuEventCreate", rc);
+    return PyLong_FromVoidPtr(ev);
+}
+
+/* Shared by the one-event calls: the event handle of args[0], or NULL with
+ * an exception set. */
+static void *event_arg(const char *what, PyObject *const *args, Py_ssize_t nargs,
+                       Py_ssize_t want) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", what, want);
+        return NULL;
+    }
+    if (!loaded(what)) return NULL;
+    void *ev = PyLong_AsVoidPtr(args[0]);
+    if (!ev && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: null event", what);
+    return ev;
+}
+
+static PyObject *py_event_free(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *ev = event_arg("event_free", args, nargs, 1);
+    if (!ev) return NULL;
+    int rc = cu_event_destroy(ev);
+    if (rc) return driver_error("cuEventDestroy", rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *ev = event_arg("record", args, nargs, 2);
+    if (!ev) return NULL;
+    void *stream = PyLong_AsVoidPtr(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    int rc = cu_event_record(ev, stream);
+    if (rc) return driver_error("cuEventRecord", rc);
+    Py_RETURN_NONE;
+}
+
+/* wait(stream, event): the argument order of cuStreamWaitEvent. */
+static PyObject *py_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "wait takes 2 arguments");
+        return NULL;
+    }
+    if (!loaded("wait")) return NULL;
+    void *stream = PyLong_AsVoidPtr(args[0]);
+    void *ev = PyLong_AsVoidPtr(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (!ev) {
+        PyErr_SetString(PyExc_ValueError, "wait: null event");
+        return NULL;
+    }
+    int rc = cu_stream_wait(stream, ev, 0);
+    if (rc) return driver_error("cuStreamWaitEvent", rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *ev = event_arg("query", args, nargs, 1);
+    if (!ev) return NULL;
+    int rc = cu_event_query(ev);
+    if (rc == 0) Py_RETURN_TRUE;
+    if (rc == CUDA_ERROR_NOT_READY) Py_RETURN_FALSE;
+    return driver_error("cuEventQuery", rc);
+}
+
+static PyObject *py_event_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *ev = event_arg("event_sync", args, nargs, 1);
+    if (!ev) return NULL;
+    int rc;
+    /* Other threads (prefetch's reader and stager) run while this one waits. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_event_sync(ev);
+    Py_END_ALLOW_THREADS
+    if (rc) return driver_error("cuEventSynchronize", rc);
+    Py_RETURN_NONE;
+}
+
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
+
 static PyMethodDef methods[] = {
     {"load", py_load, METH_NOARGS,
      "load() -> bool: open libcuda; False where there is no CUDA driver."},
@@ -253,6 +371,14 @@ static PyMethodDef methods[] = {
     {"gemm", (PyCFunction)(void (*)(void))py_gemm, METH_FASTCALL,
      "gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, "
      "double) -> cublasStatus_t."},
+    {"event_new", py_event_new, METH_NOARGS,
+     "event_new() -> int: a new CUevent without timing."},
+    {"event_free", FASTCALL(py_event_free), "event_free(event): cuEventDestroy."},
+    {"record", FASTCALL(py_record), "record(event, stream): cuEventRecord."},
+    {"wait", FASTCALL(py_wait), "wait(stream, event): cuStreamWaitEvent."},
+    {"query", FASTCALL(py_query), "query(event) -> bool: has the event completed?"},
+    {"event_sync", FASTCALL(py_event_sync),
+     "event_sync(event): block (without the GIL) until the event completes."},
     {NULL, NULL, 0, NULL},
 };
 

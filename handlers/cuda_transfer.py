@@ -10,6 +10,7 @@ when its previous batch's consumer moved on.
 import bisect
 import mmap
 
+from . import kernel_loader
 from .prefetch import Transfer, fits
 
 
@@ -139,8 +140,10 @@ class CudaTransfer(Transfer):
     def __init__(self, handler):
         super().__init__(handler)
         self.drv = handler._drv
+        self.ev = kernel_loader.events()
         self.stream = handler._upload_stream()
-        self.consumer = handler.stream
+        self.upload = kernel_loader.stream_arg(self.stream)   # for memcpy: self.stream
+        self.consumer = handler._slot.handle
         self.device_slots = []
         self.host_slots = []
 
@@ -153,14 +156,11 @@ class CudaTransfer(Transfer):
         return all(a.dtype == self.dtype and a.flags.c_contiguous and REGISTRY.contains(a)
                    for a in arrays)
 
-    def _event(self):
-        return self.drv.Event(flags=self.drv.event_flags.DISABLE_TIMING)
-
     def _device_slot(self, views):
         for slot in self.device_slots:
             if not slot.busy and fits(slot.arrays, views):
                 return slot
-        slot = _DeviceSlot(tuple(self.handler.allocate(v.shape) for v in views), self._event)
+        slot = _DeviceSlot(tuple(self.handler.allocate(v.shape) for v in views), self.ev.new)
         self.device_slots.append(slot)
         return slot
 
@@ -168,35 +168,37 @@ class CudaTransfer(Transfer):
         dslot = self._device_slot(views)
         dslot.busy = True
         if dslot.used:   # its last consumer must be done with it
-            self.stream.wait_for_event(dslot.consumed)
+            self.ev.wait(self.upload, dslot.consumed)
         dev = tuple(d[:v.shape[0]] for d, v in zip(dslot.arrays, views))
         for d, v in zip(dev, views):
             if v.size:
                 self.drv.memcpy_htod_async(d.gpudata, v, self.stream)
-        dslot.uploaded.record(self.stream)
+        self.ev.record(dslot.uploaded, self.upload)
         return dev, dslot.uploaded, dslot
 
     def finish(self, token):
         dev, ev, _ = token
-        self.consumer.wait_for_event(ev)
+        self.ev.wait(self.consumer, ev)
         return dev
 
     def slot_reusable(self, token):
-        return token[1].query()
+        return self.ev.query(token[1])
 
     def wait_slot(self, token):
-        token[1].synchronize()
+        self.ev.synchronize(token[1])
 
     def release(self, token):
         dslot = token[2]
-        dslot.consumed.record(self.consumer)
+        self.ev.record(dslot.consumed, self.consumer)
         dslot.busy, dslot.used = False, True
 
     def close(self):
         self.stream.synchronize()
         for slot in self.device_slots:
             if slot.used:
-                slot.consumed.synchronize()
+                self.ev.synchronize(slot.consumed)
+            self.ev.free(slot.uploaded)
+            self.ev.free(slot.consumed)
         self.device_slots = []
         for slot in self.host_slots:
             for a in slot:
@@ -208,7 +210,7 @@ class PendingCopy:
     """Handle of an asynchronous device-to-host copy."""
 
     def __init__(self, out, event, finish=None):
-        self._out, self._event, self._finish = out, event, finish
+        self._out, self._event, self._finish = out, event, finish   # event: a GpuEvent
 
     def done(self):
         """Return True if the copy has finished; never blocks."""

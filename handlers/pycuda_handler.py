@@ -37,6 +37,7 @@ _SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
 # kernel_loader.launch_function(), bound when the first handler is created:
 # launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *args)
 _launch_kernel = None
+_ev = None       # kernel_loader.events(), bound with _launch_kernel
 
 
 class _StreamSlot:
@@ -44,8 +45,8 @@ class _StreamSlot:
 
     def __init__(self, drv, pool, dtype, blas):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
-        self.handle = kernel_loader.stream_arg(self.stream)   # for _launch_kernel
-        self.event = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
+        self.handle = kernel_loader.stream_arg(self.stream)   # for _launch_kernel, _ev
+        self.event = _ev.new()
         self.gemm = make_gemm(blas, dtype, self.stream)
         self._pool = pool
         self._work = None
@@ -99,6 +100,11 @@ class _Resources:
             (getattr(s, "stream", s)).synchronize()
         for slot in slots:
             slot.gemm.close()
+            _ev.free(slot.event)
+        # Events of GpuEvents still alive stay theirs (and leak if never
+        # collected before the next release); recycled ones are freed here.
+        while self.events:
+            _ev.free(self.events.pop())
         # Arrays still alive at exit are freed after the context is popped.  A
         # pool that starts holding blocks then needs a current context and
         # aborts the process; a pool that stops holding frees them directly.
@@ -125,11 +131,11 @@ class GpuEvent:
 
     def query(self):
         """Return True if the work before the event has finished; never blocks."""
-        return self.event.query()
+        return _ev.query(self.event)
 
     def synchronize(self):
         """Block the host until the work before the event has finished."""
-        self.event.synchronize()
+        _ev.synchronize(self.event)
 
 
 class PyCudaHandler(Handler):
@@ -163,9 +169,10 @@ class PyCudaHandler(Handler):
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
-        global _launch_kernel
+        global _launch_kernel, _ev
         self.launcher = kernel_loader.launcher()   # "c" or "pycuda", one per process
         _launch_kernel = kernel_loader.launch_function()
+        _ev = kernel_loader.events()
         type(self).array_type = GPUArray
         self._drv = drv
         self._device, _ = cuda_context.acquire(device)
@@ -275,22 +282,22 @@ class PyCudaHandler(Handler):
         # Re-recording a recycled event is safe: a stream that waited on it
         # captured its state when the wait was issued.
         free = self._free_events
-        ev = free.pop() if free else self._drv.Event(flags=self._drv.event_flags.DISABLE_TIMING)
-        ev.record(self._slot.stream)
+        ev = free.pop() if free else _ev.new()
+        _ev.record(ev, self._slot.handle)
         return GpuEvent(ev, free)
 
     def _wait_event(self, event):
         if not isinstance(event, GpuEvent):
             fail_type("wait_event", f"expected an event from record_event, "
                                     f"got {type(event).__name__}")
-        self._slot.stream.wait_for_event(event.event)
+        _ev.wait(self._slot.handle, event.event)
 
     def _wait_for(self, other):
         # The other stream's own event is enough: a wait captures the event's
         # state when it is issued, so re-recording it later is harmless.
         ev = other._slot.event
-        ev.record(other._slot.stream)
-        self._slot.stream.wait_for_event(ev)
+        _ev.record(ev, other._slot.handle)
+        _ev.wait(self._slot.handle, ev)
 
     def _synchronize(self):
         for slot in self._slots[self.group]:
@@ -305,19 +312,19 @@ class PyCudaHandler(Handler):
         other stream (no host blocking)."""
         slots = self._all_slots
         for s in slots:
-            s.event.record(s.stream)
+            _ev.record(s.event, s.handle)
         for s in slots:
             for t in slots:
                 if t is not s:
-                    s.stream.wait_for_event(t.event)
+                    _ev.wait(s.handle, t.event)
 
     def _ready(self, a):
         # The array was written on this stream: let every other stream wait for it.
         ev = self._slot.event
-        ev.record(self._slot.stream)
+        _ev.record(ev, self._slot.handle)
         for s in self._all_slots:
             if s is not self._slot:
-                s.stream.wait_for_event(ev)
+                _ev.wait(s.handle, ev)
 
     # input pipeline -----------------------------------------------------------
     def _upload_stream(self):

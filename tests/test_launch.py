@@ -72,6 +72,22 @@ def test_launch_rejects_null_function_before_touching_the_driver():
         _launch.launch(0, 0, 1, 256, b"P", 1)
 
 
+@pytest.mark.parametrize("call, args", [
+    ("record", (0, 0)), ("wait", (0, 0)), ("query", (0,)), ("event_sync", (0,)),
+    ("event_free", (0,))])
+def test_event_calls_reject_a_null_event_before_touching_the_driver(call, args):
+    # Before load() they say libcuda is not loaded; after it, that the event is null.
+    with pytest.raises((ValueError, RuntimeError), match=call):
+        getattr(_launch, call)(*args)
+
+
+@pytest.mark.parametrize("call, args", [
+    ("record", (1,)), ("wait", (1, 2, 3)), ("query", ()), ("event_sync", (1, 2))])
+def test_event_calls_check_their_argument_count(call, args):
+    with pytest.raises(TypeError, match=call):
+        getattr(_launch, call)(*args)
+
+
 def _gpu_or_skip():
     try:
         from handlers import PyCudaHandler
@@ -93,8 +109,19 @@ big = r.normal(size=(4096, 64)).astype(np.float32); bg = h.create_from_numpy(big
 cs = h.allocate((64,)); h.sum_t(bg, 0, cs)
 sm = h.allocate((300, 70)); h.softmax_m(a, sm)
 e = h.allocate((300, 70)); h.with_streams(2).axpby(2.0, a, 0.0, e)
+g1 = h.with_streams(1)
+g1.wait_event(h.with_streams(2).record_event())   # events on this launch path
+f = h.allocate((300, 70)); g1.add_tt(e, a, f)
+ev = g1.record_event(); ev.synchronize(); done = ev.query()
+h.wait_for(g1)
+batches = [x[i * 50:(i + 1) * 50] for i in range(6)]
+got = [h.get_numpy_copy(bt) for bt in h.prefetch(batches, depth=2)]
+pend = h.get_numpy_copy_async(f)
 h.synchronize_all_streams()
 print(json.dumps({"launcher": h.launcher,
+    "events": float(np.abs(pend.result() - 3.0 * x.astype(np.float64)).max()),
+    "query": 0.0 if done else 1.0,
+    "prefetch": max(float(np.abs(g - bt).max()) for g, bt in zip(got, batches)),
     "dot": float(np.abs(h.get_numpy_copy(out) - x.astype(np.float64) @ y).max()),
     "sum": float(np.abs(h.get_numpy_copy(s) - x.astype(np.float64).sum(0)).max()),
     "colsum": float(np.abs(h.get_numpy_copy(cs) - big.astype(np.float64).sum(0)).max()),
