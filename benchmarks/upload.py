@@ -100,8 +100,9 @@ def pipelined(h, m, b, source, ys, outs, iters, phases=None, depth=3):
 
 def parts(h, m, b, xs_pinned, timer):
     """Device time (s) of one upload, one gemm + bias, one download, and of
-    an upload and a download issued at once on two streams (the two copy
-    directions share the PCIe link's protocol traffic)."""
+    an upload and a download running at once on two streams (the two copy
+    directions share the PCIe link: requests for one travel beside the data
+    of the other)."""
     import pycuda.driver as drv
     x, y = h.allocate(xs_pinned[0].shape), h.allocate(xs_pinned[0].shape)
     out = h.empty_pinned(xs_pinned[0].shape)
@@ -109,13 +110,18 @@ def parts(h, m, b, xs_pinned, timer):
     gemm = timer.time(lambda i: (h.dot_mm(m, x, y), h.add_mv(y, b, y)))
     dn = timer.time(lambda i: drv.memcpy_dtoh_async(out, y.gpudata, h.stream))
     side = h.with_streams(1)
+    pairs = 20
 
     def both(i):
-        side.wait_for(h)     # fork: both copies start together
-        drv.memcpy_htod_async(x.gpudata, xs_pinned[i % DISTINCT], h.stream)
-        drv.memcpy_dtoh_async(out, y.gpudata, side.stream)
-        h.wait_for(side)     # join: the timer's end event follows both
-    pair = timer.time(both)
+        # `pairs` uploads on one stream beside `pairs` downloads on another,
+        # joined once: the sustained time of one upload and one download
+        # sharing the link, as in the pipelined loop.
+        side.wait_for(h)
+        for j in range(pairs):
+            drv.memcpy_htod_async(x.gpudata, xs_pinned[(i + j) % DISTINCT], h.stream)
+            drv.memcpy_dtoh_async(out, y.gpudata, side.stream)
+        h.wait_for(side)
+    pair = timer.time(both, reps=7) / pairs
     return up / 1e3, gemm / 1e3, dn / 1e3, pair / 1e3
 
 
@@ -139,10 +145,11 @@ def host_copy_time(xs, rounds=3, copy=None):
     return float(np.median(times))
 
 
-def stager_copy_time(xs):
-    """As ``host_copy_time``, through the stager that ``prefetch`` uses."""
+def stager_copy_time(xs, threads=None):
+    """As ``host_copy_time``, through the stager that ``prefetch`` uses (with
+    its default thread count, or ``threads``)."""
     from handlers.prefetch import Stager
-    stager = Stager()
+    stager = Stager() if threads is None else Stager(threads=threads)
     try:
         return host_copy_time(xs, copy=lambda d, s: stager((d,), (s,))), stager.threads
     finally:
@@ -238,6 +245,7 @@ def main(argv=None):
     bound = iters * max(up, gemm, dn)
     hcopy = host_copy_time(xs)
     scopy, sthreads = stager_copy_time(xs)
+    scaling = {k: stager_copy_time(xs, k)[0] for k in (2, 8, 12)}
     res["d"] = bound
     t = optional_peers().get("torch")
     if t is not None:
@@ -258,7 +266,7 @@ def main(argv=None):
          f"up {up*1e6:.0f} us, gemm+bias {gemm*1e6:.0f} us, down {dn*1e6:.0f} us"],
         ["iters x max(upload and download at once, gemm)", iters * max(pair, gemm),
          iters * max(pair, gemm) / bound,
-         f"the two copies on two streams together: {pair*1e6:.0f} us"],
+         f"an upload and a download at once, sustained: {pair*1e6:.0f} us"],
         [f"iters x {HOST_COPY}", iters * hcopy, iters * hcopy / bound,
          f"{hcopy*1e6:.0f} us per 4 MB copy (median)"],
         [f"iters x the same copy by prefetch's stager ({sthreads} threads)", iters * scopy,
@@ -271,6 +279,9 @@ def main(argv=None):
           f"GPU {gpu_name()}; prefetch depth {args.depth}; {HOST_COPY} {hcopy*1e6:.0f} us; "
           f"max error {err:.2e}")
     print_table(["variant", "seconds", "x B", "target"], rows)
+    print("host copy of one 4 MB input into pinned memory by thread count: "
+          + ", ".join(f"{k} {v*1e6:.0f} us" for k, v in
+                      sorted({1: hcopy, sthreads: scopy, **scaling}.items())))
     for key in ("b", "c"):   # warm-up and timed runs together
         per = {p: v / ((RUNS + 1) * iters) * 1e6 for p, v in phases[key].items()}
         print(f"({key}) host us per step: " + ", ".join(f"{p} {v:.0f}" for p, v in per.items()))
@@ -279,6 +290,7 @@ def main(argv=None):
                      up_and_down_at_once_s=pair, runs=RUNS,
                      host_copy_s=hcopy, host_copy=HOST_COPY,
                      stager_copy_s=scopy, stager_threads=sthreads,
+                     host_copy_s_by_threads={1: hcopy, sthreads: scopy, **scaling},
                      max_error=float(err), host_phases_s=phases)
         print("saved", save_results(result_name("upload", gpu_name()), saved))
     return 0
