@@ -75,6 +75,38 @@ def run_on_owner(fn):
         _deferred.append(fn)
 
 
+def release_deferred():
+    """Run the releases deferred by ``run_on_owner`` if this is the owner thread
+    (cheap when there are none)."""
+    if _deferred and threading.get_ident() == _owner[0]:
+        _run_deferred()
+
+
+class OwnedBlock:
+    """Keeps a pycuda pool allocation alive for an array (its ``base``).
+
+    Dropped on the owner thread, the allocation goes back to its pool at once.
+    Dropped on any other thread, which the garbage collector may do to an
+    array caught in a reference cycle (on prefetch's reader thread, say), the
+    allocation is handed to the owner thread instead (``run_on_owner``): a
+    pycuda pool that receives a block while it holds none needs a current
+    context, and without one the process aborts ("explicit_context_dependent
+    failed ... no currently active context")."""
+
+    __slots__ = ("mem",)
+
+    def __init__(self, mem):
+        self.mem = mem
+
+    def __int__(self):
+        return int(self.mem)
+
+    def __del__(self):
+        if threading.get_ident() != _owner[0]:
+            # The closure keeps the allocation alive until the owner runs it.
+            _deferred.append(lambda mem=self.mem: None)
+
+
 def _run_deferred():
     while _deferred:
         try:

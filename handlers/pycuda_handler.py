@@ -356,10 +356,12 @@ class PyCudaHandler(Handler):
         # gpudata is the plain address and base keeps the pooled block alive:
         # every launch converts each array's gpudata to an address, which
         # costs ~0.3 us per array for pycuda's allocation objects and nothing
-        # for an int.
+        # for an int.  The block is returned to the pool only on the context's
+        # thread (see OwnedBlock); blocks dropped elsewhere are returned here.
+        cuda_context.release_deferred()
         mem = self._pool.allocate(nbytes)
         return self.array_type(shape, self.dtype, allocator=self._pool.allocate,
-                               gpudata=int(mem), base=mem)
+                               gpudata=int(mem), base=cuda_context.OwnedBlock(mem))
 
     def _wrap(self, obj):
         op = "create_from_device_array"

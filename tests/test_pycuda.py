@@ -168,6 +168,38 @@ def test_subprocess_exits_cleanly(gpu):
     assert proc.stderr == "", proc.stderr
 
 
+def test_arrays_collected_on_another_thread_do_not_abort(gpu):
+    # An array in a reference cycle is freed wherever the garbage collector
+    # runs.  A pycuda pool that receives a block while holding none needs the
+    # context current on that thread, and aborted the process on prefetch's
+    # reader thread; the block now goes back on the context's own thread.
+    code = textwrap.dedent("""
+        import gc, threading
+        import numpy as np
+        from handlers import PyCudaHandler
+        h = PyCudaHandler(np.float32)
+        x = h.create_from_numpy(np.arange(1000.0))
+        gc.disable()
+        class Node:
+            pass
+        node = Node(); node.self = node; node.a = h.zeros((1000,))
+        del node
+        h._pool.free_held()                   # the pool holds no block now
+        t = threading.Thread(target=gc.collect)
+        t.start(); t.join()
+        held = h._pool.held_blocks            # still none: the block waits for us
+        y = h.zeros((1000,))                  # on this thread: deferred blocks return
+        h.add_tt(x, x, y)
+        assert (h.get_numpy_copy(y) == 2 * np.arange(1000.0)).all()
+        print("ok", held, h._pool.held_blocks + h._pool.active_blocks > 0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ok", "0", "True"], proc.stdout
+    assert proc.stderr == "", proc.stderr
+
+
 def _use_and_drop(PyCudaHandler, rng):
     h = PyCudaHandler(np.float32)
     a = h.create_from_numpy(rng.standard_normal((256, 256)))
