@@ -191,6 +191,12 @@ static PyObject *driver_error(const char *what, int rc) {
     return NULL;
 }
 
+static int loaded(const char *what) {
+    if (cu_launch) return 1;
+    PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
+    return 0;
+}
+
 /* launch(function, stream, grid, block, fmt, *args): cuLaunchKernel with a
  * 1-D grid of 1-D blocks on `stream` (CUfunction and CUstream as ints). */
 static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -199,10 +205,7 @@ static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "launch(function, stream, grid, block, fmt, *args)");
         return NULL;
     }
-    if (!cu_launch) {
-        PyErr_SetString(PyExc_RuntimeError, "launch: libcuda not loaded (call load() first)");
-        return NULL;
-    }
+    if (!loaded("launch")) return NULL;
     void *fn = PyLong_AsVoidPtr(args[0]);
     void *stream = PyLong_AsVoidPtr(args[1]);
     long grid = PyLong_AsLong(args[2]);
@@ -267,12 +270,6 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #define CUDA_ERROR_NOT_READY 600
 #define CU_EVENT_DISABLE_TIMING 2
 
-static int loaded(const char *what) {
-    if (cu_launch) return 1;
-    PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
-    return 0;
-}
-
 static PyObject *py_event_new(PyObject *self, PyObject *noargs) {
     (void)self; (void)noargs;
     if (!loaded("event_new")) return NULL;
@@ -282,23 +279,23 @@ static PyObject *py_event_new(PyObject *self, PyObject *noargs) {
     return PyLong_FromVoidPtr(ev);
 }
 
-/* Shared by the one-event calls: the event handle of args[0], or NULL with
- * an exception set. */
+/* Shared by the event calls: checks the argument count and returns the event
+ * handle at args[at], or NULL with an exception set. */
 static void *event_arg(const char *what, PyObject *const *args, Py_ssize_t nargs,
-                       Py_ssize_t want) {
+                       Py_ssize_t want, Py_ssize_t at) {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", what, want);
         return NULL;
     }
     if (!loaded(what)) return NULL;
-    void *ev = PyLong_AsVoidPtr(args[0]);
+    void *ev = PyLong_AsVoidPtr(args[at]);
     if (!ev && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: null event", what);
     return ev;
 }
 
 static PyObject *py_event_free(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("event_free", args, nargs, 1);
+    void *ev = event_arg("event_free", args, nargs, 1, 0);
     if (!ev) return NULL;
     int rc = cu_event_destroy(ev);
     if (rc) return driver_error("cuEventDestroy", rc);
@@ -307,7 +304,7 @@ static PyObject *py_event_free(PyObject *self, PyObject *const *args, Py_ssize_t
 
 static PyObject *py_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("record", args, nargs, 2);
+    void *ev = event_arg("record", args, nargs, 2, 0);
     if (!ev) return NULL;
     void *stream = PyLong_AsVoidPtr(args[1]);
     if (PyErr_Occurred()) return NULL;
@@ -319,18 +316,10 @@ static PyObject *py_record(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* wait(stream, event): the argument order of cuStreamWaitEvent. */
 static PyObject *py_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "wait takes 2 arguments");
-        return NULL;
-    }
-    if (!loaded("wait")) return NULL;
+    void *ev = event_arg("wait", args, nargs, 2, 1);
+    if (!ev) return NULL;
     void *stream = PyLong_AsVoidPtr(args[0]);
-    void *ev = PyLong_AsVoidPtr(args[1]);
     if (PyErr_Occurred()) return NULL;
-    if (!ev) {
-        PyErr_SetString(PyExc_ValueError, "wait: null event");
-        return NULL;
-    }
     int rc = cu_stream_wait(stream, ev, 0);
     if (rc) return driver_error("cuStreamWaitEvent", rc);
     Py_RETURN_NONE;
@@ -338,7 +327,7 @@ static PyObject *py_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyObject *py_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("query", args, nargs, 1);
+    void *ev = event_arg("query", args, nargs, 1, 0);
     if (!ev) return NULL;
     int rc = cu_event_query(ev);
     if (rc == 0) Py_RETURN_TRUE;
@@ -348,7 +337,7 @@ static PyObject *py_query(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 static PyObject *py_event_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("event_sync", args, nargs, 1);
+    void *ev = event_arg("event_sync", args, nargs, 1, 0);
     if (!ev) return NULL;
     int rc;
     /* Other threads (prefetch's reader and stager) run while this one waits. */

@@ -56,6 +56,8 @@ Array = Any
 Shape = int | tuple[int, ...]
 
 
+_UNSEEN = object()   # sum_t: a shape combination not validated yet
+
 class Handler:
     """Abstract base of all handlers.
 
@@ -374,10 +376,11 @@ class Handler:
         # combination that passed them once needs only a lookup (plain ints
         # and None only: True would hash like 1).
         key = (a.shape, axis, out.shape)
-        if (type(axis) is int or axis is None) and key in self._sum_shapes:
-            axis = self._sum_shapes[key]
-        else:
-            axis = self._sum_shapes[key] = self._check_sum_shapes(a, axis, out)
+        checked = (self._sum_shapes.get(key, _UNSEEN) if type(axis) is int or axis is None
+                   else _UNSEEN)
+        if checked is _UNSEEN:
+            checked = self._sum_shapes[key] = self._check_sum_shapes(a, axis, out)
+        axis = checked
         if self._overlaps(out, a):
             fail_value("sum_t", "out must not overlap a")
         self._sum_t(a, axis, out)
