@@ -58,6 +58,7 @@ Shape = int | tuple[int, ...]
 
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
 
+
 class Handler:
     """Abstract base of all handlers.
 
