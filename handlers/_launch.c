@@ -14,17 +14,12 @@
  * Argument formats use pycuda's struct codes with native alignment:
  * P (device pointer: an int or anything with __int__), q, Q, i, f, d.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_launch.h"
+
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ARGS 16
-#define MAX_BYTES 256
-
-typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, void *, void **, void **);
 typedef int (*error_name_fn)(int, const char **);
 typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const void *, int,
                         const void *, int, const float *, void *, int);
@@ -36,16 +31,14 @@ typedef int (*event_fn)(void *);                      /* destroy, query, synchro
 typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
 typedef int (*stream_wait_fn)(void *, void *, unsigned);
 
-static launch_fn cu_launch;
+launch_fn cu_launch;
 static error_name_fn cu_error_name;
 static event_create_fn cu_event_create;
 static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
 static event_record_fn cu_event_record;
 static stream_wait_fn cu_stream_wait;
 
-/* Pack args by fmt into buf; params[i] points at argument i.  Returns the
- * number of bytes used, or -1 with a Python exception set. */
-static Py_ssize_t pack(const char *fmt, Py_ssize_t nfmt, PyObject *const *args,
+Py_ssize_t pack_args(const char *fmt, Py_ssize_t nfmt, PyObject *const *args,
                        Py_ssize_t nargs, char *buf, void **params) {
     if (nfmt != nargs) {
         PyErr_Format(PyExc_TypeError, "format has %zd codes but %zd arguments were given",
@@ -153,7 +146,7 @@ static PyObject *py_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     char buf[MAX_BYTES];
     void *params[MAX_ARGS];
     memset(buf, 0, sizeof buf);
-    Py_ssize_t used = pack(fmt, nfmt, args + 1, nargs - 1, buf, params);
+    Py_ssize_t used = pack_args(fmt, nfmt, args + 1, nargs - 1, buf, params);
     if (used < 0) return NULL;
     return PyBytes_FromStringAndSize(buf, used);
 }
@@ -184,14 +177,14 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
     Py_RETURN_TRUE;
 }
 
-static PyObject *driver_error(const char *what, int rc) {
+PyObject *driver_error(const char *what, int rc) {
     const char *name = NULL;
     if (!cu_error_name || cu_error_name(rc, &name) != 0 || !name) name = "unknown error";
     PyErr_Format(PyExc_RuntimeError, "%s failed: %s (%d)", what, name, rc);
     return NULL;
 }
 
-static int loaded(const char *what) {
+int loaded(const char *what) {
     if (cu_launch) return 1;
     PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
     return 0;
@@ -220,7 +213,7 @@ static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (as_bytes(args[4], &fmt, &nfmt) < 0) return NULL;
     char buf[MAX_BYTES];
     void *params[MAX_ARGS];
-    if (pack(fmt, nfmt, args + 5, nargs - 5, buf, params) < 0) return NULL;
+    if (pack_args(fmt, nfmt, args + 5, nargs - 5, buf, params) < 0) return NULL;
     int rc = cu_launch(fn, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, stream, params, NULL);
     if (rc) return driver_error("cuLaunchKernel", rc);
     Py_RETURN_NONE;
@@ -374,4 +367,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers._launch",
                                     "Lean kernel launch and cuBLAS GEMM calls.", -1, methods};
 
-PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__launch(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && add_same_shape_type(m) < 0) Py_CLEAR(m);
+    return m;
+}

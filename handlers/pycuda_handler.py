@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from . import cuda_context, cuda_transfer, kernel_loader
+from . import cuda_context, cuda_transfer, kernel_loader, same_shape
 from .base import Handler
 from .blas import make_gemm
 from .checks import fail_type
@@ -138,6 +138,7 @@ class GpuEvent:
         _ev.synchronize(self.event)
 
 
+@same_shape.install
 class PyCudaHandler(Handler):
     """Handler whose arrays are C-contiguous ``GPUArray`` on one CUDA device.
 
@@ -190,11 +191,13 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
+        self._sum_launches = {}  # checked sum_t combinations for SameShape.sum (see sum_t)
         self._grids = {}         # elements -> blocks, for _grid
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
         self._load_kernels()
+        self._same_shape = same_shape.make(self, self._slot, _BLOCK)
         # Closed when collected or at exit, whichever comes first.  The exit
         # hook holds the resources only, never the handler, so a program that
         # creates and drops many handlers frees each one's streams and cuBLAS
@@ -216,6 +219,7 @@ class PyCudaHandler(Handler):
     def _make_view(self, k):
         view = super()._make_view(k)
         view._slot = self._slots[k][0]
+        view._same_shape = same_shape.make(self, view._slot, _BLOCK)
         return view
 
     # kernels ------------------------------------------------------------------
@@ -442,6 +446,26 @@ class PyCudaHandler(Handler):
                            _BLOCK, k.fmt, alpha, x.gpudata, beta, y.gpudata, n)
 
     # reduction ----------------------------------------------------------------
+    def sum_t(self, a, axis, out):
+        if self._same_shape.sum(self._sum_launches, a, axis, out):
+            return
+        Handler.sum_t(self, a, axis, out)   # checks (raising on bad input), plans, launches
+        if self.launcher == "c" and (type(axis) is int or axis is None):
+            self._remember_sum(a, axis, out)
+
+    sum_t.__doc__ = Handler.sum_t.__doc__
+
+    def _remember_sum(self, a, axis, out):
+        """Store the launch of a checked sum_t combination for the one-call path,
+        if its plan needs no workspace (a chunked plan uses this group's)."""
+        aligned = int(a.gpudata) % 16 == 0 if a.size else True
+        checked_axis = self._sum_shapes[(a.shape, axis, out.shape)]
+        first, _, _, counters = self._sum_plans[(a.shape, checked_axis, aligned)]
+        if first is not None and not counters:
+            fn, grid, args = first
+            self._sum_launches[(a.shape, axis, out.shape, aligned)] = (fn.handle, grid,
+                                                                      fn.fmt, args)
+
     def _sum_t(self, a, axis, out):
         key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
         plan = self._sum_plans.get(key)

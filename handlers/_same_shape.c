@@ -1,0 +1,495 @@
+/* handlers._launch.SameShape: check and launch, in one C call, an op whose
+ * arrays all share one shape (add_tt, relu, sigmoid_deriv, mult_st, axpby...).
+ *
+ * PyCudaHandler's Python checks and launch cost 0.6 us per such op on a fast
+ * host and up to 1.3 us on slow ones, next to the driver's own 3-4 us launch.
+ * This type handles the common case only: arrays of exactly the handler's
+ * array type and dtype object, one shape, C-contiguous strides, device
+ * addresses as ints (or objects with __int__), scalars as float or int.  In
+ * any other case a call returns False having done nothing, and the handler
+ * runs its Python path, which raises the precise error or handles the unusual
+ * array.  So every error message stays in one place, the Python checks.
+ *
+ * One object per stream group (it holds the group's stream); the kernels
+ * take (scalars..., pointers..., n) as the handler's elementwise kernels do.
+ * With dry=True nothing is launched and `last` holds what would have been
+ * (tests on machines without a GPU).
+ */
+#include "_launch.h"
+
+#include <stdint.h>
+
+#define MAX_PARAMS 8
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *array_type;   /* borrowed by identity: the exact type required */
+    PyObject *dtype;        /* the dtype object required (identity) */
+    void *stream;
+    long long per_block;    /* elements one block covers: block * per-thread vector */
+    long long max_blocks;
+    unsigned block;
+    int itemsize;           /* 4: scalars are passed as float, 8: as double */
+    int dry;
+    Py_ssize_t nfn;
+    void **fns;
+    PyObject *last;         /* dry: (function, grid, block, args) of the last call */
+} SameShape;
+
+/* One kernel argument; params[] points into these. */
+typedef struct {
+    char code;              /* 'P' pointer, 'q' n, 's' scalar of the handler's dtype */
+    union { void *p; long long q; float f; double d; } v;
+} Arg;
+
+static PyObject *s_shape, *s_strides, *s_dtype, *s_gpudata;
+
+static void same_shape_dealloc(SameShape *self) {
+    Py_XDECREF(self->array_type);
+    Py_XDECREF(self->dtype);
+    Py_XDECREF(self->last);
+    PyMem_Free(self->fns);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int same_shape_init(SameShape *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"stream", "array_type", "dtype", "itemsize", "block",
+                             "per_block", "max_blocks", "functions", "dry", NULL};
+    PyObject *stream, *array_type, *dtype, *functions;
+    int itemsize, dry = 0;
+    unsigned block;
+    long long per_block, max_blocks;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOiILLO|p", kwlist, &stream, &array_type,
+                                     &dtype, &itemsize, &block, &per_block, &max_blocks,
+                                     &functions, &dry))
+        return -1;
+    if (itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "SameShape: itemsize must be 4 or 8");
+        return -1;
+    }
+    if (block < 1 || per_block < 1 || max_blocks < 1) {
+        PyErr_SetString(PyExc_ValueError, "SameShape: block sizes must be positive");
+        return -1;
+    }
+    void *st = PyLong_AsVoidPtr(stream);
+    if (PyErr_Occurred()) return -1;
+    PyObject *seq = PySequence_Fast(functions, "SameShape: functions must be a sequence");
+    if (!seq) return -1;
+    Py_ssize_t nfn = PySequence_Fast_GET_SIZE(seq);
+    void **fns = PyMem_Calloc(nfn ? nfn : 1, sizeof(void *));
+    if (!fns) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nfn; ++i) {
+        fns[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
+        if (!fns[i] && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "SameShape: null function");
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyMem_Free(fns);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    PyMem_Free(self->fns);
+    self->fns = fns;
+    self->nfn = nfn;
+    Py_INCREF(array_type);
+    Py_XSETREF(self->array_type, array_type);
+    Py_INCREF(dtype);
+    Py_XSETREF(self->dtype, dtype);
+    self->stream = st;
+    self->itemsize = itemsize;
+    self->block = block;
+    self->per_block = per_block;
+    self->max_blocks = max_blocks;
+    self->dry = dry;
+    return 0;
+}
+
+/* An attribute of an array, or NULL with no exception set: a missing or
+ * failing attribute is a doubt for the Python checks to report. */
+static PyObject *attr(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) PyErr_Clear();
+    return v;
+}
+
+/* Equal tuples (identity first, as Python's == does). */
+static int same_tuple(PyObject *x, PyObject *y) {
+    if (x == y) return 1;
+    if (!PyTuple_CheckExact(x)) return 0;
+    int eq = PyObject_RichCompareBool(x, y, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    return eq == 1;
+}
+
+/* The device address of array `a` into arg; 0 on any doubt (a negative or
+ * non-numeric gpudata). */
+static int pointer_of(PyObject *a, Arg *arg) {
+    PyObject *gpudata = attr(a, s_gpudata);
+    if (!gpudata) return 0;
+    PyObject *addr = PyLong_CheckExact(gpudata) ? gpudata : PyNumber_Long(gpudata);
+    unsigned long long p = addr ? PyLong_AsUnsignedLongLong(addr) : 0;
+    if (addr && addr != gpudata) Py_DECREF(addr);
+    Py_DECREF(gpudata);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    arg->code = 'P';
+    arg->v.p = (void *)(uintptr_t)p;
+    return 1;
+}
+
+/* The type and dtype test of array `a`. */
+static int typed(SameShape *self, PyObject *a) {
+    if ((PyObject *)Py_TYPE(a) != self->array_type) return 0;
+    PyObject *dtype = attr(a, s_dtype);
+    if (!dtype) return 0;
+    Py_DECREF(dtype);   /* only its identity is used */
+    return dtype == self->dtype;
+}
+
+/* Check one array: type, dtype, C-contiguous strides (computed as
+ * Handler._strides_of does) and its address.  On success returns 1 with new
+ * references in *shape and *strides and the element count in *n; 0 on any
+ * doubt, with nothing held. */
+static int check_one(SameShape *self, PyObject *a, PyObject **shape, PyObject **strides,
+                     long long *n, Arg *arg) {
+    if (!typed(self, a)) return 0;
+    PyObject *sh = attr(a, s_shape), *st = sh ? attr(a, s_strides) : NULL;
+    if (!st || !PyTuple_CheckExact(sh) || !PyTuple_CheckExact(st) ||
+        PyTuple_GET_SIZE(st) != PyTuple_GET_SIZE(sh))
+        goto doubt;
+    long long step = self->itemsize, size = 1;
+    for (Py_ssize_t k = PyTuple_GET_SIZE(sh) - 1; k >= 0; --k) {
+        long long dim = PyLong_AsLongLong(PyTuple_GET_ITEM(sh, k));
+        long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(st, k));
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            goto doubt;
+        }
+        if (dim < 0 || stride != step) goto doubt;
+        step *= dim;
+        size *= dim;
+    }
+    if (!pointer_of(a, arg)) goto doubt;
+    *shape = sh;
+    *strides = st;
+    *n = size;
+    return 1;
+doubt:
+    Py_XDECREF(sh);
+    Py_XDECREF(st);
+    return 0;
+}
+
+/* Check `count` arrays of one shape and put their device addresses in
+ * args[0..count).  Returns 1 when all pass (with *n the element count), 0 on
+ * any doubt. */
+static int check_arrays(SameShape *self, PyObject *const *arrays, Py_ssize_t count, Arg *args,
+                        long long *n) {
+    PyObject *shape0, *strides0;
+    if (!check_one(self, arrays[0], &shape0, &strides0, n, &args[0])) return 0;
+    int ok = 1;
+    for (Py_ssize_t i = 1; ok && i < count; ++i) {
+        PyObject *a = arrays[i];
+        ok = typed(self, a);
+        if (ok) {
+            PyObject *shape = attr(a, s_shape), *strides = shape ? attr(a, s_strides) : NULL;
+            ok = strides && same_tuple(shape, shape0) && same_tuple(strides, strides0);
+            Py_XDECREF(shape);
+            Py_XDECREF(strides);
+        }
+        ok = ok && pointer_of(a, &args[i]);
+    }
+    Py_DECREF(shape0);
+    Py_DECREF(strides0);
+    return ok;
+}
+
+/* A scalar argument in the handler's dtype; 0 (no exception) unless it is a
+ * float or a plain int that converts. */
+static int scalar_arg(SameShape *self, PyObject *o, Arg *arg) {
+    double v;
+    if (PyFloat_CheckExact(o)) {
+        v = PyFloat_AS_DOUBLE(o);
+    } else if (PyLong_CheckExact(o)) {
+        v = PyLong_AsDouble(o);
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else {
+        return 0;
+    }
+    arg->code = 's';
+    if (self->itemsize == 4)
+        arg->v.f = (float)v;
+    else
+        arg->v.d = v;
+    return 1;
+}
+
+static PyObject *record_dry(SameShape *self, void *fn, long long grid, Arg *args,
+                            Py_ssize_t nargs) {
+    PyObject *values = PyTuple_New(nargs);
+    if (!values) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        PyObject *v;
+        switch (args[i].code) {
+            case 'P': v = PyLong_FromVoidPtr(args[i].v.p); break;
+            case 'q': v = PyLong_FromLongLong(args[i].v.q); break;
+            default:
+                v = PyFloat_FromDouble(self->itemsize == 4 ? args[i].v.f : args[i].v.d);
+        }
+        if (!v) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(values, i, v);
+    }
+    PyObject *last = Py_BuildValue("(NLIN)", PyLong_FromVoidPtr(fn), grid, self->block, values);
+    if (!last) return NULL;
+    Py_XSETREF(self->last, last);
+    Py_RETURN_TRUE;
+}
+
+/* Launch function `index` over n elements with args[0..nargs) then n. */
+static PyObject *launch(SameShape *self, PyObject *index, Arg *args, Py_ssize_t nargs,
+                        long long n) {
+    Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    if (i < 0 || i >= self->nfn) {
+        PyErr_Format(PyExc_IndexError, "SameShape: no function %zd", i);
+        return NULL;
+    }
+    if (!n) Py_RETURN_TRUE;   /* nothing to do, as the Python path */
+    args[nargs].code = 'q';
+    args[nargs].v.q = n;
+    ++nargs;
+    long long grid = (n + self->per_block - 1) / self->per_block;
+    if (grid > self->max_blocks) grid = self->max_blocks;
+    if (self->dry) return record_dry(self, self->fns[i], grid, args, nargs);
+    if (!loaded("SameShape")) return NULL;
+    void *params[MAX_PARAMS];
+    for (Py_ssize_t k = 0; k < nargs; ++k) params[k] = &args[k].v;
+    int rc = cu_launch(self->fns[i], (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream,
+                       params, NULL);
+    if (rc) return driver_error("cuLaunchKernel", rc);
+    Py_RETURN_TRUE;
+}
+
+/* run(index, *arrays) -> bool */
+static PyObject *same_shape_run(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > MAX_PARAMS) {
+        PyErr_SetString(PyExc_TypeError, "run(index, *arrays): 1 to 7 arrays");
+        return NULL;
+    }
+    Arg kargs[MAX_PARAMS];
+    long long n = 0;
+    if (!check_arrays(self, args + 1, nargs - 1, kargs, &n)) Py_RETURN_FALSE;
+    return launch(self, args[0], kargs, nargs - 1, n);
+}
+
+/* scalar(index, s, *arrays) -> bool: kernels taking (s, pointers..., n). */
+static PyObject *same_shape_scalar(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3 || nargs > MAX_PARAMS) {
+        PyErr_SetString(PyExc_TypeError, "scalar(index, s, *arrays): 1 to 6 arrays");
+        return NULL;
+    }
+    Arg kargs[MAX_PARAMS];
+    long long n = 0;
+    if (!scalar_arg(self, args[1], &kargs[0])) Py_RETURN_FALSE;
+    if (!check_arrays(self, args + 2, nargs - 2, kargs + 1, &n)) Py_RETURN_FALSE;
+    return launch(self, args[0], kargs, nargs - 1, n);
+}
+
+/* axpby(index, alpha, x, beta, y) -> bool: the kernel takes (alpha, x, beta, y, n). */
+static PyObject *same_shape_axpby(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "axpby(index, alpha, x, beta, y)");
+        return NULL;
+    }
+    Arg kargs[MAX_PARAMS], ptrs[2];
+    long long n = 0;
+    PyObject *arrays[2] = {args[2], args[4]};
+    if (!scalar_arg(self, args[1], &kargs[0]) || !scalar_arg(self, args[3], &kargs[2]))
+        Py_RETURN_FALSE;
+    if (!check_arrays(self, arrays, 2, ptrs, &n)) Py_RETURN_FALSE;
+    kargs[1] = ptrs[0];
+    kargs[3] = ptrs[1];
+    return launch(self, args[0], kargs, 4, n);
+}
+
+/* sum(plans, a, axis, out) -> bool: sum_t's launch for a combination that
+ * the Python path has checked and planned before.  `plans` maps (a.shape,
+ * axis, out.shape, a's address 16-byte aligned) to (function, grid, fmt,
+ * trailing args) of a kernel taking (a, workspace, out, counters,
+ * trailing...); the handler stores only plans that need no workspace.
+ * Declines an unknown combination, an axis other than None or an int (a bool
+ * would hash like one), and overlapping a and out. */
+static PyObject *same_shape_sum(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "sum(plans: dict, a, axis, out)");
+        return NULL;
+    }
+    PyObject *axis = args[2];
+    if (axis != Py_None && !PyLong_CheckExact(axis)) Py_RETURN_FALSE;
+    PyObject *sa, *sta, *so, *sto;
+    long long na, no;
+    Arg pa, po;
+    if (!check_one(self, args[1], &sa, &sta, &na, &pa)) Py_RETURN_FALSE;
+    if (!check_one(self, args[3], &so, &sto, &no, &po)) {
+        Py_DECREF(sa);
+        Py_DECREF(sta);
+        Py_RETURN_FALSE;
+    }
+    uintptr_t a0 = (uintptr_t)pa.v.p, o0 = (uintptr_t)po.v.p;
+    uintptr_t ba = (uintptr_t)na * self->itemsize, bo = (uintptr_t)no * self->itemsize;
+    PyObject *entry = NULL;
+    if (!(na && no && a0 < o0 + bo && o0 < a0 + ba)) {   /* no overlap */
+        PyObject *key = PyTuple_Pack(4, sa, axis, so, a0 % 16 == 0 ? Py_True : Py_False);
+        if (key) {
+            entry = PyDict_GetItemWithError(args[0], key);
+            Py_XINCREF(entry);
+            Py_DECREF(key);
+        }
+    }
+    Py_DECREF(sa);
+    Py_DECREF(sta);
+    Py_DECREF(so);
+    Py_DECREF(sto);
+    if (!entry) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_FALSE;
+    }
+    PyObject *result = NULL, *vals[MAX_ARGS] = {NULL};
+    Py_ssize_t nvals = 0;
+    const char *fmt = NULL;
+    Py_ssize_t nfmt = 0;
+    PyObject *trailing;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(entry, 2)) ||
+        !PyTuple_CheckExact(trailing = PyTuple_GET_ITEM(entry, 3)) ||
+        PyTuple_GET_SIZE(trailing) > MAX_ARGS - 4) {
+        PyErr_SetString(PyExc_TypeError, "sum: a plan is (function, grid, fmt: bytes, args)");
+        goto done;
+    }
+    void *fn = PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 0));
+    long long grid = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
+    if (PyErr_Occurred()) goto done;
+    if (!fn || grid < 1) {
+        PyErr_SetString(PyExc_ValueError, "sum: null function or empty grid in a plan");
+        goto done;
+    }
+    fmt = PyBytes_AS_STRING(PyTuple_GET_ITEM(entry, 2));
+    nfmt = PyBytes_GET_SIZE(PyTuple_GET_ITEM(entry, 2));
+    /* (a, workspace 0, out, counters 0, trailing...) */
+    if (!(vals[0] = PyLong_FromVoidPtr((void *)a0)) || !(vals[2] = PyLong_FromVoidPtr((void *)o0)))
+        goto done;
+    vals[1] = vals[3] = PyLong_FromLong(0);   /* a cached small int: never fails */
+    Py_INCREF(vals[1]);
+    nvals = 4;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(trailing); ++k) {
+        vals[nvals] = PyTuple_GET_ITEM(trailing, k);
+        Py_INCREF(vals[nvals++]);
+    }
+    if (self->dry) {
+        PyObject *values = PyTuple_New(nvals);
+        if (!values) goto done;
+        for (Py_ssize_t k = 0; k < nvals; ++k) {
+            Py_INCREF(vals[k]);
+            PyTuple_SET_ITEM(values, k, vals[k]);
+        }
+        PyObject *last = Py_BuildValue("(OLIN)", PyTuple_GET_ITEM(entry, 0), grid, self->block,
+                                       values);
+        if (!last) goto done;
+        Py_XSETREF(self->last, last);
+        result = Py_True;
+        Py_INCREF(result);
+        goto done;
+    }
+    if (!loaded("SameShape.sum")) goto done;
+    char buf[MAX_BYTES];
+    void *params[MAX_ARGS];
+    if (pack_args(fmt, nfmt, vals, nvals, buf, params) < 0) goto done;
+    int rc = cu_launch(fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream, params,
+                       NULL);
+    if (rc) {
+        driver_error("cuLaunchKernel", rc);
+        goto done;
+    }
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    for (Py_ssize_t k = 0; k < nvals; ++k) Py_XDECREF(vals[k]);
+    if (nvals == 0) {
+        Py_XDECREF(vals[0]);
+        Py_XDECREF(vals[2]);
+    }
+    Py_DECREF(entry);
+    return result;
+}
+
+static PyObject *same_shape_last(SameShape *self, void *closure) {
+    (void)closure;
+    PyObject *last = self->last ? self->last : Py_None;
+    Py_INCREF(last);
+    return last;
+}
+
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
+
+static PyMethodDef same_shape_methods[] = {
+    {"run", FASTCALL(same_shape_run),
+     "run(index, *arrays) -> bool: check the arrays and launch function `index` with "
+     "(pointers..., n); False, with nothing done, if any check is in doubt."},
+    {"scalar", FASTCALL(same_shape_scalar),
+     "scalar(index, s, *arrays) -> bool: as run, for kernels taking (s, pointers..., n)."},
+    {"sum", FASTCALL(same_shape_sum),
+     "sum(plans, a, axis, out) -> bool: sum_t with a plan from `plans` (see the source)."},
+    {"axpby", FASTCALL(same_shape_axpby),
+     "axpby(index, alpha, x, beta, y) -> bool: as run, for (alpha, x, beta, y, n)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef same_shape_getset[] = {
+    {"last", (getter)same_shape_last, NULL,
+     "dry=True: (function, grid, block, args) of the last call that would have launched.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SameShapeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "handlers._launch.SameShape",
+    .tp_basicsize = sizeof(SameShape),
+    .tp_dealloc = (destructor)same_shape_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SameShape(stream, array_type, dtype, itemsize, block, per_block, max_blocks, "
+              "functions, dry=False): checks and launch of same-shape elementwise ops on "
+              "one stream, in one C call.",
+    .tp_methods = same_shape_methods,
+    .tp_getset = same_shape_getset,
+    .tp_init = (initproc)same_shape_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int add_same_shape_type(PyObject *module) {
+    if (!(s_shape = PyUnicode_InternFromString("shape")) ||
+        !(s_strides = PyUnicode_InternFromString("strides")) ||
+        !(s_dtype = PyUnicode_InternFromString("dtype")) ||
+        !(s_gpudata = PyUnicode_InternFromString("gpudata")))
+        return -1;
+    if (PyType_Ready(&SameShapeType) < 0) return -1;
+    Py_INCREF(&SameShapeType);
+    if (PyModule_AddObject(module, "SameShape", (PyObject *)&SameShapeType) < 0) {
+        Py_DECREF(&SameShapeType);
+        return -1;
+    }
+    return 0;
+}

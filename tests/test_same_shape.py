@@ -1,0 +1,319 @@
+"""The one-call path of same-shape ops (``handlers._launch.SameShape``).
+
+On any machine where the extension is built, ``SameShape(dry=True)`` is
+checked against an independent Python model of what it must do: accept only
+exact-type arrays of the handler's dtype object with one C-contiguous shape
+and float/int scalars, and then launch the kernel with (scalars..., pointers...,
+n) over a grid of min(ceil(n / per_block), max_blocks) blocks; decline
+anything else having done nothing.  On a GPU, every op the path serves gives
+bit for bit the result of its Python path, and is served by it.
+"""
+import math
+
+import numpy as np
+import pytest
+
+_launch = pytest.importorskip(
+    "handlers._launch",
+    reason="handlers._launch is not built (no C compiler at install): same-shape ops "
+           "take the Python path; `pip install -e .` builds it")
+
+from handlers import same_shape  # noqa: E402
+
+BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
+FUNCS = [0x1000 + 16 * i for i in range(5)]
+
+
+class Arr:
+    """The attributes SameShape reads, as pycuda's GPUArray has them."""
+
+    def __init__(self, shape, dtype=np.float32, gpudata=None, strides=None):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = np.empty(shape, dtype).strides if strides is None else strides
+        self.gpudata = 0x7000_0000 + 4096 * id(self) % 2**20 if gpudata is None else gpudata
+
+
+class SubArr(Arr):
+    pass
+
+
+def _ops(itemsize=4, dtype=np.float32):
+    return _launch.SameShape(7, Arr, np.dtype(dtype), itemsize, BLOCK, PER_BLOCK, MAX_BLOCKS,
+                             FUNCS, dry=True)
+
+
+def _grid(n):
+    return min(MAX_BLOCKS, -(-n // PER_BLOCK))
+
+
+def _random_shape(rng):
+    return tuple(int(d) for d in rng.integers(1, 9, size=int(rng.integers(0, 5))))
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_run_launches_pointers_then_n(trial):
+    rng = np.random.default_rng(trial)
+    shape = _random_shape(rng)
+    if trial % 5 == 0:   # some large enough to hit the block cap
+        shape = (int(rng.integers(30_000, 60_000)),)
+    arrays = [Arr(shape) for _ in range(int(rng.integers(1, 5)))]
+    index = int(rng.integers(0, len(FUNCS)))
+    ops = _ops()
+    assert ops.run(index, *arrays) is True
+    n = math.prod(shape)
+    assert ops.last == (FUNCS[index], _grid(n), BLOCK,
+                        tuple(a.gpudata for a in arrays) + (n,))
+
+
+@pytest.mark.parametrize("itemsize,dtype", [(4, np.float32), (8, np.float64)])
+def test_scalars_are_passed_in_the_handlers_precision(itemsize, dtype):
+    rng = np.random.default_rng(itemsize)
+    ops = _ops(itemsize, dtype)
+    x, y = Arr((5, 3), dtype), Arr((5, 3), dtype)
+    for s in [float(rng.normal()), 3, -2**40, 0.1]:
+        want = float(np.dtype(dtype).type(s))
+        assert ops.scalar(1, s, x, y) is True
+        assert ops.last == (FUNCS[1], 1, BLOCK, (want, x.gpudata, y.gpudata, 15))
+        assert ops.axpby(2, s, x, 0.5, y) is True
+        assert ops.last == (FUNCS[2], 1, BLOCK, (want, x.gpudata, 0.5, y.gpudata, 15))
+
+
+def test_empty_arrays_need_no_launch():
+    ops = _ops()
+    empty = [Arr((0, 4), strides=(16, 4)) for _ in range(2)]   # C strides by the rule
+    assert ops.run(0, *empty) is True
+    assert ops.last is None
+
+
+class Allocation:
+    def __int__(self):
+        return 0x7F00_0000_1000
+
+
+def test_gpudata_may_be_an_object_with_int():
+    ops = _ops()
+    a = Arr((4,), gpudata=Allocation())
+    assert ops.run(0, a, a) is True
+    assert ops.last[3] == (0x7F00_0000_1000, 0x7F00_0000_1000, 4)
+
+
+def _declined_cases():
+    f32 = np.float32
+    good = Arr((4, 6))
+
+    class NoStrides:
+        pass
+    bare = Arr((4, 6))
+    del bare.strides
+    return {
+        "subclass": [good, SubArr((4, 6))],
+        "other dtype": [good, Arr((4, 6), np.float64)],
+        "shapes differ": [good, Arr((6, 4))],
+        "same size, other rank": [good, Arr((24,))],
+        "transposed strides": [Arr((4, 6), strides=(4, 16))],
+        "strides of a size-1 dim": [Arr((4, 1), strides=(4, 8))],
+        "strides as a list": [Arr((4, 6), strides=[24, 4])],
+        "shape as a list": [_with(Arr((4, 6)), shape=[4, 6])],
+        "strides of another array": [good, Arr((4, 6), strides=(48, 8))],
+        "no strides attribute": [bare],
+        "gpudata None": [_with(Arr((4, 6)), gpudata=None)],
+        "gpudata not a number": [_with(Arr((4, 6)), gpudata="x")],
+        "negative gpudata": [_with(Arr((4, 6)), gpudata=-1)],
+        "not an array": [np.zeros((4, 6), f32)],
+        "other type": [NoStrides()],
+    }
+
+
+def _with(a, **attrs):
+    a.__dict__.update(attrs)
+    return a
+
+
+@pytest.mark.parametrize("case", sorted(_declined_cases()))
+def test_declines_every_doubt_and_does_nothing(case):
+    arrays = _declined_cases()[case]
+    ops = _ops()
+    assert ops.run(0, *arrays) is False
+    assert ops.last is None
+
+
+@pytest.mark.parametrize("s", [True, np.float32(2.0), np.float64(1.5), "2", None, 10**400,
+                               np.array(1.0)])
+def test_declines_scalars_the_python_checks_must_see(s):
+    ops = _ops()
+    x = Arr((3,))
+    assert ops.scalar(0, s, x, x) is False
+    assert ops.axpby(0, s, x, 1.0, x) is False
+    assert ops.axpby(0, 1.0, x, s, x) is False
+    assert ops.last is None
+
+
+def test_rejects_misuse_with_errors():
+    ops = _ops()
+    x = Arr((3,))
+    with pytest.raises(IndexError):
+        ops.run(len(FUNCS), x)
+    with pytest.raises(IndexError):
+        ops.run(-1, x)
+    with pytest.raises(TypeError):
+        ops.run(0)
+    with pytest.raises(TypeError):
+        ops.axpby(0, 1.0, x, 1.0)
+    with pytest.raises(ValueError):
+        _launch.SameShape(7, Arr, np.dtype(np.float32), 2, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
+    with pytest.raises(ValueError):
+        _launch.SameShape(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, [0])
+
+
+def test_the_op_table_matches_the_handler_contract():
+    from handlers.base import Handler
+    for name, (call, kernel) in same_shape.OPS.items():
+        assert callable(getattr(Handler, name)), name
+        assert call in ("run", "scalar", "axpby"), name
+        assert kernel.split("_")[0] in ("binary", "unary", "deriv", "scalar", "axpby"), name
+
+
+def _plan_key(a, axis, out):
+    return (a.shape, axis, out.shape, a.gpudata % 16 == 0)
+
+
+def test_sum_launches_a_stored_plan():
+    ops = _ops()
+    a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
+    plans = {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+    assert ops.sum(plans, a, 0, out) is True
+    assert ops.last == (FUNCS[3], 9, BLOCK, (0x10000, 0, 0x20000, 0, 1, 6, 5, 1))
+    plans = {_plan_key(a, None, out): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1))}
+    assert ops.sum(plans, a, None, Arr((1,), gpudata=0x20000)) is False   # other out shape
+    out1 = Arr((1,), gpudata=0x20000)
+    plans = {_plan_key(a, None, out1): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1))}
+    assert ops.sum(plans, a, None, out1) is True
+
+
+@pytest.mark.parametrize("case", ["unknown", "bool axis", "numpy axis", "overlap",
+                                  "other alignment", "bad out", "bad a"])
+def test_sum_declines(case):
+    ops = _ops()
+    a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
+    axis = 1 if case == "bool axis" else 0
+    plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+    if case == "unknown":
+        plans = {}
+    elif case == "bool axis":
+        axis = True
+    elif case == "numpy axis":
+        axis = np.int64(0)
+    elif case == "overlap":
+        out = Arr((5,), gpudata=0x10000 + 4 * 29)   # the last element of a
+        plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+    elif case == "other alignment":
+        a = Arr((6, 5), gpudata=0x10004)
+    elif case == "bad out":
+        out = Arr((5,), np.float64, gpudata=0x20000)
+    else:
+        a = Arr((6, 5), strides=(4, 24), gpudata=0x10000)
+    assert ops.sum(plans, a, axis, out) is False
+    assert ops.last is None
+
+
+def test_sum_rejects_a_malformed_plan():
+    ops = _ops()
+    a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
+    with pytest.raises(TypeError):
+        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, "PPPP", ())}, a, 0, out)
+    with pytest.raises(ValueError):
+        ops.sum({_plan_key(a, 0, out): (0, 9, b"PPPP", ())}, a, 0, out)
+    with pytest.raises(TypeError):
+        ops.sum([], a, 0, out)
+
+
+# --------------------------------------------------------------------- on a GPU
+@pytest.fixture(scope="module", params=[np.float32, np.float64], ids=["f32", "f64"])
+def gpu(request):
+    try:
+        from handlers import PyCudaHandler
+        h = PyCudaHandler(request.param, seed=3)
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"PyCudaHandler unavailable: {e}")
+    if h.launcher != "c":
+        pytest.skip("the C launcher is not in use (STREAMHANDLERS_LAUNCH=pycuda?)")
+    return h
+
+
+def _args(name, h, rng, shape):
+    call, _ = same_shape.OPS[name]
+    from handlers.base import Handler
+    nargs = Handler.__dict__[name].__code__.co_argcount - 1
+
+    def arr():
+        return h.create_from_numpy(rng.uniform(0.1, 2.0, shape))
+    if call == "axpby":
+        return [float(rng.normal()), arr(), float(rng.normal()), arr()]
+    if call == "scalar":
+        return [float(rng.normal()), arr(), arr()]
+    return [arr() for _ in range(nargs)]
+
+
+@pytest.mark.parametrize("name", sorted(same_shape.OPS))
+def test_gpu_one_call_equals_the_python_path(gpu, name):
+    from handlers.base import Handler
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    for shape in [(1000,), (37, 53), (2, 3, 4, 5), (1,)]:
+        fast = _args(name, gpu, rng, shape)
+        slow = [gpu.create_from_numpy(gpu.get_numpy_copy(a)) if hasattr(a, "gpudata") else a
+                for a in fast]
+        method, kernel = same_shape.OPS[name]
+        index = list(same_shape.OPS).index(name)
+        assert getattr(gpu._same_shape, method)(index, *fast) is True   # served in C
+        Handler.__dict__[name](gpu, *slow)                             # the Python path
+        for f, s in zip(fast, slow):
+            if hasattr(f, "gpudata"):
+                np.testing.assert_array_equal(gpu.get_numpy_copy(f), gpu.get_numpy_copy(s))
+
+
+def test_gpu_views_launch_on_their_own_stream(gpu):
+    views = [gpu.with_streams(k) for k in range(gpu.num_stream_groups)]
+    assert len({id(v._same_shape) for v in views}) == len(views)
+    x = gpu.create_from_numpy(np.arange(4096.0))
+    outs = [gpu.zeros((4096,)) for _ in views]
+    for k, (v, out) in enumerate(zip(views, outs)):
+        v.mult_st(float(k), x, out)
+    gpu.synchronize_all_streams()
+    for k, out in enumerate(outs):
+        np.testing.assert_array_equal(gpu.get_numpy_copy(out), k * np.arange(4096.0))
+
+
+def test_gpu_declined_arrays_still_compute(gpu):
+    # A (4, 1) array with an unusual stride of its size-1 axis is C-contiguous
+    # for the Python checks but not for the one-call path.
+    from pycuda.gpuarray import GPUArray
+    x = gpu.create_from_numpy(np.arange(4.0).reshape(4, 1))
+    odd = GPUArray((4, 1), gpu.dtype, gpudata=x.gpudata, strides=(x.dtype.itemsize, 64),
+                   base=x)
+    out = gpu.zeros((4, 1))
+    assert gpu._same_shape.run(0, odd, odd, out) is False
+    gpu.add_tt(odd, odd, out)
+    np.testing.assert_array_equal(gpu.get_numpy_copy(out), 2 * np.arange(4.0).reshape(4, 1))
+
+
+@pytest.mark.parametrize("shape,axis", [((1000,), 0), ((1000,), None), ((37, 53), -1),
+                                        ((37, 53), 0), ((2, 3, 4, 5), 2), ((64, 4096), 0),
+                                        ((3, 70000), 1)])
+def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
+    from handlers.base import Handler
+    rng = np.random.default_rng(len(shape) * 100 + (axis or 0))
+    x = rng.uniform(-1, 1, shape)
+    a = gpu.create_from_numpy(x)
+    want = x.sum(axis=axis)
+    out, ref = gpu.zeros(np.shape(want)), gpu.zeros(np.shape(want))
+    gpu.sum_t(a, axis, out)        # the first call checks, plans and remembers
+    Handler.sum_t(gpu, a, axis, ref)
+    served = gpu._same_shape.sum(gpu._sum_launches, a, axis, out)
+    chunked = gpu._sum_plans[(a.shape, axis % len(shape) if axis is not None else None,
+                              int(a.gpudata) % 16 == 0)][3]
+    assert served is (not chunked)   # plans with a workspace stay in Python
+    gpu.sum_t(a, axis, out)
+    np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
+    tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(gpu.get_numpy_copy(out), want, rtol=tol, atol=tol * shape[-1])
