@@ -15,7 +15,7 @@ setup(
     # The C kernel launcher (see handlers/kernel_loader.py).  It needs only a C
     # compiler and Python's headers, no CUDA; where it cannot be built the
     # install goes on and kernels launch through pycuda.
-    ext_modules=[Extension("handlers._launch", ["handlers/_launch.c", "handlers/_same_shape.c"],
+    ext_modules=[Extension("handlers._launch", ["handlers/_launch.c", "handlers/_one_call.c"],
                            depends=["handlers/_launch.h"], optional=True)],
     python_requires=">=3.10",
     install_requires=["numpy>=1.24"],

@@ -2,7 +2,8 @@
 
 For the small ops of the overhead table (1,000 elements, 16x16 gemm), prints
 the median host microseconds of: the whole op; the op with its kernel launch
-replaced by a no-op (validation and dispatch in Python); the launch alone
+replaced by a no-op (validation and dispatch, in C on the one-call path of
+``handlers.one_call``, which then records its launch instead); the launch alone
 through pycuda with pre-packed arguments; and, as floors, a raw
 ``cuLaunchKernel`` through ctypes and through ``cuda.bindings``, and the event
 record/wait calls that stream-group fork and join use.  A diagnostic for
@@ -133,6 +134,14 @@ def _floors(h, calls):
     out["view.wait_for(handler)"] = host_overhead_us(lambda: v1.wait_for(h), calls,
                                                      sync=h.synchronize_all_streams)
     out["with_streams(1) lookup"] = host_overhead_us(lambda: h.with_streams(1), calls)
+    sides = [h.with_streams(k) for k in range(1, 4)]
+
+    def fork():
+        ev = h.record_event()
+        for v in sides:
+            v.wait_event(ev)
+    out["fork: record_event + 3 wait_event"] = host_overhead_us(fork, calls,
+                                                                sync=h.synchronize_all_streams)
     return out
 
 
@@ -279,25 +288,32 @@ def main(argv=None):
     ops = small_ops(h, np.random.default_rng(0))
     sync = h.synchronize_all_streams
     whole = {k: host_overhead_us(f, calls, sync=sync) for k, f in ops.items()}
-    # The same ops with every launch (kernel and gemm) replaced by a no-op.
-    from handlers import pycuda_handler
+    # The same ops with every launch (kernel and gemm) replaced by a no-op; the
+    # one-call path (handlers.one_call) swapped for a dry one, which checks
+    # and records its launch instead of making it.
+    from handlers import one_call, pycuda_handler
     launch, gemms = pycuda_handler._launch_kernel, [s.gemm for s in h._all_slots]
+    fast = h._one_call
     pycuda_handler._launch_kernel = lambda *a: None
+    h._one_call = one_call.make(h, h._slot, pycuda_handler._BLOCK,
+                                pycuda_handler._SMALL_GEMM_OUT, pycuda_handler._SMALL_GEMM_K,
+                                dry=True)
     for slot in h._all_slots:
         slot.gemm = lambda *a: None
     try:
-        python = {k: host_overhead_us(f, calls) for k, f in ops.items()}
+        checks = {k: host_overhead_us(f, calls) for k, f in ops.items()}
     finally:
         pycuda_handler._launch_kernel = launch
+        h._one_call = fast
         for slot, g in zip(h._all_slots, gemms):
             slot.gemm = g
     big, out = h.zeros((4096, 4096)), h.zeros((4096, 4096))
     device = {k: device_us(h, f, big, out) for k, f in ops.items()}
     print(f"Host us per call, median of {calls} calls; kernel launcher: {h.launcher}; "
           f"device: GPU us per call with the host ahead")
-    print(f"{'op':16} {'whole':>8} {'python':>8} {'launch':>8} {'device':>8}")
+    print(f"{'op':16} {'whole':>8} {'checks':>8} {'launch':>8} {'device':>8}")
     for k in ops:
-        print(f"{k:16} {whole[k]:8.2f} {python[k]:8.2f} {whole[k] - python[k]:8.2f} "
+        print(f"{k:16} {whole[k]:8.2f} {checks[k]:8.2f} {whole[k] - checks[k]:8.2f} "
               f"{device[k]:8.2f}")
     print("\nfloors:")
     for k, v in _floors(h, calls).items():

@@ -369,6 +369,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers._launch",
 
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && add_same_shape_type(m) < 0) Py_CLEAR(m);
+    if (m && add_one_call_type(m) < 0) Py_CLEAR(m);
     return m;
 }

@@ -1,4 +1,4 @@
-/* Shared by the sources of handlers._launch (_launch.c, _same_shape.c). */
+/* Shared by the sources of handlers._launch (_launch.c, _one_call.c). */
 #ifndef HANDLERS_LAUNCH_H
 #define HANDLERS_LAUNCH_H
 
@@ -25,7 +25,7 @@ PyObject *driver_error(const char *what, int rc);
 /* 1 if libcuda is loaded, else 0 with a RuntimeError naming `what`. */
 int loaded(const char *what);
 
-/* Add the SameShape type to the module; -1 with an exception set on failure. */
-int add_same_shape_type(PyObject *module);
+/* Add the OneCall type to the module; -1 with an exception set on failure. */
+int add_one_call_type(PyObject *module);
 
 #endif

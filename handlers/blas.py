@@ -4,7 +4,9 @@
 ``gemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)`` in
 cuBLAS's column-major convention, bound to its own cuBLAS handle whose stream
 is set once, at creation; so a handle per stream never needs re-binding.
-Scalars are passed in host pointer mode.  Backends:
+Scalars are passed in host pointer mode.  ``gemm.handle`` is the cuBLAS
+handle and ``gemm.c_symbol`` the address of the ``cublas[SD]gemm_v2`` it
+calls, for the C path of ``handlers.one_call`` (0 where not known).  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
@@ -50,8 +52,10 @@ class _SkcudaGemm:
         if launcher() == "c":
             from ._launch import gemm
             self._c_gemm = gemm
+            self.c_symbol = self._symbol
         else:
             self._c_gemm = None
+            self.c_symbol = 0
 
     def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
         if self._c_gemm is not None:
@@ -72,6 +76,10 @@ class _SkcudaGemm:
 
 
 class _NvmathGemm:
+    # nvmath's bindings do not expose the function they call, so the C path
+    # (handlers.one_call) leaves cuBLAS-sized products to this object.
+    c_symbol = 0
+
     def __init__(self, dtype, stream):
         try:
             from nvmath.bindings import cublas

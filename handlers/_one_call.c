@@ -1,4 +1,4 @@
-/* handlers._launch.SameShape: check and launch, in one C call, an op whose
+/* handlers._launch.OneCall: check and launch, in one C call, an op whose
  * arrays all share one shape (add_tt, relu, sigmoid_deriv, mult_st, axpby...).
  *
  * PyCudaHandler's Python checks and launch cost 0.6 us per such op on a fast
@@ -17,6 +17,7 @@
  */
 #include "_launch.h"
 
+#include <limits.h>
 #include <stdint.h>
 
 #define MAX_PARAMS 8
@@ -34,7 +35,12 @@ typedef struct {
     Py_ssize_t nfn;
     void **fns;
     PyObject *last;         /* dry: (function, grid, block, args) of the last call */
-} SameShape;
+    /* dot: set by set_dot */
+    void *gemm;             /* cublas[SD]gemm_v2, or NULL: cuBLAS-sized products decline */
+    void *cublas;           /* the group's cuBLAS handle, bound to its stream */
+    void *small_fn;         /* small_gemm kernel */
+    long long small_out, small_k;
+} OneCall;
 
 /* One kernel argument; params[] points into these. */
 typedef struct {
@@ -44,7 +50,7 @@ typedef struct {
 
 static PyObject *s_shape, *s_strides, *s_dtype, *s_gpudata;
 
-static void same_shape_dealloc(SameShape *self) {
+static void one_call_dealloc(OneCall *self) {
     Py_XDECREF(self->array_type);
     Py_XDECREF(self->dtype);
     Py_XDECREF(self->last);
@@ -52,7 +58,7 @@ static void same_shape_dealloc(SameShape *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int same_shape_init(SameShape *self, PyObject *args, PyObject *kwds) {
+static int one_call_init(OneCall *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"stream", "array_type", "dtype", "itemsize", "block",
                              "per_block", "max_blocks", "functions", "dry", NULL};
     PyObject *stream, *array_type, *dtype, *functions;
@@ -64,16 +70,16 @@ static int same_shape_init(SameShape *self, PyObject *args, PyObject *kwds) {
                                      &functions, &dry))
         return -1;
     if (itemsize != 4 && itemsize != 8) {
-        PyErr_SetString(PyExc_ValueError, "SameShape: itemsize must be 4 or 8");
+        PyErr_SetString(PyExc_ValueError, "OneCall: itemsize must be 4 or 8");
         return -1;
     }
     if (block < 1 || per_block < 1 || max_blocks < 1) {
-        PyErr_SetString(PyExc_ValueError, "SameShape: block sizes must be positive");
+        PyErr_SetString(PyExc_ValueError, "OneCall: block sizes must be positive");
         return -1;
     }
     void *st = PyLong_AsVoidPtr(stream);
     if (PyErr_Occurred()) return -1;
-    PyObject *seq = PySequence_Fast(functions, "SameShape: functions must be a sequence");
+    PyObject *seq = PySequence_Fast(functions, "OneCall: functions must be a sequence");
     if (!seq) return -1;
     Py_ssize_t nfn = PySequence_Fast_GET_SIZE(seq);
     void **fns = PyMem_Calloc(nfn ? nfn : 1, sizeof(void *));
@@ -85,7 +91,7 @@ static int same_shape_init(SameShape *self, PyObject *args, PyObject *kwds) {
     for (Py_ssize_t i = 0; i < nfn; ++i) {
         fns[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
         if (!fns[i] && !PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "SameShape: null function");
+            PyErr_SetString(PyExc_ValueError, "OneCall: null function");
         if (PyErr_Occurred()) {
             Py_DECREF(seq);
             PyMem_Free(fns);
@@ -145,7 +151,7 @@ static int pointer_of(PyObject *a, Arg *arg) {
 }
 
 /* The type and dtype test of array `a`. */
-static int typed(SameShape *self, PyObject *a) {
+static int typed(OneCall *self, PyObject *a) {
     if ((PyObject *)Py_TYPE(a) != self->array_type) return 0;
     PyObject *dtype = attr(a, s_dtype);
     if (!dtype) return 0;
@@ -157,7 +163,7 @@ static int typed(SameShape *self, PyObject *a) {
  * Handler._strides_of does) and its address.  On success returns 1 with new
  * references in *shape and *strides and the element count in *n; 0 on any
  * doubt, with nothing held. */
-static int check_one(SameShape *self, PyObject *a, PyObject **shape, PyObject **strides,
+static int check_one(OneCall *self, PyObject *a, PyObject **shape, PyObject **strides,
                      long long *n, Arg *arg) {
     if (!typed(self, a)) return 0;
     PyObject *sh = attr(a, s_shape), *st = sh ? attr(a, s_strides) : NULL;
@@ -190,7 +196,7 @@ doubt:
 /* Check `count` arrays of one shape and put their device addresses in
  * args[0..count).  Returns 1 when all pass (with *n the element count), 0 on
  * any doubt. */
-static int check_arrays(SameShape *self, PyObject *const *arrays, Py_ssize_t count, Arg *args,
+static int check_arrays(OneCall *self, PyObject *const *arrays, Py_ssize_t count, Arg *args,
                         long long *n) {
     PyObject *shape0, *strides0;
     if (!check_one(self, arrays[0], &shape0, &strides0, n, &args[0])) return 0;
@@ -213,7 +219,7 @@ static int check_arrays(SameShape *self, PyObject *const *arrays, Py_ssize_t cou
 
 /* A scalar argument in the handler's dtype; 0 (no exception) unless it is a
  * float or a plain int that converts. */
-static int scalar_arg(SameShape *self, PyObject *o, Arg *arg) {
+static int scalar_arg(OneCall *self, PyObject *o, Arg *arg) {
     double v;
     if (PyFloat_CheckExact(o)) {
         v = PyFloat_AS_DOUBLE(o);
@@ -234,7 +240,7 @@ static int scalar_arg(SameShape *self, PyObject *o, Arg *arg) {
     return 1;
 }
 
-static PyObject *record_dry(SameShape *self, void *fn, long long grid, Arg *args,
+static PyObject *record_dry(OneCall *self, void *fn, long long grid, Arg *args,
                             Py_ssize_t nargs) {
     PyObject *values = PyTuple_New(nargs);
     if (!values) return NULL;
@@ -259,12 +265,12 @@ static PyObject *record_dry(SameShape *self, void *fn, long long grid, Arg *args
 }
 
 /* Launch function `index` over n elements with args[0..nargs) then n. */
-static PyObject *launch(SameShape *self, PyObject *index, Arg *args, Py_ssize_t nargs,
+static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t nargs,
                         long long n) {
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred()) return NULL;
     if (i < 0 || i >= self->nfn) {
-        PyErr_Format(PyExc_IndexError, "SameShape: no function %zd", i);
+        PyErr_Format(PyExc_IndexError, "OneCall: no function %zd", i);
         return NULL;
     }
     if (!n) Py_RETURN_TRUE;   /* nothing to do, as the Python path */
@@ -274,7 +280,7 @@ static PyObject *launch(SameShape *self, PyObject *index, Arg *args, Py_ssize_t 
     long long grid = (n + self->per_block - 1) / self->per_block;
     if (grid > self->max_blocks) grid = self->max_blocks;
     if (self->dry) return record_dry(self, self->fns[i], grid, args, nargs);
-    if (!loaded("SameShape")) return NULL;
+    if (!loaded("OneCall")) return NULL;
     void *params[MAX_PARAMS];
     for (Py_ssize_t k = 0; k < nargs; ++k) params[k] = &args[k].v;
     int rc = cu_launch(self->fns[i], (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream,
@@ -284,7 +290,7 @@ static PyObject *launch(SameShape *self, PyObject *index, Arg *args, Py_ssize_t 
 }
 
 /* run(index, *arrays) -> bool */
-static PyObject *same_shape_run(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *one_call_run(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 2 || nargs > MAX_PARAMS) {
         PyErr_SetString(PyExc_TypeError, "run(index, *arrays): 1 to 7 arrays");
         return NULL;
@@ -296,7 +302,7 @@ static PyObject *same_shape_run(SameShape *self, PyObject *const *args, Py_ssize
 }
 
 /* scalar(index, s, *arrays) -> bool: kernels taking (s, pointers..., n). */
-static PyObject *same_shape_scalar(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *one_call_scalar(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3 || nargs > MAX_PARAMS) {
         PyErr_SetString(PyExc_TypeError, "scalar(index, s, *arrays): 1 to 6 arrays");
         return NULL;
@@ -309,7 +315,7 @@ static PyObject *same_shape_scalar(SameShape *self, PyObject *const *args, Py_ss
 }
 
 /* axpby(index, alpha, x, beta, y) -> bool: the kernel takes (alpha, x, beta, y, n). */
-static PyObject *same_shape_axpby(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *one_call_axpby(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "axpby(index, alpha, x, beta, y)");
         return NULL;
@@ -332,7 +338,7 @@ static PyObject *same_shape_axpby(SameShape *self, PyObject *const *args, Py_ssi
  * trailing...); the handler stores only plans that need no workspace.
  * Declines an unknown combination, an axis other than None or an int (a bool
  * would hash like one), and overlapping a and out. */
-static PyObject *same_shape_sum(SameShape *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "sum(plans: dict, a, axis, out)");
         return NULL;
@@ -413,7 +419,7 @@ static PyObject *same_shape_sum(SameShape *self, PyObject *const *args, Py_ssize
         Py_INCREF(result);
         goto done;
     }
-    if (!loaded("SameShape.sum")) goto done;
+    if (!loaded("OneCall.sum")) goto done;
     char buf[MAX_BYTES];
     void *params[MAX_ARGS];
     if (pack_args(fmt, nfmt, vals, nvals, buf, params) < 0) goto done;
@@ -435,7 +441,150 @@ done:
     return result;
 }
 
-static PyObject *same_shape_last(SameShape *self, void *closure) {
+typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const void *, int,
+                        const void *, int, const float *, void *, int);
+typedef int (*dgemm_fn)(void *, int, int, int, int, int, const double *, const void *, int,
+                        const void *, int, const double *, void *, int);
+
+/* set_dot(gemm, cublas, small_gemm, small_out, small_k): what dot() calls. */
+static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "set_dot(gemm, cublas, small_gemm, small_out, small_k)");
+        return NULL;
+    }
+    void *gemm = PyLong_AsVoidPtr(args[0]), *cublas = PyLong_AsVoidPtr(args[1]);
+    void *small = PyLong_AsVoidPtr(args[2]);
+    long long small_out = PyLong_AsLongLong(args[3]), small_k = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    self->gemm = gemm;
+    self->cublas = cublas;
+    self->small_fn = small;
+    self->small_out = small_out;
+    self->small_k = small_k;
+    Py_RETURN_NONE;
+}
+
+/* 1 or 0 for True/False or an int 0/1; -1 (no exception) otherwise. */
+static int flag(PyObject *o) {
+    if (o == Py_True) return 1;
+    if (o == Py_False) return 0;
+    if (PyLong_CheckExact(o)) {
+        long v = PyLong_AsLong(o);
+        if (v == 0 || v == 1) return (int)v;
+        PyErr_Clear();
+    }
+    return -1;
+}
+
+static int overlap(const Arg *x, long long nx, const Arg *y, long long ny, int itemsize) {
+    uintptr_t px = (uintptr_t)x->v.p, py = (uintptr_t)y->v.p;
+    return nx && ny && px < py + (uintptr_t)ny * itemsize && py < px + (uintptr_t)nx * itemsize;
+}
+
+/* dot(a, b, out, transa, transb, beta) -> bool: out = op(a) op(b) + beta out
+ * (beta 0 or 1) for three C-contiguous matrices whose shapes fit and out
+ * overlapping neither input: on small_gemm for small products, else cuBLAS,
+ * as PyCudaHandler._dot does.  Declines anything else, an empty inner
+ * dimension with beta 0 (out must be zero-filled) and cuBLAS-sized products
+ * when no gemm symbol was set. */
+static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyFloat_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "dot(a, b, out, transa, transb, beta: float)");
+        return NULL;
+    }
+    int ta = flag(args[3]), tb = flag(args[4]);
+    double beta = PyFloat_AS_DOUBLE(args[5]);
+    if (ta < 0 || tb < 0) Py_RETURN_FALSE;
+    PyObject *shape[3] = {NULL}, *strides[3] = {NULL};
+    long long count[3], dim[3][2];
+    Arg ptr[3];
+    int ok = 1;
+    for (int i = 0; ok && i < 3; ++i) {
+        ok = check_one(self, args[i], &shape[i], &strides[i], &count[i], &ptr[i]) &&
+             PyTuple_GET_SIZE(shape[i]) == 2;
+        for (int j = 0; ok && j < 2; ++j)   /* checked already: no error possible */
+            dim[i][j] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape[i], j));
+    }
+    for (int i = 0; i < 3; ++i) {
+        Py_XDECREF(shape[i]);
+        Py_XDECREF(strides[i]);
+    }
+    if (!ok) Py_RETURN_FALSE;
+    long long m = ta ? dim[0][1] : dim[0][0], k = ta ? dim[0][0] : dim[0][1];
+    long long k2 = tb ? dim[1][1] : dim[1][0], n = tb ? dim[1][0] : dim[1][1];
+    if (k != k2 || dim[2][0] != m || dim[2][1] != n) Py_RETURN_FALSE;
+    if (overlap(&ptr[2], count[2], &ptr[0], count[0], self->itemsize) ||
+        overlap(&ptr[2], count[2], &ptr[1], count[1], self->itemsize))
+        Py_RETURN_FALSE;
+    if (!m || !n) Py_RETURN_TRUE;
+    if (!k) {
+        if (beta == 0.0) Py_RETURN_FALSE;   /* the Python path zero-fills out */
+        Py_RETURN_TRUE;
+    }
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX) Py_RETURN_FALSE;
+    if (self->small_fn && m * n <= self->small_out && k <= self->small_k) {
+        Arg kargs[9] = {ptr[0], ptr[1], ptr[2]};
+        long long q[3] = {m, n, k};
+        for (int i = 0; i < 3; ++i) {
+            kargs[3 + i].code = 'q';
+            kargs[3 + i].v.q = q[i];
+        }
+        int flags[3] = {ta, tb, beta != 0.0};
+        void *params[9];
+        int32_t ints[3];
+        for (int i = 0; i < 3; ++i) ints[i] = flags[i];
+        for (int i = 0; i < 6; ++i) params[i] = &kargs[i].v;
+        for (int i = 0; i < 3; ++i) params[6 + i] = &ints[i];
+        long long grid = (m * n + self->block - 1) / self->block;
+        if (self->dry) {
+            PyObject *last = Py_BuildValue("(NLI(NNNLLLiii))", PyLong_FromVoidPtr(self->small_fn),
+                                           grid, self->block, PyLong_FromVoidPtr(ptr[0].v.p),
+                                           PyLong_FromVoidPtr(ptr[1].v.p),
+                                           PyLong_FromVoidPtr(ptr[2].v.p), m, n, k, ta, tb,
+                                           flags[2]);
+            if (!last) return NULL;
+            Py_XSETREF(self->last, last);
+            Py_RETURN_TRUE;
+        }
+        if (!loaded("OneCall.dot")) return NULL;
+        int rc = cu_launch(self->small_fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0,
+                           self->stream, params, NULL);
+        if (rc) return driver_error("cuLaunchKernel", rc);
+        Py_RETURN_TRUE;
+    }
+    if (!self->gemm) Py_RETURN_FALSE;
+    /* Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
+     * swap the operands, keep each one's transpose flag. */
+    int lda = (int)dim[0][1], ldb = (int)dim[1][1];
+    if (self->dry) {
+        PyObject *last = Py_BuildValue(
+            "(NN(iiiiidNiNidNi))", PyLong_FromVoidPtr(self->gemm), PyLong_FromVoidPtr(self->cublas),
+            tb, ta, (int)n, (int)m, (int)k, 1.0, PyLong_FromVoidPtr(ptr[1].v.p), ldb,
+            PyLong_FromVoidPtr(ptr[0].v.p), lda, beta, PyLong_FromVoidPtr(ptr[2].v.p), (int)n);
+        if (!last) return NULL;
+        Py_XSETREF(self->last, last);
+        Py_RETURN_TRUE;
+    }
+    int status;
+    if (self->itemsize == 8) {
+        double one = 1.0;
+        status = ((dgemm_fn)self->gemm)(self->cublas, tb, ta, (int)n, (int)m, (int)k, &one,
+                                        ptr[1].v.p, ldb, ptr[0].v.p, lda, &beta, ptr[2].v.p,
+                                        (int)n);
+    } else {
+        float one = 1.0f, fb = (float)beta;
+        status = ((sgemm_fn)self->gemm)(self->cublas, tb, ta, (int)n, (int)m, (int)k, &one,
+                                        ptr[1].v.p, ldb, ptr[0].v.p, lda, &fb, ptr[2].v.p,
+                                        (int)n);
+    }
+    if (status) {
+        PyErr_Format(PyExc_RuntimeError, "cuBLAS gemm failed: cublasStatus_t %d", status);
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *one_call_last(OneCall *self, void *closure) {
     (void)closure;
     PyObject *last = self->last ? self->last : Py_None;
     Py_INCREF(last);
@@ -444,51 +593,57 @@ static PyObject *same_shape_last(SameShape *self, void *closure) {
 
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
-static PyMethodDef same_shape_methods[] = {
-    {"run", FASTCALL(same_shape_run),
+static PyMethodDef one_call_methods[] = {
+    {"run", FASTCALL(one_call_run),
      "run(index, *arrays) -> bool: check the arrays and launch function `index` with "
      "(pointers..., n); False, with nothing done, if any check is in doubt."},
-    {"scalar", FASTCALL(same_shape_scalar),
+    {"scalar", FASTCALL(one_call_scalar),
      "scalar(index, s, *arrays) -> bool: as run, for kernels taking (s, pointers..., n)."},
-    {"sum", FASTCALL(same_shape_sum),
+    {"sum", FASTCALL(one_call_sum),
      "sum(plans, a, axis, out) -> bool: sum_t with a plan from `plans` (see the source)."},
-    {"axpby", FASTCALL(same_shape_axpby),
+    {"dot", FASTCALL(one_call_dot),
+     "dot(a, b, out, transa, transb, beta) -> bool: dot_mm (beta 0.0) or dot_add_mm "
+     "(beta 1.0), see the source."},
+    {"set_dot", FASTCALL(one_call_set_dot),
+     "set_dot(gemm, cublas, small_gemm, small_out, small_k): the cuBLAS GEMM symbol (0: "
+     "none), the group's cuBLAS handle and the small-product kernel that dot() uses."},
+    {"axpby", FASTCALL(one_call_axpby),
      "axpby(index, alpha, x, beta, y) -> bool: as run, for (alpha, x, beta, y, n)."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef same_shape_getset[] = {
-    {"last", (getter)same_shape_last, NULL,
+static PyGetSetDef one_call_getset[] = {
+    {"last", (getter)one_call_last, NULL,
      "dry=True: (function, grid, block, args) of the last call that would have launched.",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject SameShapeType = {
+static PyTypeObject OneCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "handlers._launch.SameShape",
-    .tp_basicsize = sizeof(SameShape),
-    .tp_dealloc = (destructor)same_shape_dealloc,
+    .tp_name = "handlers._launch.OneCall",
+    .tp_basicsize = sizeof(OneCall),
+    .tp_dealloc = (destructor)one_call_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SameShape(stream, array_type, dtype, itemsize, block, per_block, max_blocks, "
+    .tp_doc = "OneCall(stream, array_type, dtype, itemsize, block, per_block, max_blocks, "
               "functions, dry=False): checks and launch of same-shape elementwise ops on "
               "one stream, in one C call.",
-    .tp_methods = same_shape_methods,
-    .tp_getset = same_shape_getset,
-    .tp_init = (initproc)same_shape_init,
+    .tp_methods = one_call_methods,
+    .tp_getset = one_call_getset,
+    .tp_init = (initproc)one_call_init,
     .tp_new = PyType_GenericNew,
 };
 
-int add_same_shape_type(PyObject *module) {
+int add_one_call_type(PyObject *module) {
     if (!(s_shape = PyUnicode_InternFromString("shape")) ||
         !(s_strides = PyUnicode_InternFromString("strides")) ||
         !(s_dtype = PyUnicode_InternFromString("dtype")) ||
         !(s_gpudata = PyUnicode_InternFromString("gpudata")))
         return -1;
-    if (PyType_Ready(&SameShapeType) < 0) return -1;
-    Py_INCREF(&SameShapeType);
-    if (PyModule_AddObject(module, "SameShape", (PyObject *)&SameShapeType) < 0) {
-        Py_DECREF(&SameShapeType);
+    if (PyType_Ready(&OneCallType) < 0) return -1;
+    Py_INCREF(&OneCallType);
+    if (PyModule_AddObject(module, "OneCall", (PyObject *)&OneCallType) < 0) {
+        Py_DECREF(&OneCallType);
         return -1;
     }
     return 0;

@@ -1,6 +1,6 @@
-"""The one-call path of same-shape ops (``handlers._launch.SameShape``).
+"""The one-call path of same-shape ops (``handlers._launch.OneCall``).
 
-On any machine where the extension is built, ``SameShape(dry=True)`` is
+On any machine where the extension is built, ``OneCall(dry=True)`` is
 checked against an independent Python model of what it must do: accept only
 exact-type arrays of the handler's dtype object with one C-contiguous shape
 and float/int scalars, and then launch the kernel with (scalars..., pointers...,
@@ -18,14 +18,14 @@ _launch = pytest.importorskip(
     reason="handlers._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import same_shape  # noqa: E402
+from handlers import one_call  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
 FUNCS = [0x1000 + 16 * i for i in range(5)]
 
 
 class Arr:
-    """The attributes SameShape reads, as pycuda's GPUArray has them."""
+    """The attributes OneCall reads, as pycuda's GPUArray has them."""
 
     def __init__(self, shape, dtype=np.float32, gpudata=None, strides=None):
         self.shape = tuple(shape)
@@ -39,7 +39,7 @@ class SubArr(Arr):
 
 
 def _ops(itemsize=4, dtype=np.float32):
-    return _launch.SameShape(7, Arr, np.dtype(dtype), itemsize, BLOCK, PER_BLOCK, MAX_BLOCKS,
+    return _launch.OneCall(7, Arr, np.dtype(dtype), itemsize, BLOCK, PER_BLOCK, MAX_BLOCKS,
                              FUNCS, dry=True)
 
 
@@ -161,14 +161,14 @@ def test_rejects_misuse_with_errors():
     with pytest.raises(TypeError):
         ops.axpby(0, 1.0, x, 1.0)
     with pytest.raises(ValueError):
-        _launch.SameShape(7, Arr, np.dtype(np.float32), 2, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
+        _launch.OneCall(7, Arr, np.dtype(np.float32), 2, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
     with pytest.raises(ValueError):
-        _launch.SameShape(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, [0])
+        _launch.OneCall(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, [0])
 
 
 def test_the_op_table_matches_the_handler_contract():
     from handlers.base import Handler
-    for name, (call, kernel) in same_shape.OPS.items():
+    for name, (call, kernel) in one_call.OPS.items():
         assert callable(getattr(Handler, name)), name
         assert call in ("run", "scalar", "axpby"), name
         assert kernel.split("_")[0] in ("binary", "unary", "deriv", "scalar", "axpby"), name
@@ -228,6 +228,90 @@ def test_sum_rejects_a_malformed_plan():
         ops.sum([], a, 0, out)
 
 
+GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K = 0x5000, 0x6000, 0x8000, 4096, 128
+
+
+def _dot_ops(itemsize=4, gemm=GEMM):
+    dtype = np.float32 if itemsize == 4 else np.float64
+    ops = _ops(itemsize, dtype)
+    ops.set_dot(gemm, CUBLAS if gemm else 0, SMALL, SMALL_OUT, SMALL_K)
+    return ops, dtype
+
+
+def _expected_dot(a, b, out, ta, tb, beta):
+    """What PyCudaHandler._dot launches, from the shapes (an independent model)."""
+    m, k = a.shape[::-1] if ta else a.shape
+    n = b.shape[0] if tb else b.shape[1]
+    if m * n <= SMALL_OUT and k <= SMALL_K:
+        return (SMALL, -(-m * n // BLOCK), BLOCK,
+                (a.gpudata, b.gpudata, out.gpudata, m, n, k, int(ta), int(tb), int(beta != 0)))
+    return (GEMM, CUBLAS, (int(tb), int(ta), n, m, k, 1.0, b.gpudata, b.shape[1], a.gpudata,
+                           a.shape[1], beta, out.gpudata, n))
+
+
+@pytest.mark.parametrize("trial", range(40))
+def test_dot_launches_the_small_kernel_or_cublas(trial):
+    rng = np.random.default_rng(500 + trial)
+    itemsize = 4 if trial % 2 else 8
+    ops, dtype = _dot_ops(itemsize)
+    m, n, k = (int(v) for v in rng.choice([1, 3, 16, 64, 100, 300], size=3))
+    ta, tb = bool(rng.integers(2)), bool(rng.integers(2))
+    beta = float(rng.integers(2))
+    a = Arr((k, m) if ta else (m, k), dtype, gpudata=0x100000)
+    b = Arr((n, k) if tb else (k, n), dtype, gpudata=0x200000)
+    out = Arr((m, n), dtype, gpudata=0x300000)
+    assert ops.dot(a, b, out, ta, tb, beta) is True
+    assert ops.last == _expected_dot(a, b, out, ta, tb, beta)
+
+
+@pytest.mark.parametrize("case", ["k differs", "out shape", "1-D", "3-D", "out overlaps a",
+                                  "out overlaps b", "numpy flag", "flag 2", "strides",
+                                  "no gemm symbol", "empty k, beta 0", "other dtype"])
+def test_dot_declines(case):
+    ops, dtype = _dot_ops(gemm=0 if case == "no gemm symbol" else GEMM)
+    a, b, out = Arr((64, 80), gpudata=0x100000), Arr((80, 96), gpudata=0x200000), \
+        Arr((64, 96), gpudata=0x300000)
+    ta, tb, beta = False, False, 0.0
+    if case == "k differs":
+        b = Arr((81, 96), gpudata=0x200000)
+    elif case == "out shape":
+        out = Arr((96, 64), gpudata=0x300000)
+    elif case == "1-D":
+        a = Arr((64 * 80,), gpudata=0x100000)
+    elif case == "3-D":
+        out = Arr((64, 96, 1), gpudata=0x300000)
+    elif case == "out overlaps a":
+        out = Arr((64, 96), gpudata=0x100000 + 4 * 64 * 80 - 4)
+    elif case == "out overlaps b":
+        out = Arr((64, 96), gpudata=0x200000 - 4 * 64 * 96 + 4)
+    elif case == "numpy flag":
+        ta = np.bool_(False)
+    elif case == "flag 2":
+        tb = 2
+    elif case == "strides":
+        a = Arr((64, 80), strides=(4, 256), gpudata=0x100000)
+    elif case == "empty k, beta 0":   # the Python path zero-fills out
+        a, b = Arr((64, 0), strides=(0, 4), gpudata=0x100000), \
+            Arr((0, 96), strides=(384, 4), gpudata=0x200000)
+    elif case == "other dtype":
+        b = Arr((80, 96), np.float64, gpudata=0x200000)
+    assert ops.dot(a, b, out, ta, tb, beta) is False
+    assert ops.last is None
+
+
+def test_dot_has_nothing_to_do_for_empty_products():
+    ops, _ = _dot_ops()
+    a, b = Arr((64, 0), strides=(0, 4), gpudata=0x100000), \
+        Arr((0, 96), strides=(384, 4), gpudata=0x200000)
+    assert ops.dot(a, b, Arr((64, 96), gpudata=0x300000), False, False, 1.0) is True
+    e = Arr((0, 5), strides=(20, 4), gpudata=0x100000)
+    assert ops.dot(e, Arr((5, 7), gpudata=0x200000), Arr((0, 7), strides=(28, 4),
+                                                          gpudata=0x300000), 0, 0, 0.0) is True
+    assert ops.last is None
+    with pytest.raises(TypeError):
+        ops.dot(a, b, a, False, False, 1)   # beta must be a float
+
+
 # --------------------------------------------------------------------- on a GPU
 @pytest.fixture(scope="module", params=[np.float32, np.float64], ids=["f32", "f64"])
 def gpu(request):
@@ -242,7 +326,7 @@ def gpu(request):
 
 
 def _args(name, h, rng, shape):
-    call, _ = same_shape.OPS[name]
+    call, _ = one_call.OPS[name]
     from handlers.base import Handler
     nargs = Handler.__dict__[name].__code__.co_argcount - 1
 
@@ -255,7 +339,7 @@ def _args(name, h, rng, shape):
     return [arr() for _ in range(nargs)]
 
 
-@pytest.mark.parametrize("name", sorted(same_shape.OPS))
+@pytest.mark.parametrize("name", sorted(one_call.OPS))
 def test_gpu_one_call_equals_the_python_path(gpu, name):
     from handlers.base import Handler
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
@@ -263,9 +347,9 @@ def test_gpu_one_call_equals_the_python_path(gpu, name):
         fast = _args(name, gpu, rng, shape)
         slow = [gpu.create_from_numpy(gpu.get_numpy_copy(a)) if hasattr(a, "gpudata") else a
                 for a in fast]
-        method, kernel = same_shape.OPS[name]
-        index = list(same_shape.OPS).index(name)
-        assert getattr(gpu._same_shape, method)(index, *fast) is True   # served in C
+        method, kernel = one_call.OPS[name]
+        index = list(one_call.OPS).index(name)
+        assert getattr(gpu._one_call, method)(index, *fast) is True   # served in C
         Handler.__dict__[name](gpu, *slow)                             # the Python path
         for f, s in zip(fast, slow):
             if hasattr(f, "gpudata"):
@@ -274,7 +358,7 @@ def test_gpu_one_call_equals_the_python_path(gpu, name):
 
 def test_gpu_views_launch_on_their_own_stream(gpu):
     views = [gpu.with_streams(k) for k in range(gpu.num_stream_groups)]
-    assert len({id(v._same_shape) for v in views}) == len(views)
+    assert len({id(v._one_call) for v in views}) == len(views)
     x = gpu.create_from_numpy(np.arange(4096.0))
     outs = [gpu.zeros((4096,)) for _ in views]
     for k, (v, out) in enumerate(zip(views, outs)):
@@ -292,7 +376,7 @@ def test_gpu_declined_arrays_still_compute(gpu):
     odd = GPUArray((4, 1), gpu.dtype, gpudata=x.gpudata, strides=(x.dtype.itemsize, 64),
                    base=x)
     out = gpu.zeros((4, 1))
-    assert gpu._same_shape.run(0, odd, odd, out) is False
+    assert gpu._one_call.run(0, odd, odd, out) is False
     gpu.add_tt(odd, odd, out)
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), 2 * np.arange(4.0).reshape(4, 1))
 
@@ -309,7 +393,7 @@ def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     out, ref = gpu.zeros(np.shape(want)), gpu.zeros(np.shape(want))
     gpu.sum_t(a, axis, out)        # the first call checks, plans and remembers
     Handler.sum_t(gpu, a, axis, ref)
-    served = gpu._same_shape.sum(gpu._sum_launches, a, axis, out)
+    served = gpu._one_call.sum(gpu._sum_launches, a, axis, out)
     chunked = gpu._sum_plans[(a.shape, axis % len(shape) if axis is not None else None,
                               int(a.gpudata) % 16 == 0)][3]
     assert served is (not chunked)   # plans with a workspace stay in Python
@@ -317,3 +401,24 @@ def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
     tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
     np.testing.assert_allclose(gpu.get_numpy_copy(out), want, rtol=tol, atol=tol * shape[-1])
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 16, 16), (1, 7, 3), (64, 50, 128), (300, 200, 100),
+                                   (256, 256, 16)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gpu_dot_one_call_equals_the_python_path(gpu, m, n, k, ta, tb):
+    from handlers.base import Handler
+    rng = np.random.default_rng(m * 7 + n * 3 + k + 2 * ta + tb)
+    x = rng.uniform(-1, 1, (k, m) if ta else (m, k))
+    y = rng.uniform(-1, 1, (n, k) if tb else (k, n))
+    c = rng.uniform(-1, 1, (m, n))
+    a, b = gpu.create_from_numpy(x), gpu.create_from_numpy(y)
+    for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
+        fast, slow = gpu.create_from_numpy(c), gpu.create_from_numpy(c)
+        assert gpu._one_call.dot(a, b, fast, ta, tb, beta) is True    # served in C
+        Handler.__dict__[name](gpu, a, b, slow, ta, tb)                # the Python path
+        got = gpu.get_numpy_copy(fast)
+        np.testing.assert_array_equal(got, gpu.get_numpy_copy(slow))
+        want = (x.T if ta else x) @ (y.T if tb else y) + beta * c
+        tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * k)
