@@ -130,7 +130,8 @@ def main(argv=None):
     print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median); "
           f"GPU {gpu_name()}")
     print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "host/step (1 group)",
-                 "host/step (4 groups)", "1 group is", "torch 1 stream", "torch 4 streams", "not >5% slower", ">=1.3x"],
+                 "host/step (4 groups)", "1 group is", "torch 1 stream", "torch 4 streams",
+                 "not >5% slower", ">=1.3x"],
                 rows)
     if args.save:
         print("saved", save_results(result_name("streams", gpu_name()), results))
