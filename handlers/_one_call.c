@@ -289,29 +289,29 @@ static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t na
     Py_RETURN_TRUE;
 }
 
-/* run(index, *arrays) -> bool */
-static PyObject *one_call_run(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > MAX_PARAMS) {
-        PyErr_SetString(PyExc_TypeError, "run(index, *arrays): 1 to 7 arrays");
+/* run and scalar: args are (index, scalars..., arrays...), the kernel takes
+ * (scalars..., pointers..., n). */
+static PyObject *run_with(OneCall *self, PyObject *const *args, Py_ssize_t nargs,
+                          Py_ssize_t scalars, const char *usage) {
+    if (nargs < 2 + scalars || nargs > MAX_PARAMS) {
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     Arg kargs[MAX_PARAMS];
     long long n = 0;
-    if (!check_arrays(self, args + 1, nargs - 1, kargs, &n)) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < scalars; ++i)
+        if (!scalar_arg(self, args[1 + i], &kargs[i])) Py_RETURN_FALSE;
+    if (!check_arrays(self, args + 1 + scalars, nargs - 1 - scalars, kargs + scalars, &n))
+        Py_RETURN_FALSE;
     return launch(self, args[0], kargs, nargs - 1, n);
 }
 
-/* scalar(index, s, *arrays) -> bool: kernels taking (s, pointers..., n). */
+static PyObject *one_call_run(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
+    return run_with(self, args, nargs, 0, "run(index, *arrays): 1 to 7 arrays");
+}
+
 static PyObject *one_call_scalar(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 3 || nargs > MAX_PARAMS) {
-        PyErr_SetString(PyExc_TypeError, "scalar(index, s, *arrays): 1 to 6 arrays");
-        return NULL;
-    }
-    Arg kargs[MAX_PARAMS];
-    long long n = 0;
-    if (!scalar_arg(self, args[1], &kargs[0])) Py_RETURN_FALSE;
-    if (!check_arrays(self, args + 2, nargs - 2, kargs + 1, &n)) Py_RETURN_FALSE;
-    return launch(self, args[0], kargs, nargs - 1, n);
+    return run_with(self, args, nargs, 1, "scalar(index, s, *arrays): 1 to 6 arrays");
 }
 
 /* axpby(index, alpha, x, beta, y) -> bool: the kernel takes (alpha, x, beta, y, n). */
