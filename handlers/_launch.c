@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#define MAX_ARGS 16
+#define MAX_BYTES 256
+
 typedef int (*error_name_fn)(int, const char **);
 typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const void *, int,
                         const void *, int, const float *, void *, int);
@@ -38,7 +41,9 @@ static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
 static event_record_fn cu_event_record;
 static stream_wait_fn cu_stream_wait;
 
-Py_ssize_t pack_args(const char *fmt, Py_ssize_t nfmt, PyObject *const *args,
+/* Pack args by fmt into buf; params[i] points at argument i.  Returns the
+ * number of bytes used, or -1 with a Python exception set. */
+static Py_ssize_t pack_args(const char *fmt, Py_ssize_t nfmt, PyObject *const *args,
                        Py_ssize_t nargs, char *buf, void **params) {
     if (nfmt != nargs) {
         PyErr_Format(PyExc_TypeError, "format has %zd codes but %zd arguments were given",
@@ -219,6 +224,16 @@ static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m, int n, int k,
+              double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
+              int ldc) {
+    if (dbl)
+        return ((dgemm_fn)symbol)(handle, transa, transb, m, n, k, &alpha, a, lda, b, ldb, &beta,
+                                  c, ldc);
+    float fa = (float)alpha, fb = (float)beta;
+    return ((sgemm_fn)symbol)(handle, transa, transb, m, n, k, &fa, a, lda, b, ldb, &fb, c, ldc);
+}
+
 /* gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
  * ldc, double): call cublas[SD]gemm_v2 at address `symbol` in host pointer
  * mode; returns the cublasStatus_t (0 on success). */
@@ -246,15 +261,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_ValueError, "gemm: null symbol");
         return NULL;
     }
-    int status;
-    if (dbl) {
-        status = ((dgemm_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4], &alpha, a,
-                                 lda, b, ldb, &beta, c, ldc);
-    } else {
-        float fa = (float)alpha, fb = (float)beta;
-        status = ((sgemm_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4], &fa, a,
-                                 lda, b, ldb, &fb, c, ldc);
-    }
+    int status = call_gemm(sym, handle, dbl, ints[0], ints[1], ints[2], ints[3], ints[4], alpha,
+                           a, lda, b, ldb, beta, c, ldc);
     return PyLong_FromLong(status);
 }
 
@@ -295,12 +303,21 @@ static PyObject *py_event_free(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* The event and stream of record(event, stream) and wait(stream, event):
+ * the event at args[ev_at], the stream at the other place.  0 with an
+ * exception set on failure. */
+static int event_and_stream(const char *what, PyObject *const *args, Py_ssize_t nargs,
+                            Py_ssize_t ev_at, void **ev, void **stream) {
+    *ev = event_arg(what, args, nargs, 2, ev_at);
+    if (!*ev) return 0;
+    *stream = PyLong_AsVoidPtr(args[1 - ev_at]);
+    return !PyErr_Occurred();
+}
+
 static PyObject *py_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("record", args, nargs, 2, 0);
-    if (!ev) return NULL;
-    void *stream = PyLong_AsVoidPtr(args[1]);
-    if (PyErr_Occurred()) return NULL;
+    void *ev, *stream;
+    if (!event_and_stream("record", args, nargs, 0, &ev, &stream)) return NULL;
     int rc = cu_event_record(ev, stream);
     if (rc) return driver_error("cuEventRecord", rc);
     Py_RETURN_NONE;
@@ -309,10 +326,8 @@ static PyObject *py_record(PyObject *self, PyObject *const *args, Py_ssize_t nar
 /* wait(stream, event): the argument order of cuStreamWaitEvent. */
 static PyObject *py_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *ev = event_arg("wait", args, nargs, 2, 1);
-    if (!ev) return NULL;
-    void *stream = PyLong_AsVoidPtr(args[0]);
-    if (PyErr_Occurred()) return NULL;
+    void *ev, *stream;
+    if (!event_and_stream("wait", args, nargs, 1, &ev, &stream)) return NULL;
     int rc = cu_stream_wait(stream, ev, 0);
     if (rc) return driver_error("cuStreamWaitEvent", rc);
     Py_RETURN_NONE;

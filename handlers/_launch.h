@@ -10,14 +10,11 @@ typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
                          unsigned, void *, void **, void **);
 extern launch_fn cu_launch;
 
-#define MAX_ARGS 16
-#define MAX_BYTES 256
-
-/* Pack args by fmt (struct codes P q Q i f d, native alignment) into buf;
- * params[i] points at argument i.  Returns the number of bytes used, or -1
- * with a Python exception set. */
-Py_ssize_t pack_args(const char *fmt, Py_ssize_t nfmt, PyObject *const *args, Py_ssize_t nargs,
-                     char *buf, void **params);
+/* cublas[SD]gemm_v2 at `symbol` (double if dbl) in host pointer mode;
+ * returns the cublasStatus_t. */
+int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m, int n, int k,
+              double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
+              int ldc);
 
 /* Set a RuntimeError naming the failed driver call and its error; returns NULL. */
 PyObject *driver_error(const char *what, int rc);

@@ -1,26 +1,29 @@
-/* handlers._launch.OneCall: check and launch, in one C call, an op whose
- * arrays all share one shape (add_tt, relu, sigmoid_deriv, mult_st, axpby...).
+/* handlers._launch.OneCall: check and launch, in one C call, PyCudaHandler's
+ * most frequent ops: those whose arrays all share one shape (add_tt, relu,
+ * sigmoid_deriv, mult_st, axpby...), sum_t, dot_mm and dot_add_mm.
  *
- * PyCudaHandler's Python checks and launch cost 0.6 us per such op on a fast
- * host and up to 1.3 us on slow ones, next to the driver's own 3-4 us launch.
- * This type handles the common case only: arrays of exactly the handler's
- * array type and dtype object, one shape, C-contiguous strides, device
+ * PyCudaHandler's Python checks and launch cost 0.6-1.3 us per elementwise op
+ * and 1.5-3.6 us per product, next to the driver's own 3-4 us launch.  This
+ * type handles the common case only: arrays of exactly the handler's array
+ * type and dtype object, C-contiguous strides, shapes that fit, device
  * addresses as ints (or objects with __int__), scalars as float or int.  In
  * any other case a call returns False having done nothing, and the handler
  * runs its Python path, which raises the precise error or handles the unusual
  * array.  So every error message stays in one place, the Python checks.
  *
- * One object per stream group (it holds the group's stream); the kernels
- * take (scalars..., pointers..., n) as the handler's elementwise kernels do.
- * With dry=True nothing is launched and `last` holds what would have been
- * (tests on machines without a GPU).
+ * One object per stream group (it holds the group's stream and cuBLAS
+ * handle); every kernel launch goes through launch_args.  With dry=True
+ * nothing is launched and `last` holds what would have been (tests on
+ * machines without a GPU).
  */
 #include "_launch.h"
 
 #include <limits.h>
 #include <stdint.h>
+#include <string.h>
 
-#define MAX_PARAMS 8
+#define MAX_PARAMS 12   /* kernel arguments: sum's (4 pointers and up to 8 more) at most */
+#define MAX_RUN 8       /* run/scalar: index and at most 7 more arguments */
 
 typedef struct {
     PyObject_HEAD
@@ -44,8 +47,8 @@ typedef struct {
 
 /* One kernel argument; params[] points into these. */
 typedef struct {
-    char code;              /* 'P' pointer, 'q' n, 's' scalar of the handler's dtype */
-    union { void *p; long long q; float f; double d; } v;
+    char code;   /* 'P' pointer, 'q' int64, 'i' int32, 's' scalar of the handler's dtype */
+    union { void *p; long long q; int32_t i; float f; double d; } v;
 } Arg;
 
 static PyObject *s_shape, *s_strides, *s_dtype, *s_gpudata;
@@ -249,6 +252,7 @@ static PyObject *record_dry(OneCall *self, void *fn, long long grid, Arg *args,
         switch (args[i].code) {
             case 'P': v = PyLong_FromVoidPtr(args[i].v.p); break;
             case 'q': v = PyLong_FromLongLong(args[i].v.q); break;
+            case 'i': v = PyLong_FromLong(args[i].v.i); break;
             default:
                 v = PyFloat_FromDouble(self->itemsize == 4 ? args[i].v.f : args[i].v.d);
         }
@@ -264,7 +268,22 @@ static PyObject *record_dry(OneCall *self, void *fn, long long grid, Arg *args,
     Py_RETURN_TRUE;
 }
 
-/* Launch function `index` over n elements with args[0..nargs) then n. */
+/* Launch fn with `grid` blocks on this group's stream (or, dry, record the
+ * launch); returns True.  Every launch of this type goes through here. */
+static PyObject *launch_args(OneCall *self, void *fn, long long grid, Arg *args,
+                             Py_ssize_t nargs) {
+    if (self->dry) return record_dry(self, fn, grid, args, nargs);
+    if (!loaded("OneCall")) return NULL;
+    void *params[MAX_PARAMS];
+    for (Py_ssize_t k = 0; k < nargs; ++k) params[k] = &args[k].v;
+    int rc = cu_launch(fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream, params,
+                       NULL);
+    if (rc) return driver_error("cuLaunchKernel", rc);
+    Py_RETURN_TRUE;
+}
+
+/* Launch elementwise function `index` over n elements with args[0..nargs)
+ * then n, on a grid-stride grid as PyCudaHandler._grid sizes it. */
 static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t nargs,
                         long long n) {
     Py_ssize_t i = PyLong_AsSsize_t(index);
@@ -276,24 +295,16 @@ static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t na
     if (!n) Py_RETURN_TRUE;   /* nothing to do, as the Python path */
     args[nargs].code = 'q';
     args[nargs].v.q = n;
-    ++nargs;
     long long grid = (n + self->per_block - 1) / self->per_block;
     if (grid > self->max_blocks) grid = self->max_blocks;
-    if (self->dry) return record_dry(self, self->fns[i], grid, args, nargs);
-    if (!loaded("OneCall")) return NULL;
-    void *params[MAX_PARAMS];
-    for (Py_ssize_t k = 0; k < nargs; ++k) params[k] = &args[k].v;
-    int rc = cu_launch(self->fns[i], (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream,
-                       params, NULL);
-    if (rc) return driver_error("cuLaunchKernel", rc);
-    Py_RETURN_TRUE;
+    return launch_args(self, self->fns[i], grid, args, nargs + 1);
 }
 
 /* run and scalar: args are (index, scalars..., arrays...), the kernel takes
  * (scalars..., pointers..., n). */
 static PyObject *run_with(OneCall *self, PyObject *const *args, Py_ssize_t nargs,
                           Py_ssize_t scalars, const char *usage) {
-    if (nargs < 2 + scalars || nargs > MAX_PARAMS) {
+    if (nargs < 2 + scalars || nargs > MAX_RUN) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
@@ -331,13 +342,65 @@ static PyObject *one_call_axpby(OneCall *self, PyObject *const *args, Py_ssize_t
     return launch(self, args[0], kargs, 4, n);
 }
 
+/* Do the memory ranges of two checked arrays of nx and ny elements overlap? */
+static int overlap(const Arg *x, long long nx, const Arg *y, long long ny, int itemsize) {
+    uintptr_t px = (uintptr_t)x->v.p, py = (uintptr_t)y->v.p;
+    return nx && ny && px < py + (uintptr_t)ny * itemsize && py < px + (uintptr_t)nx * itemsize;
+}
+
+/* The kernel arguments of a sum plan (function, grid, fmt, trailing): a, a
+ * null workspace, out, null counters, then the trailing ints as fmt says
+ * ("PPPP" then 'q' or 'i' for each).  Returns the argument count, or -1 with
+ * an exception set for a malformed plan. */
+static Py_ssize_t sum_args(PyObject *plan, const Arg *a, const Arg *out, Arg *args, void **fn,
+                           long long *grid) {
+    PyObject *fmt, *trailing;
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 4 ||
+        !PyBytes_Check(fmt = PyTuple_GET_ITEM(plan, 2)) ||
+        !PyTuple_CheckExact(trailing = PyTuple_GET_ITEM(plan, 3)) ||
+        PyBytes_GET_SIZE(fmt) != 4 + PyTuple_GET_SIZE(trailing) ||
+        PyBytes_GET_SIZE(fmt) > MAX_PARAMS || memcmp(PyBytes_AS_STRING(fmt), "PPPP", 4)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sum: a plan is (function, grid, fmt: bytes 'PPPP...', args)");
+        return -1;
+    }
+    *fn = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
+    *grid = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 1));
+    if (PyErr_Occurred()) return -1;
+    if (!*fn || *grid < 1) {
+        PyErr_SetString(PyExc_ValueError, "sum: null function or empty grid in a plan");
+        return -1;
+    }
+    args[0] = *a;
+    args[2] = *out;
+    args[1].code = args[3].code = 'P';
+    args[1].v.p = args[3].v.p = NULL;
+    Py_ssize_t n = PyBytes_GET_SIZE(fmt);
+    for (Py_ssize_t k = 4; k < n; ++k) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(trailing, k - 4));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        char code = PyBytes_AS_STRING(fmt)[k];
+        args[k].code = code;
+        if (code == 'q') {
+            args[k].v.q = v;
+        } else if (code == 'i' && v >= INT32_MIN && v <= INT32_MAX) {
+            args[k].v.i = (int32_t)v;
+        } else {
+            PyErr_Format(PyExc_ValueError, "sum: plan argument %zd does not fit code '%c'", k,
+                         code);
+            return -1;
+        }
+    }
+    return n;
+}
+
 /* sum(plans, a, axis, out) -> bool: sum_t's launch for a combination that
  * the Python path has checked and planned before.  `plans` maps (a.shape,
  * axis, out.shape, a's address 16-byte aligned) to (function, grid, fmt,
  * trailing args) of a kernel taking (a, workspace, out, counters,
- * trailing...); the handler stores only plans that need no workspace.
- * Declines an unknown combination, an axis other than None or an int (a bool
- * would hash like one), and overlapping a and out. */
+ * trailing...), or to None for a combination that stays in Python (its plan
+ * needs a workspace).  Declines an unknown combination, an axis other than
+ * None or an int (a bool would hash like one), and overlapping a and out. */
 static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "sum(plans: dict, a, axis, out)");
@@ -354,14 +417,13 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
         Py_DECREF(sta);
         Py_RETURN_FALSE;
     }
-    uintptr_t a0 = (uintptr_t)pa.v.p, o0 = (uintptr_t)po.v.p;
-    uintptr_t ba = (uintptr_t)na * self->itemsize, bo = (uintptr_t)no * self->itemsize;
-    PyObject *entry = NULL;
-    if (!(na && no && a0 < o0 + bo && o0 < a0 + ba)) {   /* no overlap */
-        PyObject *key = PyTuple_Pack(4, sa, axis, so, a0 % 16 == 0 ? Py_True : Py_False);
+    PyObject *plan = NULL;
+    if (!overlap(&po, no, &pa, na, self->itemsize)) {
+        PyObject *key = PyTuple_Pack(4, sa, axis, so,
+                                     (uintptr_t)pa.v.p % 16 == 0 ? Py_True : Py_False);
         if (key) {
-            entry = PyDict_GetItemWithError(args[0], key);
-            Py_XINCREF(entry);
+            plan = PyDict_GetItemWithError(args[0], key);
+            Py_XINCREF(plan);
             Py_DECREF(key);
         }
     }
@@ -369,82 +431,24 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
     Py_DECREF(sta);
     Py_DECREF(so);
     Py_DECREF(sto);
-    if (!entry) {
+    if (!plan) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_FALSE;
     }
-    PyObject *result = NULL, *vals[MAX_ARGS] = {NULL};
-    Py_ssize_t nvals = 0;
-    const char *fmt = NULL;
-    Py_ssize_t nfmt = 0;
-    PyObject *trailing;
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 ||
-        !PyBytes_Check(PyTuple_GET_ITEM(entry, 2)) ||
-        !PyTuple_CheckExact(trailing = PyTuple_GET_ITEM(entry, 3)) ||
-        PyTuple_GET_SIZE(trailing) > MAX_ARGS - 4) {
-        PyErr_SetString(PyExc_TypeError, "sum: a plan is (function, grid, fmt: bytes, args)");
-        goto done;
-    }
-    void *fn = PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 0));
-    long long grid = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 1));
-    if (PyErr_Occurred()) goto done;
-    if (!fn || grid < 1) {
-        PyErr_SetString(PyExc_ValueError, "sum: null function or empty grid in a plan");
-        goto done;
-    }
-    fmt = PyBytes_AS_STRING(PyTuple_GET_ITEM(entry, 2));
-    nfmt = PyBytes_GET_SIZE(PyTuple_GET_ITEM(entry, 2));
-    /* (a, workspace 0, out, counters 0, trailing...) */
-    if (!(vals[0] = PyLong_FromVoidPtr((void *)a0)) || !(vals[2] = PyLong_FromVoidPtr((void *)o0)))
-        goto done;
-    vals[1] = vals[3] = PyLong_FromLong(0);   /* a cached small int: never fails */
-    Py_INCREF(vals[1]);
-    nvals = 4;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(trailing); ++k) {
-        vals[nvals] = PyTuple_GET_ITEM(trailing, k);
-        Py_INCREF(vals[nvals++]);
-    }
-    if (self->dry) {
-        PyObject *values = PyTuple_New(nvals);
-        if (!values) goto done;
-        for (Py_ssize_t k = 0; k < nvals; ++k) {
-            Py_INCREF(vals[k]);
-            PyTuple_SET_ITEM(values, k, vals[k]);
-        }
-        PyObject *last = Py_BuildValue("(OLIN)", PyTuple_GET_ITEM(entry, 0), grid, self->block,
-                                       values);
-        if (!last) goto done;
-        Py_XSETREF(self->last, last);
-        result = Py_True;
-        Py_INCREF(result);
-        goto done;
-    }
-    if (!loaded("OneCall.sum")) goto done;
-    char buf[MAX_BYTES];
-    void *params[MAX_ARGS];
-    if (pack_args(fmt, nfmt, vals, nvals, buf, params) < 0) goto done;
-    int rc = cu_launch(fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream, params,
-                       NULL);
-    if (rc) {
-        driver_error("cuLaunchKernel", rc);
-        goto done;
-    }
-    result = Py_True;
-    Py_INCREF(result);
-done:
-    for (Py_ssize_t k = 0; k < nvals; ++k) Py_XDECREF(vals[k]);
-    if (nvals == 0) {
-        Py_XDECREF(vals[0]);
-        Py_XDECREF(vals[2]);
-    }
-    Py_DECREF(entry);
+    PyObject *result;
+    Arg kargs[MAX_PARAMS];
+    void *fn;
+    long long grid;
+    Py_ssize_t n;
+    if (plan == Py_None)
+        result = Py_NewRef(Py_False);
+    else if ((n = sum_args(plan, &pa, &po, kargs, &fn, &grid)) < 0)
+        result = NULL;
+    else
+        result = launch_args(self, fn, grid, kargs, n);
+    Py_DECREF(plan);
     return result;
 }
-
-typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const void *, int,
-                        const void *, int, const float *, void *, int);
-typedef int (*dgemm_fn)(void *, int, int, int, int, int, const double *, const void *, int,
-                        const void *, int, const double *, void *, int);
 
 /* set_dot(gemm, cublas, small_gemm, small_out, small_k): what dot() calls. */
 static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -474,11 +478,6 @@ static int flag(PyObject *o) {
         PyErr_Clear();
     }
     return -1;
-}
-
-static int overlap(const Arg *x, long long nx, const Arg *y, long long ny, int itemsize) {
-    uintptr_t px = (uintptr_t)x->v.p, py = (uintptr_t)y->v.p;
-    return nx && ny && px < py + (uintptr_t)ny * itemsize && py < px + (uintptr_t)nx * itemsize;
 }
 
 /* dot(a, b, out, transa, transb, beta) -> bool: out = op(a) op(b) + beta out
@@ -523,34 +522,18 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
     }
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) Py_RETURN_FALSE;
     if (self->small_fn && m * n <= self->small_out && k <= self->small_k) {
+        /* small_gemm(a, b, out, m, n, k, transa, transb, accumulate) */
         Arg kargs[9] = {ptr[0], ptr[1], ptr[2]};
         long long q[3] = {m, n, k};
+        int32_t flags[3] = {ta, tb, beta != 0.0};
         for (int i = 0; i < 3; ++i) {
             kargs[3 + i].code = 'q';
             kargs[3 + i].v.q = q[i];
+            kargs[6 + i].code = 'i';
+            kargs[6 + i].v.i = flags[i];
         }
-        int flags[3] = {ta, tb, beta != 0.0};
-        void *params[9];
-        int32_t ints[3];
-        for (int i = 0; i < 3; ++i) ints[i] = flags[i];
-        for (int i = 0; i < 6; ++i) params[i] = &kargs[i].v;
-        for (int i = 0; i < 3; ++i) params[6 + i] = &ints[i];
-        long long grid = (m * n + self->block - 1) / self->block;
-        if (self->dry) {
-            PyObject *last = Py_BuildValue("(NLI(NNNLLLiii))", PyLong_FromVoidPtr(self->small_fn),
-                                           grid, self->block, PyLong_FromVoidPtr(ptr[0].v.p),
-                                           PyLong_FromVoidPtr(ptr[1].v.p),
-                                           PyLong_FromVoidPtr(ptr[2].v.p), m, n, k, ta, tb,
-                                           flags[2]);
-            if (!last) return NULL;
-            Py_XSETREF(self->last, last);
-            Py_RETURN_TRUE;
-        }
-        if (!loaded("OneCall.dot")) return NULL;
-        int rc = cu_launch(self->small_fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0,
-                           self->stream, params, NULL);
-        if (rc) return driver_error("cuLaunchKernel", rc);
-        Py_RETURN_TRUE;
+        return launch_args(self, self->small_fn, (m * n + self->block - 1) / self->block, kargs,
+                           9);
     }
     if (!self->gemm) Py_RETURN_FALSE;
     /* Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
@@ -565,18 +548,9 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
         Py_XSETREF(self->last, last);
         Py_RETURN_TRUE;
     }
-    int status;
-    if (self->itemsize == 8) {
-        double one = 1.0;
-        status = ((dgemm_fn)self->gemm)(self->cublas, tb, ta, (int)n, (int)m, (int)k, &one,
-                                        ptr[1].v.p, ldb, ptr[0].v.p, lda, &beta, ptr[2].v.p,
-                                        (int)n);
-    } else {
-        float one = 1.0f, fb = (float)beta;
-        status = ((sgemm_fn)self->gemm)(self->cublas, tb, ta, (int)n, (int)m, (int)k, &one,
-                                        ptr[1].v.p, ldb, ptr[0].v.p, lda, &fb, ptr[2].v.p,
-                                        (int)n);
-    }
+    int status = call_gemm(self->gemm, self->cublas, self->itemsize == 8, tb, ta, (int)n, (int)m,
+                           (int)k, 1.0, ptr[1].v.p, ldb, ptr[0].v.p, lda, beta, ptr[2].v.p,
+                           (int)n);
     if (status) {
         PyErr_Format(PyExc_RuntimeError, "cuBLAS gemm failed: cublasStatus_t %d", status);
         return NULL;

@@ -448,11 +448,7 @@ class PyCudaHandler(Handler):
                         beta, out.gpudata, n)
 
     def _axpby(self, alpha, x, beta, y):
-        n = y.size
-        if n:
-            k = self._k["axpby"]
-            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
-                           _BLOCK, k.fmt, alpha, x.gpudata, beta, y.gpudata, n)
+        self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
 
     # reduction ----------------------------------------------------------------
     def sum_t(self, a, axis, out):
@@ -466,14 +462,19 @@ class PyCudaHandler(Handler):
 
     def _remember_sum(self, a, axis, out):
         """Store the launch of a checked sum_t combination for the one-call path,
-        if its plan needs no workspace (a chunked plan uses this group's)."""
+        or None if it stays in Python (nothing to launch, or a chunked plan,
+        which uses this group's workspace); once per combination."""
         aligned = int(a.gpudata) % 16 == 0 if a.size else True
+        key = (a.shape, axis, out.shape, aligned)
+        if key in self._sum_launches:
+            return
         checked_axis = self._sum_shapes[(a.shape, axis, out.shape)]
         first, _, _, counters = self._sum_plans[(a.shape, checked_axis, aligned)]
+        launch = None
         if first is not None and not counters:
             fn, grid, args = first
-            self._sum_launches[(a.shape, axis, out.shape, aligned)] = (fn.handle, grid,
-                                                                      fn.fmt, args)
+            launch = (fn.handle, grid, fn.fmt, args)
+        self._sum_launches[key] = launch
 
     def _sum_t(self, a, axis, out):
         key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
@@ -563,24 +564,16 @@ class PyCudaHandler(Handler):
         return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
-    # _binary, _unary and _axpby launch directly rather than through _launch:
-    # one Python call less on the ops whose host time matters most.
+    # With the C launcher, the ops of one_call.OPS reach these only when
+    # OneCall declined their arguments.
     def _binary(self, name, a, b, out):
-        n = out.size
-        if n:
-            k = self._k["binary_" + name]
-            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
-                           _BLOCK, k.fmt, a.gpudata, b.gpudata, out.gpudata, n)
+        self._launch("binary_" + name, out.size, a.gpudata, b.gpudata, out.gpudata, out.size)
 
     def _scalar_op(self, name, s, t, out):
         self._launch("scalar_" + name, out.size, s, t.gpudata, out.gpudata, out.size)
 
     def _unary(self, name, a, out):
-        n = out.size
-        if n:
-            k = self._k["unary_" + name]
-            _launch_kernel(k.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
-                           _BLOCK, k.fmt, a.gpudata, out.gpudata, n)
+        self._launch("unary_" + name, out.size, a.gpudata, out.gpudata, out.size)
 
     def _clip(self, a, a_min, a_max, out):
         self._launch("clip", out.size, a.gpudata, a_min, a_max, out.gpudata, out.size)

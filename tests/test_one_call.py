@@ -191,8 +191,8 @@ def test_sum_launches_a_stored_plan():
     assert ops.sum(plans, a, None, out1) is True
 
 
-@pytest.mark.parametrize("case", ["unknown", "bool axis", "numpy axis", "overlap",
-                                  "other alignment", "bad out", "bad a"])
+@pytest.mark.parametrize("case", ["unknown", "stays in Python", "bool axis", "numpy axis",
+                                  "overlap", "other alignment", "bad out", "bad a"])
 def test_sum_declines(case):
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
@@ -200,6 +200,8 @@ def test_sum_declines(case):
     plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
     if case == "unknown":
         plans = {}
+    elif case == "stays in Python":   # a known combination whose plan needs a workspace
+        plans = {_plan_key(a, axis, out): None}
     elif case == "bool axis":
         axis = True
     elif case == "numpy axis":
