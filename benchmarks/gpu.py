@@ -1,11 +1,14 @@
 """GPU timing helpers shared by the GPU benchmark suites.
 
 Device time is measured with CUDA events of each library on the stream that
-library issues to, after warm-up, as the median of repeats.  Host overhead is
-measured per call with ``time.perf_counter_ns`` as the median over many calls.
+library issues to, after warm-up; host overhead per call with
+``time.perf_counter_ns``.  Both keep every sample's spread (count, median,
+quartiles, extremes), and both take the libraries of one figure in
+interleaved order (:func:`interleaved`, :func:`host_overhead`).
 """
-import statistics
 import time
+
+from benchmarks.common import spread
 
 
 def cuda_handler(suite, *args, what="suite", **kw):
@@ -72,37 +75,85 @@ class EventTimer:
             return start.elapsed_time(end)
         return self.module.cuda.get_elapsed_time(start, end)
 
-    def time(self, fn, reps=20, warmup=3, inner=1):
-        """Median ms per call of ``fn(i)`` over ``reps`` timed groups of
+    def sample(self, fn, i=0, inner=1):
+        """Milliseconds per call of ``inner`` calls ``fn(i), fn(i+1), ...``
+        between two events: one sample."""
+        if not hasattr(self, "_events"):    # one pair per timer, reused
+            self._events = self._pair()
+        start, end = self._events
+        self._record(start)
+        for j in range(inner):
+            fn(i + j)
+        self._record(end)
+        return self._elapsed(start, end) / inner
+
+    def measure(self, fn, reps=20, warmup=3, inner=1):
+        """Spread (ms per call) of ``fn(i)`` over ``reps`` timed groups of
         ``inner`` calls; ``i`` counts calls so inputs can be rotated."""
-        for i in range(warmup):
-            fn(i)
-        start, end = self._pair()
-        times = []
-        i = 0
-        for _ in range(reps):
-            self._record(start)
-            for _ in range(inner):
-                fn(i)
-                i += 1
-            self._record(end)
-            times.append(self._elapsed(start, end) / inner)
-        return statistics.median(times)
+        return interleaved({"fn": (self, fn)}, reps, warmup, inner)["fn"]
+
+    def time(self, fn, reps=20, warmup=3, inner=1):
+        """The median of :meth:`measure`, in ms per call."""
+        return self.measure(fn, reps, warmup, inner)["median"]
+
+
+def interleaved(cases, reps=20, warmup=3, inner=1):
+    """Time several libraries' versions of one figure in interleaved order.
+
+    ``cases`` is ``{label: (timer, fn)}`` (timers of any library).  Each fn
+    is warmed up, then the ``reps`` samples are taken round-robin, the
+    starting case rotating each round, so that a drifting clock or a slow
+    spell favours none of them.  Returns ``{label: spread of ms per call}``.
+    """
+    labels = list(cases)
+    calls = {k: 0 for k in labels}
+    for k in labels:
+        timer, fn = cases[k]
+        for _ in range(warmup):
+            fn(calls[k])
+            calls[k] += 1
+    samples = {k: [] for k in labels}
+    for r in range(reps):
+        for j in range(len(labels)):
+            k = labels[(r + j) % len(labels)]
+            timer, fn = cases[k]
+            samples[k].append(timer.sample(fn, calls[k], inner))
+            calls[k] += inner
+    return {k: spread(v) for k, v in samples.items()}
+
+
+def host_overhead(cases, calls=10000, warmup=500, rounds=10):
+    """Host time per call in microseconds, interleaved across libraries.
+
+    ``cases`` is ``{label: (fn, sync)}``: ``fn()`` is one call, ``sync()``
+    waits for that library's device work (or None).  After a warm-up, each
+    case runs ``calls // rounds`` timed calls per round, cases taking turns
+    (the first rotating), with a ``sync()`` between turns outside the clock.
+    Returns ``{label: spread of per-call microseconds}`` (``n`` = calls)."""
+    clock = time.perf_counter_ns
+    labels = list(cases)
+    for k in labels:
+        fn, sync = cases[k]
+        for _ in range(warmup):
+            fn()
+        if sync:
+            sync()
+    samples = {k: [] for k in labels}
+    per = max(1, calls // rounds)
+    for r in range(rounds):
+        for j in range(len(labels)):
+            k = labels[(r + j) % len(labels)]
+            fn, sync = cases[k]
+            append = samples[k].append
+            for _ in range(per):
+                t0 = clock()
+                fn()
+                append(clock() - t0)
+            if sync:
+                sync()
+    return {k: spread([x / 1000.0 for x in v]) for k, v in samples.items()}
 
 
 def host_overhead_us(fn, calls=10000, warmup=500, sync=None):
     """Median host time in microseconds of one ``fn()`` call over ``calls``."""
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    clock = time.perf_counter_ns
-    samples = []
-    append = samples.append
-    for _ in range(calls):
-        t0 = clock()
-        fn()
-        append(clock() - t0)
-    if sync:
-        sync()
-    return statistics.median(samples) / 1000.0
+    return host_overhead({"fn": (fn, sync)}, calls, warmup, rounds=1)["fn"]["median"]
