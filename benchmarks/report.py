@@ -1,12 +1,14 @@
-"""``python -m benchmarks report``: plots and tables from the saved results.
+"""``python -m benchmarks report``: verdicts, tables and plots from the saved runs.
 
-Reads every ``benchmarks/results/<suite>-<machine>.json`` that a suite's
-``--save`` wrote (suites ``ops``, ``streams``, ``upload`` and ``train``) and
-writes PNG plots beside them (matplotlib, Agg backend), one set per machine:
+Reads every run a suite's ``--save`` wrote (``benchmarks/results/runs/``),
+chooses per suite the runs of the current code, or marks the newest ones
+stale (:mod:`benchmarks.runs`), combines them figure by figure (medians
+across runs, with their range) and writes PNG plots of the combined figures
+into ``benchmarks/results/`` (matplotlib, Agg backend):
 
 * ``ops-<machine>-bandwidth.png``: each elementwise op and each ``sum_t`` case
-  against the device-to-device copy ceiling, its target and the peers (PyTorch,
-  CuPy);
+  (tuned and held-out) against the device-to-device copy ceiling, its target
+  and the peers (PyTorch, CuPy);
 * ``mxb-<machine>.png``: the m·x+b loop per iteration, resident (from ``ops``)
   and with an upload and a download per step (from ``upload``);
 * ``streams-<machine>.png``: the stream-group sweep, speedup of four groups
@@ -14,22 +16,22 @@ writes PNG plots beside them (matplotlib, Agg backend), one set per machine:
 * ``upload-<machine>.png``: the upload variants against the bound;
 * ``train-<machine>.png``: a training step against PyTorch.
 
-Every target the suites print is judged here again from the JSON, by
-:func:`verdicts`; the documentation's benchmark page is :func:`rst_report` of
-the latest result of each suite, written at docs build time by
-``docs/conf.py`` (which needs no matplotlib: it only copies the PNGs).
-``--rst PATH`` writes that page body too, and the report ends with the
-headline numbers that README.rst quotes.
+Every target the suites print is judged here again from the combined medians,
+by :func:`verdicts`, beside each suite's correctness checks; the
+documentation's benchmark page is :func:`rst_report`, written at docs build
+time by ``docs/conf.py`` (which needs no matplotlib: it only copies the PNGs).
+It shows, per suite, the commit measured, how many runs, and whether the code
+has changed since.  The report ends with the headline sentences that
+README.rst quotes verbatim (``tests/test_readme.py`` checks that).
 """
 import argparse
-import datetime
-import json
 import math
 import re
 import shutil
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR
+from benchmarks import runs as saved
+from benchmarks.common import RESULTS_DIR, RUNS_DIR
 
 SUITES = ("ops", "streams", "upload", "train")
 
@@ -49,39 +51,6 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "upload": ("upload-{m}.png",),
     "train": ("train-{m}.png",),
 }
-
-
-# ============================================================================ loading
-def load(results_dir=RESULTS_DIR):
-    """Return ``{machine key: {suite: payload}}`` for every result file.
-
-    A payload is the JSON as saved: ``{"machine": {...}, "results": ...}``.
-    The machine key is the file name after ``<suite>-`` (``NVIDIA-H200``).
-    Files of other suites (``mxb-*.json``) are ignored.
-    """
-    found = {}
-    for path in sorted(Path(results_dir).glob("*.json")):
-        suite, _, key = path.stem.partition("-")
-        if suite not in SUITES or not key:
-            continue
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        payload["path"] = path
-        found.setdefault(key, {})[suite] = payload
-    return found
-
-
-def _date(payload):
-    return payload["machine"].get("date") or ""
-
-
-def latest(found):
-    """``{suite: (machine key, payload)}``: the most recent result of each suite."""
-    out = {}
-    for key, suites in found.items():
-        for suite, payload in suites.items():
-            if suite not in out or _date(payload) > _date(out[suite][1]):
-                out[suite] = (key, payload)
-    return out
 
 
 # ============================================================================ derived numbers
@@ -106,21 +75,48 @@ def _sum_ok(row):
 
 
 def _case(row):
-    return f"{'x'.join(map(str, row['shape']))} axis {row['axis']}"
+    axis = row["axis"]
+    axis = "x".join(map(str, axis)) if isinstance(axis, list) else axis
+    return f"{'x'.join(map(str, row['shape']))} axis {axis}"
+
+
+def launch_bound(row):
+    """"launch-bound" when issuing a step takes the host longer than the
+    device needs to run it (both measured apart), else "device-bound";
+    None where either figure is missing."""
+    host, dev = row.get("host_issue_ms"), row.get("device_ms")
+    if host is None or dev is None:
+        return None
+    return "launch-bound" if host > dev else "device-bound"
+
+
+def stream_rows(res):
+    """The stream sweep's rows (a suite result, or the rows themselves)."""
+    return res["rows"] if isinstance(res, dict) else res
 
 
 def verdicts(suites):
     """Every target of the suites judged from their results.
 
-    ``suites`` is ``{suite: payload}``.  Returns a list of dicts with
-    ``suite``, ``target`` (what is asked), ``result`` (what was measured) and
-    ``met`` (cases that hold) of ``total``, in the suites' order.
+    ``suites`` is ``{suite: payload}`` with ``results`` holding plain numbers
+    (the medians view of :func:`benchmarks.runs.choose`).  Returns a list of
+    dicts with ``suite``, ``target`` (what is asked), ``result`` (what was
+    measured) and ``met`` (cases that hold) of ``total``, in the suites'
+    order; each suite's correctness checks come first.
     """
     out = []
 
     def add(suite, target, result, met, total):
         out.append(dict(suite=suite, target=target, result=result, met=met, total=total))
 
+    for suite in SUITES:
+        checks = suites.get(suite, {}).get("results", {})
+        checks = checks.get("checks") if isinstance(checks, dict) else None
+        if checks:
+            bad = [c["what"] for c in checks if not c["ok"]]
+            add(suite, "ours and every peer computed the same result (correctness checks)",
+                "all agree" if not bad else "disagree: " + ", ".join(bad),
+                len(checks) - len(bad), len(checks))
     if "ops" in suites:
         r = suites["ops"]["results"]
         ov = [x for x in r["overhead"] if x.get("ratio_to_torch") is not None]
@@ -131,10 +127,14 @@ def verdicts(suites):
         add("ops", f"elementwise bandwidth >= {BANDWIDTH_TARGET:.0%} of copy",
             ", ".join(f"{x['op']} {x['fraction_of_copy']:.1%}" for x in bw),
             sum(x["fraction_of_copy"] >= BANDWIDTH_TARGET for x in bw), len(bw))
-        st = r["sum_t"]
-        add("ops", "sum_t >= its target x copy and faster than PyTorch and CuPy",
-            ", ".join(f"{_case(x)} {x['fraction_of_copy']:.1%} (target {x['target']:.0%})"
-                      for x in st), sum(_sum_ok(x) for x in st), len(st))
+        for which in ("tuned", "held-out"):
+            st = [x for x in r["sum_t"] if x.get("set", "tuned") == which]
+            if st:
+                add("ops", f"sum_t ({which} shapes) >= its target x copy and faster than "
+                           f"PyTorch and CuPy",
+                    ", ".join(f"{_case(x)} {x['fraction_of_copy']:.1%} (target "
+                              f"{x['target']:.0%})" for x in st),
+                    sum(_sum_ok(x) for x in st), len(st))
         gm = r["gemm"]
         add("ops", f"dot_add_mm >= {GEMM_TARGET:.0%} of bare cuBLAS",
             ", ".join(f"{x['size']}^3 {x['blas']} {x['fraction_of_bare']:.1%}" for x in gm),
@@ -143,7 +143,7 @@ def verdicts(suites):
         add("ops", f"resident m·x+b loop <= {MXB_TARGET}x bare cuBLAS", f"{m['ratio']:.3f}x",
             int(m["ratio"] <= MXB_TARGET), 1)
     if "streams" in suites:
-        rows = suites["streams"]["results"]
+        rows = stream_rows(suites["streams"]["results"])
         add("streams", "four groups never more than 5% slower than one",
             "speedups " + ", ".join(f"{x['speedup']:.2f}" for x in rows),
             sum(x["speedup"] >= 1 / STREAMS_SLOWER for x in rows), len(rows))
@@ -171,14 +171,15 @@ def verdicts(suites):
 
 
 def train_rows(res):
-    """[(model, library, ms, samples/s, speedup of ours over it)] of the train suite."""
+    """[(model, library, figures, its time / ours)] of the train suite, where
+    figures is the library's dict (``ms``, ``samples_per_s``, and where
+    measured ``host_issue_ms`` and ``device_ms``)."""
     rows = []
     for model, m in res["models"].items():
         ours = m["ours"]["ms"]
-        rows.append((model, "streamhandlers (PyCudaHandler)", ours, m["ours"]["samples_per_s"],
-                     None))
+        rows.append((model, "streamhandlers (PyCudaHandler)", m["ours"], None))
         for lib, t in m.get("torch", {}).items():
-            rows.append((model, lib, t["ms"], t["samples_per_s"], t["ms"] / ours))
+            rows.append((model, lib, t, saved.medians(t["ms"]) / saved.medians(ours)))
     return rows
 
 
@@ -191,8 +192,10 @@ def _plt():
 
 
 def _title(payload, what):
-    m = payload["machine"]
-    return f"{what}\n{m.get('gpu') or 'CPU'}, {(m.get('date') or '')[:10]}"
+    st = payload["status"]
+    stale = "" if st["current"] else ", STALE"
+    return (f"{what}\n{payload['device']}, {st['last'][:10]}, median of {st['runs']} run(s)"
+            f"{stale}")
 
 
 def plot_bandwidth(payload, path):
@@ -201,9 +204,9 @@ def plot_bandwidth(payload, path):
     r = payload["results"]
     copy = r["copy_Bps"] / 1e12
     rows = [(x["op"], x, BANDWIDTH_TARGET) for x in r["bandwidth"]]
-    rows += [(f"sum_t\n{'x'.join(map(str, x['shape']))}\naxis {x['axis']}", x, x["target"])
-             for x in r["sum_t"]]
-    fig, ax = plt.subplots(figsize=(11, 5))
+    rows += [(("sum_t\n" if x.get("set", "tuned") == "tuned" else "held-out\n")
+              + _case(x).replace(" axis", "\naxis"), x, x["target"]) for x in r["sum_t"]]
+    fig, ax = plt.subplots(figsize=(max(11, 0.75 * len(rows)), 5))
     width = 0.26
     libs = (("streamhandlers", "ours_Bps", "tab:blue"), ("PyTorch", "torch_Bps", "tab:orange"),
             ("CuPy", "cupy_Bps", "tab:green"))
@@ -216,7 +219,7 @@ def plot_bandwidth(payload, path):
     for i, (_, _, target) in enumerate(rows):
         ax.plot([i - 1.5 * width, i + 1.5 * width], [target * copy] * 2, color="red",
                 linewidth=2, label="target" if i == 0 else None)
-    ax.set_xticks(range(len(rows)), [name for name, _, _ in rows], fontsize=8)
+    ax.set_xticks(range(len(rows)), [name for name, _, _ in rows], fontsize=7)
     ax.set_ylabel("TB/s (bytes read once + written once)")
     ax.set_title(_title(payload, "Bandwidth against the copy ceiling (float32)"))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -264,7 +267,7 @@ def plot_mxb(ops_payload, upload_payload, path):
 def plot_streams(payload, path):
     """Speedup of four stream groups over one, per batch and hidden size."""
     plt = _plt()
-    rows = payload["results"]
+    rows = stream_rows(payload["results"])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     batches = sorted({x["batch"] for x in rows})
     for i, b in enumerate(batches):
@@ -359,25 +362,25 @@ def plot_train(payload, path):
     plt.close(fig)
 
 
-def write_plots(found, out_dir):
-    """Write every plot of every machine into ``out_dir``; return the paths."""
+def write_plots(chosen, out_dir):
+    """Write the plots of the chosen runs (:func:`benchmarks.runs.choose`)
+    into ``out_dir``; return the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    if "ops" in chosen:
+        key, p = chosen["ops"]
+        upload = chosen.get("upload")
+        jobs.append((f"ops-{key}-bandwidth.png", plot_bandwidth, (p,)))
+        jobs.append((f"mxb-{key}.png", plot_mxb, (p, upload[1] if upload else None)))
+    for suite, fn in (("streams", plot_streams), ("upload", plot_upload), ("train", plot_train)):
+        if suite in chosen:
+            key, p = chosen[suite]
+            jobs.append((f"{suite}-{key}.png", fn, (p,)))
     written = []
-    for key, suites in sorted(found.items()):
-        jobs = []
-        if "ops" in suites:
-            jobs.append((f"ops-{key}-bandwidth.png", plot_bandwidth, (suites["ops"],)))
-            jobs.append((f"mxb-{key}.png", plot_mxb, (suites["ops"], suites.get("upload"))))
-        if "streams" in suites:
-            jobs.append((f"streams-{key}.png", plot_streams, (suites["streams"],)))
-        if "upload" in suites:
-            jobs.append((f"upload-{key}.png", plot_upload, (suites["upload"],)))
-        if "train" in suites:
-            jobs.append((f"train-{key}.png", plot_train, (suites["train"],)))
-        for name, fn, args in jobs:
-            fn(*args, out_dir / name)
-            written.append(out_dir / name)
+    for name, fn, args in jobs:
+        fn(*args, out_dir / name)
+        written.append(out_dir / name)
     return written
 
 
@@ -409,13 +412,23 @@ def _heading(text, char):
     return f"{text}\n{char * len(text)}\n"
 
 
-def _when(payload):
-    d = payload["machine"].get("date") or ""
-    try:
-        t = datetime.datetime.fromisoformat(d)
-    except ValueError:
-        return d or "unknown date"
-    return t.strftime("%Y-%m-%d %H:%M %Z").strip()
+def _ranged(c, spec, scale=1.0):
+    """A combined figure as text: its median across runs and, where the runs
+    differ, their range: ``"99.2% (98.9-99.5%)"``."""
+    rr = saved.run_range(c)
+    mid = c["median"] if isinstance(c, dict) else c
+    if mid is None:
+        return "n/a"
+    text = format(mid * scale, spec)
+    if rr and rr[2] > 1:
+        lo, hi = format(rr[0] * scale, spec), format(rr[1] * scale, spec)
+        unit = "%" if spec.endswith("%") else ""
+        text += f" ({lo.rstrip('%')}-{hi})" if unit else f" ({lo}-{hi})"
+    return text
+
+
+def _short(commit):
+    return (commit or "unknown")[:10]
 
 
 def _figure(name, images, caption):
@@ -426,50 +439,96 @@ def _figure(name, images, caption):
 
 
 def headline(chosen):
-    """The headline numbers (README.rst quotes them) as a list of sentences."""
+    """The headline sentences (README.rst quotes them verbatim): medians
+    across the chosen runs, with their range across runs in parentheses."""
     out = []
     if "ops" in chosen:
-        r = chosen["ops"][1]["results"]
-        bw = r["bandwidth"]
-        fr = [x["fraction_of_copy"] for x in bw]
-        out.append(f"elementwise ops at {min(fr):.0%}-{max(fr):.0%} of the device copy "
-                   f"bandwidth (" + ", ".join(f"{x['op']} {x['fraction_of_copy']:.0%}"
-                                              for x in bw) + ")")
-        gm = [x["fraction_of_bare"] for x in r["gemm"]]
-        out.append(f"dot_add_mm at {min(gm):.1%}-{max(gm):.1%} of a bare cuBLAS loop")
-        m = r["mxb"]
-        out.append(f"the resident m·x+b loop at {m['ratio']:.2f}x bare cuBLAS"
-                   + (f", {m['numpy_s'] / m['ours_s']:.0f}x faster than NumPy on the CPU"
-                      if m.get("numpy_s") else ""))
+        p = chosen["ops"][1]
+        c = p["combined"]
+        out.append("elementwise ops in float32 at "
+                   + ", ".join(f"{x['op']} {_ranged(x['fraction_of_copy'], '.1%')}"
+                               for x in c["bandwidth"])
+                   + " of the device copy bandwidth")
+        for which in ("tuned", "held-out"):
+            st = [x for x in c["sum_t"] if x.get("set", "tuned") == which]
+            if st:
+                fr = sorted(saved.medians(x["fraction_of_copy"]) for x in st)
+                out.append(f"sum_t on the {len(st)} {which} shapes at {fr[0]:.0%}-{fr[-1]:.0%} "
+                           f"of copy bandwidth (medians)")
+        out.append("dot_add_mm at " + ", ".join(
+            f"{x['size']}^3 {x['blas']} {_ranged(x['fraction_of_bare'], '.1%')}"
+            for x in c["gemm"]) + " of a bare cuBLAS loop")
+        ov = [x for x in c["overhead"] if x.get("ratio_to_torch") is not None]
+        out.append("host time per call against PyTorch's: " + ", ".join(
+            f"{x['op']} {_ranged(x['ratio_to_torch'], '.2f')}x" for x in ov))
+        out.append(f"the resident m·x+b loop at {_ranged(c['mxb']['ratio'], '.3f')}x "
+                   f"bare cuBLAS")
+    if "streams" in chosen:
+        rows = stream_rows(chosen["streams"][1]["combined"])
+        best = max(rows, key=lambda x: saved.medians(x["speedup"]))
+        out.append(f"four stream groups at best {_ranged(best['speedup'], '.2f')}x one group "
+                   f"(batch {best['batch']}, hidden {best['hidden']})")
+    if "upload" in chosen:
+        sec = chosen["upload"][1]["combined"]["seconds"]
+        u = upload_numbers(chosen["upload"][1]["results"])
+        out.append(f"prefetch from pinned data at {sec['b']['median'] / u['bound']:.2f}x "
+                   f"its bound B (median)" if isinstance(sec.get("b"), dict) else
+                   f"prefetch from pinned data at {sec['b'] / u['bound']:.2f}x its bound B")
     if "train" in chosen:
-        for model, mm in chosen["train"][1]["results"]["models"].items():
-            eager = mm.get("torch", {}).get("PyTorch eager")
-            if eager:
-                out.append(f"{model.upper()} training step {eager['ms'] / mm['ours']['ms']:.2f}x "
-                           f"faster than PyTorch eager")
+        for model, mm in chosen["train"][1]["combined"]["models"].items():
+            ours = mm["ours"]["ms"]
+            for label, t in mm.get("torch", {}).items():
+                out.append(f"{model.upper()} training step: ours {_ranged(ours, '.3f')} ms, "
+                           f"{label} {_ranged(t['ms'], '.3f')} ms")
     return out
 
 
-def rst_report(found, images=None):
-    """The body of the documentation's benchmark page, from the latest result
-    of each suite.  ``images`` maps a PNG name to the path the page uses for
-    it; PNGs not in it are replaced by a note."""
-    images = images or {}
-    chosen = latest(found)
-    if not chosen:
-        return ".. note:: No results in ``benchmarks/results/`` yet.\n"
-    parts = []
-    parts.append(_heading("Where and when", "-"))
+def _where_and_when(chosen):
+    """The provenance table: per suite, the runs, commits, staleness, device,
+    versions and clocks."""
     rows = []
     for suite in SUITES:
-        if suite in chosen:
-            key, p = chosen[suite]
-            m = p["machine"]
-            rows.append([f"``{p['path'].name}``", m.get("gpu") or "none",
-                         f"{m.get('cpu')} ({m.get('cpu_count')} cores)",
-                         f"Python {m.get('python')}, NumPy {m.get('numpy')}", _when(p)])
-    parts.append(_table(["result file", "GPU", "CPU", "software", "date"], rows))
-    plat = {chosen[s][1]["machine"].get("platform") for s in chosen}
+        if suite not in chosen:
+            continue
+        key, p = chosen[suite]
+        st, prov = p["status"], p["provenance"]
+        g = prov.get("gpu") or {}
+        v = prov.get("versions") or {}
+        dirty = st["dirty"]
+        sm = st["sm_clock_mhz"]
+        rows.append([
+            suite, p["device"], str(st["runs"]), ", ".join(st["commits"])
+            + (" (dirty)" if any(dirty) else "" if all(d is False for d in dirty)
+               else " (dirty: unknown)"),
+            saved.stale_text(st), f"{st['first'][:16]} to {st['last'][:16]}",
+            f"driver {g.get('driver_version')}, CUDA driver API {g.get('cuda_driver_api')}",
+            ", ".join(f"{k} {x}" for k, x in v.items() if x),
+            f"{sm[0]}-{sm[1]} MHz" if sm else "n/a"])
+    return _table(["suite", "device", "runs", "commit", "code since", "dates", "driver",
+                   "versions", "SM clock"], rows)
+
+
+def rst_report(chosen, images=None):
+    """The body of the documentation's benchmark page, from the chosen runs of
+    each suite (:func:`benchmarks.runs.choose`).  ``images`` maps a PNG name to
+    the path the page uses for it; PNGs not in it are replaced by a note."""
+    images = images or {}
+    if not chosen:
+        return ".. note:: No results in ``benchmarks/results/runs/`` yet.\n"
+    parts = []
+    parts.append(_heading("Where and when", "-"))
+    parts.append("Each suite's figures are the **median across its runs** of the current "
+                 "code, each run's figure itself a median of its samples; the range across "
+                 "runs follows in parentheses.  A suite whose runs measured older code is "
+                 "marked STALE with the number of commits that changed ``handlers/``, "
+                 "``layers/`` or ``benchmarks/`` since.\n")
+    parts.append(_where_and_when(chosen))
+    stale = [s for s in chosen if not chosen[s][1]["status"]["current"]]
+    if stale:
+        parts.append(".. warning:: The results of " + ", ".join(stale) + " are stale: the "
+                     "code they measured has changed since.  Re-run them on a GPU machine "
+                     "(``python -m benchmarks SUITE --save``).\n")
+    plat = {chosen[s][1]["provenance"].get("platform") for s in chosen}
     parts.append("Platform: " + "; ".join(f"``{x}``" for x in sorted(plat)) + ".\n")
 
     parts.append(_heading("Targets: which hold", "-"))
@@ -495,21 +554,27 @@ def rst_report(found, images=None):
         parts.append(f"Device-to-device copy bandwidth (the ceiling): "
                      f"**{copy / 1e12:.3f} TB/s**.\n")
         parts.append(_table(
-            ["op", "elements", "TB/s", "of copy", "PyTorch TB/s", "CuPy TB/s",
+            ["op", "elements", "TB/s", "of copy (range)", "PyTorch TB/s", "CuPy TB/s",
              f">= {BANDWIDTH_TARGET:.0%}"],
-            [[x["op"], x["n"], _fmt(x["ours_Bps"] / 1e12, ".3f"),
-              _fmt(x["fraction_of_copy"], ".1%"),
+            [[x["op"] + (f" (PyTorch: {x['torch_form']})" if x.get("torch_form") else ""),
+              x["n"], _fmt(x["ours_Bps"] / 1e12, ".3f"), _ranged(c["fraction_of_copy"], ".1%"),
               _fmt((x.get("torch_Bps") or math.nan) / 1e12, ".3f"),
               _fmt((x.get("cupy_Bps") or math.nan) / 1e12, ".3f"),
               "yes" if x["fraction_of_copy"] >= BANDWIDTH_TARGET else "NO"]
-             for x in r["bandwidth"]], "Elementwise ops, float32"))
+             for x, c in zip(r["bandwidth"], p["combined"]["bandwidth"])],
+            "Elementwise ops, float32; bandwidth on the op's minimal bytes (each input read "
+            "once, the output written once) for every library"))
         parts.append(_table(
-            ["case", "TB/s", "of copy", "target", "PyTorch TB/s", "CuPy TB/s", "holds"],
-            [[_case(x), _fmt(x["ours_Bps"] / 1e12, ".3f"), _fmt(x["fraction_of_copy"], ".1%"),
-              _fmt(x["target"], ".0%"), _fmt((x.get("torch_Bps") or math.nan) / 1e12, ".3f"),
+            ["case", "shapes", "TB/s", "of copy (range)", "target", "PyTorch TB/s", "CuPy TB/s",
+             "holds"],
+            [[_case(x), x.get("set", "tuned"), _fmt(x["ours_Bps"] / 1e12, ".3f"),
+              _ranged(c["fraction_of_copy"], ".1%"), _fmt(x["target"], ".0%"),
+              _fmt((x.get("torch_Bps") or math.nan) / 1e12, ".3f"),
               _fmt((x.get("cupy_Bps") or math.nan) / 1e12, ".3f"),
-              "yes" if _sum_ok(x) else "NO"] for x in r["sum_t"]],
-            "sum_t, float32: target x copy and faster than both peers"))
+              "yes" if _sum_ok(x) else "NO"] for x, c in zip(r["sum_t"], p["combined"]["sum_t"])],
+            "sum_t, float32: target x copy and faster than both peers.  The tuned shapes are "
+            "those sum_t's knobs were tuned on; the held-out shapes are a seeded random set "
+            "the tuning never saw"))
         parts.append(_figure(f"ops-{key}-bandwidth.png", images,
                              "Bandwidth of each op against the copy ceiling (dashed), its "
                              "target (red) and the peers."))
@@ -517,17 +582,21 @@ def rst_report(found, images=None):
             ["size", "BLAS", "ours ms", "bare cuBLAS ms", "of bare", "PyTorch addmm\\_ ms",
              f">= {GEMM_TARGET:.0%}"],
             [[f"{x['size']}^3", x["blas"], _fmt(x["ours_ms"], ".4f"), _fmt(x["bare_ms"], ".4f"),
-              _fmt(x["fraction_of_bare"], ".1%"), _fmt(x.get("torch_ms"), ".4f"),
-              "yes" if x["fraction_of_bare"] >= GEMM_TARGET else "NO"] for x in r["gemm"]],
+              _ranged(c["fraction_of_bare"], ".1%"), _fmt(x.get("torch_ms"), ".4f"),
+              "yes" if x["fraction_of_bare"] >= GEMM_TARGET else "NO"]
+             for x, c in zip(r["gemm"], p["combined"]["gemm"])],
             "dot_add_mm, float32"))
         parts.append(_table(
             ["op", "ours (scikit-cuda) us", "ours (nvmath) us", "PyTorch us", "CuPy us",
              "best ours / PyTorch", f"<= {OVERHEAD_TARGET}"],
-            [[x["op"], _fmt(x["skcuda_us"], ".2f"), _fmt(x.get("nvmath_us"), ".2f"),
+            [[x["op"] + (f" (PyTorch: {x['torch_form']})" if x.get("torch_form") else ""),
+              _fmt(x["skcuda_us"], ".2f"), _fmt(x.get("nvmath_us"), ".2f"),
               _fmt(x.get("torch_us"), ".2f"), _fmt(x.get("cupy_us"), ".2f"),
-              _fmt(x.get("ratio_to_torch"), ".2f"),
+              _ranged(c.get("ratio_to_torch"), ".2f"),
               "yes" if (x.get("ratio_to_torch") or math.inf) <= OVERHEAD_TARGET else "NO"]
-             for x in r["overhead"]], "Host overhead per call (1,000 elements; median)"))
+             for x, c in zip(r["overhead"], p["combined"]["overhead"])],
+            "Host overhead per call (1,000 elements; median); where PyTorch needs two calls "
+            "(axpby: mul\\_ + add\\_) its time is the two calls'"))
         m = r["mxb"]
         it = m["iters"]
         parts.append(_heading("The m·x+b loop", "-"))
@@ -554,16 +623,17 @@ def rst_report(found, images=None):
                  "c": "(c) prefetch from NumPy arrays, asynchronous downloads",
                  "d": "(d) bound B = iterations x max(upload, gemm, download)",
                  "e": "(e) PyTorch naive",
-                 "f": "(f) PyTorch pinned, non_blocking, 3 streams"}
+                 "f": "(f) PyTorch pinned, non_blocking, 3 streams",
+                 "g": "(g) PyTorch from NumPy arrays through pinned staging, 3 streams"}
         parts.append(_heading("Uploads: data moving every step", "-"))
         parts.append(f"{u['iters']} iterations; one upload "
                      f"{p['results']['up_s'] * 1e6:.0f} us, gemm + bias "
                      f"{p['results']['gemm_s'] * 1e6:.0f} us, one download "
                      f"{p['results']['down_s'] * 1e6:.0f} us, one host copy into pinned "
-                     f"memory {p['results']['host_copy_s'] * 1e6:.0f} us; largest error of the "
-                     f"pipelined result {p['results']['max_error']:.1e}.\n")
-        parts.append(_table(["variant", "seconds", "x B"],
-                            [[names[k], _fmt(sec[k], ".4f"), _fmt(sec[k] / u["bound"], ".2f")]
+                     f"memory {p['results']['host_copy_s'] * 1e6:.0f} us.\n")
+        csec = p["combined"]["seconds"]
+        parts.append(_table(["variant", "seconds: median of runs (range)", "x B"],
+                            [[names[k], _ranged(csec[k], ".4f"), _fmt(sec[k] / u["bound"], ".2f")]
                              for k in names if sec.get(k) is not None]))
         parts.append(_figure(f"upload-{key}.png", images,
                              "Upload variants against the bound B and the targets."))
@@ -571,14 +641,16 @@ def rst_report(found, images=None):
         key, p = chosen["streams"]
         parts.append(_heading("Stream groups", "-"))
         parts.append(_table(
-            ["batch", "hidden", "1 group us", "4 groups us", "speedup", "PyTorch 1 stream us",
-             "PyTorch 4 streams us", "not > 5% slower", f">= {STREAMS_GAIN}x"],
+            ["batch", "hidden", "1 group us", "4 groups us", "speedup (range)",
+             "PyTorch 1 stream us", "PyTorch 4 streams us", "1 group is", "not > 5% slower",
+             f">= {STREAMS_GAIN}x"],
             [[x["batch"], x["hidden"], _fmt(x["one_group_us"], ".1f"),
-              _fmt(x["four_groups_us"], ".1f"), _fmt(x["speedup"], ".3f"),
+              _fmt(x["four_groups_us"], ".1f"), _ranged(c["speedup"], ".3f"),
               _fmt(x.get("torch_one_stream_us"), ".1f"),
-              _fmt(x.get("torch_four_streams_us"), ".1f"),
+              _fmt(x.get("torch_four_streams_us"), ".1f"), x.get("bound", "n/a"),
               "yes" if x["speedup"] >= 1 / STREAMS_SLOWER else "NO",
-              "yes" if x["speedup"] >= STREAMS_GAIN else "NO"] for x in p["results"]],
+              "yes" if x["speedup"] >= STREAMS_GAIN else "NO"]
+             for x, c in zip(stream_rows(p["results"]), stream_rows(p["combined"]))],
             "Four independent dot_add_mm per step (the LSTM backward pattern)"))
         parts.append(_figure(f"streams-{key}.png", images,
                              "Speedup of four stream groups over one, and time per step."))
@@ -586,12 +658,19 @@ def rst_report(found, images=None):
         key, p = chosen["train"]
         res = p["results"]
         parts.append(_heading("Training step", "-"))
+        combined = {(m, lib): f for m, lib, f, _ in train_rows(p["combined"])}
         parts.append(_table(
-            ["model", "library", "ms / step", "samples / s", "its time / ours"],
-            [[model, lib, _fmt(ms, ".3f"), _fmt(sps, ",.0f"),
-              "" if ratio is None else _fmt(ratio, ".2f")]
-             for model, lib, ms, sps, ratio in train_rows(res)],
-            "Forward, loss, backward and SGD-with-momentum update, float32"))
+            ["model", "library", "ms / step (range)", "samples / s", "its time / ours",
+             "host issue ms", "device ms", "verdict"],
+            [[model, lib, _ranged(combined[model, lib]["ms"], ".3f"),
+              _fmt(f["samples_per_s"], ",.0f"), "" if ratio is None else _fmt(ratio, ".2f"),
+              _fmt(f.get("host_issue_ms"), ".3f"), _fmt(f.get("device_ms"), ".3f"),
+              launch_bound(f) or "n/a"]
+             for model, lib, f, ratio in train_rows(res)],
+            "Forward, loss, backward and SGD-with-momentum update, float32.  Host issue: "
+            "the host's time to issue one step, without a final synchronize; device: the "
+            "step's device time with the host far ahead; launch-bound when the first is "
+            "larger"))
         rows = []
         for model, m in res["models"].items():
             total = m["ours"]["ms"]
@@ -605,21 +684,21 @@ def rst_report(found, images=None):
 
 
 def write_docs(out_dir, results_dir=RESULTS_DIR, name="benchmark_report.inc"):
-    """For the documentation: copy the PNGs of the latest results into
+    """For the documentation: copy the PNGs of the chosen runs into
     ``out_dir`` and write the page body there as ``name``; return its path.
     Needs no matplotlib."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    found = load(results_dir)
+    chosen = saved.choose(saved.load(Path(results_dir) / RUNS_DIR.name))
     images = {}
-    for suite, (key, _) in latest(found).items():
+    for suite, (key, _) in chosen.items():
         for pattern in PLOTS[suite]:
             png = Path(results_dir) / pattern.format(m=key)
             if png.exists():
                 shutil.copyfile(png, out_dir / png.name)
                 images[png.name] = f"/{out_dir.name}/{png.name}"
     path = out_dir / name
-    path.write_text(rst_report(found, images), encoding="utf-8")
+    path.write_text(rst_report(chosen, images), encoding="utf-8")
     return path
 
 
@@ -628,32 +707,34 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=str(RESULTS_DIR),
-                   help="folder of the JSON results (default benchmarks/results)")
+                   help="folder holding runs/ (default benchmarks/results); the PNGs go here")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: --results)")
     p.add_argument("--rst", default=None, help="also write the report as reStructuredText here")
     args = p.parse_args(argv)
-    found = load(args.results)
-    if not found:
-        print(f"report: no results in {args.results}; run a suite with --save first")
+    chosen = saved.choose(saved.load(Path(args.results) / RUNS_DIR.name))
+    if not chosen:
+        print(f"report: no runs in {args.results}/{RUNS_DIR.name}; "
+              f"run a suite with --save first")
         return 0
+    for suite, (key, payload) in chosen.items():
+        st = payload["status"]
+        print(f"{suite:8} {payload['device']}: {st['runs']} run(s) of commit(s) "
+              f"{', '.join(st['commits'])}, {saved.stale_text(st)}")
     try:
         _plt()
     except ImportError as e:
         print(f"report: plots skipped, matplotlib is not installed ({e}); "
               f"pip install matplotlib")
     else:
-        for path in write_plots(found, args.out or args.results):
+        for path in write_plots(chosen, args.out or args.results):
             print("wrote", path)
     if args.rst:
-        Path(args.rst).write_text(rst_report(found), encoding="utf-8")
+        Path(args.rst).write_text(rst_report(chosen), encoding="utf-8")
         print("wrote", args.rst)
-    chosen = latest(found)
     for v in verdicts({s: chosen[s][1] for s in chosen}):
         print(f"{v['suite']:8} {'holds' if v['met'] == v['total'] else 'MISSED':6} "
               f"({v['met']}/{v['total']})  {v['target']}: {v['result']}")
-    gpus = sorted({c[1]["machine"].get("gpu") or "CPU" for c in chosen.values()})
-    dates = sorted({_date(c[1])[:10] for c in chosen.values()})
-    print(f"headline ({', '.join(gpus)}, {', '.join(dates)}):")
+    print("headline (README.rst quotes these lines):")
     for line in headline(chosen):
         print("  -", line)
     return 0

@@ -1,7 +1,8 @@
-"""``python -m benchmarks report``: verdicts, tables and plots from saved results.
+"""``python -m benchmarks report``: choosing runs, combining them, verdicts,
+staleness, tables and plots.
 
-Runs on the committed ``benchmarks/results/*.json`` and on small made-up
-results whose verdicts are known.  No benchmark is run and no GPU is needed.
+Runs on the committed ``benchmarks/results/runs/*.json`` and on small made-up
+runs whose verdicts are known.  No benchmark is run and no GPU is needed.
 """
 import copy
 import json
@@ -9,67 +10,105 @@ import json
 import pytest
 
 from benchmarks import __main__ as cli
-from benchmarks import report
-from benchmarks.common import RESULTS_DIR
+from benchmarks import provenance, report
+from benchmarks import runs as saved
+from benchmarks.common import RESULTS_DIR, spread
 
-MACHINE = {"platform": "test", "python": "3", "cpu": "cpu", "cpu_count": 2, "numpy": "2",
-           "gpu": "Test GPU", "date": "2026-01-02T03:04:05+00:00"}
+FINGERPRINT = "f" * 16
 OPS = {
     "gpu": "Test GPU",
     "overhead": [{"op": "axpby", "skcuda_us": 7.0, "nvmath_us": None, "torch_us": 10.0,
-                  "cupy_us": 9.0, "ratio_to_torch": 0.7},
+                  "cupy_us": 9.0, "ratio_to_torch": 0.7, "torch_form": "mul_ + add_ (2 kernels)"},
                  {"op": "relu", "skcuda_us": 9.0, "nvmath_us": None, "torch_us": 10.0,
                   "cupy_us": 9.0, "ratio_to_torch": 0.9}],
     "copy_Bps": 2e12,
     "bandwidth": [{"op": "axpby", "n": 8, "ours_Bps": 1.9e12, "fraction_of_copy": 0.95,
                    "torch_Bps": 1.5e12, "cupy_Bps": None}],
     "sum_t": [  # meets its fraction but is slower than torch: does not hold
-        {"shape": [8, 4], "axis": 0, "ours_Bps": 1.8e12, "fraction_of_copy": 0.9,
-         "target": 0.85, "torch_Bps": 1.9e12, "cupy_Bps": 1e12},
-        {"shape": [4, 8], "axis": 1, "ours_Bps": 1.8e12, "fraction_of_copy": 0.9,
-         "target": 0.85, "torch_Bps": 1.7e12, "cupy_Bps": None}],
+        {"shape": [8, 4], "axis": 0, "set": "tuned", "ours_Bps": 1.8e12,
+         "fraction_of_copy": 0.9, "target": 0.85, "torch_Bps": 1.9e12, "cupy_Bps": 1e12},
+        {"shape": [4, 8], "axis": 1, "set": "tuned", "ours_Bps": 1.8e12,
+         "fraction_of_copy": 0.9, "target": 0.85, "torch_Bps": 1.7e12, "cupy_Bps": None},
+        {"shape": [3, 5, 7], "axis": 2, "set": "held-out", "ours_Bps": 1.2e12,
+         "fraction_of_copy": 0.6, "target": 0.7, "torch_Bps": 1.0e12, "cupy_Bps": None}],
     "gemm": [{"size": 8, "blas": "scikit-cuda", "ours_ms": 1.0, "bare_ms": 0.97,
               "torch_ms": 1.0, "fraction_of_bare": 0.97}],
     "mxb": {"n": 8, "iters": 10, "ours_s": 1.1, "bare_s": 1.0, "ratio": 1.1, "numpy_s": 5.0},
+    "checks": [{"what": "axpby", "errors": {"ours": 1e-7, "torch": 1e-7}, "tol": 1e-5,
+                "ok": True},
+               {"what": "sum_t", "errors": {"ours": 1e-7, "torch": 1e-2}, "tol": 1e-4,
+                "ok": False}],
 }
-STREAMS = [{"batch": 16, "hidden": 256, "one_group_us": 10.0, "four_groups_us": 10.6,
-            "speedup": 10 / 10.6, "torch_one_stream_us": 10.0, "torch_four_streams_us": 20.0},
-           {"batch": 16, "hidden": 4096, "one_group_us": 100.0, "four_groups_us": 70.0,
-            "speedup": 100 / 70, "torch_one_stream_us": None, "torch_four_streams_us": None}]
+STREAMS = {"rows": [
+    {"batch": 16, "hidden": 256, "one_group_us": 10.0, "four_groups_us": 10.6,
+     "speedup": 10 / 10.6, "torch_one_stream_us": 10.0, "torch_four_streams_us": 20.0},
+    {"batch": 16, "hidden": 4096, "one_group_us": 100.0, "four_groups_us": 70.0,
+     "speedup": 100 / 70, "torch_one_stream_us": None, "torch_four_streams_us": None}],
+    "checks": [{"what": "dW", "errors": {"ours": 0.0}, "tol": 1e-4, "ok": True}]}
 UPLOAD = {"seconds": {"a": 1.0, "b": 0.105, "c": 0.3, "d": 0.1, "e": 1.0, "f": 0.2},
-          "up_s": 0.01, "gemm_s": 0.005, "down_s": 0.01, "host_copy_s": 0.02, "max_error": 0.0}
+          "up_s": 0.01, "gemm_s": 0.005, "down_s": 0.01, "host_copy_s": 0.02}
 TRAIN = {"device": "Test GPU", "models": {"mlp": {
     "config": {"batch": 4}, "samples": 4,
-    "ours": {"ms": 1.0, "samples_per_s": 4000.0, "host_ms": 0.5},
-    "torch": {"PyTorch eager": {"ms": 2.0, "samples_per_s": 2000.0}},
+    "ours": {"ms": spread([1.0, 0.9, 1.1]), "samples_per_s": 4000.0,
+             "host_issue_ms": 0.9, "device_ms": 0.8},
+    "torch": {"PyTorch eager": {"ms": 2.0, "samples_per_s": 2000.0, "host_issue_ms": 0.5,
+                                "device_ms": 1.9}},
     "breakdown_ms": {"gemm": 0.5, "update": 0.1}, "breakdown_serial_ms": 0.6}}}
+SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN}
+
+
+def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
+              fingerprint=FINGERPRINT, commit="c0ffee" * 6, device="Test GPU", stamp="1"):
+    """One run file as ``Run.save`` writes it."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    prov = {"commit": commit, "dirty": False, "code_fingerprint": fingerprint, "date": date,
+            "platform": "test", "python": "3", "cpu": "cpu", "cpu_count": 2,
+            "versions": {"numpy": "2", "torch": "2.11"},
+            "gpu": {"name": device, "driver_version": "580"},
+            "clocks_before": {"clocks.sm": "1980"}, "clocks_after": {"clocks.sm": "1755"}}
+    path = runs_dir / f"{suite}-{device.replace(' ', '-')}-{stamp}.json"
+    path.write_text(json.dumps({"suite": suite, "device": device, "options": {},
+                                "provenance": prov, "results": results}), encoding="utf-8")
+    return path
 
 
 @pytest.fixture
 def results(tmp_path):
-    for suite, res in (("ops", OPS), ("streams", STREAMS), ("upload", UPLOAD),
-                       ("train", TRAIN)):
-        (tmp_path / f"{suite}-Test-GPU.json").write_text(
-            json.dumps({"machine": MACHINE, "results": res}), encoding="utf-8")
-    (tmp_path / "mxb-somewhere.json").write_text("{}", encoding="utf-8")   # not reported
+    for suite, res in SUITE_RESULTS.items():
+        write_run(tmp_path / "runs", suite, res)
+    (tmp_path / "runs" / "notes.json").write_text("{}", encoding="utf-8")   # not a run
     return tmp_path
 
 
+def chosen_of(folder):
+    return saved.choose(saved.load(folder / "runs"), fingerprint=FINGERPRINT)
+
+
 def test_verdicts_of_known_results(results):
-    found = report.load(results)
-    assert list(found) == ["Test-GPU"] and set(found["Test-GPU"]) == set(report.SUITES)
-    got = {v["target"]: (v["met"], v["total"]) for v in report.verdicts(found["Test-GPU"])}
-    by_start = {k.split(" ")[0] + " " + k.split(" ")[1]: v for k, v in got.items()}
-    assert by_start["host overhead"] == (1, 2)
-    assert by_start["elementwise bandwidth"] == (1, 1)
-    assert by_start["sum_t >="] == (1, 2)            # the slower-than-torch case fails
-    assert by_start["dot_add_mm >="] == (1, 1)
-    assert by_start["resident m·x+b"] == (0, 1)      # 1.1x > 1.05x
-    assert by_start["four groups"] == (1, 2)         # 10.6 us against 10.0 is more than 5% slower
-    assert by_start[">= 1.3x"] == (1, 2)
-    assert by_start["(b) prefetch"] == (1, 1)        # 0.105 <= 1.10 x B = 0.11
-    assert by_start["(c) prefetch"] == (0, 1)        # 0.3 > 1.25 x max(0.1, 10 x 0.02)
-    assert by_start["(b) and"] == (1, 2)            # (b) 0.105 < (f) 0.2 < (c) 0.3
+    chosen = chosen_of(results)
+    assert set(chosen) == set(report.SUITES)
+    got = report.verdicts({s: chosen[s][1] for s in chosen})
+    by = {(v["suite"], " ".join(v["target"].split()[:2])): (v["met"], v["total"]) for v in got}
+    assert by["ops", "ours and"] == (1, 2)              # the sum_t check failed
+    assert by["streams", "ours and"] == (1, 1)
+    assert by["ops", "host overhead"] == (1, 2)
+    assert by["ops", "elementwise bandwidth"] == (1, 1)
+    assert by["ops", "sum_t (tuned"] == (1, 2)          # the slower-than-torch case fails
+    assert by["ops", "sum_t (held-out"] == (0, 1)       # 60% < 70%
+    assert by["ops", "dot_add_mm >="] == (1, 1)
+    assert by["ops", "resident m·x+b"] == (0, 1)        # 1.1x > 1.05x
+    assert by["streams", "four groups"] == (1, 2)       # 10.6 us against 10.0: > 5% slower
+    assert by["streams", ">= 1.3x"] == (1, 2)
+    assert by["upload", "(b) prefetch"] == (1, 1)       # 0.105 <= 1.10 x B = 0.11
+    assert by["upload", "(c) prefetch"] == (0, 1)       # 0.3 > 1.25 x max(0.1, 10 x 0.02)
+    assert by["upload", "(b) and"] == (1, 2)           # (b) 0.105 < (f) 0.2 < (c) 0.3
+
+
+def test_launch_bound_needs_host_issue_above_device_time():
+    models = TRAIN["models"]["mlp"]
+    assert report.launch_bound(saved.medians(models["ours"])) == "launch-bound"   # 0.9 > 0.8
+    assert report.launch_bound(models["torch"]["PyTorch eager"]) == "device-bound"
+    assert report.launch_bound({"ms": 1.0}) is None
 
 
 def test_upload_bound_recovers_the_iterations():
@@ -77,26 +116,81 @@ def test_upload_bound_recovers_the_iterations():
     assert u["iters"] == 10 and u["bound"] == 0.1 and u["host_bound"] == pytest.approx(0.2)
 
 
-def test_latest_picks_the_newest_file_of_each_suite(results):
-    newer = dict(MACHINE, gpu="Newer GPU", date="2026-02-01T00:00:00+00:00")
-    ops = copy.deepcopy(OPS)
-    ops["mxb"]["ratio"] = 1.0
-    (results / "ops-Newer-GPU.json").write_text(json.dumps({"machine": newer, "results": ops}),
-                                                encoding="utf-8")
-    chosen = report.latest(report.load(results))
-    assert chosen["ops"][0] == "Newer-GPU"
-    assert chosen["streams"][0] == "Test-GPU"
+def test_combine_takes_the_median_across_runs_with_its_range():
+    runs = [{"a": spread([1, 2, 3]), "r": 0.5, "ok": True, "n": 8, "name": "x",
+             "rows": [{"v": 1.0}, {"v": 4.0}]},
+            {"a": spread([5, 6, 7]), "r": 0.7, "ok": False, "n": 8, "name": "y",
+             "rows": [{"v": 3.0}, {"v": 2.0}]},
+            {"a": spread([2, 3, 4]), "r": 0.9, "ok": True, "n": 8, "name": "z",
+             "rows": [{"v": 2.0}, {"v": 6.0}]}]
+    c = saved.combine(runs)
+    assert (c["a"]["median"], c["a"]["run_min"], c["a"]["run_max"]) == (3, 2, 6)
+    assert (c["a"]["min"], c["a"]["max"], c["a"]["n"], c["a"]["runs"]) == (1, 7, 9, 3)
+    assert (c["r"]["median"], saved.run_range(c["r"])) == (0.7, (0.5, 0.9, 3))
+    assert c["ok"] is False and c["n"] == 8 and c["name"] == "z"   # newest run's text
+    assert [r["v"]["median"] for r in c["rows"]] == [2.0, 4.0]
+    m = saved.medians(c)
+    assert m["a"] == 3 and m["rows"][1]["v"] == 4.0
+    assert report._ranged(c["r"], ".0%") == "70% (50-90%)"
+    assert report._ranged(0.25, ".2f") == "0.25"
+
+
+def test_choose_prefers_runs_of_the_current_code(tmp_path):
+    runs_dir = tmp_path / "runs"
+    old = copy.deepcopy(OPS)
+    old["mxb"]["ratio"] = 9.0
+    write_run(runs_dir, "ops", old, fingerprint="0" * 16, stamp="a",
+              date="2026-03-01T00:00:00+00:00")       # newest, but other code
+    for i, ratio in enumerate((1.0, 1.2, 1.1)):
+        res = copy.deepcopy(OPS)
+        res["mxb"]["ratio"] = ratio
+        write_run(runs_dir, "ops", res, stamp=f"b{i}", date=f"2026-01-0{i + 1}T00:00:00+00:00")
+    key, p = saved.choose(saved.load(runs_dir), fingerprint=FINGERPRINT)["ops"]
+    assert key == "Test-GPU" and p["status"]["current"] and p["status"]["runs"] == 3
+    assert p["results"]["mxb"]["ratio"] == 1.1
+    assert saved.run_range(p["combined"]["mxb"]["ratio"]) == (1.0, 1.2, 3)
+
+
+def test_stale_runs_are_reported_as_stale(tmp_path):
+    write_run(tmp_path / "runs", "ops", OPS, fingerprint="0" * 16)
+    chosen = chosen_of(tmp_path)
+    st = chosen["ops"][1]["status"]
+    assert not st["current"] and st["runs"] == 1
+    assert saved.stale_text(st).startswith("STALE")
+    text = report.rst_report(chosen)
+    assert ".. warning:: The results of ops are stale" in text and "STALE" in text
+
+
+def test_commits_since_counts_code_commits():
+    head = provenance.git_state()[0]
+    if head is None:
+        pytest.skip("no git checkout here")
+    assert provenance.commits_since(head) == 0
+    assert provenance.commits_since("not-a-commit") is None
+
+
+def test_fingerprint_changes_with_the_code(tmp_path):
+    (tmp_path / "handlers").mkdir()
+    (tmp_path / "handlers" / "a.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "r.py").write_text("ignored\n")
+    first = provenance.code_fingerprint(tmp_path)
+    (tmp_path / "benchmarks" / "results" / "r.py").write_text("still ignored\n")
+    assert provenance.code_fingerprint(tmp_path) == first
+    (tmp_path / "handlers" / "a.py").write_text("x = 2\n")
+    assert provenance.code_fingerprint(tmp_path) != first
 
 
 def test_rst_report_states_every_verdict(results):
-    text = report.rst_report(report.load(results))
-    assert "Test GPU" in text and "2026-01-02" in text
+    text = report.rst_report(chosen_of(results))
+    assert "Test GPU" in text and "2026-01-02" in text and "c0ffeec0ff" in text
     assert "NO (1 of 2)" in text and "yes (1 of 1)" in text
-    assert "These do not:" in text
+    assert "These do not:" in text and "current" in text and "warning" not in text
     assert ".. note:: The plot ``ops-Test-GPU-bandwidth.png`` has not been generated" in text
 
 
-def test_write_docs_copies_existing_plots(results, tmp_path_factory):
+def test_write_docs_copies_existing_plots(results, tmp_path_factory, monkeypatch):
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda root=None: FINGERPRINT)
     (results / "streams-Test-GPU.png").write_bytes(b"\x89PNG fake")
     out = tmp_path_factory.mktemp("generated")
     text = report.write_docs(out, results).read_text(encoding="utf-8")
@@ -105,27 +199,33 @@ def test_write_docs_copies_existing_plots(results, tmp_path_factory):
 
 
 def test_committed_results_report():
-    found = report.load(RESULTS_DIR)
-    if not found:
-        pytest.skip("no committed results")
-    chosen = report.latest(found)
+    runs = saved.load(RESULTS_DIR / "runs")
+    if not runs:
+        pytest.skip("no committed runs")
+    chosen = saved.choose(runs)
     vs = report.verdicts({s: chosen[s][1] for s in chosen})
     assert vs and all(0 <= v["met"] <= v["total"] for v in vs)
     assert report.headline(chosen)
-    assert ".. list-table::" in report.rst_report(found)
+    assert ".. list-table::" in report.rst_report(chosen)
+    for _, p in chosen.values():    # every committed run says where it came from
+        for run in p["runs"]:
+            prov = run["provenance"]
+            assert prov["commit"] and prov["code_fingerprint"] and prov["gpu"]["name"]
+            assert "clocks_before" in prov and "clocks_after" in prov
 
 
-def test_report_writes_plots(results, capsys):
+def test_report_writes_plots(results, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda root=None: FINGERPRINT)
     assert cli.main(["report", "--results", str(results)]) == 0
     out = capsys.readouterr().out
     for name in ("ops-Test-GPU-bandwidth.png", "mxb-Test-GPU.png", "streams-Test-GPU.png",
                  "upload-Test-GPU.png", "train-Test-GPU.png"):
         assert (results / name).read_bytes()[:4] == b"\x89PNG", name
         assert name in out
-    assert "MISSED" in out and "headline" in out
+    assert "MISSED" in out and "headline" in out and "current" in out
 
 
 def test_report_without_results(tmp_path, capsys):
     assert report.main(["--results", str(tmp_path)]) == 0
-    assert "no results" in capsys.readouterr().out
+    assert "no runs" in capsys.readouterr().out
