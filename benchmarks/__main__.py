@@ -1,9 +1,13 @@
-"""``python -m benchmarks [mxb|ops|streams|upload|train|report|all] [suite options]``.
+"""``python -m benchmarks [--runs N] [mxb|ops|streams|upload|train|report|all] [options]``.
 
 Each suite is a module ``benchmarks.<name>`` with ``main(argv)``; options after
-the suite name go to it (``python -m benchmarks mxb --n 500``).  ``report``
-plots the saved results (``benchmarks/results/*.json``, written by a suite's
-``--save``) as PNGs beside them; ``all`` runs every suite, then the report.
+the suite name go to it (``python -m benchmarks mxb --n 500``).  A suite's
+``--save`` writes one run (``benchmarks/results/runs/``); ``report`` combines
+the runs of the current code and plots them as PNGs in ``benchmarks/results/``.
+``all`` runs every suite, then the report; ``--runs N`` repeats the suites N
+times, taking them in turn (ops, streams, ..., ops, streams, ...) so that a
+slow spell of the machine spreads over all of them
+(``python -m benchmarks --runs 3 all --save`` is how committed results are made).
 Two diagnostics, not part of ``all``: ``sumtune`` (a sweep of ``sum_t``'s
 chunking knobs) prints which settings run fastest on this GPU; ``hostcost``
 splits small ops' host time into Python and kernel launch, beside raw launch
@@ -25,6 +29,8 @@ def written(name):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1,
+                        help="repeat the suite(s) this many times, in turn (default 1)")
     parser.add_argument("suite", nargs="?", default="all",
                         help="|".join(SUITES + ("all",) + TOOLS))
     parser.add_argument("options", nargs=argparse.REMAINDER, help="passed to the suite")
@@ -47,10 +53,15 @@ def main(argv=None):
         names = [args.suite]
 
     status = 0
-    for name in names:
-        if len(names) > 1:
-            print(f"\n== {name} ==")
-        status = importlib.import_module(f"benchmarks.{name}").main(args.options) or status
+    for run in range(args.runs):
+        for name in names:
+            if name == "report" and run < args.runs - 1:
+                continue   # the report once, after the last round
+            if len(names) > 1 or args.runs > 1:
+                print(f"\n== {name} (round {run + 1} of {args.runs}) ==")
+            # The report takes no suite options (--save and the like).
+            options = [] if name == "report" and args.suite == "all" else args.options
+            status = importlib.import_module(f"benchmarks.{name}").main(options) or status
     return status
 
 
