@@ -8,27 +8,66 @@ four groups with the ordering a real backward pass needs: a fork every step
 (groups 1-3 wait for group 0, which wrote that step's dGates) and one join
 after the last step (group 0 waits for groups 1-3 before the update reads
 every dW; each dW_k is only ever touched by group k, so no step needs more).
-PyTorch on four ``torch.cuda`` streams, ordered the same way, is the peer.
 Sweep: batch {16, 64, 256} x hidden {256, 1024, 4096}.  Targets: four groups
 never more than 5% slower than one; >= 1.3x faster where one gemm leaves the
-GPU idle.  The host time to issue a step (one group, four groups) is printed
-beside it: where it matches the step's GPU time, the loop is host-bound and
-the GPU idles whatever the streams do.
+GPU idle.
+
+PyTorch is the peer, on the same inputs (the host arrays uploaded to each
+library; TF32 off), written as an expert would: on one stream, the same 80
+``addmm_`` per sequence; on four streams (the current one and three side
+streams) with the same ordering: the main stream issues its 20 steps,
+recording one preallocated event per step, then each side stream, inside one
+``with torch.cuda.stream(s):``, issues its 20 steps, each waiting on that
+step's event; the main stream joins the side streams at the end.
+
+Timing: per sweep cell, ours on one and on four groups and PyTorch on one and
+on four streams are timed in interleaved order (``benchmarks.gpu.interleaved``:
+CUDA events of each library on the stream that issues, 15 samples of one
+20-step sequence each after 2 warm-ups); figures are microseconds per step.
+
+Host- or GPU-bound ("1 group is"): two figures measured apart.  *Host issue*:
+the host's time to issue one sequence, the device synchronized before (outside
+the clock) and no synchronize at the end.  *Device*: the sequence's event time
+with the host far ahead: gemms queued on group 0 before the start event keep
+the device busy for twice the longest host issue time plus 0.5 ms, so that the
+whole sequence is queued before it starts to run.  "host" only where the host
+issue time exceeds the device time (one group's medians).
+
+Check: the dW buffers zeroed, one sequence of each variant (ours on one and
+four groups, PyTorch on one and four streams), then each dW_k against
+``STEPS * x.T @ dGate_k`` in float64 NumPy on the same float32 inputs: max
+relative error within 1e-4.  ``main`` returns 1 if a check fails.
+
+Saved results (``--save``): ``{"rows": [...], "checks": [...]}``.  A row has
+``batch``, ``hidden``; spreads of microseconds per step: ``one_group_us``,
+``four_groups_us``, ``torch_one_stream_us`` and ``torch_four_streams_us``
+(None without PyTorch), ``host_us_per_step`` and ``host_us_per_step_four``
+(host issue, one and four groups), ``device_us_per_step`` and
+``device_us_per_step_four`` (device time with the host far ahead, one and
+four groups); plain numbers: ``speedup`` (one group over four, from the
+medians), ``hold_ms`` (the device time queued ahead of each device sample);
+``bound`` ("host" or "GPU").  A check is ``{"what", "errors": {variant:
+max relative error}, "tol", "ok"}``.
 """
 import argparse
-import statistics
-import time
+import math
 
 import numpy as np
 
-from benchmarks.common import gpu_name, print_table, result_name, save_results
-from benchmarks.gpu import EventTimer, cuda_handler, optional_peers
+from benchmarks.common import Run, check_line, derive, gpu_name, med, print_table, rel_error, spread
+from benchmarks.gpu import EventTimer, cuda_handler, host_overhead, interleaved, optional_peers
 
 F32 = np.float32
-STEPS = 20   # steps per timed sequence
+STEPS = 20      # steps per timed sequence
+REPS = 15       # samples per figure
+WARMUP = 2      # untimed sequences before the samples
+TOL = 1e-4      # relative error allowed in the dW check (float32 gemms)
+HOLD_N = 2048   # size of the gemms that keep the device busy (see make_hold)
 
 
 def handler_sequence(h, x, dg, dw, groups, steps=STEPS):
+    """fn(i): one sequence of ``steps`` steps of four ``dot_add_mm`` on
+    ``groups`` (1 or 4) stream groups, forked every step and joined at the end."""
     views = [h.with_streams(k % groups) for k in range(4)]
     main, side = views[0], views[1:]
 
@@ -46,39 +85,112 @@ def handler_sequence(h, x, dg, dw, groups, steps=STEPS):
     return sequence
 
 
-def torch_sequence(t, x, dg, dw, streams, steps=STEPS):
+def torch_sequence(t, x, dg, dw, side, steps=STEPS):
+    """fn(i): the same sequence in PyTorch, on the current stream alone
+    (``side`` None) or on it and the three streams of ``side``."""
     main = t.cuda.current_stream()
     xt = x.t()
-
-    def sequence(_):
-        for _ in range(steps):
-            if streams is None:
+    if side is None:
+        def one_stream(_):
+            for _ in range(steps):
                 for k in range(4):
                     dw[k].addmm_(xt, dg[k])
-                continue
-            for k, s in enumerate(streams):
-                s.wait_stream(main)
-                with t.cuda.stream(s):
+        return one_stream
+    # One event per step, made once: creating events in the loop would cost
+    # the peer host time that ours does not spend.
+    forks = [t.cuda.Event() for _ in range(steps)]
+
+    def four_streams(_):
+        for i in range(steps):
+            forks[i].record(main)          # fork: this step's dGates come from main
+            dw[0].addmm_(xt, dg[0])
+        for k, s in enumerate(side, start=1):
+            with t.cuda.stream(s):         # entered once per sequence, not once per step
+                for i in range(steps):
+                    s.wait_event(forks[i])
                     dw[k].addmm_(xt, dg[k])
-        if streams is not None:
-            for s in streams:
-                main.wait_stream(s)
-    return sequence
+        for s in side:
+            main.wait_stream(s)            # join: the update reads every dW
+    return four_streams
 
 
-def host_us_per_step(fn, sync, reps=7):
-    """Median host microseconds to issue one step of ``fn`` (a sequence)."""
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        fn(0)
-        times.append(time.perf_counter() - t0)
-    sync()
-    return statistics.median(times) / STEPS * 1e6
+def make_hold(h, timer):
+    """Return ``hold(ms)``: queue gemms on group 0 that keep the device busy
+    for at least ``ms`` milliseconds (the count from one gemm's event time).
+
+    Queued before a sample's start event, they let the host issue the whole
+    sequence before the device reaches it, so the sample measures the
+    device's time alone, not the host's pace."""
+    rng = np.random.default_rng(1)
+    a = h.create_from_numpy(rng.standard_normal((HOLD_N, HOLD_N)).astype(F32))
+    c = h.allocate((HOLD_N, HOLD_N))
+    gemm_ms = timer.time(lambda i: h.dot_mm(a, a, c), reps=5, warmup=2)
+
+    def hold(ms):
+        for _ in range(max(1, math.ceil(ms / gemm_ms))):
+            h.dot_mm(a, a, c)
+    return hold
+
+
+def device_ahead(timer, hold, hold_ms, seqs, reps=REPS):
+    """``{label: spread of ms per sequence}`` of the sequences ``seqs``
+    (``{label: fn}``, issuing on ``timer``'s stream), each sample taken behind
+    ``hold(hold_ms)``; the labels take turns, the first rotating each round."""
+    labels = list(seqs)
+    samples = {k: [] for k in labels}
+    for r in range(reps):
+        for j in range(len(labels)):
+            k = labels[(r + j) % len(labels)]
+            hold(hold_ms)   # queued before the start event that sample() records
+            samples[k].append(timer.sample(seqs[k], r))
+    return {k: spread(v) for k, v in samples.items()}
+
+
+def per_step_us(ms):
+    """A spread of milliseconds per sequence as microseconds per step."""
+    return derive(ms, lambda v: v / STEPS * 1e3)
+
+
+def ours_dw(h, dw, seq):
+    """run(): zero ``dw`` (ours), issue one sequence ``seq``, return the dW."""
+    def run():
+        h.synchronize_all_streams()   # the timings' work is done before the zeroing
+        for w in dw:
+            h.fill(w, 0.0)
+        seq(0)
+        h.synchronize_all_streams()
+        return [h.get_numpy_copy(w) for w in dw]
+    return run
+
+
+def torch_dw(t, dw, seq):
+    """run(): zero ``dw`` (PyTorch), issue one sequence ``seq``, return the dW."""
+    def run():
+        t.cuda.synchronize()
+        for w in dw:
+            w.zero_()
+        seq(0)
+        t.cuda.synchronize()
+        return [w.cpu().numpy() for w in dw]
+    return run
+
+
+def check_dw(dw_of, x_h, dg_h):
+    """``{variant: max relative error}`` of each variant's dW against float64.
+
+    ``dw_of`` is ``{variant: run}``: ``run()`` zeroes the variant's dW
+    buffers, issues one sequence and returns the four dW as NumPy arrays."""
+    x = x_h.astype(np.float64)
+    refs = [STEPS * (x.T @ g.astype(np.float64)) for g in dg_h]
+    errors = {}
+    for name, run in dw_of.items():
+        got = run()
+        errors[name] = max(rel_error(w, ref) for w, ref in zip(got, refs))
+    return errors
 
 
 def main(argv=None):
+    """Run the sweep, print the table and the checks; 1 if a check failed."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks streams", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -86,53 +198,86 @@ def main(argv=None):
     parser.add_argument("--blas", default="scikit-cuda", choices=("scikit-cuda", "nvmath"),
                         help="cuBLAS binding of the handler (default scikit-cuda)")
     args = parser.parse_args(argv)
+    run = Run("streams", gpu_name(), vars(args))
     h = cuda_handler("streams", F32, num_stream_groups=4, blas=args.blas)
     if h is None:
         return 0
-    peers = optional_peers()
-    t = peers.get("torch")
+    t = optional_peers().get("torch")
     timer = EventTimer("pycuda", h.stream)
+    hold = make_hold(h, timer)
     if t is not None:
         tt = EventTimer("torch", module=t)
-        streams = [t.cuda.Stream() for _ in range(4)]
+        side = [t.cuda.Stream() for _ in range(3)]
     batches, hiddens = ([16, 64], [256, 1024]) if args.quick else ([16, 64, 256], [256, 1024, 4096])
     rng = np.random.default_rng(0)
-    rows, results = [], []
+    rows, table, checks = [], [], []
     for b in batches:
         for hid in hiddens:
-            x = h.create_from_numpy(rng.standard_normal((b, hid)) * 0.01)
-            dg = [h.create_from_numpy(rng.standard_normal((b, hid)) * 0.01) for _ in range(4)]
+            # float32 on the host: ours, PyTorch and the reference share the inputs
+            x_h = (rng.standard_normal((b, hid)) * 0.01).astype(F32)
+            dg_h = [(rng.standard_normal((b, hid)) * 0.01).astype(F32) for _ in range(4)]
+            x = h.create_from_numpy(x_h)
+            dg = [h.create_from_numpy(g) for g in dg_h]
             dw = [h.zeros((hid, hid)) for _ in range(4)]
             seq1, seq4 = handler_sequence(h, x, dg, dw, 1), handler_sequence(h, x, dg, dw, 4)
-            one = timer.time(seq1, reps=15, warmup=2) / STEPS
-            four = timer.time(seq4, reps=15, warmup=2) / STEPS
-            host = host_us_per_step(seq1, h.synchronize_all_streams)
-            host4 = host_us_per_step(seq4, h.synchronize_all_streams)
-            t1 = t4 = None
+            cases = {"one": (timer, seq1), "four": (timer, seq4)}
             if t is not None:
-                tx = t.randn(b, hid, device="cuda") * 0.01
-                tg = [t.randn(b, hid, device="cuda") * 0.01 for _ in range(4)]
+                tx = t.from_numpy(x_h).cuda()
+                tg = [t.from_numpy(g).cuda() for g in dg_h]
                 tw = [t.zeros(hid, hid, device="cuda") for _ in range(4)]
-                t1 = tt.time(torch_sequence(t, tx, tg, tw, None), reps=15, warmup=2) / STEPS
-                t4 = tt.time(torch_sequence(t, tx, tg, tw, streams), reps=15, warmup=2) / STEPS
-            speed = one / four
-            ok = speed >= 1 / 1.05
-            bound = "host" if host >= 0.9 * one * 1e3 else "GPU"
-            rows.append([b, hid, one * 1e3, four * 1e3, speed, host, host4, bound,
-                         (t1 or float("nan")) * 1e3, (t4 or float("nan")) * 1e3,
-                         "yes" if ok else "NO", "yes" if speed >= 1.3 else "no"])
-            results.append(dict(batch=b, hidden=hid, one_group_us=one * 1e3,
-                                four_groups_us=four * 1e3, speedup=speed,
-                                host_us_per_step=host, host_us_per_step_four=host4,
-                                bound=bound,
-                                torch_one_stream_us=t1 and t1 * 1e3,
-                                torch_four_streams_us=t4 and t4 * 1e3))
-    print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median); "
-          f"GPU {gpu_name()}")
-    print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "host/step (1 group)",
-                 "host/step (4 groups)", "1 group is", "torch 1 stream", "torch 4 streams",
-                 "not >5% slower", ">=1.3x"],
-                rows)
+                tseq1 = torch_sequence(t, tx, tg, tw, None)
+                tseq4 = torch_sequence(t, tx, tg, tw, side)
+                cases["torch1"], cases["torch4"] = (tt, tseq1), (tt, tseq4)
+            us = {k: per_step_us(v) for k, v in interleaved(cases, REPS, WARMUP).items()}
+
+            # Host issue: one sequence per sample, the device idle at the start
+            # (host_overhead synchronizes between turns, outside the clock) and
+            # no synchronize at the end.
+            sync = h.synchronize_all_streams
+            issue = host_overhead({"one": (lambda: seq1(0), sync), "four": (lambda: seq4(0), sync)},
+                                  calls=REPS, warmup=WARMUP, rounds=REPS)
+            host = {k: derive(v, lambda u: u / STEPS) for k, v in issue.items()}
+            # Device time with the host far ahead: queued work on group 0 covers
+            # twice the slowest issue seen, plus a margin.
+            hold_ms = 2 * max(v["max"] for v in host.values()) * STEPS / 1e3 + 0.5
+            dev = {k: per_step_us(v) for k, v in
+                   device_ahead(timer, hold, hold_ms, {"one": seq1, "four": seq4}).items()}
+
+            dw_of = {"ours 1 group": ours_dw(h, dw, seq1), "ours 4 groups": ours_dw(h, dw, seq4)}
+            if t is not None:
+                dw_of["torch 1 stream"] = torch_dw(t, tw, tseq1)
+                dw_of["torch 4 streams"] = torch_dw(t, tw, tseq4)
+            errors = check_dw(dw_of, x_h, dg_h)
+            what = f"dW_k = {STEPS} x.T dGate_k, batch {b}, hidden {hid}"
+            checks.append(dict(what=what, errors=errors, tol=TOL,
+                               ok=check_line(what, errors, TOL)))
+
+            speed = med(us["one"]) / med(us["four"])
+            bound = "host" if med(host["one"]) > med(dev["one"]) else "GPU"
+            t1, t4 = us.get("torch1"), us.get("torch4")
+            nan = float("nan")
+            table.append([b, hid, med(us["one"]), med(us["four"]), speed,
+                          med(t1) if t1 else nan, med(t4) if t4 else nan,
+                          med(t1) / med(t4) if t1 else nan,
+                          med(host["one"]), med(dev["one"]), med(host["four"]),
+                          med(dev["four"]), bound,
+                          "yes" if speed >= 1 / 1.05 else "NO",
+                          "yes" if speed >= 1.3 else "no"])
+            rows.append(dict(batch=b, hidden=hid, one_group_us=us["one"],
+                             four_groups_us=us["four"], speedup=speed,
+                             host_us_per_step=host["one"], host_us_per_step_four=host["four"],
+                             device_us_per_step=dev["one"], device_us_per_step_four=dev["four"],
+                             hold_ms=hold_ms, bound=bound,
+                             torch_one_stream_us=t1, torch_four_streams_us=t4))
+    print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median of {REPS} "
+          f"samples); GPU {gpu_name()}.  Host issue: no final synchronize; device: with the "
+          f"host far ahead; the loop is host-bound where host issue > device")
+    print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "torch 1 stream",
+                 "torch 4 streams", "torch speedup", "host issue (1 group)",
+                 "device (1 group)", "host issue (4 groups)", "device (4 groups)",
+                 "1 group is", "not >5% slower", ">=1.3x"],
+                table)
+    results = {"rows": rows, "checks": checks}
     if args.save:
-        print("saved", save_results(result_name("streams", gpu_name()), results))
-    return 0
+        run.save(results)
+    return 0 if all(c["ok"] for c in checks) else 1
