@@ -6,12 +6,44 @@ Models, float32:
 * LSTM T=32, B=64, F=128, H=512, its last hidden state into a 512-10 fully
   connected layer, softmax cross-entropy.
 
-A step is forward, loss, backward and the SGD-with-momentum update, with the
-batches resident on the device (two, alternated).  Measured in one process on
-PyCudaHandler (CUDA events on the handler's group-0 stream, which waits for
-the other groups at the end of a step) and on the same models in PyTorch eager
-(TF32 off; the LSTM as the same cell written out step by step, plus
-``torch.nn.LSTM`` on cuDNN as a reference).
+A step is forward, loss (mean over the batch), backward and the SGD update
+(lr 0.01, momentum 0.9), with the batches resident on the device (two,
+alternated).  Measured in one process on PyCudaHandler and on the same models
+in PyTorch eager, all starting from our initial parameters (TF32 off;
+``torch.optim.SGD`` fused, or multi-tensor ``foreach`` where fused is
+unavailable; ``zero_grad(set_to_none=True)``; ``CrossEntropyLoss``):
+
+* MLP: "PyTorch eager", ``nn.Sequential`` of ``Linear`` and ``ReLU``;
+* LSTM: "PyTorch eager", the same cell as ours written out step by step;
+  "nn.LSTMCell loop", ``nn.LSTMCell`` called T times; and
+  "torch.nn.LSTM (cuDNN)".  Both take our bias as ``bias_ih`` and start
+  ``bias_hh`` at 0.
+
+Figures per library, each a spread over ``--reps`` samples:
+
+* ``ms``: device time of one step (CUDA events of each library on the stream
+  it issues to; for ours the handler's group-0 stream, which waits for the
+  other groups at the end of a step), all libraries of a model in one
+  interleaved loop so that none is favoured by a slow spell;
+* ``host_issue_ms``: host time to issue K steps back to back, without
+  waiting for the device (synchronized before the clock starts and after it
+  stops, outside the clock), divided by K;
+* ``device_ms``: device time of one step while the host is far ahead: a long
+  GPU job (big gemms, sized from ``host_issue_ms``) is queued first, then the
+  events and K steps, so the device runs the K steps back to back without
+  waiting for launches.  Where issuing still outlasted the long job (the host
+  blocked on a full launch queue) ``device_gapless`` is False and
+  ``device_ms`` is an upper bound.
+
+A library is launch-bound when ``host_issue_ms`` exceeds ``device_ms``: the
+device then waits on the host, so fewer, larger ops would pay, faster kernels
+not.  K is 5, fewer for steps of many ops (the launch queue is finite).
+
+Correctness: for each model one training step of fresh copies (ours and each
+PyTorch peer, same initial parameters and batch) is compared with an
+independent float64 NumPy implementation of the step (:func:`reference_step`):
+the loss, and the parameter update ``p1 - p0`` (relative to its largest
+element, so a wrong gradient cannot hide behind the parameters' size).
 
 Where the step's time goes: one step's ops are recorded, then replayed by
 category on stream group 0 (gemm, elementwise, ``sum_t`` (bias gradients and
@@ -20,20 +52,24 @@ back to back, so their sum differs from the step's time by what launches,
 stream overlap and idle gaps add or save.
 
 Without a GPU this prints that it skipped and returns 0; ``--handler numpy``
-times NumpyHandler instead (host clock; no peers), and ``--small`` shrinks the
-models (smoke tests).
+times NumpyHandler instead (host clock; no peers, no host issue / device
+split, the checks against the reference still run), and ``--small`` shrinks
+the models (smoke tests).  ``--save`` writes one run
+(``benchmarks/results/runs/``).
 """
 import argparse
-import statistics
+import math
 import time
+from collections import namedtuple
 
 import numpy as np
 
-from benchmarks.common import gpu_name, print_table, result_name, save_results
-from benchmarks.gpu import EventTimer, optional_peers
+from benchmarks.common import Run, check_line, gpu_name, med, print_table, rel_error, spread
+from benchmarks.gpu import EventTimer, interleaved, optional_peers
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
+LR, MOMENTUM = 0.01, 0.9
 MODELS = {
     # name: (sizes, small sizes)
     "mlp": ({"batch": 256, "sizes": (784, 1024, 1024, 10)},
@@ -47,6 +83,15 @@ CATEGORY = {"dot_mm": "gemm", "dot_add_mm": "gemm", "sum_t": "sum_t (bias, loss)
 NOT_COMPUTE = {"record_event", "wait_event", "wait_for", "synchronize",
                "synchronize_all_streams", "with_streams", "allocate", "zeros", "ones",
                "create_from_numpy", "get_numpy_copy", "set_from_numpy"}
+#: steps issued back to back for host_issue_ms and device_ms (at most)
+ISSUE_STEPS = 5
+#: ops a launch queue is taken to hold: K = ISSUE_STEPS, or fewer steps of many ops
+QUEUE_OPS = 1000
+#: side of the square matrices of the busy gemm that keeps the device occupied
+BUSY_N = 4096
+#: relative error allowed in the checks (float32 against float64)
+CHECK_TOL = 1e-3
+OURS = "ours"
 
 
 # -------------------------------------------------------------------- models
@@ -55,11 +100,13 @@ def build(h, model, cfg, seed=0):
     rng = np.random.default_rng(seed)
     if model == "mlp":
         s = cfg["sizes"]
-        layers = [FullyConnected(s[0], s[1]), ReLU(), FullyConnected(s[1], s[2]), ReLU(),
-                  FullyConnected(s[2], s[3])]
+        layers = []
+        for k in range(len(s) - 1):
+            layers += [FullyConnected(s[k], s[k + 1]), ReLU()]
+        layers.pop()                       # no ReLU after the last layer
         n = cfg["batch"]
         xs = [rng.standard_normal((n, s[0])) for _ in range(2)]
-        classes = s[3]
+        classes = s[-1]
     else:
         T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
         layers = [LSTM(F, H, return_sequences=False), FullyConnected(H, cfg["classes"])]
@@ -72,66 +119,259 @@ def build(h, model, cfg, seed=0):
 
 
 def handler_step(h, net, batches):
-    """fn(i): one training step on resident batch i % 2."""
-    opt = SGD(net.parameters, lr=0.01, momentum=0.9)
+    """fn(i): one training step on resident batch i % 2; returns the loss array."""
+    opt = SGD(net.parameters, lr=LR, momentum=MOMENTUM)
     dev = [(h.create_from_numpy(x), h.create_from_numpy(y)) for x, y in batches]
 
     def step(i):
         x, y = dev[i % len(dev)]
-        net.train_step(x, y)
+        loss = net.train_step(x, y)
         opt.step()
+        return loss
     return step
 
 
-def torch_steps(torch, model, cfg, batches):
-    """{label: fn(i)} of PyTorch eager training steps of the same model."""
+def our_params(net):
+    """Float64 host copies of the network's parameters, in ``ParameterSet``
+    order (MLP: W, b per layer; LSTM: Wx (4, F, H), Wh (4, H, H), b (4, 1, H),
+    then the output layer's W (H, C), b (1, C))."""
+    flat = np.asarray(net.parameters.get(), np.float64)
+    return [flat[off:off + math.prod(shape)].reshape(shape).copy()
+            for _, _, off, shape in net.parameters.entries]
+
+
+# ----------------------------------------------------------------- reference
+def _sigmoid(a):
+    return 1.0 / (1.0 + np.exp(-a))
+
+
+def _softmax_ce(logits, labels):
+    """Mean cross-entropy of softmax(logits) and its gradient."""
+    n = len(labels)
+    z = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(n)
+    loss = float(-np.log(p[rows, labels]).mean())
+    d = p
+    d[rows, labels] -= 1.0
+    return loss, d / n
+
+
+def reference_step(model, params, x, labels, lr=LR):
+    """One training step in float64 NumPy, independent of the handlers:
+    forward, mean softmax cross-entropy, backward and the first SGD-momentum
+    update (the velocity starts at 0, so it is ``p - lr * g``).
+
+    ``params`` are in :func:`our_params` order, ``x`` the batch ((n, F) or
+    (T, B, F)), ``labels`` integer classes.  Returns (loss, updated params)."""
+    params = [np.asarray(p, np.float64) for p in params]
+    x = np.asarray(x, np.float64)
+    labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    if model == "mlp":
+        Ws, bs = params[0::2], params[1::2]
+        acts, zs = [x], []
+        for k, (W, b) in enumerate(zip(Ws, bs)):
+            z = acts[-1] @ W + b
+            zs.append(z)
+            acts.append(np.maximum(z, 0.0) if k < len(Ws) - 1 else z)
+        loss, d = _softmax_ce(acts[-1], labels)
+        grads = [None] * len(params)
+        for k in reversed(range(len(Ws))):
+            grads[2 * k] = acts[k].T @ d
+            grads[2 * k + 1] = d.sum(axis=0, keepdims=True)
+            if k:
+                d = (d @ Ws[k].T) * (zs[k - 1] > 0)
+    else:
+        Wx, Wh, b, W, bo = params
+        T, B, _ = x.shape
+        H = Wh.shape[-1]
+        h, c = np.zeros((B, H)), np.zeros((B, H))
+        cache = []
+        for t in range(T):
+            z = [x[t] @ Wx[k] + b[k] + h @ Wh[k] for k in range(4)]
+            i, f, g, o = _sigmoid(z[0]), _sigmoid(z[1]), np.tanh(z[2]), _sigmoid(z[3])
+            c_prev, h_prev = c, h
+            c = f * c_prev + i * g
+            tc = np.tanh(c)
+            h = o * tc
+            cache.append((i, f, g, o, c_prev, tc, h_prev))
+        loss, d = _softmax_ce(h @ W + bo, labels)
+        gW, gbo = h.T @ d, d.sum(axis=0, keepdims=True)
+        dh, dc = d @ W.T, np.zeros((B, H))
+        gWx, gWh, gb = np.zeros_like(Wx), np.zeros_like(Wh), np.zeros_like(b)
+        for t in reversed(range(T)):
+            i, f, g, o, c_prev, tc, h_prev = cache[t]
+            do = dh * tc
+            dc = dc + dh * o * (1.0 - tc * tc)
+            dz = [dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f),
+                  dc * i * (1.0 - g * g), do * o * (1.0 - o)]
+            for k in range(4):
+                gWx[k] += x[t].T @ dz[k]
+                gWh[k] += h_prev.T @ dz[k]
+                gb[k] += dz[k].sum(axis=0, keepdims=True)
+            dh = sum(dz[k] @ Wh[k].T for k in range(4))
+            dc = dc * f
+        grads = [gWx, gWh, gb, gW, gbo]
+    return loss, [p - lr * g for p, g in zip(params, grads)]
+
+
+# ------------------------------------------------------------------ PyTorch
+def torch_sgd(torch, params):
+    """``torch.optim.SGD`` (lr 0.01, momentum 0.9), fused where this torch
+    has it, else multi-tensor (``foreach``)."""
+    try:
+        return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, fused=True)
+    except (TypeError, RuntimeError, ValueError):
+        return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM, foreach=True)
+
+
+def torch_models(torch, model, cfg, params, dtype):
+    """``{label: (parameters, forward(x), to_ours())}`` of the PyTorch peers
+    of ``model`` on the GPU in ``dtype``, starting from ``params`` (ours, in
+    :func:`our_params` order); ``to_ours()`` returns their current parameters
+    as float64 NumPy arrays in that order."""
     nn = torch.nn
-    dev = "cuda"
-    tb = [(torch.tensor(x, dtype=torch.float32, device=dev),
-           torch.tensor(y[:, 0], dtype=torch.long, device=dev)) for x, y in batches]
-    loss_fn = nn.CrossEntropyLoss()
-    out = {}
+    kw = {"device": "cuda", "dtype": dtype}
 
-    def stepper(params, forward):
-        opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    def tensor(a):
+        return torch.tensor(np.ascontiguousarray(a), **kw)
 
-        def step(i):
-            x, y = tb[i % len(tb)]
-            opt.zero_grad(set_to_none=True)
-            loss_fn(forward(x), y).backward()
-            opt.step()
-        return step
+    def npy(t):
+        return t.detach().double().cpu().numpy()
+
+    def linear(W, b):
+        lin = nn.Linear(W.shape[0], W.shape[1], **kw)
+        with torch.no_grad():
+            lin.weight.copy_(tensor(W.T))
+            lin.bias.copy_(tensor(b[0]))
+        return lin
+
+    def linear_back(lin):
+        return [npy(lin.weight).T.copy(), npy(lin.bias)[None]]
 
     if model == "mlp":
-        s = cfg["sizes"]
-        m = nn.Sequential(nn.Linear(s[0], s[1]), nn.ReLU(), nn.Linear(s[1], s[2]), nn.ReLU(),
-                          nn.Linear(s[2], s[3])).to(dev)
-        out["PyTorch eager"] = stepper(m.parameters(), m)
-        return out
-    T, B, F, H, C = cfg["T"], cfg["B"], cfg["F"], cfg["H"], cfg["classes"]
-    Wx = nn.Parameter(torch.randn(F, 4 * H, device=dev) * 0.05)
-    Wh = nn.Parameter(torch.randn(H, 4 * H, device=dev) * 0.05)
-    b = nn.Parameter(torch.zeros(4 * H, device=dev))
-    fc = nn.Linear(H, C).to(dev)
+        lins = [linear(params[2 * k], params[2 * k + 1]) for k in range(len(params) // 2)]
+        mods = []
+        for lin in lins:
+            mods += [lin, nn.ReLU()]
+        m = nn.Sequential(*mods[:-1])
+        return {"PyTorch eager": (list(m.parameters()), m,
+                                  lambda: [a for lin in lins for a in linear_back(lin)])}
+
+    T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
+    Wx, Wh, b, W, bo = params
+
+    def cat(A):        # (4, rows, H) per gate -> (rows, 4H), gates i, f, g, o side by side
+        return A.transpose(1, 0, 2).reshape(A.shape[1], 4 * H)
+
+    def split(M):      # the inverse of cat
+        return M.reshape(M.shape[0], 4, H).transpose(1, 0, 2).copy()
+
+    out = {}
+    # the same cell as ours, written out: input projection of all steps at
+    # once, then one fused (B, 4H) gemm per step
+    wx, wh = nn.Parameter(tensor(cat(Wx))), nn.Parameter(tensor(cat(Wh)))
+    bb, fc = nn.Parameter(tensor(b.reshape(4 * H))), linear(W, bo)
 
     def cell_forward(x):
-        # The same cell, written out: input projection of all steps at once,
-        # then one fused (B, 4H) gemm per step.
-        xp = (x.reshape(T * B, F) @ Wx + b).view(T, B, 4 * H)
-        h = torch.zeros(B, H, device=dev)
-        c = torch.zeros(B, H, device=dev)
+        xp = (x.reshape(T * B, F) @ wx + bb).view(T, B, 4 * H)
+        h = torch.zeros(B, H, **kw)
+        c = torch.zeros(B, H, **kw)
         for t in range(T):
-            z = xp[t] + h @ Wh
-            i, f, g, o = z.chunk(4, dim=1)
+            i, f, g, o = (xp[t] + h @ wh).chunk(4, dim=1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
         return fc(h)
-    out["PyTorch eager"] = stepper([Wx, Wh, b, *fc.parameters()], cell_forward)
-    lstm = nn.LSTM(F, H).to(dev)
-    fc2 = nn.Linear(H, C).to(dev)
-    out["torch.nn.LSTM (cuDNN)"] = stepper([*lstm.parameters(), *fc2.parameters()],
-                                           lambda x: fc2(lstm(x)[0][-1]))
+    out["PyTorch eager"] = (
+        [wx, wh, bb, *fc.parameters()], cell_forward,
+        lambda: [split(npy(wx)), split(npy(wh)), npy(bb).reshape(4, 1, H), *linear_back(fc)])
+
+    def load(w_ih, w_hh, b_ih, b_hh):
+        """Our weights into torch's (4H, in) layout; our bias is bias_ih."""
+        with torch.no_grad():
+            w_ih.copy_(tensor(cat(Wx).T))
+            w_hh.copy_(tensor(cat(Wh).T))
+            b_ih.copy_(tensor(b.reshape(4 * H)))
+            b_hh.zero_()
+
+    def back(w_ih, w_hh, b_ih, lin):
+        return [split(npy(w_ih).T), split(npy(w_hh).T), npy(b_ih).reshape(4, 1, H),
+                *linear_back(lin)]
+
+    cell, fc_cell = nn.LSTMCell(F, H, **kw), linear(W, bo)
+    load(cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+
+    def cell_loop(x):
+        h = torch.zeros(B, H, **kw)
+        c = torch.zeros(B, H, **kw)
+        for t in range(T):
+            h, c = cell(x[t], (h, c))
+        return fc_cell(h)
+    out["nn.LSTMCell loop"] = (
+        [*cell.parameters(), *fc_cell.parameters()], cell_loop,
+        lambda: back(cell.weight_ih, cell.weight_hh, cell.bias_ih, fc_cell))
+
+    lstm, fc_lstm = nn.LSTM(F, H, **kw), linear(W, bo)
+    load(lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+    out["torch.nn.LSTM (cuDNN)"] = (
+        [*lstm.parameters(), *fc_lstm.parameters()], lambda x: fc_lstm(lstm(x)[0][-1]),
+        lambda: back(lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, fc_lstm))
     return out
+
+
+def torch_batches(torch, batches, dtype):
+    """The host batches as GPU tensors: (x in ``dtype``, long class labels)."""
+    return [(torch.tensor(x, dtype=dtype, device="cuda"),
+             torch.tensor(y[:, 0], dtype=torch.long, device="cuda")) for x, y in batches]
+
+
+def torch_step(torch, params, forward, tb):
+    """fn(i): one PyTorch training step on batch i % 2; returns the loss tensor."""
+    opt = torch_sgd(torch, params)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(i):
+        x, y = tb[i % len(tb)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+# -------------------------------------------------------------------- checks
+def run_checks(h, model, cfg, torch=None):
+    """Check one training step of fresh models against :func:`reference_step`:
+    returns the check records ``{"what", "errors", "tol", "ok"}`` (printed)
+    of the loss and of the parameter update, ours and every PyTorch peer."""
+    net, batches, _ = build(h, model, cfg)
+    p0 = our_params(net)                        # float32 values, as float64
+    x, y = batches[0]
+    x_in = np.asarray(x, h.dtype).astype(np.float64)   # the batch ours computes with
+    ref_loss, ref_p1 = reference_step(model, p0, x_in, y[:, 0])
+    loss = float(h.get_numpy_copy(handler_step(h, net, batches)(0))[0])
+    got = {OURS: (loss, our_params(net))}
+    if torch is not None:
+        tb = torch_batches(torch, batches, torch.float32)
+        for label, (params, forward, to_ours) in torch_models(
+                torch, model, cfg, p0, torch.float32).items():
+            t_loss = torch_step(torch, params, forward, tb)(0)
+            got[label] = (float(t_loss.item()), to_ours())
+
+    def update(p1):
+        return np.concatenate([(a - b).ravel() for a, b in zip(p1, p0)])
+
+    ref_update = update(ref_p1)
+    checks = []
+    for what, errors in (
+            (f"{model} loss of one step", {k: rel_error(v[0], ref_loss) for k, v in got.items()}),
+            (f"{model} parameter update of one SGD step",
+             {k: rel_error(update(v[1]), ref_update) for k, v in got.items()})):
+        ok = check_line(what, errors, CHECK_TOL)
+        checks.append({"what": what, "errors": errors, "tol": CHECK_TOL, "ok": ok})
+    return checks
 
 
 # ------------------------------------------------------------------ recording
@@ -165,7 +405,7 @@ def record_step(h, model, cfg):
     log, phase = [], ["step"]
     rec = _Recorder(h, log, phase)
     net, batches, _ = build(rec, model, cfg)
-    opt = SGD(net.parameters, lr=0.01, momentum=0.9)
+    opt = SGD(net.parameters, lr=LR, momentum=MOMENTUM)
     dev = [(h.create_from_numpy(x), h.create_from_numpy(y)) for x, y in batches]
     net.train_step(*dev[0])          # first call allocates; record the second
     del log[:]
@@ -193,35 +433,107 @@ def replay(h, ops):
 
 # ------------------------------------------------------------------- timing
 class HostTimer:
-    """Median host time (ms) per call, for handlers that run ops at once."""
+    """Host time (ms) per call, for handlers that run ops at once; the same
+    interface as :class:`benchmarks.gpu.EventTimer`, so :func:`interleaved`
+    takes it."""
 
     def __init__(self, h):
         self.h = h
 
+    def sample(self, fn, i=0, inner=1):
+        """Milliseconds per call of ``fn(i), ..., fn(i + inner - 1)``, up to
+        the handler's synchronize: one sample."""
+        t0 = time.perf_counter()
+        for j in range(inner):
+            fn(i + j)
+        self.h.synchronize_all_streams()
+        return (time.perf_counter() - t0) * 1e3 / inner
+
+    def measure(self, fn, reps=20, warmup=3, inner=1):
+        """Spread of ms per call over ``reps`` samples."""
+        return interleaved({"fn": (self, fn)}, reps, warmup, inner)["fn"]
+
     def time(self, fn, reps=20, warmup=3, inner=1):
-        for i in range(warmup):
-            fn(i)
-        times = []
-        i = 0
-        for _ in range(reps):
+        """The median of :meth:`measure`."""
+        return self.measure(fn, reps, warmup, inner)["median"]
+
+
+#: one library's step for the launch figures: its event timer, fn(i) of one
+#: step, sync() that waits for its device work, busy(n) that queues n busy gemms
+Side = namedtuple("Side", "timer step sync busy")
+
+
+def host_issue(sides, reps, k):
+    """``{label: spread of host ms per step}`` of issuing ``k`` steps back to
+    back without waiting for the device; synchronized before the clock starts
+    and after it stops (outside the clock); libraries interleaved."""
+    labels = list(sides)
+    samples = {lab: [] for lab in labels}
+    for r in range(reps):
+        for j in range(len(labels)):
+            lab = labels[(r + j) % len(labels)]
+            s = sides[lab]
+            s.sync()
             t0 = time.perf_counter()
-            for _ in range(inner):
-                fn(i)
-                i += 1
-            self.h.synchronize_all_streams()
-            times.append((time.perf_counter() - t0) * 1e3 / inner)
-        return statistics.median(times)
+            for i in range(k):
+                s.step(i)
+            t1 = time.perf_counter()
+            s.sync()
+            samples[lab].append((t1 - t0) * 1e3 / k)
+    return {lab: spread(v) for lab, v in samples.items()}
 
 
-def host_ms(h, fn, reps):
-    """Host wall time (ms) per call when calls are issued back to back."""
-    fn(0)
-    h.synchronize_all_streams()
-    t0 = time.perf_counter()
-    for i in range(reps):
-        fn(i)
-    h.synchronize_all_streams()
-    return (time.perf_counter() - t0) * 1e3 / reps
+def device_time(sides, issue, reps, k):
+    """``({label: spread of device ms per step}, {label: gapless})``: the
+    device time of ``k`` steps queued behind a busy job that outlasts their
+    issuing (sized from ``issue``, :func:`host_issue`'s spreads), so the
+    device runs them back to back.  ``gapless`` is False where issuing took
+    longer than the busy job in some sample (the device may have waited)."""
+    labels = list(sides)
+    count = {}
+    for lab, s in sides.items():     # calibrate: device ms of one busy gemm
+        one = s.timer.time(lambda i, s=s: s.busy(1), reps=3, warmup=1)
+        count[lab] = max(1, math.ceil((2.0 * k * med(issue[lab]) + 1.0) / one)), one
+    samples = {lab: [] for lab in labels}
+    gapless = {lab: True for lab in labels}
+    for r in range(reps):
+        for j in range(len(labels)):
+            lab = labels[(r + j) % len(labels)]
+            s, (n_busy, one) = sides[lab], count[lab]
+            marks = []
+
+            def fn(i, step=s.step):
+                step(i)
+                marks.append(time.perf_counter())
+            s.sync()
+            t0 = time.perf_counter()
+            s.busy(n_busy)
+            samples[lab].append(s.timer.sample(fn, 0, k))
+            if (marks[-1] - t0) * 1e3 > n_busy * one:
+                gapless[lab] = False
+            s.sync()
+    return {lab: spread(v) for lab, v in samples.items()}, gapless
+
+
+def our_side(h, step):
+    """The :class:`Side` of our handler's step (busy gemms on group 0)."""
+    a, c = h.zeros((BUSY_N, BUSY_N)), h.zeros((BUSY_N, BUSY_N))
+
+    def busy(n):
+        for _ in range(n):
+            h.dot_mm(a, a, c)
+    return Side(EventTimer("pycuda", h.stream), step, h.synchronize_all_streams, busy)
+
+
+def torch_side(torch, step):
+    """The :class:`Side` of a PyTorch step (busy gemms on the current stream)."""
+    a = torch.zeros(BUSY_N, BUSY_N, device="cuda")
+    c = torch.empty_like(a)
+
+    def busy(n):
+        for _ in range(n):
+            torch.mm(a, a, out=c)
+    return Side(EventTimer("torch", module=torch), step, torch.cuda.synchronize, busy)
 
 
 # --------------------------------------------------------------------- main
@@ -239,80 +551,113 @@ def make_handler(choice):
     return h, EventTimer("pycuda", h.stream), None
 
 
+def _figures(ms, n, issue=None, device=None, gapless=None):
+    """A library's result dict: spreads of ms, samples/s from the median."""
+    out = {"ms": ms, "samples_per_s": n / med(ms) * 1e3}
+    if issue is not None:
+        out.update(host_issue_ms=issue, device_ms=device, device_gapless=gapless)
+    return out
+
+
 def main(argv=None):
+    """Run the suite (options: ``--help``); returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--handler", choices=("pycuda", "numpy"), default="pycuda",
                    help="pycuda (default; skips without a GPU) or numpy")
     p.add_argument("--models", default="mlp,lstm", help="comma separated: mlp, lstm")
     p.add_argument("--small", action="store_true", help="tiny models (smoke test)")
-    p.add_argument("--reps", type=int, default=20, help="timed repeats; the median counts")
+    p.add_argument("--reps", type=int, default=20, help="timed samples of each figure")
     p.add_argument("--save", action="store_true",
-                   help="write benchmarks/results/train-<device>.json")
+                   help="write the run into benchmarks/results/runs/")
     args = p.parse_args(argv)
     h, timer, reason = make_handler(args.handler)
     if h is None:
         print(f"train: skipped, this suite needs a GPU (PyCudaHandler unavailable: {reason}); "
               f"'--handler numpy' times NumpyHandler instead")
         return 0
-    peers = optional_peers() if args.handler == "pycuda" else {}
-    torch = peers.get("torch")
-    device = gpu_name() if args.handler == "pycuda" else "CPU"
+    gpu = args.handler == "pycuda"
+    device = gpu_name() if gpu else "CPU"
+    run = Run("train", device, vars(args))
+    torch = optional_peers().get("torch") if gpu else None
     print(f"training step, float32, {device}; {type(h).__name__}"
-          f"{' vs PyTorch eager (TF32 off)' if torch else ' (PyTorch not available)'}; "
-          f"median of {args.reps}")
+          f"{' vs PyTorch (TF32 off)' if torch else ' (PyTorch not available)'}; "
+          f"{args.reps} samples per figure")
     reps = args.reps
-    rows, breakdown, results = [], [], {"device": device, "models": {}}
+    rows, breakdown, results = [], [], {"device": device, "models": {}, "checks": []}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         cfg = MODELS[model][1 if args.small else 0]
+        results["checks"] += run_checks(h, model, cfg, torch)
+        ops, keep = record_step(h, model, cfg)
         net, batches, n = build(h, model, cfg)
         step = handler_step(h, net, batches)
-        ms = timer.time(step, reps=reps)
-        wall = host_ms(h, step, reps)
-        desc = ", ".join(f"{k}={v}" for k, v in cfg.items())
-        entry = {"config": cfg, "samples": n,
-                 "ours": {"ms": ms, "samples_per_s": n / ms * 1e3, "host_ms": wall}}
-        peer_ms = {}
+        cases, sides = {OURS: (timer, step)}, {}
+        if gpu:
+            sides[OURS] = our_side(h, step)
         if torch is not None:
-            for label, fn in torch_steps(torch, model, cfg, batches).items():
-                peer_ms[label] = EventTimer("torch", module=torch).time(fn, reps=reps)
-            entry["torch"] = {k: {"ms": v, "samples_per_s": n / v * 1e3}
-                              for k, v in peer_ms.items()}
-        eager = peer_ms.get("PyTorch eager")
-        rows.append((model, type(h).__name__, ms, n / ms * 1e3, wall,
-                     f"{eager / ms:.2f}x" if eager else "-"))
-        for label, v in peer_ms.items():
-            rows.append((model, label, v, n / v * 1e3, "-", f"{eager / v:.2f}x"))
+            tb = torch_batches(torch, batches, torch.float32)
+            for label, (params, forward, _) in torch_models(
+                    torch, model, cfg, our_params(net), torch.float32).items():
+                fn = torch_step(torch, params, forward, tb)
+                sides[label] = torch_side(torch, fn)
+                cases[label] = (sides[label].timer, fn)
+        ms = interleaved(cases, reps)
+        k = max(1, min(ISSUE_STEPS, QUEUE_OPS // max(1, len(ops))))
+        issue = host_issue(sides, reps, k) if sides else {}
+        dev, gapless = device_time(sides, issue, reps, k) if sides else ({}, {})
+        figs = {lab: _figures(ms[lab], n, issue.get(lab), dev.get(lab), gapless.get(lab))
+                for lab in cases}
+        entry = {"config": cfg, "samples": n, "ops_per_step": len(ops), "ours": figs[OURS]}
+        if torch is not None:
+            entry["torch"] = {lab: f for lab, f in figs.items() if lab != OURS}
+        if sides:
+            entry["issue_steps"] = k
 
-        ops, keep = record_step(h, model, cfg)
+        eager = med(ms["PyTorch eager"]) if "PyTorch eager" in ms else None
+        for lab, f in figs.items():
+            t = med(f["ms"])
+            name = type(h).__name__ if lab == OURS else lab
+            if "host_issue_ms" in f:
+                hi, dv = med(f["host_issue_ms"]), med(f["device_ms"])
+                verdict = "launch-bound" if hi > dv else "device-bound"
+                extra = [hi, dv, verdict + ("" if f["device_gapless"] else " (?)")]
+            else:
+                extra = ["-", "-", "-"]
+            rows.append([model, name, t, f["samples_per_s"], *extra,
+                         f"{eager / t:.2f}x" if eager else "-"])
+
         cats = {}
         for op in ops:
             cats.setdefault(op[0], []).append(op)
-        parts = {c: timer.time(replay(h, o), reps=max(3, reps // 2)) for c, o in cats.items()}
-        serial = timer.time(replay(h, ops), reps=max(3, reps // 2))
+        sub = max(3, reps // 2)
+        parts = {c: timer.time(replay(h, o), reps=sub) for c, o in cats.items()}
+        serial = timer.time(replay(h, ops), reps=sub)
         entry["breakdown_ms"] = parts
         entry["breakdown_serial_ms"] = serial
+        ours_ms = med(ms[OURS])
         for c in ("gemm", "elementwise", "sum_t (bias, loss)", "update"):
             if c in parts:
-                breakdown.append((model, c, len(cats[c]), parts[c], f"{100 * parts[c] / ms:.0f}%"))
+                breakdown.append((model, c, len(cats[c]), parts[c],
+                                  f"{100 * parts[c] / ours_ms:.0f}%"))
         breakdown.append((model, "all ops, serial on group 0", len(ops), serial,
-                          f"{100 * serial / ms:.0f}%"))
+                          f"{100 * serial / ours_ms:.0f}%"))
         results["models"][model] = entry
         del keep
-        # When issuing the ops takes as long as the device span, the device
-        # waits on the host: fewer, larger ops would pay, faster kernels not.
+        desc = ", ".join(f"{key}={v}" for key, v in cfg.items())
         line = f"  {model}: {desc}; {len(ops)} ops per step"
-        if args.handler == "pycuda":
-            bound = "launch-bound" if wall >= 0.9 * ms else "device-bound"
-            line += f"; host issue {wall:.3g} ms vs device span {ms:.3g} ms: {bound}"
+        if sides:
+            line += f"; host issue and device time over {k} step(s) back to back"
         print(line)
 
     print()
-    print_table(["model", "library", "ms / step", "samples / s", "host ms / step",
-                 "speed vs PyTorch eager"], rows)
+    print_table(["model", "library", "ms / step", "samples / s", "host issue ms",
+                 "device ms", "verdict", "speed vs PyTorch eager"], rows)
+    if any(r[6].endswith("(?)") for r in rows):
+        print("(?): issuing outlasted the busy job that held the device (full launch "
+              "queue?); device ms is an upper bound")
     print()
     print("where a step's time goes (each category replayed alone, serially):")
     print_table(["model", "category", "ops", "ms", "% of step"], breakdown)
     if args.save:
-        print("saved", save_results(result_name("train", device), results))
+        run.save(results)
     return 0
