@@ -222,40 +222,71 @@ def _gpu_only(handler):
         pytest.skip("GPU-only check")
 
 
-def test_uploads_overlap_compute(handler, rng):
-    """Loose sanity check: prefetching hides most upload time behind gemms."""
+def _overlaps(intervals, others):
+    """How many of ``intervals`` share some time with one of ``others``."""
+    return sum(any(a < d and c < b for c, d in others) for a, b in intervals)
+
+
+def test_uploads_overlap_compute(handler, rng, monkeypatch):
+    """Event order, not wall time: prefetched uploads run while gemms run.
+
+    Timing events are recorded on the device around every upload (on the
+    upload stream) and every gemm (on the group's stream); an upload overlaps
+    compute when its interval intersects a gemm's.  The serial path (uploads on
+    the compute stream) is the control: there the same check must find none.
+    """
     _gpu_only(handler)
-    n, steps = 2048, 20
+    drv = handler._drv
+    n, steps = 2048, 12
     w = handler.create_from_numpy(rng.standard_normal((n, n)) / n)
     data = handler.pin(rng.standard_normal((steps, n, n)).astype(handler.dtype))
     y = handler.allocate((n, n))
+    stream = handler.stream
+    uploads, gemms = [], []
+
+    def traced(record_to, fn, s):
+        begin, end = drv.Event(), drv.Event()
+        begin.record(s)
+        fn()
+        end.record(s)
+        record_to.append((begin, end))
+
+    real_copy = drv.memcpy_htod_async
+
+    def traced_copy(dst, src, s=None):
+        traced(uploads, lambda: real_copy(dst, src, s), s)
 
     def step(xb):      # one gemm takes about as long as one upload
-        handler.dot_mm(xb, w, y)
+        traced(gemms, lambda: handler.dot_mm(xb, w, y), stream)
+
+    def measure(run):
+        uploads.clear(), gemms.clear()
+        ref = drv.Event()
+        ref.record(stream)
+        run()
+        handler.synchronize_all_streams()
+        span = [[(a.time_since(ref), b.time_since(ref)) for a, b in x] for x in (uploads, gemms)]
+        assert all(b > a for a, b in span[1]), span
+        return span
 
     def serial():
         for i in range(steps):
-            xb = handler.create_from_numpy(data[i])
+            traced(uploads, lambda: handler.set_from_numpy(xb, data[i]), stream)
             step(xb)
-        handler.synchronize_all_streams()
 
     def overlapped():
         for xb in handler.prefetch((data[i] for i in range(steps)), depth=2):
             step(xb)
-        handler.synchronize_all_streams()
 
-    def best_of_3(fn):
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    serial(), overlapped()       # warm-up
-    t_serial, t_over = best_of_3(serial), best_of_3(overlapped)
-    # Perfect overlap would give about 0.5; serial about 1.
-    assert t_over < 0.8 * t_serial, (t_over, t_serial)
+    xb = handler.allocate((n, n))
+    ups, gs = measure(serial)
+    assert len(ups) == len(gs) == steps and _overlaps(ups, gs) == 0, (ups, gs)
+    monkeypatch.setattr(drv, "memcpy_htod_async", traced_copy)
+    overlapped()                  # warm-up: slots and events allocated
+    ups, gs = measure(overlapped)
+    assert len(ups) == len(gs) == steps, (ups, gs)
+    # The first upload has no gemm to hide behind; most of the others should.
+    assert _overlaps(ups, gs) >= (steps - 1) // 2, (ups, gs)
 
 
 def test_resources_flat_over_10000_iterations(handler, rng):
