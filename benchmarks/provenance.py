@@ -66,15 +66,26 @@ def code_fingerprint(root=ROOT):
 def git_state(root=ROOT):
     """``(commit, dirty)``: HEAD and whether the measured code differs from it.
 
-    Without git (or outside a repository) the commit comes from the
-    environment variable ``STREAMHANDLERS_GIT_COMMIT`` and ``dirty`` is None:
-    unknown."""
+    A copy of the tree on another machine (the GPU machine gets one without
+    our ``.git``) names its commit in the environment: ``STREAMHANDLERS_GIT_COMMIT``
+    and ``STREAMHANDLERS_CODE_AT_COMMIT``, the code fingerprint of that commit,
+    both printed by ``python -m benchmarks.provenance`` on a clean checkout.
+    Then ``dirty`` is whether the copy's code fingerprint differs from the
+    commit's, and None (unknown) where the fingerprint was not given."""
+    commit = os.environ.get("STREAMHANDLERS_GIT_COMMIT")
+    if commit:
+        at_commit = os.environ.get("STREAMHANDLERS_CODE_AT_COMMIT")
+        return commit, (None if not at_commit else at_commit != code_fingerprint(root))
     commit = _run(["git", "rev-parse", "HEAD"], root)
     if commit is None:
-        return os.environ.get("STREAMHANDLERS_GIT_COMMIT"), None
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                   *GIT_CODE_SPEC], root)
-    return commit, (None if status is None else bool(status))
+        return None, None
+    return commit, _is_dirty(root)
+
+
+def _is_dirty(root=ROOT):
+    """Whether the measured code (tracked or not) differs from HEAD; None if unknown."""
+    status = _run(["git", "status", "--porcelain", "--", *GIT_CODE_SPEC], root)
+    return None if status is None else bool(status)
 
 
 def commits_since(commit, root=ROOT):
@@ -177,3 +188,17 @@ def summary(info):
            f"memory {c.get('clocks.mem')} MHz" if g else "no GPU")
     return (f"provenance: commit {commit}{dirty}, code {info.get('code_fingerprint')}; "
             f"{dev}; {libs}")
+
+
+def export_lines(root=ROOT):
+    """Shell lines naming HEAD and its code fingerprint, for a copy of this
+    checkout on another machine; refuses (SystemExit) if the code is dirty."""
+    commit = _run(["git", "rev-parse", "HEAD"], root)
+    if commit is None or _is_dirty(root) is not False:
+        raise SystemExit("provenance: commit the measured code first (or no git here)")
+    return [f"export STREAMHANDLERS_GIT_COMMIT={commit}",
+            f"export STREAMHANDLERS_CODE_AT_COMMIT={code_fingerprint(root)}"]
+
+
+if __name__ == "__main__":
+    print("\n".join(export_lines()))

@@ -229,3 +229,14 @@ def test_report_writes_plots(results, capsys, monkeypatch):
 def test_report_without_results(tmp_path, capsys):
     assert report.main(["--results", str(tmp_path)]) == 0
     assert "no runs" in capsys.readouterr().out
+
+
+def test_commit_from_environment_and_dirty_from_fingerprint(monkeypatch):
+    fp = provenance.code_fingerprint()
+    monkeypatch.setenv("STREAMHANDLERS_GIT_COMMIT", "abc123")
+    monkeypatch.setenv("STREAMHANDLERS_CODE_AT_COMMIT", fp)
+    assert provenance.git_state() == ("abc123", False)
+    monkeypatch.setenv("STREAMHANDLERS_CODE_AT_COMMIT", "f" * 16)
+    assert provenance.git_state() == ("abc123", True)
+    monkeypatch.delenv("STREAMHANDLERS_CODE_AT_COMMIT")
+    assert provenance.git_state() == ("abc123", None)
