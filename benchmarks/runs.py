@@ -102,6 +102,8 @@ def stale_text(st):
     if st["current"]:
         return "current"
     since = st["commits_since"]
+    if since == 0:   # same commit, but the code here differs from what was measured
+        return "STALE: the measured code has changed since (not yet committed)"
     n = "an unknown number of" if since is None else str(since)
     return f"STALE: {n} commit(s) changed the measured code since"
 

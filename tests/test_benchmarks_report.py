@@ -55,7 +55,12 @@ TRAIN = {"device": "Test GPU", "models": {"mlp": {
     "torch": {"PyTorch eager": {"ms": 2.0, "samples_per_s": 2000.0, "host_issue_ms": 0.5,
                                 "device_ms": 1.9}},
     "breakdown_ms": {"gemm": 0.5, "update": 0.1}, "breakdown_serial_ms": 0.6}}}
-SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN}
+MXB = {"n": 8, "iters": 10, "dtype": "float32", "target_numpy_ratio": 1.1,
+       "rows": [{"handler": "plain NumPy", "seconds": spread([1.0, 1.0]), "ratio_to_numpy": 1.0},
+                {"handler": "NumpyHandler", "seconds": spread([1.2, 1.2]),
+                 "ratio_to_numpy": 1.2}],
+       "checks": [{"what": "y", "errors": {"NumpyHandler": 0.0}, "tol": 1e-3, "ok": True}]}
+SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -103,6 +108,8 @@ def test_verdicts_of_known_results(results):
     assert by["upload", "(b) prefetch"] == (1, 1)       # 0.105 <= 1.10 x B = 0.11
     assert by["upload", "(c) prefetch"] == (0, 1)       # 0.3 > 1.25 x max(0.1, 10 x 0.02)
     assert by["upload", "(b) and"] == (1, 2)           # (b) 0.105 < (f) 0.2 < (c) 0.3
+    assert by["mxb", "ours and"] == (1, 1)
+    assert by["mxb", "NumpyHandler <="] == (0, 1)       # 1.2x > 1.10x
 
 
 def test_launch_bound_needs_host_issue_above_device_time():
