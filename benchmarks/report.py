@@ -403,8 +403,10 @@ def _fmt(v, spec):
 
 
 def _cell(value):
-    """A table cell's text; "(b) ..." or "1. ..." would start an enumerated list."""
-    text = str(value)
+    """A table cell's text, taken literally: inline markup characters are
+    escaped (a label such as ``mul_`` would be a link target), and "(b) ..." or
+    "1. ..." would start an enumerated list."""
+    text = re.sub(r"([\\*`|_])", r"\\\1", str(value))
     if re.match(r"\(?[A-Za-z0-9]{1,2}[.)]\s", text):
         text = "\\" + text
     return text or " "

@@ -197,6 +197,20 @@ def test_rst_report_states_every_verdict(results):
     assert ".. note:: The plot ``ops-Test-GPU-bandwidth.png`` has not been generated" in text
 
 
+def test_table_cells_are_taken_literally():
+    """Labels from the runs (``mul_ + add_``, ``x*y``, ``(b) ...``) render as
+    their own text, not as link targets, emphasis or list markers."""
+    core = pytest.importorskip("docutils.core", reason="docutils comes with the docs extra")
+    labels = ["mul_ + add_ (2 kernels)", "x*y and `z`", "(b) prefetch", "a|b\\c"]
+    rst = report._table(["label", "n"], [[label, 1] for label in labels])
+    # halt_level 2: any docutils warning (an unknown link target) raises.
+    body = core.publish_parts(rst, writer_name="html",
+                              settings_overrides={"halt_level": 2, "report_level": 5})["body"]
+    for label in labels:
+        escaped = label.replace("&", "&amp;").replace("<", "&lt;")
+        assert escaped in body, (label, body)
+
+
 def test_write_docs_copies_existing_plots(results, tmp_path_factory, monkeypatch):
     monkeypatch.setattr(provenance, "code_fingerprint", lambda root=None: FINGERPRINT)
     (results / "streams-Test-GPU.png").write_bytes(b"\x89PNG fake")
