@@ -27,6 +27,10 @@ Conventions shared by every op:
   may overlap and are ordered only by ``record_event``/``wait_event``,
   ``wait_for`` and the synchronize calls.  ``with_streams(k)`` returns a view
   of the handler whose ops run on group ``k``.
+* Graphs: ``with h.capture() as g:`` records the ops issued in the block
+  instead of running them; ``g.replay()`` runs them all again, with one
+  launch on a GPU.  Calls that wait for the device or allocate raise
+  ``CaptureError`` inside a capture (see ``capture``).
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .checks import (
+    check_array_scalar,
     check_arrays,
     check_ndim,
     check_same_shape,
@@ -45,6 +50,7 @@ from .checks import (
     fail_value,
     normalize_axis,
 )
+from .graphs import CaptureError, Graph
 
 #: Stands for a handler array in signatures.  It is an instance of the
 #: handler's ``array_type`` (``numpy.ndarray`` on NumpyHandler,
@@ -74,6 +80,9 @@ class Handler:
 
     #: The class of arrays this handler accepts and returns.
     array_type = None
+    #: True where replaying a captured step costs less host time than
+    #: issuing its ops (a GPU handler); ``Trainer`` captures by default there.
+    prefers_graphs = False
 
     def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
                  num_stream_groups: int = 4, streams_per_group: int = 1) -> None:
@@ -93,6 +102,10 @@ class Handler:
         self._views = {0: self}
         self._c_strides = {}   # shape -> C-contiguous strides, for the checks' fast path
         self._sum_shapes = {}  # (a.shape, axis, out.shape) -> axis, checked (sum_t)
+        # Shared by every view (views copy this dict): the capture in
+        # progress (a graphs.Recording) and whether close() was called.
+        self._capture_box = [None]
+        self._closed_box = [False]
 
     def __repr__(self):
         return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
@@ -159,11 +172,79 @@ class Handler:
 
     def synchronize(self) -> None:
         """Block the host until all work issued on this group has finished."""
+        self._not_capturing("synchronize")
         self._synchronize()
 
     def synchronize_all_streams(self) -> None:
         """Block the host until all work issued on every group has finished."""
+        self._not_capturing("synchronize_all_streams")
         self._synchronize_all()
+
+    # ------------------------------------------------------------------ graphs
+    def capture(self, fn: Any = None) -> Graph:
+        """Record work once to replay it many times: ``with h.capture() as g:
+        <ops>``, then ``g.replay()``; or ``g = h.capture(fn)``, which records
+        what ``fn()`` issues.
+
+        Ops issued inside the capture are validated as usual but not run; a
+        ``Graph`` holds them, and ``g.replay()`` queues them all on this
+        handler's group (one launch on a GPU) and returns without waiting.
+        The capture begins on this view's group.  Other groups take part by
+        forking from it (``wait_event`` on an event recorded inside the
+        capture, or ``wait_for`` a group already in it) and must join back
+        (this group waits for each of them) before the capture ends;
+        otherwise ``CaptureError`` names the group, and nothing is recorded.
+
+        A graph reads and writes the very arrays its ops were given, so feed
+        a replay by writing into the arrays the capture read (``copy_to``,
+        ``set_from_numpy``, ``prefetch(..., into=...)``) and read its results
+        from the arrays it wrote.  Values fixed at capture time: scalar
+        arguments and shapes.  A value that must change between replays is
+        passed as a device scalar where the op accepts one (``axpby``'s
+        ``alpha``/``beta``: a one-element array, read when the op runs).
+        Random ops draw fresh values on every replay, the same sequence as
+        eager calls would with the same seed.
+
+        Inside a capture these raise ``CaptureError`` before doing anything:
+        calls that wait for the device (``get_numpy_copy``,
+        ``get_numpy_copy_async``, ``is_fully_finite``, ``synchronize``,
+        ``synchronize_all_streams``, ``set_from_numpy``, ``prefetch``, an
+        event's ``query``/``synchronize``), calls that allocate
+        (``allocate``, ``zeros``, ``ones``, ``create_from_numpy``,
+        ``create_from_device_array``, ``pin``), waiting on an event recorded
+        outside the capture, work on a group that has not forked from the
+        capture, and a second capture.  Allocate the arrays a step needs
+        before capturing it (running it once eagerly does that).  An
+        exception inside the ``with`` block discards the recording and
+        leaves the handler as it was before the capture.
+        """
+        g = Graph(self)
+        if fn is None:
+            return g
+        with g:
+            fn()
+        return g
+
+    def close(self) -> None:
+        """Finish the work issued so far and release the handler's device
+        resources (streams' library handles, events); graphs of this handler
+        cannot be replayed afterwards.  Safe to call twice."""
+        self._not_capturing("close")
+        if not self._closed_box[0]:
+            self._closed_box[0] = True
+            self._close()
+
+    def _not_capturing(self, op):
+        """Raise ``CaptureError`` if a capture is in progress (``op`` waits
+        for the device or allocates, which a graph cannot record)."""
+        if self._capture_box[0] is not None:
+            raise CaptureError(f"{op} is not allowed inside a capture: it waits for the device "
+                               f"or allocates memory; do it before the capture or after a "
+                               f"replay", op)
+
+    def _check_open(self, op):
+        if self._closed_box[0]:
+            raise CaptureError(f"{op}: the handler is closed", op)
 
     # ------------------------------------------------------------------ memory
     def allocate(self, shape: Shape) -> Array:
@@ -171,10 +252,12 @@ class Handler:
 
         The array is ready for use on every stream group when returned.
         """
+        self._not_capturing("allocate")
         return self._allocate(check_shape_arg("allocate", shape))
 
     def zeros(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 0, ready on every group."""
+        self._not_capturing("zeros")
         a = self._allocate(check_shape_arg("zeros", shape))
         self._fill(a, 0.0)
         self._ready(a)
@@ -182,6 +265,7 @@ class Handler:
 
     def ones(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 1, ready on every group."""
+        self._not_capturing("ones")
         a = self._allocate(check_shape_arg("ones", shape))
         self._fill(a, 1.0)
         self._ready(a)
@@ -193,6 +277,7 @@ class Handler:
         ``arr`` may have any real dtype and layout; it is converted to the
         handler's dtype.  The result is ready on every stream group.
         """
+        self._not_capturing("create_from_numpy")
         arr = self._host_input("create_from_numpy", arr)
         a = self._allocate(arr.shape)
         self._set_from_numpy(a, arr)
@@ -214,11 +299,13 @@ class Handler:
         or ``cupy.asarray(a)`` wrap them without a copy once the handler's
         work on them is done (``synchronize_all_streams``).
         """
+        self._not_capturing("create_from_device_array")
         return self._wrap(obj)
 
     def get_numpy_copy(self, a: Array) -> np.ndarray:
         """Return a NumPy copy of ``a``, including all work issued before the call
         on any stream group.  Blocks the host until the data is available."""
+        self._not_capturing("get_numpy_copy")
         check_arrays(self, "get_numpy_copy", a)
         return self._get_numpy_copy(a)
 
@@ -227,6 +314,7 @@ class Handler:
 
         The copy is ordered after work already issued on this group.
         """
+        self._not_capturing("set_from_numpy")
         check_arrays(self, "set_from_numpy", a)
         arr = self._host_input("set_from_numpy", arr)
         if arr.shape != a.shape:
@@ -260,6 +348,7 @@ class Handler:
         the thread.  Items that are C-contiguous slices of an array returned by
         ``pin`` (in the handler's dtype) are uploaded with no host copy.
         """
+        self._not_capturing("prefetch")
         from .prefetch import prefetch
         if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
             fail_value("prefetch", f"depth must be a positive int, got {depth!r}")
@@ -276,6 +365,7 @@ class Handler:
         data set once, not a batch per step.  On NumpyHandler it only returns
         ``array``.
         """
+        self._not_capturing("pin")
         if not isinstance(array, np.ndarray):
             raise TypeError(f"pin: expected a numpy.ndarray, got {type(array).__name__}")
         if not array.flags.c_contiguous:
@@ -299,6 +389,7 @@ class Handler:
         ``empty_pinned`` (or ``pin``) so the copy does not block the host.  Do
         not read ``out`` before ``result()``.
         """
+        self._not_capturing("get_numpy_copy_async")
         check_arrays(self, "get_numpy_copy_async", a)
         if out is None:
             out = np.empty(a.shape, self.dtype)
@@ -352,14 +443,17 @@ class Handler:
         self._check_dot("dot_add_mm", a, b, out, transa, transb)
         self._dot(a, b, out, bool(transa), bool(transb), 1.0)
 
-    def axpby(self, alpha: float, x: Array, beta: float, y: Array) -> None:
+    def axpby(self, alpha: float | Array, x: Array, beta: float | Array, y: Array) -> None:
         """y = alpha * x + beta * y, for x and y of any one shape.
 
         ``x`` may be ``y``.  With beta = 0, the old contents of y are ignored
-        (NaN in y does not propagate).
+        (NaN in y does not propagate).  ``alpha`` and ``beta`` are numbers, or
+        *device scalars*: one-element arrays of this handler, read when the op
+        runs (so a replayed graph sees the value they hold then); they must
+        not overlap ``y``.
         """
-        alpha = check_scalar("axpby", "alpha", alpha)
-        beta = check_scalar("axpby", "beta", beta)
+        alpha = check_array_scalar(self, "axpby", "alpha", alpha, y)
+        beta = check_array_scalar(self, "axpby", "beta", beta, y)
         check_same_shape(self, "axpby", x, y)
         self._axpby(alpha, x, beta, y)
 
@@ -631,6 +725,7 @@ class Handler:
         Blocks the host until the check, which is ordered after the work issued
         before it on this group (like any read on this group), has finished.
         """
+        self._not_capturing("is_fully_finite")
         check_arrays(self, "is_fully_finite", a)
         return bool(self._is_fully_finite(a))
 
@@ -654,6 +749,34 @@ class Handler:
 
     # ------------------------------------------------------------------ backend hooks
     # Concrete handlers implement these.  Arguments are already validated.
+
+    # Graphs (handlers.graphs).  The defaults record the backend calls and
+    # replay them in order, which is a complete implementation for a handler
+    # whose ops run at once (NumpyHandler).  _graph_defers_calls says whether
+    # a call inside a capture is only recorded (True) or also issued on a
+    # capturing stream (False).
+    _graph_defers_calls = True
+
+    def _graph_begin(self, recording):
+        """Start capturing on this view's group (its hooks are already shadowed)."""
+
+    def _graph_end(self, recording):
+        """Finish the capture; return what ``_graph_replay`` runs."""
+        return recording.calls
+
+    def _graph_abort(self, recording):
+        """Discard a capture that failed; the handler must stay usable."""
+
+    def _graph_replay(self, exe, graph):
+        """Run a finished capture again."""
+        for impl, view, args in exe:
+            impl(view, *args)
+
+    def _graph_free(self, exe):
+        """Release a finished capture."""
+
+    def _close(self):
+        """Release device resources (``close``)."""
     def _ready(self, a):
         """Make a freshly created array safe to use from every stream group."""
 

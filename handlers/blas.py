@@ -4,6 +4,9 @@
 ``gemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)`` in
 cuBLAS's column-major convention, bound to its own cuBLAS handle whose stream
 is set once, at creation; so a handle per stream never needs re-binding.
+``gemm.set_workspace(address, nbytes)`` gives the handle scratch memory of
+ours (after the stream is set: setting a stream resets the workspace), so
+cuBLAS allocates none of its own, which a graph capture could not record.
 Scalars are passed in host pointer mode.  ``gemm.handle`` is the cuBLAS
 handle and ``gemm.c_symbol`` the address of the ``cublas[SD]gemm_v2`` it
 calls, for the C path of ``handlers.one_call`` (0 where not known).  Backends:
@@ -71,6 +74,13 @@ class _SkcudaGemm:
         if status:
             self._cublas.cublasCheckStatus(status)
 
+    def set_workspace(self, address, nbytes):
+        fn = self._cublas._libcublas.cublasSetWorkspace_v2
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        status = fn(self.handle, address, nbytes)
+        if status:
+            self._cublas.cublasCheckStatus(status)
+
     def close(self):
         self._cublas.cublasDestroy(self.handle)
 
@@ -102,6 +112,9 @@ class _NvmathGemm:
         s[1] = beta
         self._fn(self.handle, transa, transb, m, n, k, self._palpha,
                  int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+
+    def set_workspace(self, address, nbytes):
+        self._cublas.set_workspace(self.handle, address, nbytes)
 
     def close(self):
         self._cublas.destroy(self.handle)

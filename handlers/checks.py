@@ -75,6 +75,23 @@ def check_scalar(op, name, value):
     fail_type(op, f"{name} must be a real number, got {type(value).__name__}")
 
 
+def check_array_scalar(handler, op, name, value, out):
+    """Return ``value`` as a Python float, or, if it is an array of ``handler``
+    (a device scalar, read when the op runs), the array itself after checking
+    that it has one element and does not overlap the op's output ``out``."""
+    if type(value) is float:
+        return value
+    if isinstance(value, handler.array_type) and getattr(value, "ndim", 0) > 0:
+        check_arrays(handler, op, value)
+        if value.size != 1:
+            fail_value(op, f"{name} as a device scalar must have one element, "
+                           f"got shape {value.shape}")
+        if isinstance(out, handler.array_type) and handler._overlaps(value, out):
+            fail_value(op, f"{name} must not overlap the output")
+        return value
+    return check_scalar(op, name, value)
+
+
 def normalize_axis(op, axis, ndim):
     """Return ``axis`` in ``range(ndim)``; accepts negative axes."""
     if type(axis) is int and 0 <= axis < ndim:   # the common case, without ABC checks

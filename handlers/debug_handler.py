@@ -133,6 +133,8 @@ OPS = {
     # streams: ordering only
     "with_streams": _STREAM, "record_event": _STREAM, "wait_event": _STREAM,
     "wait_for": _STREAM, "synchronize": _STREAM, "synchronize_all_streams": _STREAM,
+    # graphs and the handler's life: the ops inside a capture are checked one by one
+    "capture": _STREAM, "close": _STREAM,
     # memory
     "allocate": OpSpec("alloc", finite=False),   # undefined contents: may hold NaN
     "zeros": OpSpec("alloc", finite=False),      # finite by construction
@@ -610,6 +612,25 @@ class DebugHandler:
         self._inner.synchronize_all_streams()
         self._shared.tracker.synchronize_all()
 
+    def capture(self, fn=None):
+        """``Handler.capture`` through the wrapper: each op issued inside the
+        capture through this wrapper (or its views) is checked as it is
+        recorded, like an eager op; the replays are not tracked.  NaN/Inf
+        checks (``check_finite``) skip the recorded ops, whose values do not
+        exist yet.  After a failed capture the tracker still counts its ops as
+        issued, which can only report more hazards, never fewer;
+        ``synchronize_all_streams()`` settles them."""
+        g = self._inner.capture()
+        if fn is None:
+            return g
+        with g:
+            fn()
+        return g
+
+    def close(self):
+        """``Handler.close`` of the inner handler."""
+        self._inner.close()
+
     def pin(self, array):
         """Page-lock a host array (see ``Handler.pin``); touches no handler array."""
         return self._inner.pin(array)
@@ -674,7 +695,8 @@ class DebugHandler:
                     + [(n, bound[n], ranges[n], True) for n in spec.writes])
         tracker = self._shared.tracker
         tracker.check(name, self.group, accesses)
-        finite = spec.finite and self._shared.check_finite
+        finite = (spec.finite and self._shared.check_finite
+                  and self._inner._capture_box[0] is None)
         if finite:
             self._check_finite(name, [(n, bound[n]) for n in reads], produced=False)
         result = inner_op(*args, **kwargs)

@@ -138,6 +138,11 @@ class NumpyHandler(Handler):
             self._add_product(np.dot, a, b, out)
 
     def _axpby(self, alpha, x, beta, y):
+        # Device scalars (one-element arrays) are read now, when the op runs.
+        if type(alpha) is not float:
+            alpha = float(alpha.reshape(-1)[0])
+        if type(beta) is not float:
+            beta = float(beta.reshape(-1)[0])
         if beta == 0.0:
             np.multiply(x, alpha, out=y)
         elif x is y:

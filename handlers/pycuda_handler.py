@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from . import cuda_context, cuda_transfer, kernel_loader, one_call
+from . import cuda_context, cuda_graph, cuda_transfer, kernel_loader, one_call
 from .base import Handler
 from .blas import make_gemm
 from .checks import fail_type
@@ -43,11 +43,15 @@ _ev = None       # kernel_loader.events(), bound with _launch_kernel
 class _StreamSlot:
     """One stream with what belongs to it: a cuBLAS handle and scratch memory."""
 
-    def __init__(self, drv, pool, dtype, blas):
+    def __init__(self, drv, pool, dtype, blas, blas_workspace):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
         self.handle = kernel_loader.stream_arg(self.stream)   # for _launch_kernel, _ev
         self.event = _ev.new()
         self.gemm = make_gemm(blas, dtype, self.stream)
+        # cuBLAS's scratch, ours rather than its own, so that it allocates
+        # nothing while a graph is being captured.
+        self.blas_work = pool.allocate(blas_workspace)
+        self.gemm.set_workspace(int(self.blas_work), blas_workspace)
         self._pool = pool
         self._work = None
         self._work_bytes = 0
@@ -138,6 +142,47 @@ class GpuEvent:
         _ev.synchronize(self.event)
 
 
+class _ClosedGemm:
+    """Stands in for a closed handler's cuBLAS handles."""
+
+    def __call__(self, *args):
+        raise RuntimeError("PyCudaHandler: the handler is closed")
+
+
+class _Executable:
+    """A captured CUDA graph, ready to launch, and what it needs alive."""
+
+    def __init__(self, exe, graph, origin, others, cell, draws, keep):
+        self.exe, self.graph = exe, graph
+        self.origin, self.stream, self.others = origin, origin.stream.handle, others
+        self.cell, self.draws = cell, draws    # the graph's random counter, values per replay
+        self.cell_value = None                 # what the counter holds after the last replay
+        self.keep = keep                       # the recorded calls' arrays, scratch memory
+        self._free = _GraphFree(exe, graph)
+        weakref.finalize(self, self._free).atexit = False
+        cuda_context.at_exit(self._free)
+
+    def free(self):
+        self._free()
+        self.keep = None
+
+
+class _GraphFree:
+    """Destroys a graph once, on the thread that owns the context."""
+
+    def __init__(self, exe, graph):
+        self.handles = (exe, graph)
+
+    def __call__(self):
+        if self.handles is not None:
+            cuda_context.run_on_owner(self._destroy)
+
+    def _destroy(self):
+        if self.handles is not None:
+            handles, self.handles = self.handles, None
+            cuda_graph.destroy(*handles)
+
+
 @one_call.install
 class PyCudaHandler(Handler):
     """Handler whose arrays are C-contiguous ``GPUArray`` on one CUDA device.
@@ -163,6 +208,7 @@ class PyCudaHandler(Handler):
     """
 
     array_type = None  # set in __init__ once pycuda is importable
+    prefers_graphs = True
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
                  num_stream_groups=4, streams_per_group=1):
@@ -181,7 +227,10 @@ class PyCudaHandler(Handler):
         sms = self._device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self._sms = sms
         self._pool = DeviceMemoryPool()
-        self._slots = [[_StreamSlot(drv, self._pool, self.dtype, blas)
+        # cuBLAS's recommended workspace: 32 MiB on Hopper and later, else 4 MiB.
+        major = self._device.compute_capability()[0]
+        blas_ws = (32 if major >= 9 else 4) << 20
+        self._slots = [[_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws)
                         for _ in range(self.streams_per_group)]
                        for _ in range(self.num_stream_groups)]
         self._all_slots = [s for g in self._slots for s in g]
@@ -253,8 +302,10 @@ class PyCudaHandler(Handler):
         add("rows", "softmax_rows", "PPqq")
         add("rows", "index_m_by_v", "PPPqq")
         add("rows", "binarize_v", "PPqq")
-        add("random", "fill_gaussian", f"Pq{T}{T}QQ")
-        add("random", "probability_mask", f"Pq{T}QQ")
+        add("random", "fill_gaussian", f"Pq{T}{T}QQP")
+        add("random", "probability_mask", f"Pq{T}QQP")
+        add("random", "rng_advance", "PQ")
+        add("elementwise", "axpby_dev", f"P{T}PP{T}Pq")
         add("reduce", "sum_rows", "PPPPqqqq")
         add("small_gemm", "small_gemm", "PPPqqqiii")
         add("reduce", "sum_cols", "PPPPqqqqqi")
@@ -448,7 +499,13 @@ class PyCudaHandler(Handler):
                         beta, out.gpudata, n)
 
     def _axpby(self, alpha, x, beta, y):
-        self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
+        if type(alpha) is float and type(beta) is float:
+            self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
+            return
+        # Device scalars: pass their address, and 0 as the (unused) value.
+        ap, alpha = (0, alpha) if type(alpha) is float else (alpha.gpudata, 0.0)
+        bp, beta = (0, beta) if type(beta) is float else (beta.gpudata, 0.0)
+        self._launch("axpby_dev", y.size, ap, alpha, x.gpudata, bp, beta, y.gpudata, y.size)
 
     # reduction ----------------------------------------------------------------
     def sum_t(self, a, axis, out):
@@ -633,16 +690,116 @@ class PyCudaHandler(Handler):
 
     # randomness ---------------------------------------------------------------
     def _next_offset(self, n):
+        """(offset, base) of the next ``n`` random values: eagerly the host's
+        counter and no base; inside a capture the offset within the graph's
+        draws and the address of the graph's counter (see random.cu)."""
+        rec = self._capture_box[0]
+        if rec is not None:
+            return rec.draw(n), int(rec.backend["rng_cell"])
         offset = self._rng[1]
         self._rng[1] += n
-        return offset
+        return offset, 0
 
     def _fill_gaussian(self, mean, std, out):
         n = out.size
         self._launch("fill_gaussian", n, out.gpudata, n, mean, std, self._rng[0],
-                     self._next_offset(n))
+                     *self._next_offset(n))
 
     def _probability_mask(self, mask, p):
         n = mask.size
         self._launch("probability_mask", n, mask.gpudata, n, p, self._rng[0],
-                     self._next_offset(n))
+                     *self._next_offset(n))
+
+    # graphs -------------------------------------------------------------------
+    # The capture runs on this view's stream; groups forked into it add their
+    # streams.  Every op then takes its Python path (the one-call C path would
+    # launch without the recording seeing its arrays) and is issued on a
+    # capturing stream, so the driver records it instead of running it.
+    _graph_defers_calls = False
+
+    def _graph_begin(self, rec):
+        views = list(self._views.values())
+        slots = self._all_slots
+        rec.backend = {
+            "one_call": [(v, v._one_call) for v in views],
+            # Scratch that ops allocate during the capture belongs to the
+            # graph; the slots get their own back at the end (_graph_done).
+            "scratch": [(s, s._work, s._work_bytes, s._counts, s._count_n) for s in slots],
+            "rng_cell": self._pool.allocate(8),
+        }
+        for v in views:
+            v._one_call = one_call.Declined()
+        try:
+            cuda_graph.begin(self._slot.stream.handle)
+        except BaseException:
+            self._graph_done(rec)
+            raise
+
+    def _graph_done(self, rec):
+        """Restore what _graph_begin changed; return the scratch the capture
+        allocated (the graph keeps it)."""
+        for v, oc in rec.backend["one_call"]:
+            v._one_call = oc
+        owned = []
+        for s, work, work_bytes, counts, count_n in rec.backend["scratch"]:
+            if s._work is not work:
+                owned.append(s._work)
+                s._work, s._work_bytes = work, work_bytes
+            if s._counts is not counts:
+                owned.append(s._counts)
+                s._counts, s._count_n = counts, count_n
+        return owned
+
+    def _graph_end(self, rec):
+        stream = self._slot.stream.handle
+        cell = rec.backend["rng_cell"]
+        try:
+            if rec.rng_used:   # last node: move the graph's counter past its draws
+                self._run(self._k["rng_advance"], 1, cell, rec.rng_used)
+            graph = cuda_graph.end(stream)
+        except BaseException:
+            cuda_graph.abort(stream)
+            self._graph_done(rec)
+            raise
+        owned = self._graph_done(rec)
+        try:
+            exe = cuda_graph.instantiate(graph)
+        except BaseException:
+            cuda_graph.destroy(0, graph)
+            raise
+        others = [self._slots[g][0] for g in sorted(rec.groups) if g != rec.origin]
+        return _Executable(exe, graph, self._slot, others, cell, rec.rng_used,
+                           (rec.calls, owned, [s.blas_work for s in self._all_slots]))
+
+    def _graph_abort(self, rec):
+        cuda_graph.abort(self._slot.stream.handle)
+        self._graph_done(rec)
+
+    def _graph_replay(self, exe, graph):
+        origin = exe.origin
+        # Order the replay after the work issued so far on every group the
+        # graph uses, and their later work after it, as for eager ops.
+        for s in exe.others:
+            _ev.record(s.event, s.handle)
+            _ev.wait(origin.handle, s.event)
+        if exe.draws:
+            offset = self._rng[1]
+            if exe.cell_value != offset:   # other random work since the last replay
+                cuda_graph.set_u64(int(exe.cell), offset, exe.stream)
+            self._rng[1] = exe.cell_value = offset + exe.draws
+        cuda_graph.launch(exe.exe, exe.stream)
+        if exe.others:
+            _ev.record(origin.event, origin.handle)
+            for s in exe.others:
+                _ev.wait(s.handle, origin.event)
+
+    def _graph_free(self, exe):
+        exe.free()
+
+    def _close(self):
+        self._resources()
+        closed = _ClosedGemm()
+        for slot in self._all_slots:
+            slot.gemm = closed
+        for v in self._views.values():
+            v._one_call = one_call.Declined()

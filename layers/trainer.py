@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 
+from handlers import CaptureError
+
 from .params import view
 
 
@@ -70,10 +72,18 @@ class Trainer:
         progress: show a tqdm progress bar (if tqdm is installed).
         metrics: {name: f(outputs, targets)} computed on the host from the
             evaluation outputs, e.g. {"accuracy": layers.metrics.accuracy}.
+        graph: capture the training step once (after one eager warm-up step)
+            and replay it for every full batch (``Handler.capture``); a
+            smaller last batch runs eagerly.  None (default) captures where
+            the handler says replays pay (``prefers_graphs``: PyCudaHandler).
+            A step that cannot be captured (an op that waits for the device
+            or allocates on every call) trains eagerly after a one-line
+            warning saying why.  Captured and eager training give the same
+            parameters, bit for bit.
     """
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
-                 log_every=10, progress=True, metrics=None):
+                 log_every=10, progress=True, metrics=None, graph=None):
         self.net, self.optimizer = net, optimizer
         self.h = net.h
         self.batch_size = int(batch_size)
@@ -82,6 +92,8 @@ class Trainer:
         self.log_every = int(log_every)
         self.progress = progress
         self.metrics = dict(metrics or {})
+        self.graph = bool(getattr(self.h, "prefers_graphs", False) if graph is None else graph)
+        self._step = _Step(net, optimizer, self.graph)
 
     # ----------------------------------------------------------------- batches
     def _take(self, x, idx):
@@ -110,7 +122,7 @@ class Trainer:
         ``eval_data`` (x, y) is evaluated after each epoch; ``on_epoch(record)``
         is called with each epoch's dict (e.g. to print it).
         """
-        h, net, opt = self.h, self.net, self.optimizer
+        h = self.h
         n = self._check(x, y)
         steps = math.ceil(n / self.batch_size)
         sizes = np.array([min(self.batch_size, n - s * self.batch_size) for s in range(steps)])
@@ -126,9 +138,7 @@ class Trainer:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
                 for i, (xb, yb) in enumerate(h.prefetch(self.batches(x, y, True))):
-                    loss = net.train_step(xb, yb)
-                    opt.step()
-                    h.copy_to(loss, slots[i])     # the loss stays on the device
+                    self._step(xb, yb, slots[i])   # the loss stays on the device
                     if bar is not None:
                         bar.update(1)
                         if self.log_every and (i + 1) % self.log_every == 0:
@@ -183,3 +193,53 @@ class Trainer:
             for name, fn in self.metrics.items():
                 result[name] = fn(outputs, y)
         return result
+
+
+class _Step:
+    """One training step on a batch, eager or replayed from a capture.
+
+    With ``graph`` on, the first batch fixes the captured shapes: its data is
+    copied into arrays of the step's own, the step runs once eagerly on them
+    (which allocates every buffer the layers need), is captured, and from
+    then on each batch of that shape is copied in and the graph replayed.
+    """
+
+    def __init__(self, net, optimizer, graph):
+        self.net, self.optimizer, self.h = net, optimizer, net.h
+        self.graph = graph
+        self.captured = None        # the Graph, once captured
+        self._inputs = None         # (x, y, loss) arrays the graph reads and writes
+        self._warm = False
+
+    def _eager(self, xb, yb, out):
+        loss = self.net.train_step(xb, yb)
+        self.optimizer.step()
+        self.h.copy_to(loss, out)
+
+    def __call__(self, xb, yb, out):
+        """Train on (xb, yb) and copy the step's loss into ``out``."""
+        h = self.h
+        if self.graph:
+            if self._inputs is None:
+                self._inputs = (h.allocate(xb.shape), h.allocate(yb.shape), h.zeros((1,)))
+            xs, ys, loss = self._inputs
+            if xb.shape == xs.shape and yb.shape == ys.shape:
+                h.copy_to(xb, xs)
+                h.copy_to(yb, ys)
+                if not self._warm:
+                    self._warm = True
+                    self._eager(xs, ys, out)
+                    return
+                if self.captured is None:
+                    try:
+                        self.captured = h.capture(lambda: self._eager(xs, ys, loss))
+                    except CaptureError as e:
+                        warnings.warn(f"Trainer: training eagerly, the step cannot be "
+                                      f"captured: {e}", stacklevel=3)
+                        self.graph = False
+                        self._eager(xs, ys, out)
+                        return
+                self.captured.replay()
+                h.copy_to(loss, out)
+                return
+        self._eager(xb, yb, out)

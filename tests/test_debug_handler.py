@@ -22,7 +22,7 @@ from test_validation import CASES, OPS_BY_NAME, Call
 R, C = 5, 7
 S = (R, C)
 STREAM_OPS = {"with_streams", "record_event", "wait_event", "wait_for", "synchronize",
-              "synchronize_all_streams"}
+              "synchronize_all_streams", "capture", "close"}   # graphs: test_graphs.py
 ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy", "create_from_device_array"}
 HAZARD_KINDS = ["read-after-write", "write-after-read", "write-after-write"]
 
@@ -74,7 +74,7 @@ def test_op_table_covers_every_public_op():
         allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val",
                           "mean", "std", "p", "transa", "transb", "arr", "shape", "k",
                           "event", "other", "array", "batches", "depth",
-                   "obj"}
+                   "obj", "fn"}
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)

@@ -726,7 +726,8 @@ def test_every_contract_op_is_tested():
     text = (Path(__file__).read_text()
             + (here / "test_streams_api.py").read_text()
             + (here / "test_prefetch.py").read_text()
-            + (here / "test_interop.py").read_text())
+            + (here / "test_interop.py").read_text()
+            + (here / "test_graphs.py").read_text())
     ops = [name for name, value in vars(Handler).items()
            if callable(value) and not name.startswith("_")]
     missing = [op for op in ops if not re.search(rf"\b{op}\b", text)]

@@ -379,6 +379,12 @@ SH_EXPORT(fill, (T* out, T value, long long n),
 SH_EXPORT(axpby, (T alpha, const T* x, T beta, T* y, long long n),
           sh::axpby(alpha, x, beta, y, n))
 
+// axpby with device scalars: alpha (beta) is read from alpha_p (beta_p) when
+// that is not null, so a captured graph sees the value it holds at replay.
+SH_EXPORT(axpby_dev,
+          (const T* alpha_p, T alpha, const T* x, const T* beta_p, T beta, T* y, long long n),
+          sh::axpby(alpha_p ? *alpha_p : alpha, x, beta_p ? *beta_p : beta, y, n))
+
 #define SH_BINARY(name, Op)                                                   \
     SH_EXPORT(name, (const T* a, const T* b, T* out, long long n),            \
               sh::map<false>(sh::Op<T>{}, out, n, a, b))

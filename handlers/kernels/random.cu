@@ -178,10 +178,20 @@ __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out
 
 // ------------------------------------------------------------- exported kernels
 
+// `base`, when not null, points to a device counter added to `offset`: a
+// captured graph reads where its random values start on each replay from
+// there (the host sets it before a replay, rng_advance moves it after), so
+// replays continue the sequence instead of repeating the capture's values.
 SH_EXPORT(fill_gaussian,
           (T* out, long long n, T mean, T stddev, unsigned long long seed,
-           unsigned long long offset),
-          sh::fill_random(sh::Gaussian<T>{mean, stddev}, sh::kTagGaussian, out, n, seed, offset))
+           unsigned long long offset, const unsigned long long* base),
+          sh::fill_random(sh::Gaussian<T>{mean, stddev}, sh::kTagGaussian, out, n, seed,
+                          offset + (base ? *base : 0ull)))
 SH_EXPORT(probability_mask,
-          (T* mask, long long n, T p, unsigned long long seed, unsigned long long offset),
-          sh::fill_random(sh::Bernoulli<T>{p}, sh::kTagBernoulli, mask, n, seed, offset))
+          (T* mask, long long n, T p, unsigned long long seed, unsigned long long offset,
+           const unsigned long long* base),
+          sh::fill_random(sh::Bernoulli<T>{p}, sh::kTagBernoulli, mask, n, seed,
+                          offset + (base ? *base : 0ull)))
+// *counter += n, by one thread: the last node of a graph that draws n values.
+SH_EXPORT(rng_advance, (unsigned long long* counter, unsigned long long n),
+          if (blockIdx.x == 0 && threadIdx.x == 0) *counter += n)
