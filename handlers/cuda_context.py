@@ -14,6 +14,7 @@ _state = {}      # device index -> (device, context)
 _cleanups = []   # callables run at exit, before the context is popped
 _deferred = []   # releases asked for on other threads (see run_on_owner)
 _owner = [None]  # ident of the thread that pushed the context
+_capturing = [0]  # graph captures in progress (see capturing)
 
 
 def load_driver():
@@ -68,11 +69,29 @@ def run_on_owner(fn):
     """Run ``fn()`` now if this is the thread that made the context current,
     else at the next handler creation or at exit, on that thread.  Releasing
     pycuda objects on another thread (where the garbage collector may run)
-    leaks them with a warning, as pycuda cannot make the context current."""
-    if threading.get_ident() == _owner[0]:
+    leaks them with a warning, as pycuda cannot make the context current.
+    While a graph capture is in progress releases wait for its end too: a
+    handler collected then would destroy cuBLAS handles and free memory,
+    calls that wait for the device and so invalidate the capture."""
+    if threading.get_ident() == _owner[0] and not _capturing[0]:
         fn()
     else:
         _deferred.append(fn)
+
+
+class capturing:
+    """Context manager around a graph capture: releases asked for inside it
+    run when it ends (see ``run_on_owner``)."""
+
+    def __enter__(self):
+        _capturing[0] += 1
+        return self
+
+    def __exit__(self, *exc):
+        _capturing[0] -= 1
+        if not _capturing[0]:
+            release_deferred()
+        return False
 
 
 def release_deferred():
