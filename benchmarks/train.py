@@ -45,6 +45,14 @@ independent float64 NumPy implementation of the step (:func:`reference_step`):
 the loss, and the parameter update ``p1 - p0`` (relative to its largest
 element, so a wrong gradient cannot hide behind the parameters' size).
 
+Captured steps (``--graphs``, GPU only): "ours, captured" is the same step
+captured once with ``Handler.capture`` (after an eager warm-up) and replayed;
+each PyTorch peer gains a ", graphed" row, its whole step (``zero_grad``,
+forward, loss, backward, ``opt.step()``) captured in ``torch.cuda.graph``
+after three warm-up steps on a side stream, as PyTorch's documentation shows.
+Both replay on one fixed batch.  Their ``host_issue_ms`` is the host time of
+one replay.
+
 Where the step's time goes: one step's ops are recorded, then replayed by
 category on stream group 0 (gemm, elementwise, ``sum_t`` (bias gradients and
 the loss), the optimizer's update) and timed.  The replays run serially and
@@ -92,6 +100,7 @@ BUSY_N = 4096
 #: relative error allowed in the checks (float32 against float64)
 CHECK_TOL = 1e-3
 OURS = "ours"
+OURS_CAPTURED = "ours, captured"
 
 
 # -------------------------------------------------------------------- models
@@ -318,6 +327,28 @@ def torch_models(torch, model, cfg, params, dtype):
         [*lstm.parameters(), *fc_lstm.parameters()], lambda x: fc_lstm(lstm(x)[0][-1]),
         lambda: back(lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, fc_lstm))
     return out
+
+
+def our_captured(h, step):
+    """fn(i): one replay of ``step(0)`` captured with ``Handler.capture``."""
+    step(0)                                  # warm-up: the layers allocate their buffers
+    graph = h.capture(lambda: step(0))
+    return lambda i: graph.replay()
+
+
+def torch_graphed(torch, step):
+    """fn(i): one replay of PyTorch's ``step(0)`` captured in ``torch.cuda.graph``
+    (or None with the reason where the capture fails)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(0)
+    return lambda i: graph.replay()
 
 
 def torch_batches(torch, batches, dtype):
@@ -568,6 +599,9 @@ def main(argv=None):
     p.add_argument("--models", default="mlp,lstm", help="comma separated: mlp, lstm")
     p.add_argument("--small", action="store_true", help="tiny models (smoke test)")
     p.add_argument("--reps", type=int, default=20, help="timed samples of each figure")
+    p.add_argument("--graphs", action="store_true",
+                   help="add captured rows: ours (Handler.capture) and each PyTorch peer "
+                        "graphed (torch.cuda.graph)")
     p.add_argument("--save", action="store_true",
                    help="write the run into benchmarks/results/runs/")
     args = p.parse_args(argv)
@@ -594,6 +628,10 @@ def main(argv=None):
         cases, sides = {OURS: (timer, step)}, {}
         if gpu:
             sides[OURS] = our_side(h, step)
+        if gpu and args.graphs:
+            fn = our_captured(h, handler_step(h, build(h, model, cfg)[0], batches))
+            sides[OURS_CAPTURED] = our_side(h, fn)
+            cases[OURS_CAPTURED] = (timer, fn)
         if torch is not None:
             tb = torch_batches(torch, batches, torch.float32)
             for label, (params, forward, _) in torch_models(
@@ -601,6 +639,12 @@ def main(argv=None):
                 fn = torch_step(torch, params, forward, tb)
                 sides[label] = torch_side(torch, fn)
                 cases[label] = (sides[label].timer, fn)
+                if args.graphs:
+                    params2, forward2, _ = torch_models(torch, model, cfg, our_params(net),
+                                                        torch.float32)[label]
+                    graphed = torch_graphed(torch, torch_step(torch, params2, forward2, tb))
+                    sides[label + ", graphed"] = torch_side(torch, graphed)
+                    cases[label + ", graphed"] = (sides[label + ", graphed"].timer, graphed)
         ms = interleaved(cases, reps)
         k = max(1, min(ISSUE_STEPS, QUEUE_OPS // max(1, len(ops))))
         issue = host_issue(sides, reps, k) if sides else {}
@@ -608,15 +652,19 @@ def main(argv=None):
         figs = {lab: _figures(ms[lab], n, issue.get(lab), dev.get(lab), gapless.get(lab))
                 for lab in cases}
         entry = {"config": cfg, "samples": n, "ops_per_step": len(ops), "ours": figs[OURS]}
+        if OURS_CAPTURED in figs:
+            entry["ours_captured"] = figs[OURS_CAPTURED]
         if torch is not None:
-            entry["torch"] = {lab: f for lab, f in figs.items() if lab != OURS}
+            entry["torch"] = {lab: f for lab, f in figs.items()
+                              if lab not in (OURS, OURS_CAPTURED)}
         if sides:
             entry["issue_steps"] = k
 
         eager = med(ms["PyTorch eager"]) if "PyTorch eager" in ms else None
         for lab, f in figs.items():
             t = med(f["ms"])
-            name = type(h).__name__ if lab == OURS else lab
+            name = {OURS: type(h).__name__,
+                    OURS_CAPTURED: type(h).__name__ + ", captured"}.get(lab, lab)
             if "host_issue_ms" in f:
                 hi, dv = med(f["host_issue_ms"]), med(f["device_ms"])
                 verdict = "launch-bound" if hi > dv else "device-bound"
@@ -652,6 +700,12 @@ def main(argv=None):
     print()
     print_table(["model", "library", "ms / step", "samples / s", "host issue ms",
                  "device ms", "verdict", "speed vs PyTorch eager"], rows)
+    for model, entry in results["models"].items():
+        cap = entry.get("ours_captured")
+        for lab, f in (entry.get("torch") or {}).items():
+            if cap is not None and lab.endswith(", graphed"):
+                print(f"{model}: ours captured / {lab}: "
+                      f"{med(cap['ms']) / med(f['ms']):.3f}x the time per step")
     if any(r[6].endswith("(?)") for r in rows):
         print("(?): issuing outlasted the busy job that held the device (full launch "
               "queue?); device ms is an upper bound")
