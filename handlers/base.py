@@ -196,9 +196,9 @@ class Handler:
         otherwise ``CaptureError`` names the group, and nothing is recorded.
 
         A graph reads and writes the very arrays its ops were given, so feed
-        a replay by writing into the arrays the capture read (``copy_to``,
-        ``set_from_numpy``, ``prefetch(..., into=...)``) and read its results
-        from the arrays it wrote.  Values fixed at capture time: scalar
+        a replay by writing into the arrays the capture read (``copy_to`` from
+        a prefetched batch, or ``set_from_numpy``) and read its results from
+        the arrays it wrote.  Values fixed at capture time: scalar
         arguments and shapes.  A value that must change between replays is
         passed as a device scalar where the op accepts one (``axpby``'s
         ``alpha``/``beta``: a one-element array, read when the op runs).
