@@ -17,7 +17,6 @@ validate their arguments as always and then reach these, so a bad argument
 raises at capture time, exactly as it would eagerly, and nothing is recorded.
 """
 import sys
-import threading
 
 #: The backend hooks through which every op that touches arrays issues its
 #: work.  A capture routes each call of one of these through its recording;
@@ -82,7 +81,6 @@ class Recording:
         self.rng_used = 0               # random values drawn inside the capture
         self.saved = {}                 # view -> attribute names installed on it
         self.backend = None             # the handler's own state for this capture
-        self.thread = threading.get_ident()
 
     # ------------------------------------------------------------- installation
     def install(self):
