@@ -79,19 +79,16 @@ def run_on_owner(fn):
         _deferred.append(fn)
 
 
-class capturing:
-    """Context manager around a graph capture: releases asked for inside it
-    run when it ends (see ``run_on_owner``)."""
+def capture_began():
+    """A graph capture started: releases wait for its end (``run_on_owner``)."""
+    _capturing[0] += 1
 
-    def __enter__(self):
-        _capturing[0] += 1
-        return self
 
-    def __exit__(self, *exc):
-        _capturing[0] -= 1
-        if not _capturing[0]:
-            release_deferred()
-        return False
+def capture_ended():
+    """A graph capture ended: run the releases that waited for it."""
+    _capturing[0] -= 1
+    if not _capturing[0]:
+        release_deferred()
 
 
 def release_deferred():

@@ -1,7 +1,7 @@
 """CUDA graphs through the driver API: stream capture, instantiation, launch.
 
 pycuda has no graph API, so these few driver calls go through ctypes on
-``libcuda`` (the library pycuda itself uses), each checked by one function
+``libcuda`` (``kernel_loader.driver()``), each checked by one function
 that names the call and the driver's status.  Capture uses relaxed mode: the
 handler itself refuses every call that a graph cannot record (see
 ``handlers.graphs``), and relaxed mode lets the memory pool hand out scratch
@@ -9,6 +9,7 @@ memory while a capture is in progress, which the graph then owns.
 """
 import ctypes
 
+from . import kernel_loader
 from .graphs import CaptureError
 
 _CAPTURE_MODE_RELAXED = 2
@@ -18,7 +19,7 @@ _lib = None
 def _driver():
     global _lib
     if _lib is None:
-        lib = ctypes.CDLL("libcuda.so.1")
+        lib = kernel_loader.driver()
         p, u64 = ctypes.c_void_p, ctypes.c_ulonglong
         signatures = {
             "cuStreamBeginCapture_v2": (p, ctypes.c_int),

@@ -74,9 +74,10 @@ class Recording:
         self.root = handler._views[0]
         self.origin = origin
         self.groups = {origin}
-        self.count = {origin: 0}        # group -> work items issued on it
         self.last_op = {}               # group -> public op of its last work item
-        self.clock = {origin: {}}       # group -> {other group: items ordered before}
+        # group -> {group k: how many of k's work items it is ordered after};
+        # clock[g][g] counts g's own work items.
+        self.clock = {origin: {}}
         self.calls = []                 # (hook function, view, args), in issue order
         self.rng_used = 0               # random values drawn inside the capture
         self.saved = {}                 # view -> attribute names installed on it
@@ -111,8 +112,8 @@ class Recording:
                 f"{op}: stream group {g} is not part of the capture begun on group "
                 f"{self.origin}; fork to it first (wait_event on an event recorded inside "
                 f"the capture, or wait_for a group of the capture)", op)
-        self.count[g] += 1
-        self.clock[g][g] = self.count[g]
+        mine = self.clock[g]
+        mine[g] = mine.get(g, 0) + 1
         self.last_op[g] = op
 
     def _hook(self, view, name):
@@ -141,7 +142,6 @@ class Recording:
     def _join(self, g, clock):
         if g not in self.groups:
             self.groups.add(g)
-            self.count[g] = 0
             self.clock[g] = {}
         mine = self.clock[g]
         for k, n in clock.items():
@@ -189,7 +189,7 @@ class Recording:
         """The groups whose last work the origin group is not ordered after."""
         seen = self.clock[self.origin]
         return sorted(g for g in self.groups
-                      if g != self.origin and seen.get(g, 0) < self.count[g])
+                      if g != self.origin and seen.get(g, 0) < self.clock[g].get(g, 0))
 
 
 class Graph:

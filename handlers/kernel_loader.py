@@ -125,10 +125,19 @@ def cubin(name):
     return data
 
 
+def driver():
+    """``libcuda`` through ctypes, opened once per process (the C launcher's
+    module loading and ``handlers.cuda_graph`` share it)."""
+    global _driver
+    if _driver is None:
+        _driver = ctypes.CDLL("libcuda.so.1")
+    return _driver
+
+
 def _check(what, rc):
     if rc:
         name = ctypes.c_char_p()
-        _driver.cuGetErrorName(rc, ctypes.byref(name))
+        driver().cuGetErrorName(rc, ctypes.byref(name))
         raise RuntimeError(f"{what} failed: {(name.value or b'?').decode()} ({rc})")
 
 
@@ -139,11 +148,8 @@ def module(name):
     if mod is None:
         data = cubin(name)
         if launcher() == "c":
-            global _driver
-            if _driver is None:
-                _driver = ctypes.CDLL("libcuda.so.1")
             handle = ctypes.c_void_p()
-            _check("cuModuleLoadData", _driver.cuModuleLoadData(ctypes.byref(handle), data))
+            _check("cuModuleLoadData", driver().cuModuleLoadData(ctypes.byref(handle), data))
             mod = handle.value
         else:
             import pycuda.driver as drv
@@ -160,7 +166,7 @@ def function(file, name, suffix, arg_format):
     if launcher() == "c":
         handle = ctypes.c_void_p()
         _check(f"cuModuleGetFunction({full})",
-               _driver.cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod),
+               driver().cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod),
                                            full.encode()))
         return Kernel(full, arg_format, handle=handle.value)
     fn = mod.get_function(full)

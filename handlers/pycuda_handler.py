@@ -726,9 +726,8 @@ class PyCudaHandler(Handler):
             # graph; the slots get their own back at the end (_graph_done).
             "scratch": [(s, s._work, s._work_bytes, s._counts, s._count_n) for s in slots],
             "rng_cell": self._pool.allocate(8),
-            "quiet": cuda_context.capturing(),
         }
-        rec.backend["quiet"].__enter__()
+        cuda_context.capture_began()
         for v in views:
             v._one_call = one_call.Declined()
         try:
@@ -740,7 +739,7 @@ class PyCudaHandler(Handler):
     def _graph_done(self, rec):
         """Restore what _graph_begin changed; return the scratch the capture
         allocated (the graph keeps it)."""
-        rec.backend["quiet"].__exit__(None, None, None)
+        cuda_context.capture_ended()
         for v, oc in rec.backend["one_call"]:
             v._one_call = oc
         owned = []
