@@ -90,14 +90,14 @@ def print_table(headers, rows):
         print(line(r))
 
 
-def check_line(what, errors, tol):
+def check_line(what, errors, tol, against="float64 NumPy"):
     """Print and return whether every relative error in ``errors`` (``{library:
-    error}``, None where not run) is within ``tol``: the correctness check a
-    suite prints beside its timings."""
+    error}``, None where not run) against the reference ``against`` is within
+    ``tol``: the correctness check a suite prints beside its timings."""
     ran = {k: v for k, v in errors.items() if v is not None}
     ok = all(v <= tol for v in ran.values())
     print(f"check {what}: " + ", ".join(f"{k} {v:.1e}" for k, v in ran.items())
-          + f" (max relative error against float64 NumPy; tolerance {tol:.0e}): "
+          + f" (max relative error against {against}; tolerance {tol:.0e}): "
           + ("ok" if ok else "FAILED"))
     return ok
 

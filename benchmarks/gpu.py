@@ -157,3 +157,28 @@ def host_overhead(cases, calls=10000, warmup=500, rounds=10):
 def host_overhead_us(fn, calls=10000, warmup=500, sync=None):
     """Median host time in microseconds of one ``fn()`` call over ``calls``."""
     return host_overhead({"fn": (fn, sync)}, calls, warmup, rounds=1)["fn"]["median"]
+
+
+def our_captured(h, step):
+    """fn(i): one replay of ``step(0)`` captured with ``Handler.capture``,
+    after one eager ``step(0)`` (layers allocate their buffers on first use,
+    and allocation is refused inside a capture)."""
+    step(0)
+    graph = h.capture(lambda: step(0))
+    return lambda i: graph.replay()
+
+
+def torch_graphed(torch, step):
+    """fn(i): one replay of PyTorch's ``step(0)`` captured in ``torch.cuda.graph``,
+    after three warm-up calls on a side stream, as PyTorch's documentation
+    shows (its caching allocator and cuBLAS settle there)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(0)
+    return lambda i: graph.replay()

@@ -42,6 +42,10 @@ GEMM_TARGET = 0.95          # ops: dot_add_mm >= 95% of a bare cuBLAS loop
 MXB_TARGET = 1.05           # ops: resident m·x+b loop <= 1.05 x bare cuBLAS
 STREAMS_SLOWER = 1.05       # streams: four groups never more than 5% slower ...
 STREAMS_GAIN = 1.3          # ... and >= 1.3x faster where one gemm leaves the GPU idle
+STREAMS_CAPTURED = 1.02     # streams: four groups captured at most 2% slower than one captured
+GRAPH_MLP = 0.80            # train: MLP captured <= 0.80 x PyTorch's graphed step
+GRAPH_LSTM = 0.90           # train: LSTM captured <= 0.90 x PyTorch's graphed cell
+REPLAY_HOST_US = 10.0       # train: host time to replay a captured step <= 10 us
 UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
 UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
 
@@ -156,6 +160,20 @@ def verdicts(suites):
             + ("; GPU-bound on one group: " + ", ".join(
                 f"b{x['batch']} h{x['hidden']} {x['speedup']:.2f}x" for x in gpu) if gpu else ""),
             sum(x["speedup"] >= STREAMS_GAIN for x in rows), len(rows))
+        cap = [x for x in rows if x.get("speedup_captured") is not None]
+        if cap:
+            add("streams", f"captured: four groups never more than "
+                           f"{STREAMS_CAPTURED - 1:.0%} slower than one",
+                "speedups " + ", ".join(f"{x['speedup_captured']:.2f}" for x in cap),
+                sum(x["speedup_captured"] >= 1 / STREAMS_CAPTURED for x in cap), len(cap))
+            idle = [x for x in cap if x["partly_idle"]]
+            add("streams", f"captured: >= {STREAMS_GAIN}x faster on four groups where one gemm "
+                           f"leaves the GPU partly idle (wide gemm gains > 5%)",
+                "; ".join(f"b{x['batch']} h{x['hidden']} {x['speedup_captured']:.2f}x (filling "
+                          f"the GPU gains {x['idle_gain']:.2f}x)" for x in idle) or "no such cell",
+                sum(x["speedup_captured"] >= STREAMS_GAIN for x in idle), len(idle))
+    if "train" in suites:
+        out.extend(graph_verdicts(suites["train"]["results"]))
     if "upload" in suites:
         u = upload_numbers(suites["upload"]["results"])
         sec, bound, f = u["seconds"], u["bound"], u["seconds"].get("f")
@@ -176,6 +194,47 @@ def verdicts(suites):
     return out
 
 
+def _graph_peer(model, labels):
+    """The PyTorch graphed peer a model's captured step is judged against:
+    the MLP's graphed step; for the LSTM the faster graphed cell (the hand
+    written cell or ``nn.LSTMCell``; cuDNN's whole-sequence LSTM is not a
+    cell, shown beside it)."""
+    graphed = [lab for lab in labels if lab.endswith(", graphed")]
+    if model == "lstm":
+        graphed = [lab for lab in graphed if "cuDNN" not in lab]
+    return graphed
+
+
+def graph_verdicts(res):
+    """The graph targets of issue 17 from the train suite's results (plain
+    numbers): captured step against PyTorch's graphed step per model, and the
+    host time of one replay."""
+    out = []
+    for model, m in res["models"].items():
+        cap = m.get("ours_captured")
+        if cap is None:
+            continue
+        torch = m.get("torch", {})
+        peers = _graph_peer(model, torch)
+        if peers:
+            target = GRAPH_MLP if model == "mlp" else GRAPH_LSTM
+            best = min(peers, key=lambda lab: torch[lab]["ms"])
+            ratio = cap["ms"] / torch[best]["ms"]
+            out.append(dict(suite="train",
+                            target=f"{model.upper()} captured <= {target:.2f}x PyTorch graphed",
+                            result=f"{cap['ms']:.3f} ms, {ratio:.3f}x {best} "
+                                   f"({torch[best]['ms']:.3f} ms)",
+                            met=int(ratio <= target), total=1))
+        if cap.get("host_issue_ms") is not None:
+            us = cap["host_issue_ms"] * 1e3
+            out.append(dict(suite="train",
+                            target=f"{model.upper()} host time per replay <= "
+                                   f"{REPLAY_HOST_US:.0f} us",
+                            result=f"{us:.1f} us ({m['ops_per_step']} ops per step)",
+                            met=int(us <= REPLAY_HOST_US), total=1))
+    return out
+
+
 def mxb_ratio(res):
     """NumpyHandler's time over plain NumPy's in the mxb suite's results."""
     return next(x["ratio_to_numpy"] for x in res["rows"] if x["handler"] == "NumpyHandler")
@@ -189,6 +248,9 @@ def train_rows(res):
     for model, m in res["models"].items():
         ours = m["ours"]["ms"]
         rows.append((model, "streamhandlers (PyCudaHandler)", m["ours"], None))
+        if m.get("ours_captured"):
+            rows.append((model, "streamhandlers, captured", m["ours_captured"],
+                         saved.medians(m["ours_captured"]["ms"]) / saved.medians(ours)))
         for lib, t in m.get("torch", {}).items():
             rows.append((model, lib, t, saved.medians(t["ms"]) / saved.medians(ours)))
     return rows
@@ -276,7 +338,8 @@ def plot_mxb(ops_payload, upload_payload, path):
 
 
 def plot_streams(payload, path):
-    """Speedup of four stream groups over one, per batch and hidden size."""
+    """Speedup of four stream groups over one, per batch and hidden size
+    (eager and, where measured, captured)."""
     plt = _plt()
     rows = stream_rows(payload["results"])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -291,6 +354,9 @@ def plot_streams(payload, path):
               if x.get("torch_one_stream_us") and x.get("torch_four_streams_us")]
         if tp:
             ax.plot(*zip(*tp), "x--", color=color, alpha=0.6, label=f"PyTorch, batch {b}")
+        cp = [(x["hidden"], x["speedup_captured"]) for x in sel if "speedup_captured" in x]
+        if cp:
+            ax.plot(*zip(*cp), "^:", color=color, label=f"streamhandlers captured, batch {b}")
         ax2.plot(hid, [x["one_group_us"] for x in sel], "o-", color=color,
                  label=f"1 group, batch {b}")
         ax2.plot(hid, [x["four_groups_us"] for x in sel], "s--", color=color,
@@ -358,6 +424,8 @@ def plot_train(payload, path):
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
     for ax, (model, m) in zip(axes[0], models.items()):
         rows = [("streamhandlers", m["ours"]["ms"], "tab:blue")]
+        if m.get("ours_captured"):
+            rows.append(("streamhandlers, captured", m["ours_captured"]["ms"], "tab:blue"))
         rows += [(lib, t["ms"], "tab:orange") for lib, t in m.get("torch", {}).items()]
         ax.barh(range(len(rows))[::-1], [r[1] for r in rows], color=[r[2] for r in rows])
         ax.set_yticks(range(len(rows))[::-1], [r[0] for r in rows], fontsize=8)
@@ -481,6 +549,11 @@ def headline(chosen):
         best = max(rows, key=lambda x: saved.medians(x["speedup"]))
         out.append(f"four stream groups at best {_ranged(best['speedup'], '.2f')}x one group "
                    f"(batch {best['batch']}, hidden {best['hidden']})")
+        if all("speedup_captured" in x for x in rows):
+            best = max(rows, key=lambda x: saved.medians(x["speedup_captured"]))
+            out.append(f"captured, four stream groups at best "
+                       f"{_ranged(best['speedup_captured'], '.2f')}x one group (batch "
+                       f"{best['batch']}, hidden {best['hidden']})")
     if "upload" in chosen:
         sec = chosen["upload"][1]["combined"]["seconds"]
         u = upload_numbers(chosen["upload"][1]["results"])
@@ -500,9 +573,18 @@ def headline(chosen):
     if "train" in chosen:
         for model, mm in chosen["train"][1]["combined"]["models"].items():
             ours = mm["ours"]["ms"]
-            for label, t in mm.get("torch", {}).items():
+            torch = mm.get("torch", {})
+            for label, t in torch.items():
+                if label.endswith(", graphed"):
+                    continue
                 out.append(f"{model.upper()} training step: ours {_ranged(ours, '.3f')} ms, "
                            f"{label} {_ranged(t['ms'], '.3f')} ms")
+            cap = mm.get("ours_captured")
+            if cap:
+                out.append(f"{model.upper()} training step captured: ours "
+                           f"{_ranged(cap['ms'], '.3f')} ms, " + ", ".join(
+                               f"{label} {_ranged(t['ms'], '.3f')} ms"
+                               for label, t in torch.items() if label.endswith(", graphed")))
     return out
 
 
@@ -677,6 +759,25 @@ def rst_report(chosen, images=None):
               "yes" if x["speedup"] >= STREAMS_GAIN else "NO"]
              for x, c in zip(stream_rows(p["results"]), stream_rows(p["combined"]))],
             "Four independent dot_add_mm per step (the LSTM backward pattern)"))
+        cap = [(x, c) for x, c in zip(stream_rows(p["results"]), stream_rows(p["combined"]))
+               if "speedup_captured" in x]
+        if cap:
+            parts.append(_table(
+                ["batch", "hidden", "1 group us", "4 groups us", "speedup (range)",
+                 "wide gemm us", "idle gain", "PyTorch 1 stream us", "PyTorch 4 streams us",
+                 f"not > {STREAMS_CAPTURED - 1:.0%} slower", f">= {STREAMS_GAIN}x (partly idle)"],
+                [[x["batch"], x["hidden"], _fmt(x["one_group_captured_us"], ".1f"),
+                  _fmt(x["four_groups_captured_us"], ".1f"), _ranged(c["speedup_captured"], ".3f"),
+                  _fmt(x["wide_captured_us"], ".1f"), _fmt(x["idle_gain"], ".2f"),
+                  _fmt(x.get("torch_graphed_one_us"), ".1f"),
+                  _fmt(x.get("torch_graphed_four_us"), ".1f"),
+                  "yes" if x["speedup_captured"] >= 1 / STREAMS_CAPTURED else "NO",
+                  ("yes" if x["speedup_captured"] >= STREAMS_GAIN else "NO")
+                  if x["partly_idle"] else "-"]
+                 for x, c in cap],
+                "The same sequences captured as graphs and replayed (PyTorch: torch.cuda.graph). "
+                "Wide gemm: one gemm of four times the output per step; idle gain: one group "
+                "over it, what filling the GPU can win"))
         parts.append(_figure(f"streams-{key}.png", images,
                              "Speedup of four stream groups over one, and time per step."))
     if "train" in chosen:

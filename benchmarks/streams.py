@@ -33,8 +33,24 @@ the device busy for twice the longest host issue time plus 0.5 ms, so that the
 whole sequence is queued before it starts to run.  "host" only where the host
 issue time exceeds the device time (one group's medians).
 
+Under capture (the same sweep, each sequence captured once as a graph and
+replayed; the figures are replays): ours on one and on four groups
+(``Handler.capture``; the fork and join become graph edges) and PyTorch on one
+and on four streams (``torch.cuda.graph``, three warm-up sequences on a side
+stream first).  A replay costs the host a few microseconds, so these cells
+show what the GPU does with the work, not how fast the host issues it.
+Targets: four groups captured never more than 2% slower than one group
+captured in any cell, and >= 1.3x faster wherever one gemm leaves the GPU
+partly idle.  Partly idle is measured, not guessed: the same 20 steps with
+one gemm of four times the output per step (``x.T @ [dG_0 .. dG_3]`` into an
+(H, 4H) dW), captured too; its gain ``idle_gain`` = one group captured /
+that wide gemm is what filling the GPU can win in that cell, and a cell
+counts as partly idle where it exceeds 1.05.  Where it is below 1.3 it bounds
+what four groups can reach.
+
 Check: the dW buffers zeroed, one sequence of each variant (ours on one and
-four groups, PyTorch on one and four streams), then each dW_k against
+four groups, eager and captured, PyTorch on one and four streams, eager and
+graphed), then each dW_k against
 ``STEPS * x.T @ dGate_k`` in float64 NumPy on the same float32 inputs: max
 relative error within 1e-4.  ``main`` returns 1 if a check fails.
 
@@ -44,10 +60,14 @@ Saved results (``--save``): ``{"rows": [...], "checks": [...]}``.  A row has
 (None without PyTorch), ``host_us_per_step`` and ``host_us_per_step_four``
 (host issue, one and four groups), ``device_us_per_step`` and
 ``device_us_per_step_four`` (device time with the host far ahead, one and
-four groups); plain numbers: ``speedup`` (one group over four, from the
-medians), ``hold_ms`` (the device time queued ahead of each device sample);
-``bound`` ("host" or "GPU").  A check is ``{"what", "errors": {variant:
-max relative error}, "tol", "ok"}``.
+four groups); under capture, spreads ``one_group_captured_us``,
+``four_groups_captured_us``, ``wide_captured_us``, ``torch_graphed_one_us``
+and ``torch_graphed_four_us`` (None without PyTorch); plain numbers:
+``speedup`` (one group over four, from the medians), ``speedup_captured``
+(the same, captured), ``idle_gain`` (one group captured over the wide gemm),
+``hold_ms`` (the device time queued ahead of each device sample); ``bound``
+("host" or "GPU"); ``partly_idle`` (``idle_gain`` > 1.05).  A check is
+``{"what", "errors": {variant: max relative error}, "tol", "ok"}``.
 """
 import argparse
 import math
@@ -55,7 +75,15 @@ import math
 import numpy as np
 
 from benchmarks.common import Run, check_line, derive, gpu_name, med, print_table, rel_error, spread
-from benchmarks.gpu import EventTimer, cuda_handler, host_overhead, interleaved, optional_peers
+from benchmarks.gpu import (
+    EventTimer,
+    cuda_handler,
+    host_overhead,
+    interleaved,
+    optional_peers,
+    our_captured,
+    torch_graphed,
+)
 
 F32 = np.float32
 STEPS = 20      # steps per timed sequence
@@ -63,6 +91,8 @@ REPS = 15       # samples per figure
 WARMUP = 2      # untimed sequences before the samples
 TOL = 1e-4      # relative error allowed in the dW check (float32 gemms)
 HOLD_N = 2048   # size of the gemms that keep the device busy (see make_hold)
+CAPTURED_SLOWER = 1.02   # four groups captured: at most 2% slower than one
+IDLE = 1.05     # a cell is partly idle where the wide gemm gains more than this
 
 
 def handler_sequence(h, x, dg, dw, groups, steps=STEPS):
@@ -88,7 +118,6 @@ def handler_sequence(h, x, dg, dw, groups, steps=STEPS):
 def torch_sequence(t, x, dg, dw, side, steps=STEPS):
     """fn(i): the same sequence in PyTorch, on the current stream alone
     (``side`` None) or on it and the three streams of ``side``."""
-    main = t.cuda.current_stream()
     xt = x.t()
     if side is None:
         def one_stream(_):
@@ -101,6 +130,7 @@ def torch_sequence(t, x, dg, dw, side, steps=STEPS):
     forks = [t.cuda.Event() for _ in range(steps)]
 
     def four_streams(_):
+        main = t.cuda.current_stream()     # at call time: the capturing stream in a graph
         for i in range(steps):
             forks[i].record(main)          # fork: this step's dGates come from main
             dw[0].addmm_(xt, dg[0])
@@ -112,6 +142,16 @@ def torch_sequence(t, x, dg, dw, side, steps=STEPS):
         for s in side:
             main.wait_stream(s)            # join: the update reads every dW
     return four_streams
+
+
+def wide_sequence(h, x, dg, dw, steps=STEPS):
+    """fn(i): ``steps`` steps of one ``dot_add_mm`` with four times the output
+    (``dg`` (B, 4H), ``dw`` (H, 4H)) on group 0: the same flops as one step of
+    :func:`handler_sequence`, in one gemm that can fill the GPU."""
+    def sequence(_):
+        for _ in range(steps):
+            h.dot_add_mm(x, dg, dw, transa=True)
+    return sequence
 
 
 def make_hold(h, timer):
@@ -210,7 +250,7 @@ def main(argv=None):
         side = [t.cuda.Stream() for _ in range(3)]
     batches, hiddens = ([16, 64], [256, 1024]) if args.quick else ([16, 64, 256], [256, 1024, 4096])
     rng = np.random.default_rng(0)
-    rows, table, checks = [], [], []
+    rows, table, ctable, checks = [], [], [], []
     for b in batches:
         for hid in hiddens:
             # float32 on the host: ours, PyTorch and the reference share the inputs
@@ -243,10 +283,25 @@ def main(argv=None):
             dev = {k: per_step_us(v) for k, v in
                    device_ahead(timer, hold, hold_ms, {"one": seq1, "four": seq4}).items()}
 
-            dw_of = {"ours 1 group": ours_dw(h, dw, seq1), "ours 4 groups": ours_dw(h, dw, seq4)}
+            # Under capture: every sequence captured once, its replays timed.
+            dg_wide = h.create_from_numpy(np.concatenate(dg_h, axis=1))
+            dw_wide = h.zeros((hid, 4 * hid))
+            cap1, cap4 = our_captured(h, seq1), our_captured(h, seq4)
+            ccases = {"one": (timer, cap1), "four": (timer, cap4),
+                      "wide": (timer, our_captured(h, wide_sequence(h, x, dg_wide, dw_wide)))}
+            if t is not None:
+                tcap1, tcap4 = torch_graphed(t, tseq1), torch_graphed(t, tseq4)
+                ccases["torch1"], ccases["torch4"] = (tt, tcap1), (tt, tcap4)
+            cus = {k: per_step_us(v) for k, v in interleaved(ccases, REPS, WARMUP).items()}
+
+            dw_of = {"ours 1 group": ours_dw(h, dw, seq1), "ours 4 groups": ours_dw(h, dw, seq4),
+                     "ours 1 group captured": ours_dw(h, dw, cap1),
+                     "ours 4 groups captured": ours_dw(h, dw, cap4)}
             if t is not None:
                 dw_of["torch 1 stream"] = torch_dw(t, tw, tseq1)
                 dw_of["torch 4 streams"] = torch_dw(t, tw, tseq4)
+                dw_of["torch 1 stream graphed"] = torch_dw(t, tw, tcap1)
+                dw_of["torch 4 streams graphed"] = torch_dw(t, tw, tcap4)
             errors = check_dw(dw_of, x_h, dg_h)
             what = f"dW_k = {STEPS} x.T dGate_k, batch {b}, hidden {hid}"
             checks.append(dict(what=what, errors=errors, tol=TOL,
@@ -263,12 +318,24 @@ def main(argv=None):
                           med(dev["four"]), bound,
                           "yes" if speed >= 1 / 1.05 else "NO",
                           "yes" if speed >= 1.3 else "no"])
+            c_speed = med(cus["one"]) / med(cus["four"])
+            gain = med(cus["one"]) / med(cus["wide"])
+            ct1, ct4 = cus.get("torch1"), cus.get("torch4")
+            ctable.append([b, hid, med(cus["one"]), med(cus["four"]), c_speed,
+                           med(cus["wide"]), gain, med(ct1) if ct1 else nan,
+                           med(ct4) if ct4 else nan, "yes" if gain > IDLE else "no",
+                           "yes" if c_speed >= 1 / CAPTURED_SLOWER else "NO",
+                           ("yes" if c_speed >= 1.3 else "NO") if gain > IDLE else "-"])
             rows.append(dict(batch=b, hidden=hid, one_group_us=us["one"],
                              four_groups_us=us["four"], speedup=speed,
                              host_us_per_step=host["one"], host_us_per_step_four=host["four"],
                              device_us_per_step=dev["one"], device_us_per_step_four=dev["four"],
                              hold_ms=hold_ms, bound=bound,
-                             torch_one_stream_us=t1, torch_four_streams_us=t4))
+                             torch_one_stream_us=t1, torch_four_streams_us=t4,
+                             one_group_captured_us=cus["one"],
+                             four_groups_captured_us=cus["four"], wide_captured_us=cus["wide"],
+                             speedup_captured=c_speed, idle_gain=gain, partly_idle=gain > IDLE,
+                             torch_graphed_one_us=ct1, torch_graphed_four_us=ct4))
     print(f"\nLSTM backward pattern: 4 x dot_add_mm per step (us per step, median of {REPS} "
           f"samples); GPU {gpu_name()}.  Host issue: no final synchronize; device: with the "
           f"host far ahead; the loop is host-bound where host issue > device")
@@ -277,6 +344,12 @@ def main(argv=None):
                  "device (1 group)", "host issue (4 groups)", "device (4 groups)",
                  "1 group is", "not >5% slower", ">=1.3x"],
                 table)
+    print(f"\nThe same sequences captured as graphs and replayed (us per step, median of "
+          f"{REPS} replays).  Wide: one gemm of 4x the output per step; idle gain: 1 group / "
+          f"wide, what filling the GPU can win (partly idle where > {IDLE})")
+    print_table(["batch", "hidden", "1 group", "4 groups", "speedup", "wide gemm", "idle gain",
+                 "torch 1 stream", "torch 4 streams", "partly idle",
+                 f"not >{CAPTURED_SLOWER - 1:.0%} slower", ">=1.3x (partly idle)"], ctable)
     results = {"rows": rows, "checks": checks}
     if args.save:
         run.save(results)

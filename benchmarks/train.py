@@ -45,13 +45,15 @@ independent float64 NumPy implementation of the step (:func:`reference_step`):
 the loss, and the parameter update ``p1 - p0`` (relative to its largest
 element, so a wrong gradient cannot hide behind the parameters' size).
 
-Captured steps (``--graphs``, GPU only): "ours, captured" is the same step
-captured once with ``Handler.capture`` (after an eager warm-up) and replayed;
-each PyTorch peer gains a ", graphed" row, its whole step (``zero_grad``,
-forward, loss, backward, ``opt.step()``) captured in ``torch.cuda.graph``
-after three warm-up steps on a side stream, as PyTorch's documentation shows.
-Both replay on one fixed batch.  Their ``host_issue_ms`` is the host time of
-one replay.
+Captured steps (on the GPU unless ``--no-graphs``): "ours, captured" is the
+same step captured once with ``Handler.capture`` (after an eager warm-up) and
+replayed; each PyTorch peer gains a ", graphed" row, its whole step
+(``zero_grad``, forward, loss, backward, ``opt.step()``) captured in
+``torch.cuda.graph`` after three warm-up steps on a side stream, as PyTorch's
+documentation shows.  Both replay on one fixed batch.  Their ``host_issue_ms``
+is the host time of one replay.  Checked: three replays of our captured step
+leave the parameters bit for bit where three eager steps leave them
+(:func:`capture_check`).
 
 Where the step's time goes: one step's ops are recorded, then replayed by
 category on stream group 0 (gemm, elementwise, ``sum_t`` (bias gradients and
@@ -73,7 +75,7 @@ from collections import namedtuple
 import numpy as np
 
 from benchmarks.common import Run, check_line, gpu_name, med, print_table, rel_error, spread
-from benchmarks.gpu import EventTimer, interleaved, optional_peers
+from benchmarks.gpu import EventTimer, interleaved, optional_peers, our_captured, torch_graphed
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
@@ -329,28 +331,6 @@ def torch_models(torch, model, cfg, params, dtype):
     return out
 
 
-def our_captured(h, step):
-    """fn(i): one replay of ``step(0)`` captured with ``Handler.capture``."""
-    step(0)                                  # warm-up: the layers allocate their buffers
-    graph = h.capture(lambda: step(0))
-    return lambda i: graph.replay()
-
-
-def torch_graphed(torch, step):
-    """fn(i): one replay of PyTorch's ``step(0)`` captured in ``torch.cuda.graph``
-    (or None with the reason where the capture fails)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step(0)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(0)
-    return lambda i: graph.replay()
-
-
 def torch_batches(torch, batches, dtype):
     """The host batches as GPU tensors: (x in ``dtype``, long class labels)."""
     return [(torch.tensor(x, dtype=dtype, device="cuda"),
@@ -403,6 +383,29 @@ def run_checks(h, model, cfg, torch=None):
         ok = check_line(what, errors, CHECK_TOL)
         checks.append({"what": what, "errors": errors, "tol": CHECK_TOL, "ok": ok})
     return checks
+
+
+def capture_check(h, model, cfg, steps=3):
+    """Our captured step against our eager step, bit for bit: two fresh
+    copies of ``model`` take one eager step (the capture's warm-up); then one
+    takes ``steps`` eager steps, the other ``steps`` replays of the captured
+    step, all on batch 0.  Returns the check record (printed); tolerance 0."""
+    params = {}
+    for label in ("eager", "captured"):
+        net, batches, _ = build(h, model, cfg)
+        step = handler_step(h, net, batches)
+        if label == "captured":
+            run = our_captured(h, step)      # warms up with one eager step
+        else:
+            step(0)
+            run = step
+        for _ in range(steps):
+            run(0)
+        params[label] = np.concatenate([p.ravel() for p in our_params(net)])
+    what = f"{model} parameters after {steps} captured replays"
+    errors = {OURS_CAPTURED: rel_error(params["captured"], params["eager"])}
+    ok = check_line(what, errors, 0.0, against="our eager steps")
+    return {"what": what, "errors": errors, "tol": 0.0, "ok": ok}
 
 
 # ------------------------------------------------------------------ recording
@@ -599,9 +602,9 @@ def main(argv=None):
     p.add_argument("--models", default="mlp,lstm", help="comma separated: mlp, lstm")
     p.add_argument("--small", action="store_true", help="tiny models (smoke test)")
     p.add_argument("--reps", type=int, default=20, help="timed samples of each figure")
-    p.add_argument("--graphs", action="store_true",
-                   help="add captured rows: ours (Handler.capture) and each PyTorch peer "
-                        "graphed (torch.cuda.graph)")
+    p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="captured rows: ours (Handler.capture) and each PyTorch peer "
+                        "graphed (torch.cuda.graph); on by default, GPU only")
     p.add_argument("--save", action="store_true",
                    help="write the run into benchmarks/results/runs/")
     args = p.parse_args(argv)
@@ -622,6 +625,8 @@ def main(argv=None):
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         cfg = MODELS[model][1 if args.small else 0]
         results["checks"] += run_checks(h, model, cfg, torch)
+        if gpu and args.graphs:
+            results["checks"].append(capture_check(h, model, cfg))
         ops, keep = record_step(h, model, cfg)
         net, batches, n = build(h, model, cfg)
         step = handler_step(h, net, batches)
