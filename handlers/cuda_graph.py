@@ -13,6 +13,7 @@ from . import kernel_loader
 from .graphs import CaptureError
 
 _CAPTURE_MODE_RELAXED = 2
+_CAPTURE_STATUS_ACTIVE = 1
 _lib = None
 
 
@@ -24,6 +25,7 @@ def _driver():
         signatures = {
             "cuStreamBeginCapture_v2": (p, ctypes.c_int),
             "cuStreamEndCapture": (p, ctypes.POINTER(p)),
+            "cuStreamIsCapturing": (p, ctypes.POINTER(ctypes.c_int)),
             "cuGraphInstantiateWithFlags": (ctypes.POINTER(p), p, u64),
             "cuGraphLaunch": (p, p),
             "cuGraphExecDestroy": (p,),
@@ -65,6 +67,13 @@ def abort(stream):
     graph = ctypes.c_void_p()
     if _driver().cuStreamEndCapture(stream, ctypes.byref(graph)) == 0 and graph.value:
         _driver().cuGraphDestroy(graph.value)
+
+
+def is_capturing(stream):
+    """Whether ``stream`` is part of an active capture (not one invalidated)."""
+    status = ctypes.c_int(0)
+    _check("cuStreamIsCapturing", _driver().cuStreamIsCapturing(stream, ctypes.byref(status)))
+    return status.value == _CAPTURE_STATUS_ACTIVE
 
 
 def node_count(graph):

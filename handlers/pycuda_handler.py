@@ -774,7 +774,16 @@ class PyCudaHandler(Handler):
                            (rec.calls, owned, [s.blas_work for s in self._all_slots]))
 
     def _graph_abort(self, rec):
-        cuda_graph.abort(self._slot.stream.handle)
+        origin = self._slot
+        # Join the branches still capturing first: ending a capture with
+        # unjoined work is an error status the driver (and compute-sanitizer)
+        # reports, where this abort is an expected path.
+        for g in sorted(rec.groups - {rec.origin}):
+            s = self._slots[g][0]
+            if cuda_graph.is_capturing(s.handle):
+                _ev.record(s.event, s.handle)
+                _ev.wait(origin.handle, s.event)
+        cuda_graph.abort(origin.stream.handle)
         self._graph_done(rec)
 
     def _graph_replay(self, exe, graph):
