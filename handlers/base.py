@@ -34,7 +34,7 @@ Conventions shared by every op:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -333,7 +333,8 @@ class Handler:
         return np.asarray(arr, dtype=self.dtype, order="C")
 
     # ------------------------------------------------------------------ input pipeline
-    def prefetch(self, batches: Iterable[Any], depth: int = 2) -> Iterator[Any]:
+    def prefetch(self, batches: Iterable[Any], depth: int = 2,
+                 into: Sequence[Any] | None = None) -> Iterator[Any]:
         """Iterate over ``batches`` as handler arrays, preparing the next ones
         while the current one is being used.
 
@@ -347,12 +348,23 @@ class Handler:
         ``batches`` is re-raised here; ``break`` or ``close()`` stops and joins
         the thread.  Items that are C-contiguous slices of an array returned by
         ``pin`` (in the handler's dtype) are uploaded with no host copy.
+
+        ``into`` (optional) names where batches land: a list of at least
+        ``depth`` destinations, each a handler array or a tuple of them (one
+        per array of an item).  A batch whose arrays have exactly the
+        destination's shapes is uploaded into a free destination, and that
+        destination's own arrays are yielded, so work captured on them
+        (``capture``) replays on every such batch with no device copy.  Other
+        batches (a smaller last one, say) go to buffers of prefetch's own.
+        Destinations must not overlap one another nor be used for anything
+        else during the iteration.
         """
         self._not_capturing("prefetch")
-        from .prefetch import prefetch
+        from .prefetch import destinations, prefetch
         if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
             fail_value("prefetch", f"depth must be a positive int, got {depth!r}")
-        return prefetch(self, batches, int(depth), self._transfer())
+        dests = None if into is None else destinations(self, into, int(depth))
+        return prefetch(self, batches, int(depth), self._transfer(), dests)
 
     def pin(self, array: np.ndarray) -> np.ndarray:
         """Page-lock the memory of ``array`` (C-contiguous NumPy) in place and

@@ -11,7 +11,7 @@ import bisect
 import mmap
 
 from . import kernel_loader
-from .prefetch import Transfer, fits
+from .prefetch import Transfer, fits, matches
 
 
 class PinnedRegistry:
@@ -145,6 +145,7 @@ class CudaTransfer(Transfer):
         self.upload = kernel_loader.stream_arg(self.stream)   # for memcpy: self.stream
         self.consumer = handler._slot.handle
         self.device_slots = []
+        self.dest_slots = []      # over the arrays of ``into`` (see use)
         self.host_slots = []
 
     def new_slot(self, arrays):
@@ -156,7 +157,20 @@ class CudaTransfer(Transfer):
         return all(a.dtype == self.dtype and a.flags.c_contiguous and REGISTRY.contains(a)
                    for a in arrays)
 
+    def use(self, dests):
+        super().use(dests)
+        self.dest_slots = [_DeviceSlot(d, self.ev.new) for d in dests]
+        for slot in self.dest_slots:
+            # Work already issued on the consuming group may read a
+            # destination (a replay from the last iteration): uploads wait.
+            self.ev.record(slot.consumed, self.consumer)
+            slot.used = True
+
     def _device_slot(self, views):
+        if self.dest_slots and matches(self.dest_slots[0].arrays, views):
+            for slot in self.dest_slots:
+                if not slot.busy:
+                    return slot
         for slot in self.device_slots:
             if not slot.busy and fits(slot.arrays, views):
                 return slot
@@ -169,7 +183,10 @@ class CudaTransfer(Transfer):
         dslot.busy = True
         if dslot.used:   # its last consumer must be done with it
             self.ev.wait(self.upload, dslot.consumed)
-        dev = tuple(d[:v.shape[0]] for d, v in zip(dslot.arrays, views))
+        # The slot's own arrays when the batch fills them: the identity that
+        # work captured on a destination of ``into`` relies on.
+        dev = tuple(d if d.shape[0] == v.shape[0] else d[:v.shape[0]]
+                    for d, v in zip(dslot.arrays, views))
         for d, v in zip(dev, views):
             if v.size:
                 self.drv.memcpy_htod_async(d.gpudata, v, self.stream)
@@ -194,12 +211,12 @@ class CudaTransfer(Transfer):
 
     def close(self):
         self.stream.synchronize()
-        for slot in self.device_slots:
+        for slot in self.device_slots + self.dest_slots:
             if slot.used:
                 self.ev.synchronize(slot.consumed)
             self.ev.free(slot.uploaded)
             self.ev.free(slot.consumed)
-        self.device_slots = []
+        self.device_slots, self.dest_slots = [], []
         for slot in self.host_slots:
             for a in slot:
                 a.base.free()

@@ -639,11 +639,11 @@ class DebugHandler:
         """A page-locked host array (see ``Handler.empty_pinned``)."""
         return self._inner.empty_pinned(shape)
 
-    def prefetch(self, batches, depth=2):
+    def prefetch(self, batches, depth=2, into=None):
         """``Handler.prefetch`` through the wrapper: each yielded batch counts as
         written on this group (the group waits for its upload), so reading it
         on another group without an ordering point is a hazard."""
-        batches = self._inner.prefetch(batches, depth)   # validates now
+        batches = self._inner.prefetch(batches, depth, into)   # validates now
         return self._tracked_batches(batches)
 
     def _tracked_batches(self, batches):

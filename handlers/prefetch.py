@@ -29,6 +29,8 @@ import threading
 
 import numpy as np
 
+from .checks import check_arrays
+
 _POLL = 0.05   # seconds between checks of the stop flag while blocked
 
 
@@ -46,6 +48,36 @@ def as_batch(item, op="prefetch"):
             raise ValueError(f"{op}: batch arrays must have rank >= 1, got shape ()")
         out.append(a)
     return tuple(out), single
+
+
+def destinations(handler, into, depth):
+    """``into`` of ``Handler.prefetch`` checked and normalized: a list of
+    tuples of handler arrays, at least ``depth`` of them, all of one
+    structure, none overlapping another."""
+    if isinstance(into, (str, bytes)) or not hasattr(into, "__len__"):
+        raise TypeError(f"prefetch: into must be a list of destinations, got "
+                        f"{type(into).__name__}")
+    dests = [tuple(d) if isinstance(d, (tuple, list)) else (d,) for d in into]
+    if len(dests) < depth:
+        raise ValueError(f"prefetch: into has {len(dests)} destination(s) for depth {depth}; "
+                         f"each batch in flight needs its own")
+    for d in dests:
+        if not d or len(d) != len(dests[0]):
+            raise ValueError("prefetch: every destination in into must hold as many arrays "
+                             f"as the first ({len(dests[0])})")
+        check_arrays(handler, "prefetch", *d)
+    flat = [a for d in dests for a in d]
+    for i, a in enumerate(flat):
+        for b in flat[i + 1:]:
+            if handler._overlaps(a, b):
+                raise ValueError(f"prefetch: destinations in into overlap (shapes {a.shape} "
+                                 f"and {b.shape})")
+    return dests
+
+
+def matches(dest, arrays):
+    """True if ``arrays`` have exactly the shapes of the destination ``dest``."""
+    return len(dest) == len(arrays) and all(d.shape == a.shape for d, a in zip(dest, arrays))
 
 
 def fits(slot, arrays):
@@ -244,6 +276,13 @@ class Transfer:
     def __init__(self, handler):
         self.handler = handler
         self.dtype = handler.dtype
+        self.dests = []     # Handler.prefetch's ``into``: tuples of handler arrays
+        self._turn = 0
+
+    def use(self, dests):
+        """Upload batches of the destinations' shapes into ``dests`` (tuples
+        of handler arrays) rather than buffers of the transfer's own."""
+        self.dests = dests
 
     def new_slot(self, arrays):
         """Allocate a staging slot for arrays of these shapes (consumer thread)."""
@@ -256,6 +295,14 @@ class Transfer:
     def start(self, views, slot):
         """Begin moving ``views`` (staged in ``slot``, or direct arrays when slot
         is None); return a token for ``finish``/``done``."""
+        if self.dests and matches(self.dests[0], views):
+            # In turn: with at least depth destinations, the one `depth`
+            # batches back has been released by its consumer.
+            dest = self.dests[self._turn % len(self.dests)]
+            self._turn += 1
+            for d, v in zip(dest, views):
+                np.copyto(d, v)
+            return dest
         return views
 
     def finish(self, token):
@@ -276,8 +323,11 @@ class Transfer:
         """Wait for transfers in flight and release device buffers."""
 
 
-def prefetch(handler, batches, depth, transfer):
-    """Generator behind ``Handler.prefetch``; see the module docstring."""
+def prefetch(handler, batches, depth, transfer, dests=None):
+    """Generator behind ``Handler.prefetch``; see the module docstring.
+    ``dests``: checked ``into`` (:func:`destinations`) or None."""
+    if dests:
+        transfer.use(dests)
     stager = Stager()
     reader = _Reader(iter(batches), depth, transfer.is_direct, stager)
     reader.start()

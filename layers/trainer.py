@@ -108,6 +108,12 @@ class Trainer:
             idx = order[start:start + self.batch_size]
             yield self._take(x, idx), np.ascontiguousarray(y[idx])
 
+    def _batch_shapes(self, x, y):
+        """The shapes of a full (x, y) batch."""
+        xs = list(x.shape)
+        xs[self.batch_axis] = self.batch_size
+        return tuple(xs), (self.batch_size,) + tuple(y.shape[1:])
+
     def _check(self, x, y):
         n = x.shape[self.batch_axis]
         if len(y) != n:
@@ -137,7 +143,9 @@ class Trainer:
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
-                for i, (xb, yb) in enumerate(h.prefetch(self.batches(x, y, True))):
+                into = self._step.destinations(*self._batch_shapes(x, y))
+                batches = h.prefetch(self.batches(x, y, True), _Step.DEPTH, into=into)
+                for i, (xb, yb) in enumerate(batches):
                     self._step(xb, yb, slots[i])   # the loss stays on the device
                     if bar is not None:
                         bar.update(1)
@@ -198,18 +206,39 @@ class Trainer:
 class _Step:
     """One training step on a batch, eager or replayed from a capture.
 
-    With ``graph`` on, the first batch fixes the captured shapes: its data is
-    copied into arrays of the step's own, the step runs once eagerly on them
-    (which allocates every buffer the layers need), is captured, and from
-    then on each batch of that shape is copied in and the graph replayed.
+    With ``graph`` on, full batches arrive in arrays of the step's own:
+    :meth:`destinations` gives ``prefetch`` one (x, y) pair per batch in
+    flight, and each pair gets its own graph, captured on first use (after
+    one eager warm-up step, which allocates every buffer the layers need), so
+    a replay reads its batch where the upload put it, with no device copy.
+    Other batches (a smaller last one) run eagerly.
     """
+
+    #: prefetch's depth, and so the number of (x, y) pairs and graphs
+    DEPTH = 2
 
     def __init__(self, net, optimizer, graph):
         self.net, self.optimizer, self.h = net, optimizer, net.h
         self.graph = graph
-        self.captured = None        # the Graph, once captured
-        self._inputs = None         # (x, y, loss) arrays the graph reads and writes
+        self._sets = []             # [x, y, loss, Graph or None] per destination
         self._warm = False
+
+    @property
+    def captured(self):
+        """The graphs captured so far."""
+        return [s[3] for s in self._sets if s[3] is not None]
+
+    def destinations(self, x_shape, y_shape):
+        """``into`` for ``prefetch`` of batches of these shapes (None with
+        graphs off); the arrays and graphs are kept while the shapes hold."""
+        if not self.graph:
+            return None
+        if not self._sets or self._sets[0][0].shape != x_shape \
+                or self._sets[0][1].shape != y_shape:
+            h = self.h
+            self._sets = [[h.allocate(x_shape), h.allocate(y_shape), h.zeros((1,)), None]
+                          for _ in range(self.DEPTH)]
+        return [(s[0], s[1]) for s in self._sets]
 
     def _eager(self, xb, yb, out):
         loss = self.net.train_step(xb, yb)
@@ -218,28 +247,23 @@ class _Step:
 
     def __call__(self, xb, yb, out):
         """Train on (xb, yb) and copy the step's loss into ``out``."""
-        h = self.h
-        if self.graph:
-            if self._inputs is None:
-                self._inputs = (h.allocate(xb.shape), h.allocate(yb.shape), h.zeros((1,)))
-            xs, ys, loss = self._inputs
-            if xb.shape == xs.shape and yb.shape == ys.shape:
-                h.copy_to(xb, xs)
-                h.copy_to(yb, ys)
-                if not self._warm:
-                    self._warm = True
-                    self._eager(xs, ys, out)
-                    return
-                if self.captured is None:
-                    try:
-                        self.captured = h.capture(lambda: self._eager(xs, ys, loss))
-                    except CaptureError as e:
-                        warnings.warn(f"Trainer: training eagerly, the step cannot be "
-                                      f"captured: {e}", stacklevel=3)
-                        self.graph = False
-                        self._eager(xs, ys, out)
-                        return
-                self.captured.replay()
-                h.copy_to(loss, out)
+        s = next((s for s in self._sets if s[0] is xb and s[1] is yb), None) \
+            if self.graph else None
+        if s is None:
+            self._eager(xb, yb, out)
+            return
+        if not self._warm:
+            self._warm = True
+            self._eager(xb, yb, out)
+            return
+        if s[3] is None:
+            try:
+                s[3] = self.h.capture(lambda: self._eager(xb, yb, s[2]))
+            except CaptureError as e:
+                warnings.warn(f"Trainer: training eagerly, the step cannot be "
+                              f"captured: {e}", stacklevel=3)
+                self.graph = False
+                self._eager(xb, yb, out)
                 return
-        self._eager(xb, yb, out)
+        s[3].replay()
+        self.h.copy_to(s[2], out)

@@ -74,7 +74,8 @@ def test_op_table_covers_every_public_op():
         allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val",
                           "mean", "std", "p", "transa", "transb", "arr", "shape", "k",
                           "event", "other", "array", "batches", "depth",
-                   "obj", "fn"}
+                   "obj", "fn",
+                   "into"}   # prefetch's destinations: each counts as written when yielded
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)

@@ -192,6 +192,64 @@ def test_bad_input(handler):
         handler.get_numpy_copy_async(a, out=np.zeros((4, 3), handler.dtype))
 
 
+# ------------------------------------------------------------------ into
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_into_yields_the_destinations_for_full_batches(handler, rng, depth):
+    xs = _batches(rng, 7, last=2)
+    ys = [rng.standard_normal((x.shape[0], 1)) for x in xs]
+    dests = [(handler.allocate((6, 5)), handler.allocate((6, 1))) for _ in range(depth + 1)]
+    seen = []
+    for i, (xb, yb) in enumerate(handler.prefetch(zip(xs, ys), depth, into=dests)):
+        full = xs[i].shape[0] == 6
+        hit = [k for k, (dx, dy) in enumerate(dests) if xb is dx and yb is dy]
+        assert len(hit) == (1 if full else 0), "a full batch lands in one destination"
+        np.testing.assert_array_equal(handler.get_numpy_copy(xb), xs[i].astype(handler.dtype))
+        np.testing.assert_array_equal(handler.get_numpy_copy(yb), ys[i].astype(handler.dtype))
+        seen += hit
+    assert len(seen) == 7 and len(set(seen)) == min(depth + 1, 7)   # used in turn
+
+
+def test_into_feeds_graphs_captured_on_each_destination(handler, rng):
+    """Replays read each batch where the upload put it; an upload into a
+    destination waits for the replay that read it last (else the sum is off)."""
+    n, depth = 40, 2
+    data = [rng.standard_normal((64, 33)) for _ in range(n)]
+    dests = [handler.allocate((64, 33)) for _ in range(depth)]
+    acc = handler.zeros((64, 33))
+    scratch = handler.allocate((64, 33))
+    graphs = {}
+    # Each graph adds its destination (through a sigmoid, so a stale or torn
+    # batch changes the result) into acc.
+    for k, d in enumerate(dests):
+        def step(d=d):
+            handler.sigmoid(d, scratch)
+            handler.add_tt(acc, scratch, acc)
+        graphs[k] = handler.capture(step)
+    handler.fill(acc, 0.0)
+    for xb in handler.prefetch(data, depth, into=dests):
+        k = next(k for k, d in enumerate(dests) if d is xb)
+        graphs[k].replay()
+    want = sum(1.0 / (1.0 + np.exp(-x.astype(handler.dtype).astype(np.float64))) for x in data)
+    tol = 1e-4 if handler.dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(handler.get_numpy_copy(acc), want, rtol=tol, atol=tol)
+
+
+def test_into_bad_arguments(handler, rng):
+    data = _batches(rng, 3)
+    a, b = handler.allocate((6, 5)), handler.allocate((6, 5))
+    with pytest.raises(ValueError, match="into has 1 destination"):
+        handler.prefetch(data, 2, into=[a])
+    with pytest.raises(TypeError, match="into must be a list"):
+        handler.prefetch(data, 1, into=3)
+    with pytest.raises(ValueError, match="overlap"):
+        handler.prefetch(data, 2, into=[a, a])
+    with pytest.raises(ValueError, match="as many arrays"):
+        handler.prefetch(data, 2, into=[(a,), (b, b)])
+    with pytest.raises(TypeError, match="prefetch"):
+        handler.prefetch(data, 1, into=[np.zeros((6, 5))] if handler.array_type is not np.ndarray
+                         else [np.zeros((6, 5), np.int32)])
+
+
 def test_pinned_slices_arrive_intact(handler, rng):
     dataset = handler.pin(rng.standard_normal((40, 7)).astype(handler.dtype))
     seen = [handler.get_numpy_copy(b) for b in
