@@ -168,8 +168,13 @@ class CudaTransfer(Transfer):
 
     def _device_slot(self, views):
         if self.dest_slots and matches(self.dest_slots[0].arrays, views):
-            for slot in self.dest_slots:
+            # In turn, so the set chosen is the one released longest ago and
+            # its upload waits the least for that set's last consumer.
+            n = len(self.dest_slots)
+            for k in range(n):
+                slot = self.dest_slots[(self._turn + k) % n]
                 if not slot.busy:
+                    self._turn += k + 1
                     return slot
         for slot in self.device_slots:
             if not slot.busy and fits(slot.arrays, views):
