@@ -469,14 +469,11 @@ static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize
 }
 
 /* 1 or 0 for True/False or an int 0/1; -1 (no exception) otherwise. */
+/* A transpose flag: True or False only (the Python checks raise TypeError
+ * for anything else, numpy.bool_ included, which they accept; so decline). */
 static int flag(PyObject *o) {
     if (o == Py_True) return 1;
     if (o == Py_False) return 0;
-    if (PyLong_CheckExact(o)) {
-        long v = PyLong_AsLong(o);
-        if (v == 0 || v == 1) return (int)v;
-        PyErr_Clear();
-    }
     return -1;
 }
 

@@ -47,6 +47,7 @@ from .checks import (
     check_same_shape,
     check_scalar,
     check_shape_arg,
+    fail_type,
     fail_value,
     normalize_axis,
 )
@@ -322,6 +323,9 @@ class Handler:
         self._set_from_numpy(a, arr)
 
     def _host_input(self, op, arr):
+        if isinstance(arr, np.ma.MaskedArray):
+            raise TypeError(f"{op}: a numpy.ma.MaskedArray's mask would be ignored; pass "
+                            f"arr.filled(value) or arr.data")
         if not isinstance(arr, np.ndarray):
             if isinstance(arr, (list, tuple)) or np.isscalar(arr):
                 arr = np.asarray(arr)
@@ -427,6 +431,9 @@ class Handler:
 
     # ------------------------------------------------------------------ BLAS
     def _check_dot(self, op, a, b, out, transa, transb):
+        for name, flag in (("transa", transa), ("transb", transb)):
+            if type(flag) is not bool and not isinstance(flag, np.bool_):
+                fail_type(op, f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
         check_arrays(self, op, a, b, out)
         if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
             for x, name in ((a, "a"), (b, "b"), (out, "out")):
@@ -696,6 +703,10 @@ class Handler:
         if v.shape != (rows, 1) or out.shape != (rows, 1):
             fail_value("index_m_by_v", f"for m {m.shape}, v and out must be ({rows}, 1); "
                                        f"got v {v.shape}, out {out.shape}")
+        if self._overlaps(out, m):
+            fail_value("index_m_by_v", "out must not overlap m")
+        if self._overlaps(out, v) and not self._same_memory(out, v):
+            fail_value("index_m_by_v", "out must be v or not overlap it")
         self._index_m_by_v(m, v, out)
 
     def binarize_v(self, v: Array, out: Array) -> None:
@@ -793,6 +804,12 @@ class Handler:
         """Make a freshly created array safe to use from every stream group."""
 
     def _overlaps(self, a, b):
+        """True if the memory of arrays ``a`` and ``b`` may overlap."""
+        raise NotImplementedError
+
+    def _same_memory(self, a, b):
+        """True if ``a`` and ``b`` (C-contiguous) are the very same memory:
+        same start and same size, whether or not they are one object."""
         raise NotImplementedError
 
     def _strides_of(self, shape):

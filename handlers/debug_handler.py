@@ -620,12 +620,7 @@ class DebugHandler:
         exist yet.  After a failed capture the tracker still counts its ops as
         issued, which can only report more hazards, never fewer;
         ``synchronize_all_streams()`` settles them."""
-        g = self._inner.capture()
-        if fn is None:
-            return g
-        with g:
-            fn()
-        return g
+        return self._inner.capture(fn)
 
     def close(self):
         """``Handler.close`` of the inner handler."""
@@ -697,12 +692,23 @@ class DebugHandler:
         tracker.check(name, self.group, accesses)
         finite = (spec.finite and self._shared.check_finite
                   and self._inner._capture_box[0] is None)
+        keep = []
         if finite:
             self._check_finite(name, [(n, bound[n]) for n in reads], produced=False)
+            # Outputs are untouched when an op raises: keep a device copy of
+            # each one to put back if the op produces NaN or Inf.
+            keep = [(bound[n], self._inner.allocate(bound[n].shape)) for n in spec.writes]
+            for a, copy in keep:
+                self._inner.copy_to(a, copy)
         result = inner_op(*args, **kwargs)
         tracker.commit(name, self.group, accesses)
         if finite:
-            self._check_finite(name, [(n, bound[n]) for n in spec.writes], produced=True)
+            try:
+                self._check_finite(name, [(n, bound[n]) for n in spec.writes], produced=True)
+            except FloatingPointError:
+                for a, copy in keep:
+                    self._inner.copy_to(copy, a)
+                raise
         return result
 
     @staticmethod

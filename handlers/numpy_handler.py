@@ -128,6 +128,10 @@ class NumpyHandler(Handler):
     def _overlaps(self, a, b):
         return np.may_share_memory(a, b)
 
+    def _same_memory(self, a, b):
+        return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                          and a.nbytes == b.nbytes)
+
     # BLAS ------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
         a = a.T if transa else a
@@ -143,11 +147,13 @@ class NumpyHandler(Handler):
             alpha = float(alpha.reshape(-1)[0])
         if type(beta) is not float:
             beta = float(beta.reshape(-1)[0])
+        # Aliasing is decided on memory: x may be y as another view of it.
+        overlap = x is y or np.may_share_memory(x, y)
         if beta == 0.0:
             np.multiply(x, alpha, out=y)
-        elif x is y:
+        elif overlap and self._same_memory(x, y):
             np.multiply(y, alpha + beta, out=y)
-        elif alpha == 1.0:
+        elif alpha == 1.0 and not overlap:
             if beta != 1.0:
                 np.multiply(y, beta, out=y)
             np.add(y, x, out=y)

@@ -41,6 +41,9 @@ def as_batch(item, op="prefetch"):
     arrays = (item,) if single else tuple(item)
     out = []
     for a in arrays:
+        if isinstance(a, np.ma.MaskedArray):
+            raise TypeError(f"{op}: a numpy.ma.MaskedArray's mask would be ignored; pass "
+                            f"a.filled(value) or a.data")
         a = np.asarray(a)
         if a.dtype.kind not in "fiub":
             raise TypeError(f"{op}: batches must hold real numeric arrays, got dtype {a.dtype}")

@@ -478,6 +478,10 @@ class PyCudaHandler(Handler):
         pa, pb = int(a.gpudata), int(b.gpudata)
         return pa < pb + b.nbytes and pb < pa + a.nbytes
 
+    def _same_memory(self, a, b):
+        return a is b or (a.nbytes == b.nbytes and
+                          (not a.size or int(a.gpudata) == int(b.gpudata)))
+
     # BLAS ---------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
         m, n = out.shape

@@ -471,6 +471,8 @@ def test_new_arrays_are_ready_on_every_group(handler, rng):
         two.fill(a, 4.0)      # no wait needed, although group 1 created them
     out = one.allocate((5,))
     two.copy_to(made[0], out)
+    for a in made + [out]:
+        np.testing.assert_array_equal(handler.get_numpy_copy(a), np.full(5, 4.0))
 
 
 def test_get_numpy_copy_is_an_ordering_point_for_its_buffer(handler):
@@ -655,19 +657,35 @@ def test_tracker_size_follows_live_arrays(handler):
 # ============================================================================ aliasing
 def test_out_may_be_an_input(handler, rng):
     debug = DebugHandler(handler)
-    a, b = debug.create_from_numpy(rand(S, rng)), debug.create_from_numpy(rand(S, rng))
+    a0, b0 = rand(S, rng), rand(S, rng)
+    a, b = debug.create_from_numpy(a0), debug.create_from_numpy(b0)
+    a0, b0 = a0.astype(handler.dtype).astype(float), b0.astype(handler.dtype).astype(float)
     debug.add_tt(a, b, a)
     debug.add_tt(a, b, b)
     debug.tanh(a, a)
     debug.axpby(2.0, a, 0.5, a)
     debug.copy_to(a, a)
     debug.tanh_deriv(a, b, a, a)
-    m = debug.create_from_numpy(rand(S, rng))
-    v = debug.create_from_numpy(rng.integers(0, C, (R, 1)).astype(float))
+    a1 = a0 + b0
+    b1 = a1 + b0
+    a1 = 2.5 * np.tanh(a1)
+    a1 = a1 * (1 - b1 * b1)
+    np.testing.assert_allclose(debug.get_numpy_copy(a), a1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(debug.get_numpy_copy(b), b1, rtol=1e-5, atol=1e-6)
+    m0 = rand(S, rng)
+    m = debug.create_from_numpy(m0)
+    v0 = rng.integers(0, C, (R, 1)).astype(float)
+    v = debug.create_from_numpy(v0)
     debug.index_m_by_v(m, v, v)
-    row = debug.create_from_numpy(rand((1, C), rng))
+    np.testing.assert_array_equal(debug.get_numpy_copy(v)[:, 0],
+                                  m0.astype(handler.dtype)[np.arange(R), v0[:, 0].astype(int)])
+    row0 = rand((1, C), rng)
+    row = debug.create_from_numpy(row0)
     debug.broadcast_t(row, 0, row)   # out.shape[axis] == 1: a copy onto itself
-    debug.add_tt(m, m, debug.zeros(S))   # two inputs may share memory
+    np.testing.assert_array_equal(debug.get_numpy_copy(row), row0.astype(handler.dtype))
+    twice = debug.zeros(S)
+    debug.add_tt(m, m, twice)   # two inputs may share memory
+    np.testing.assert_allclose(debug.get_numpy_copy(twice), 2 * m0, rtol=1e-6)
 
 
 def _flat_views(handler, n, *spans):

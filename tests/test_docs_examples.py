@@ -75,7 +75,7 @@ def test_page_gpu_examples_run(page, capsys):
     reason = gpu_reason()
     if reason:
         pytest.skip(f"{page}: gpu-only examples need a PyCudaHandler ({reason})")
-    run_blocks(page, with_gpu=True)
+    assert run_blocks(page, with_gpu=True) > 0
     capsys.readouterr()
 
 

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from handlers import Handler
+from handlers import Handler, NumpyHandler
 from helpers import other_dtype, rand
 
 SH = (3, 4)          # default shape of same-shape ops
@@ -349,7 +349,27 @@ def test_valid_call(handler, handler_id, sibling_handler, make_handler, rng, op_
     """The undamaged call of each description works: a bad case fails for its
     own reason, not because the description is wrong."""
     call = Call(handler, handler_id, sibling_handler, make_handler, rng, OPS_BY_NAME[op_name], {})
-    getattr(handler, op_name)(*call.args.values())
+    # The reference: the same call on NumPy in float64, on copies of the inputs.
+    ref = NumpyHandler(np.float64)
+    copies = {id(a): before.astype(np.float64) for _, a, before in call.watched}
+    ref_args = [copies.get(id(v), v) if not isinstance(v, Handler) else ref
+                for v in call.args.values()]
+    got = getattr(handler, op_name)(*call.args.values())
+    want = getattr(ref, op_name)(*ref_args)
+    if op_name in RANDOM_OR_UNDEFINED:
+        return
+    if isinstance(want, np.ndarray):
+        got = handler.get_numpy_copy(got) if not isinstance(got, np.ndarray) else got
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{op_name} result")
+    elif want is None or isinstance(want, bool):
+        assert got == want, f"{op_name} returned {got!r}, NumPy float64 {want!r}"
+    for _, a, _ in call.watched:
+        np.testing.assert_allclose(handler.get_numpy_copy(a), copies[id(a)], rtol=1e-5,
+                                   atol=1e-6, equal_nan=True, err_msg=f"{op_name} array")
+
+
+# Ops whose results cannot be compared with a second handler's.
+RANDOM_OR_UNDEFINED = {"fill_gaussian", "generate_probability_mask", "allocate"}
 
 
 def test_every_op_has_bad_input_cases():
