@@ -34,6 +34,7 @@ Conventions shared by every op:
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ from .checks import (
     normalize_axis,
 )
 from .graphs import CaptureError, Graph
+from .optable import install
 
 #: Stands for a handler array in signatures.  It is an instance of the
 #: handler's ``array_type`` (``numpy.ndarray`` on NumpyHandler,
@@ -66,8 +68,14 @@ Shape = int | tuple[int, ...]
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
 
 
-class Handler:
+@install   # the elementwise ops, one method per row of handlers.optable
+class Handler(ABC):
     """Abstract base of all handlers.
+
+    The elementwise ops (``add_tt``, ``relu``, ``where_t``, ...) are made
+    from the rows of :data:`handlers.optable.OPS`; the others are written
+    below.  A subclass must implement every backend hook marked abstract
+    (it cannot be instantiated otherwise).
 
     Args:
         dtype: ``np.float32`` (default) or ``np.float64``; every array the
@@ -517,83 +525,7 @@ class Handler:
                                 f"{a.shape} over axis {axis}")
         return axis
 
-    # ------------------------------------------------------------------ elementwise
-    def add_tt(self, a: Array, b: Array, out: Array) -> None:
-        """out = a + b (same shapes; out may be a or b)."""
-        check_same_shape(self, "add_tt", a, b, out)
-        self._binary("add", a, b, out)
-
-    def subtract_tt(self, a: Array, b: Array, out: Array) -> None:
-        """out = a - b (same shapes; out may be a or b)."""
-        check_same_shape(self, "subtract_tt", a, b, out)
-        self._binary("sub", a, b, out)
-
-    def mult_tt(self, a: Array, b: Array, out: Array) -> None:
-        """out = a * b (same shapes; out may be a or b)."""
-        check_same_shape(self, "mult_tt", a, b, out)
-        self._binary("mul", a, b, out)
-
-    def divide_tt(self, a: Array, b: Array, out: Array) -> None:
-        """out = a / b (same shapes; out may be a or b; IEEE division by 0)."""
-        check_same_shape(self, "divide_tt", a, b, out)
-        self._binary("div", a, b, out)
-
-    def mult_add_tt(self, a: Array, b: Array, out: Array) -> None:
-        """out += a * b (same shapes; out may be a or b)."""
-        check_same_shape(self, "mult_add_tt", a, b, out)
-        self._binary("mul_add", a, b, out)
-
-    def add_st(self, s: float, t: Array, out: Array) -> None:
-        """out = t + s for a scalar s (out may be t)."""
-        s = check_scalar("add_st", "s", s)
-        check_same_shape(self, "add_st", t, out)
-        self._scalar_op("add", s, t, out)
-
-    def mult_st(self, s: float, t: Array, out: Array) -> None:
-        """out = s * t for a scalar s (out may be t)."""
-        s = check_scalar("mult_st", "s", s)
-        check_same_shape(self, "mult_st", t, out)
-        self._scalar_op("mul", s, t, out)
-
-    def mult_add_st(self, s: float, t: Array, out: Array) -> None:
-        """out += s * t for a scalar s (out may be t)."""
-        s = check_scalar("mult_add_st", "s", s)
-        check_same_shape(self, "mult_add_st", t, out)
-        self._scalar_op("mul_add", s, t, out)
-
-    def _unary_checked(self, op, name, a, out):
-        check_same_shape(self, op, a, out)
-        self._unary(name, a, out)
-
-    def abs_t(self, a: Array, out: Array) -> None:
-        """out = abs(a), elementwise (out may be a)."""
-        self._unary_checked("abs_t", "abs", a, out)
-
-    def sign_t(self, a: Array, out: Array) -> None:
-        """out = sign(a): -1, 0 or 1 (0 for NaN is not guaranteed; out may be a)."""
-        self._unary_checked("sign_t", "sign", a, out)
-
-    def sqrt_t(self, a: Array, out: Array) -> None:
-        """out = sqrt(a); NaN where a < 0 (out may be a)."""
-        self._unary_checked("sqrt_t", "sqrt", a, out)
-
-    def log_t(self, a: Array, out: Array) -> None:
-        """out = natural log of a; -inf at 0, NaN where a < 0 (out may be a)."""
-        self._unary_checked("log_t", "log", a, out)
-
-    def exp_t(self, a: Array, out: Array) -> None:
-        """out = exp(a) (out may be a)."""
-        self._unary_checked("exp_t", "exp", a, out)
-
-    def clip_t(self, a: Array, a_min: float, a_max: float, out: Array) -> None:
-        """out = min(max(a, a_min), a_max); requires a_min <= a_max (out may be a)."""
-        a_min = check_scalar("clip_t", "a_min", a_min)
-        a_max = check_scalar("clip_t", "a_max", a_max)
-        if a_min > a_max:
-            fail_value("clip_t", f"a_min {a_min} is greater than a_max {a_max}")
-        check_same_shape(self, "clip_t", a, out)
-        self._clip(a, a_min, a_max, out)
-
+    # ------------------------------------------------------------------ broadcasting
     def broadcast_t(self, a: Array, axis: int, out: Array) -> None:
         """Repeat ``a`` along ``axis`` into ``out``.
 
@@ -643,44 +575,7 @@ class Handler:
         """out = m / v, v broadcast as in ``add_mv`` (out may be m)."""
         self._mv("div", m, v, out, self._check_mv("divide_mv", m, v, out))
 
-    # ------------------------------------------------------------------ activations
-    def sigmoid(self, x: Array, y: Array) -> None:
-        """y = 1 / (1 + exp(-x)) (y may be x)."""
-        self._unary_checked("sigmoid", "sigmoid", x, y)
-
-    def sigmoid_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
-        """dx = dy * y * (1 - y), with y = sigmoid(x).  x is unused but checked;
-        dx may be dy."""
-        check_same_shape(self, "sigmoid_deriv", x, y, dy, dx)
-        self._deriv("sigmoid", x, y, dy, dx)
-
-    def tanh(self, x: Array, y: Array) -> None:
-        """y = tanh(x) (y may be x)."""
-        self._unary_checked("tanh", "tanh", x, y)
-
-    def tanh_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
-        """dx = dy * (1 - y * y), with y = tanh(x); dx may be dy."""
-        check_same_shape(self, "tanh_deriv", x, y, dy, dx)
-        self._deriv("tanh", x, y, dy, dx)
-
-    def relu(self, x: Array, y: Array) -> None:
-        """y = max(x, 0) (y may be x)."""
-        self._unary_checked("relu", "relu", x, y)
-
-    def relu_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
-        """dx = dy where x > 0, else 0; dx may be dy."""
-        check_same_shape(self, "relu_deriv", x, y, dy, dx)
-        self._deriv("relu", x, y, dy, dx)
-
-    def elu(self, x: Array, y: Array) -> None:
-        """y = x where x > 0, else exp(x) - 1 (y may be x)."""
-        self._unary_checked("elu", "elu", x, y)
-
-    def elu_deriv(self, x: Array, y: Array, dy: Array, dx: Array) -> None:
-        """dx = dy where x > 0, else dy * (y + 1); dx may be dy."""
-        check_same_shape(self, "elu_deriv", x, y, dy, dx)
-        self._deriv("elu", x, y, dy, dx)
-
+    # ------------------------------------------------------------------ rows
     def softmax_m(self, m: Array, out: Array) -> None:
         """Row-wise softmax of the matrix m into out, computed as
         exp(m - rowmax) / rowsum so that large inputs do not overflow.
@@ -724,23 +619,6 @@ class Handler:
         if self._overlaps(out, v):
             fail_value("binarize_v", "out must not overlap v")
         self._binarize_v(v, out)
-
-    def copy_to_if(self, src: Array, dest: Array, cond: Array) -> None:
-        """dest = src where cond != 0; elsewhere dest keeps its value.
-        All three have one shape; dest may be src."""
-        check_same_shape(self, "copy_to_if", src, dest, cond)
-        self._masked("copy", src, 0.0, dest, cond)
-
-    def fill_if(self, mem: Array, val: float, cond: Array) -> None:
-        """mem = val where cond != 0; elsewhere mem keeps its value."""
-        val = check_scalar("fill_if", "val", val)
-        check_same_shape(self, "fill_if", mem, cond)
-        self._masked("fill", None, val, mem, cond)
-
-    def add_into_if(self, a: Array, out: Array, cond: Array) -> None:
-        """out += a where cond != 0; elsewhere out keeps its value."""
-        check_same_shape(self, "add_into_if", a, out, cond)
-        self._masked("add", a, 0.0, out, cond)
 
     def is_fully_finite(self, a: Array) -> bool:
         """Return True if no element of ``a`` is NaN or infinite.
@@ -800,17 +678,57 @@ class Handler:
 
     def _close(self):
         """Release device resources (``close``)."""
+
     def _ready(self, a):
         """Make a freshly created array safe to use from every stream group."""
 
+    # The hooks every backend must implement.
+    @abstractmethod
     def _overlaps(self, a, b):
         """True if the memory of arrays ``a`` and ``b`` may overlap."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _same_memory(self, a, b):
         """True if ``a`` and ``b`` (C-contiguous) are the very same memory:
         same start and same size, whether or not they are one object."""
-        raise NotImplementedError
+
+    @abstractmethod
+    def _elementwise(self, op, *args):
+        """Run the elementwise row ``op`` (an ``optable.Op``) on ``args``,
+        the public method's arguments in order, scalars as floats."""
+
+    for _hook, _doc in [
+            ("_record_event", "An event recorded on this group."),
+            ("_wait_event", "Make this group wait for an event."),
+            ("_synchronize", "Wait on the host for this group."),
+            ("_synchronize_all", "Wait on the host for every group."),
+            ("_transfer", "A prefetch.Transfer for this handler."),
+            ("_pin", "Page-lock a host array (pin)."),
+            ("_empty_pinned", "A page-locked host array (empty_pinned)."),
+            ("_copy_async", "get_numpy_copy_async's work."),
+            ("_allocate", "A new array of a checked shape."),
+            ("_fill", "Set every element to a value."),
+            ("_set_from_numpy", "Copy a host array in."),
+            ("_wrap", "create_from_device_array's work."),
+            ("_get_numpy_copy", "get_numpy_copy's work."),
+            ("_copy_to", "copy_to's work."),
+            ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
+            ("_axpby", "axpby's work."),
+            ("_sum_t", "sum_t's work, over a checked axis."),
+            ("_broadcast_t", "broadcast_t's work."),
+            ("_mv", "The *_mv ops."),
+            ("_softmax_m", "softmax_m's work."),
+            ("_index_m_by_v", "index_m_by_v's work."),
+            ("_binarize_v", "binarize_v's work."),
+            ("_is_fully_finite", "is_fully_finite's work."),
+            ("_fill_gaussian", "fill_gaussian's work."),
+            ("_probability_mask", "generate_probability_mask's work.")]:
+        def _abstract(self, *args, _doc=_doc):
+            raise NotImplementedError
+        _abstract.__name__ = _abstract.__qualname__ = _hook
+        _abstract.__doc__ = _doc
+        locals()[_hook] = abstractmethod(_abstract)
+    del _hook, _doc, _abstract
 
     def _strides_of(self, shape):
         """The strides of a C-contiguous array of ``shape`` and this dtype (cached)."""

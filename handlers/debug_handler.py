@@ -21,9 +21,10 @@ The hazard tracker models the contract, not one implementation: on
 ``NumpyHandler``, where every schedule is trivially correct, it reports the
 same hazards as it would on the GPU, so CI catches a missing wait.
 
-What each op reads and writes is declared in one table, :data:`OPS`, derived
-from the docstrings in ``handlers/base.py``; ``tests/test_debug_handler.py``
-checks that it covers every public op of ``Handler``.
+What each op reads and writes comes from the op table,
+:data:`handlers.optable.OPS` (re-exported here as ``OPS``);
+``tests/test_debug_handler.py`` checks that it covers every public op of
+``Handler``.
 
 Limits: only work issued through one ``DebugHandler`` (and its views) is
 tracked; work issued on the bare handler or through a second wrapper is
@@ -37,9 +38,10 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from .base import Handler
-from .checks import check_arrays, check_scalar
+from .checks import check_arrays
+from .optable import OPS
 
-__all__ = ["OPS", "DebugEvent", "DebugHandler", "OpSpec", "StreamHazardError", "byte_range"]
+__all__ = ["OPS", "DebugEvent", "DebugHandler", "StreamHazardError", "byte_range"]
 
 
 class StreamHazardError(RuntimeError):
@@ -58,148 +60,6 @@ class StreamHazardError(RuntimeError):
         self.op, self.kind, self.group = op, kind, group
         self.other_group, self.other_op, self.shape = other_group, other_op, shape
 
-
-# =============================================================================== the op table
-class OpSpec:
-    """How one public op of ``Handler`` touches memory.
-
-    ``kind`` is one of:
-
-    * ``"op"``: issued on the caller's stream group; reads the arguments named
-      in ``reads`` and writes those named in ``writes`` (outputs last).
-    * ``"alloc"``: returns a new array that is ready on every group.
-    * ``"host_read"``: the host reads the array and the result includes all
-      work issued before on any group (``get_numpy_copy``).
-    * ``"stream"``: ordering only, no arrays.
-
-    ``unused`` names array arguments that the op checks but never reads
-    (no hazard or NaN check, but the aliasing rule still applies).
-    ``disjoint`` names the inputs that an output must not overlap at all; any
-    other input may be the very same memory as the output but must not
-    partially overlap it.  ``unread_if`` maps an argument of ``reads`` to a
-    predicate on the bound arguments under which the op ignores its old
-    contents (``axpby`` with ``beta == 0``).  ``finite`` says whether
-    ``check_finite`` applies to the op.
-    """
-
-    __slots__ = ("disjoint", "finite", "kind", "reads", "unread_if", "unused", "writes")
-
-    def __init__(self, kind, reads=(), writes=(), unused=(), disjoint=(), unread_if=None,
-                 finite=True):
-        self.kind, self.reads, self.writes = kind, tuple(reads), tuple(writes)
-        self.unused, self.disjoint = tuple(unused), tuple(disjoint)
-        self.unread_if, self.finite = unread_if or {}, finite
-
-    @property
-    def arrays(self):
-        """Names of all array arguments, inputs first, each once."""
-        return tuple(dict.fromkeys(self.reads + self.unused + self.writes))
-
-    def describe(self):
-        """One line for the generated method docstrings."""
-        if self.kind == "alloc":
-            return "the new array counts as written and ready on every stream group."
-        if self.kind == "host_read":
-            return (f"reads {', '.join(self.reads)} on the host; includes the work of "
-                    f"every group, so it is an ordering point for that memory.")
-        parts = []
-        if self.reads:
-            parts.append("reads " + ", ".join(self.reads))
-        if self.writes:
-            parts.append("writes " + ", ".join(self.writes))
-        if self.disjoint:
-            parts.append("output must not overlap " + ", ".join(self.disjoint))
-        return "; ".join(parts) + " on this view's stream group."
-
-
-def _is_zero(value):
-    # The handler's own scalar rule; a value it rejects is never "zero".
-    try:
-        return check_scalar("axpby", "beta", value) == 0.0
-    except TypeError:
-        return False
-
-
-def _op(reads=(), writes=(), **kw):
-    return OpSpec("op", reads, writes, **kw)
-
-
-_STREAM = OpSpec("stream")
-
-#: op name -> OpSpec for every public op of ``Handler``; derived from the
-#: docstrings in ``handlers/base.py``.  Masked ops (``*_if``) and the
-#: accumulating ops (``dot_add_mm``, ``*_add_*``, ``axpby``) read their output.
-OPS = {
-    # streams: ordering only
-    "with_streams": _STREAM, "record_event": _STREAM, "wait_event": _STREAM,
-    "wait_for": _STREAM, "synchronize": _STREAM, "synchronize_all_streams": _STREAM,
-    # graphs and the handler's life: the ops inside a capture are checked one by one
-    "capture": _STREAM, "close": _STREAM,
-    # memory
-    "allocate": OpSpec("alloc", finite=False),   # undefined contents: may hold NaN
-    "zeros": OpSpec("alloc", finite=False),      # finite by construction
-    "ones": OpSpec("alloc", finite=False),
-    "create_from_numpy": OpSpec("alloc"),
-    "create_from_device_array": OpSpec("alloc", finite=False),   # memory of another library
-    "get_numpy_copy": OpSpec("host_read", reads=("a",), finite=False),
-    # a read of a on this group; `out` is host memory
-    "get_numpy_copy_async": _op(("a",), finite=False),
-    # host-side or pipeline: explicit methods below
-    "pin": _STREAM, "prefetch": _STREAM, "empty_pinned": _STREAM,
-    "set_from_numpy": _op(writes=("a",)),
-    "copy_to": _op(("src",), ("dest",)),
-    "fill": _op(writes=("a",)),
-    # BLAS and reduction: out must not overlap the inputs at all
-    "dot_mm": _op(("a", "b"), ("out",), disjoint=("a", "b")),
-    "dot_add_mm": _op(("a", "b", "out"), ("out",), disjoint=("a", "b")),
-    "axpby": _op(("x", "y"), ("y",), unread_if={"y": lambda args: _is_zero(args.get("beta"))}),
-    "sum_t": _op(("a",), ("out",), disjoint=("a",)),
-    # elementwise: out may be an input
-    "add_tt": _op(("a", "b"), ("out",)),
-    "subtract_tt": _op(("a", "b"), ("out",)),
-    "mult_tt": _op(("a", "b"), ("out",)),
-    "divide_tt": _op(("a", "b"), ("out",)),
-    "mult_add_tt": _op(("a", "b", "out"), ("out",)),
-    "add_st": _op(("t",), ("out",)),
-    "mult_st": _op(("t",), ("out",)),
-    "mult_add_st": _op(("t", "out"), ("out",)),
-    "abs_t": _op(("a",), ("out",)),
-    "sign_t": _op(("a",), ("out",)),
-    "sqrt_t": _op(("a",), ("out",)),
-    "log_t": _op(("a",), ("out",)),
-    "exp_t": _op(("a",), ("out",)),
-    "clip_t": _op(("a",), ("out",)),
-    # out.shape[axis] == 1 makes it a copy, where out may be a; otherwise a is
-    # smaller than out, so any overlap is partial and raises (as base.py's check).
-    "broadcast_t": _op(("a",), ("out",)),
-    "add_mv": _op(("m", "v"), ("out",)),
-    "subtract_mv": _op(("m", "v"), ("out",)),
-    "mult_mv": _op(("m", "v"), ("out",)),
-    "divide_mv": _op(("m", "v"), ("out",)),
-    # activations; each derivative reads what its docstring formula uses
-    "sigmoid": _op(("x",), ("y",)),
-    "sigmoid_deriv": _op(("y", "dy"), ("dx",), unused=("x",)),   # "x is unused but checked"
-    "tanh": _op(("x",), ("y",)),
-    "tanh_deriv": _op(("y", "dy"), ("dx",), unused=("x",)),
-    "relu": _op(("x",), ("y",)),
-    "relu_deriv": _op(("x", "dy"), ("dx",), unused=("y",)),
-    "elu": _op(("x",), ("y",)),
-    "elu_deriv": _op(("x", "y", "dy"), ("dx",)),
-    "softmax_m": _op(("m",), ("out",)),
-    # indexing and masks
-    "index_m_by_v": _op(("m", "v"), ("out",), disjoint=("m",)),   # out may be v
-    "binarize_v": _op(("v",), ("out",), disjoint=("v",)),
-    "copy_to_if": _op(("src", "cond", "dest"), ("dest",)),
-    "fill_if": _op(("mem", "cond"), ("mem",)),
-    "add_into_if": _op(("a", "out", "cond"), ("out",)),
-    # Runs on the caller's group and blocks the host; base.py promises nothing
-    # about other groups (PyCudaHandler launches it on the group's stream
-    # without waiting), so it is a read on the group, with the RAW check.
-    "is_fully_finite": _op(("a",), finite=False),
-    # randomness
-    "fill_gaussian": _op(writes=("out",)),
-    "generate_probability_mask": _op(writes=("mask",)),
-}
 
 # Signatures of the contract's ops, to find arguments by name however passed.
 _SIGNATURES = {name: inspect.signature(getattr(Handler, name)) for name in OPS}

@@ -12,7 +12,7 @@ replays it; ``PyCudaHandler`` turns the same calls into a CUDA graph
 
 How a capture sees the ops: for its duration every view of the handler gets
 instance attributes that shadow the backend hooks named in :data:`WORK_HOOKS`
-(``_binary``, ``_dot``, ...) and the stream-ordering calls.  The public ops
+(``_elementwise``, ``_dot``, ...) and the stream-ordering calls.  The public ops
 validate their arguments as always and then reach these, so a bad argument
 raises at capture time, exactly as it would eagerly, and nothing is recorded.
 """
@@ -22,9 +22,9 @@ import sys
 #: work.  A capture routes each call of one of these through its recording;
 #: an op whose work bypasses them would run eagerly instead of being recorded
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
-WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_binary", "_scalar_op",
-              "_unary", "_clip", "_broadcast_t", "_mv", "_deriv", "_softmax_m",
-              "_index_m_by_v", "_binarize_v", "_masked", "_fill_gaussian", "_probability_mask")
+WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_elementwise", "_broadcast_t",
+              "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v", "_fill_gaussian",
+              "_probability_mask")
 
 
 class CaptureError(RuntimeError):

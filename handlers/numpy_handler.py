@@ -40,8 +40,6 @@ class DoneCopy:
 
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
-_UNARY = {"abs": np.abs, "sign": np.sign, "sqrt": np.sqrt, "log": np.log, "exp": np.exp,
-          "tanh": np.tanh}
 
 
 class NumpyHandler(Handler):
@@ -173,42 +171,8 @@ class NumpyHandler(Handler):
             np.sum(a, axis=axis, out=out.reshape(kept), keepdims=True)
 
     # elementwise ------------------------------------------------------------
-    def _binary(self, name, a, b, out):
-        if name == "mul_add":
-            self._add_product(np.multiply, a, b, out)
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                _BINARY[name](a, b, out=out)
-
-    def _scalar_op(self, name, s, t, out):
-        if name == "add":
-            np.add(t, s, out=out)
-        elif name == "mul":
-            np.multiply(t, s, out=out)
-        else:  # mul_add
-            self._add_product(np.multiply, t, s, out)
-
-    def _unary(self, name, a, out):
-        if name == "sigmoid":
-            # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
-            np.multiply(a, 0.5, out=out)
-            np.tanh(out, out=out)
-            np.add(out, 1.0, out=out)
-            np.multiply(out, 0.5, out=out)
-        elif name == "relu":
-            np.maximum(a, 0.0, out=out)
-        elif name == "elu":
-            tmp = self._scratch(out.shape)
-            np.minimum(a, 0.0, out=tmp)
-            np.expm1(tmp, out=tmp)
-            np.maximum(a, 0.0, out=out)
-            np.add(out, tmp, out=out)
-        else:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                _UNARY[name](a, out=out)
-
-    def _clip(self, a, a_min, a_max, out):
-        np.clip(a, a_min, a_max, out=out)
+    def _elementwise(self, op, *args):
+        op.numpy(self, *args)   # the row's NumPy expression, in place
 
     def _broadcast_t(self, a, axis, out):
         np.copyto(out, a)
@@ -217,22 +181,7 @@ class NumpyHandler(Handler):
         with np.errstate(divide="ignore", invalid="ignore"):
             _BINARY[name](m, v, out=out)
 
-    # activations ------------------------------------------------------------
-    def _deriv(self, name, x, y, dy, dx):
-        tmp = self._scratch(dx.shape)
-        if name == "sigmoid":      # y * (1 - y)
-            np.subtract(1.0, y, out=tmp)
-            np.multiply(tmp, y, out=tmp)
-        elif name == "tanh":       # 1 - y^2
-            np.multiply(y, y, out=tmp)
-            np.subtract(1.0, tmp, out=tmp)
-        elif name == "relu":       # 1 where x > 0
-            np.greater(x, 0.0, out=tmp)
-        else:                      # elu: 1 where x > 0, else y + 1
-            np.add(y, 1.0, out=tmp)
-            np.copyto(tmp, 1.0, where=x > 0.0)
-        np.multiply(dy, tmp, out=dx)
-
+    # rows -----------------------------------------------------------------
     def _softmax_m(self, m, out):
         col = self._scratch((m.shape[0], 1))
         np.max(m, axis=1, keepdims=True, out=col)
@@ -259,15 +208,6 @@ class NumpyHandler(Handler):
         valid, idx = self._valid_index(v, out.shape[1])
         out.fill(0.0)
         out[np.flatnonzero(valid), idx] = 1.0
-
-    def _masked(self, name, src, val, dest, cond):
-        where = cond != 0
-        if name == "copy":
-            np.copyto(dest, src, where=where)
-        elif name == "fill":
-            np.copyto(dest, val, where=where)
-        else:
-            np.add(dest, src, out=dest, where=where)
 
     def _is_fully_finite(self, a):
         return np.isfinite(a).all()

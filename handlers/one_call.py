@@ -15,24 +15,27 @@ the extension is not built).
 import functools
 
 from .base import Handler
+from .optable import ELEMENTWISE
+from .optable import OPS as TABLE
 
-# op -> (OneCall method, kernel).  "run": kernel(pointers..., n) over the
-# op's arrays in order; "scalar": kernel(s, pointers..., n); "axpby":
-# kernel(alpha, x, beta, y, n).  Each matches the Python path's launch.
-OPS = {
-    "add_tt": ("run", "binary_add"), "subtract_tt": ("run", "binary_sub"),
-    "mult_tt": ("run", "binary_mul"), "divide_tt": ("run", "binary_div"),
-    "mult_add_tt": ("run", "binary_mul_add"),
-    "abs_t": ("run", "unary_abs"), "sign_t": ("run", "unary_sign"),
-    "sqrt_t": ("run", "unary_sqrt"), "log_t": ("run", "unary_log"),
-    "exp_t": ("run", "unary_exp"), "sigmoid": ("run", "unary_sigmoid"),
-    "tanh": ("run", "unary_tanh"), "relu": ("run", "unary_relu"), "elu": ("run", "unary_elu"),
-    "sigmoid_deriv": ("run", "deriv_sigmoid"), "tanh_deriv": ("run", "deriv_tanh"),
-    "relu_deriv": ("run", "deriv_relu"), "elu_deriv": ("run", "deriv_elu"),
-    "add_st": ("scalar", "scalar_add"), "mult_st": ("scalar", "scalar_mul"),
-    "mult_add_st": ("scalar", "scalar_mul_add"),
-    "axpby": ("axpby", "axpby"),
-}
+
+def _call(op):
+    """The OneCall method that serves an elementwise row, or None: "run"
+    takes arrays only, "scalar" one scalar then arrays; "axpby" is its own.
+    Other layouts (clip_t, fill_if: scalars among the arrays) stay in Python."""
+    if not op.scalars:
+        return "run"
+    if op.scalars == op.params[:1] and len(op.params) == 3:
+        return "scalar"
+    return None
+
+
+# op -> (OneCall method, kernel), derived from the op table.  "run":
+# kernel(pointers..., n) over the op's arrays in order; "scalar": kernel(s,
+# pointers..., n); "axpby": kernel(alpha, x, beta, y, n): each the argument
+# order of the row's kernel (optable.kernel_format).
+OPS = {name: (_call(op), op.kernel) for name, op in ELEMENTWISE.items() if _call(op)}
+OPS["axpby"] = ("axpby", TABLE["axpby"].kernel)
 KERNELS = tuple(kernel for _, kernel in OPS.values())
 
 
@@ -67,30 +70,17 @@ def make(handler, slot, block, small_out, small_k, dry=False):
 
 
 def _method(name, call, index):
-    slow = getattr(Handler, name)   # the checks, then _binary/_unary/... in Python
-
-    # One wrapper per arity: *args would cost a tuple per call.
-    if call == "axpby":
-        def op(self, alpha, x, beta, y):
-            if not self._one_call.axpby(index, alpha, x, beta, y):
-                slow(self, alpha, x, beta, y)
-    elif call == "scalar":
-        def op(self, s, t, out):
-            if not self._one_call.scalar(index, s, t, out):
-                slow(self, s, t, out)
-    elif slow.__code__.co_argcount == 3:
-        def op(self, a, out):
-            if not self._one_call.run(index, a, out):
-                slow(self, a, out)
-    elif slow.__code__.co_argcount == 4:
-        def op(self, a, b, out):
-            if not self._one_call.run(index, a, b, out):
-                slow(self, a, b, out)
-    else:
-        def op(self, x, y, dy, dx):
-            if not self._one_call.run(index, x, y, dy, dx):
-                slow(self, x, y, dy, dx)
-    return functools.wraps(slow)(op)
+    """The one-call form of ``name``: OneCall first, the contract's Python
+    path (checks, then ``_elementwise`` or ``_axpby``) when it declines.
+    Made from source so that it has the row's own parameter names."""
+    slow = getattr(Handler, name)
+    sig = ", ".join(TABLE[name].params)
+    src = (f"def {name}(self, {sig}):\n"
+           f"    if not self._one_call.{call}({index}, {sig}):\n"
+           f"        slow(self, {sig})\n")
+    namespace = {"slow": slow}
+    exec(compile(src, f"<one_call {name}>", "exec"), namespace)
+    return functools.wraps(slow)(namespace[name])
 
 
 def _dot_method(name, beta):

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from . import cuda_context, cuda_graph, cuda_transfer, kernel_loader, one_call
+from . import cuda_context, cuda_graph, cuda_transfer, kernel_loader, one_call, optable
 from .base import Handler
 from .blas import make_gemm
 from .checks import fail_type
@@ -273,44 +273,11 @@ class PyCudaHandler(Handler):
 
     # kernels ------------------------------------------------------------------
     def _load_kernels(self):
+        # Every kernel of the op table, with its argument format for this dtype.
         suf = "f32" if self.dtype == np.float32 else "f64"
         T = "f" if self.dtype == np.float32 else "d"
-        k = {}
-
-        def add(file, name, fmt, key=None):
-            k[key or name] = kernel_loader.function(file, name, suf, fmt)
-
-        add("elementwise", "fill", f"P{T}q")
-        add("elementwise", "axpby", f"{T}P{T}Pq")
-        for op in ("add", "sub", "mul", "div", "mul_add"):
-            add("elementwise", "binary_" + op, "PPPq")
-        for op in ("add", "mul", "mul_add"):
-            add("elementwise", "scalar_" + op, f"{T}PPq")
-        for op in ("abs", "sign", "sqrt", "log", "exp", "sigmoid", "tanh", "relu", "elu"):
-            add("elementwise", "unary_" + op, "PPq")
-        add("elementwise", "clip", f"P{T}{T}Pq")
-        for op in ("sigmoid", "tanh", "relu", "elu"):
-            add("elementwise", "deriv_" + op, "PPPPq")
-        for op in ("add", "sub", "mul", "div"):
-            for side in ("row", "col"):
-                add("elementwise", f"mv_{op}_{side}", "PPPqq")
-        add("elementwise", "broadcast", "PPqqq")
-        add("elementwise", "copy_if", "PPPq")
-        add("elementwise", "fill_if", f"P{T}Pq")
-        add("elementwise", "add_if", "PPPq")
-        add("elementwise", "all_finite", "PqP")
-        add("rows", "softmax_rows", "PPqq")
-        add("rows", "index_m_by_v", "PPPqq")
-        add("rows", "binarize_v", "PPqq")
-        add("random", "fill_gaussian", f"Pq{T}{T}QQP")
-        add("random", "probability_mask", f"Pq{T}QQP")
-        add("random", "rng_advance", "PQ")
-        add("elementwise", "axpby_dev", f"P{T}PP{T}Pq")
-        add("reduce", "sum_rows", "PPPPqqqq")
-        add("small_gemm", "small_gemm", "PPPqqqiii")
-        add("reduce", "sum_cols", "PPPPqqqqqi")
-        add("reduce", "sum_cols_vec", "PPPPqqqqqi")
-        self._k = k
+        self._k = {name: kernel_loader.function(file, name, suf, fmt.replace("T", T))
+                   for name, (file, fmt) in optable.KERNELS.items()}
 
     def _grid(self, n):
         """Blocks for a grid-stride kernel over n elements (VEC per thread)."""
@@ -625,19 +592,15 @@ class PyCudaHandler(Handler):
         return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
-    # With the C launcher, the ops of one_call.OPS reach these only when
+    # With the C launcher, the ops of one_call.OPS reach this only when
     # OneCall declined their arguments.
-    def _binary(self, name, a, b, out):
-        self._launch("binary_" + name, out.size, a.gpudata, b.gpudata, out.gpudata, out.size)
-
-    def _scalar_op(self, name, s, t, out):
-        self._launch("scalar_" + name, out.size, s, t.gpudata, out.gpudata, out.size)
-
-    def _unary(self, name, a, out):
-        self._launch("unary_" + name, out.size, a.gpudata, out.gpudata, out.size)
-
-    def _clip(self, a, a_min, a_max, out):
-        self._launch("clip", out.size, a.gpudata, a_min, a_max, out.gpudata, out.size)
+    def _elementwise(self, op, *args):
+        n = args[op.out].size
+        if n:
+            kernel = self._k[op.kernel]
+            _launch_kernel(kernel.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
+                           _BLOCK, kernel.fmt,
+                           *[a if type(a) is float else a.gpudata for a in args], n)
 
     def _broadcast_t(self, a, axis, out):
         s = out.shape
@@ -651,11 +614,7 @@ class PyCudaHandler(Handler):
         self._launch(f"mv_{name}_{side}", out.size, m.gpudata, v.gpudata, out.gpudata,
                      rows, cols)
 
-    # activations --------------------------------------------------------------
-    def _deriv(self, name, x, y, dy, dx):
-        self._launch("deriv_" + name, dx.size, x.gpudata, y.gpudata, dy.gpudata,
-                     dx.gpudata, dx.size)
-
+    # rows -------------------------------------------------------------------
     def _softmax_m(self, m, out):
         rows, cols = m.shape
         if rows and cols:
@@ -672,15 +631,6 @@ class PyCudaHandler(Handler):
     def _binarize_v(self, v, out):
         rows, cols = out.shape
         self._launch("binarize_v", out.size, v.gpudata, out.gpudata, rows, cols)
-
-    def _masked(self, name, src, val, dest, cond):
-        n = dest.size
-        if name == "copy":
-            self._launch("copy_if", n, src.gpudata, dest.gpudata, cond.gpudata, n)
-        elif name == "fill":
-            self._launch("fill_if", n, dest.gpudata, val, cond.gpudata, n)
-        else:
-            self._launch("add_if", n, src.gpudata, dest.gpudata, cond.gpudata, n)
 
     def _is_fully_finite(self, a):
         if not a.size:

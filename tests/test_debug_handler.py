@@ -15,6 +15,7 @@ import pytest
 import handlers
 from handlers import DebugHandler, Handler, StreamHazardError
 from handlers.debug_handler import OPS, DebugEvent, byte_range
+from handlers.optable import ELEMENTWISE
 from helpers import assert_close, rand
 from test_streams_api import workload
 from test_validation import CASES, OPS_BY_NAME, Call
@@ -115,6 +116,17 @@ def _same(n):
     return [A(S) for _ in range(n)]
 
 
+POSITIVE = {"sqrt_t", "log_t", "rsqrt_t", "pow_st"}   # ops whose inputs must be > 0 here
+SCALARS = {"a_min": -0.3, "a_max": 0.4}
+
+
+def _elementwise(row):
+    """The recipe of an elementwise row of the op table."""
+    kind = "pos" if row.name in POSITIVE else "rand"
+    return [SCALARS.get(p, 0.75) if p in row.scalars
+            else A(S, "cond" if p == "cond" else kind) for p in row.params]
+
+
 RECIPES = {
     "get_numpy_copy": [A(S)],
     "set_from_numpy": [A(S), Host(S)],
@@ -124,23 +136,13 @@ RECIPES = {
     "dot_add_mm": [A((R, 4)), A((4, C)), A(S)],
     "axpby": [0.5, A(S), -1.5, A(S)],
     "sum_t": [A(S), 0, A((C,))],
-    **{op: _same(3) for op in ("add_tt", "subtract_tt", "mult_tt", "divide_tt",
-                                "mult_add_tt")},
-    **{op: [0.75, A(S), A(S)] for op in ("add_st", "mult_st", "mult_add_st")},
-    **{op: _same(2) for op in ("abs_t", "sign_t", "exp_t", "sigmoid", "tanh", "relu", "elu",
-                                "softmax_m")},
-    "sqrt_t": [A(S, "pos"), A(S)],
-    "log_t": [A(S, "pos"), A(S)],
-    "clip_t": [A(S), -0.3, 0.4, A(S)],
+    **{name: _elementwise(op) for name, op in ELEMENTWISE.items()},
+    "softmax_m": _same(2),
     "broadcast_t": [A((1, C)), 0, A(S)],
     **{op: [A(S), A((R, 1)), A(S)] for op in ("add_mv", "subtract_mv", "mult_mv",
                                                "divide_mv")},
-    **{op: _same(4) for op in ("sigmoid_deriv", "tanh_deriv", "relu_deriv", "elu_deriv")},
     "index_m_by_v": [A(S), A((R, 1), "idx"), A((R, 1))],
     "binarize_v": [A((R, 1), "idx"), A(S)],
-    "copy_to_if": [A(S), A(S), A(S, "cond")],
-    "fill_if": [A(S), 0.5, A(S, "cond")],
-    "add_into_if": [A(S), A(S), A(S, "cond")],
     "is_fully_finite": [A(S)],
     "fill_gaussian": [0.1, 2.0, A(S)],
     "generate_probability_mask": [A(S), 0.3],

@@ -292,6 +292,9 @@ BINARY = {  # name: (reference(a, b, old_out), range of b)
     "mult_tt": (lambda a, b, o: a * b, None),
     "divide_tt": (lambda a, b, o: a / b, "away-from-zero"),
     "mult_add_tt": (lambda a, b, o: o + a * b, None),
+    "maximum_tt": (lambda a, b, o: np.maximum(a, b), None),
+    "minimum_tt": (lambda a, b, o: np.minimum(a, b), None),
+    "greater_tt": (lambda a, b, o: (a > b).astype(np.float64), None),
 }
 
 
@@ -336,6 +339,7 @@ SCALAR = {  # name: reference(s, t, old_out)
     "add_st": lambda s, t, o: t + s,
     "mult_st": lambda s, t, o: s * t,
     "mult_add_st": lambda s, t, o: o + s * t,
+    "pow_st": lambda s, t, o: np.power(t, s),   # t > 0 here; signs in test_pow_st_special
 }
 
 
@@ -344,7 +348,7 @@ SCALAR = {  # name: reference(s, t, old_out)
             big=lambda v: v == (-1.7,))
 @pytest.mark.parametrize("op", list(SCALAR))
 def test_scalar_ops(handler, rng, op, s, where, shape):
-    t, rt = rand_input(handler, shape, rng)
+    t, rt = rand_input(handler, shape, rng, *((0.05, 2.0) if op == "pow_st" else ()))
     if where == "out-is-t":
         out, r_out = t, rt
     elif op == "mult_add_st":
@@ -366,6 +370,8 @@ UNARY = {  # name: (float64 reference, input range)
     "tanh": (np.tanh, (-3, 3)),
     "relu": (lambda x: np.maximum(x, 0.0), (-1, 1)),
     "elu": (lambda x: np.where(x > 0, x, np.expm1(x)), (-3, 3)),
+    "square_t": (np.square, (-3, 3)),
+    "rsqrt_t": (lambda x: 1.0 / np.sqrt(x), (0.05, 4)),
 }
 
 
@@ -392,7 +398,57 @@ SPECIAL = [  # documented edge values: (op, inputs, expected)
     ("elu", [-100.0, 0.0, 2.0], [-1.0, 0.0, 2.0]),
     ("tanh", [-100.0, 100.0, 0.0], [-1.0, 1.0, 0.0]),
     ("sigmoid", [-100.0, 100.0, -1000.0, 1000.0, 0.0], [0.0, 1.0, 0.0, 1.0, 0.5]),
+    ("rsqrt_t", [0.0, -1.0, 4.0, np.inf, 0.25], [np.inf, np.nan, 0.5, 0.0, 2.0]),
+    ("square_t", [-3.0, 0.0, np.nan, -np.inf], [9.0, 0.0, np.nan, np.inf]),
 ]
+
+
+BINARY_SPECIAL = [  # (op, a, b, expected): NaN handling and ties
+    ("maximum_tt", [np.nan, 1.0, 2.0, -np.inf, 3.0], [0.0, np.nan, 2.0, 1.0, -1.0],
+     [np.nan, np.nan, 2.0, 1.0, 3.0]),
+    ("minimum_tt", [np.nan, 1.0, 2.0, -np.inf, 3.0], [0.0, np.nan, 2.0, 1.0, -1.0],
+     [np.nan, np.nan, 2.0, -np.inf, -1.0]),
+    ("greater_tt", [np.nan, 1.0, 2.0, np.inf, 3.0], [0.0, np.nan, 2.0, 1.0, -1.0],
+     [0.0, 0.0, 0.0, 1.0, 1.0]),
+]
+
+
+@pytest.mark.parametrize("op,a,b,expected", BINARY_SPECIAL, ids=[c[0] for c in BINARY_SPECIAL])
+def test_binary_special_values(handler, op, a, b, expected):
+    out = poisoned(handler, (len(a),))
+    getattr(handler, op)(handler.create_from_numpy(np.array(a)),
+                         handler.create_from_numpy(np.array(b)), out)
+    assert_close(handler, out, expected)
+
+
+@pytest.mark.parametrize("s,t,expected", [
+    (2.0, [-3.0, 0.0, 1.5], [9.0, 0.0, 2.25]),
+    (3.0, [-2.0, 0.5], [-8.0, 0.125]),
+    (0.5, [4.0, -4.0, 0.0], [2.0, np.nan, 0.0]),
+    (-1.0, [0.0, 2.0, -4.0], [np.inf, 0.5, -0.25]),
+    (0.0, [0.0, -7.0, np.nan], [1.0, 1.0, 1.0]),
+])
+def test_pow_st_special_values(handler, s, t, expected):
+    out = poisoned(handler, (len(t),))
+    handler.pow_st(s, handler.create_from_numpy(np.array(t)), out)
+    assert_close(handler, out, expected)
+
+
+@shapes
+@pytest.mark.parametrize("where", ["out", "out-is-a", "out-is-b", "out-is-cond"])
+def test_where_t(handler, rng, where, shape):
+    cond_data = rng.choice([0.0, 1.0, -2.0, np.nan], shape)
+    cond, rc = upload(handler, cond_data)
+    a, ra = rand_input(handler, shape, rng)
+    b, rb = rand_input(handler, shape, rng)
+    out = {"out": poisoned(handler, shape), "out-is-a": a, "out-is-b": b,
+           "out-is-cond": cond}[where]
+    expected = np.where(np.isnan(rc) | (rc != 0), ra, rb)
+    assert handler.where_t(cond, a, b, out) is None
+    assert_close(handler, out, expected)
+    if where == "out":
+        assert_unchanged(handler, a, ra, "a")
+        assert_unchanged(handler, b, rb, "b")
 
 
 @pytest.mark.parametrize("op,inputs,expected", SPECIAL, ids=[s[0] for s in SPECIAL])

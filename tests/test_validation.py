@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from handlers import Handler, NumpyHandler
+from handlers.optable import ELEMENTWISE
 from helpers import other_dtype, rand
 
 SH = (3, 4)          # default shape of same-shape ops
@@ -66,14 +67,6 @@ def cond_values(shape, rng):
     return (rng.random(shape) < 0.5).astype(float)
 
 
-def unary(name, a="a", out="out"):
-    return Op(name, Arr(a, SH), Arr(out, SH), same_shape=True)
-
-
-def deriv(name):
-    return Op(name, Arr("x", SH), Arr("y", SH), Arr("dy", SH), Arr("dx", SH), same_shape=True)
-
-
 def mv(name):
     return Op(name, Arr("m", SH), Arr("v", (1, 4)), Arr("out", SH),
               bad_shapes=[("v", (1, 5)), ("v", (4, 1)), ("v", SH), ("out", OTHER), ("m", OTHER)],
@@ -116,6 +109,17 @@ class NotAnArray:
         return np.zeros(self.shape, dtype or self.dtype)
 
 
+SCALAR_VALUES = {"a_min": -0.5, "a_max": 0.5}
+EXTRA = {"clip_t": [("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5})]}
+
+
+def elementwise(row):
+    """The description of an elementwise row of the op table."""
+    params = [Scalar(p, SCALAR_VALUES.get(p, 0.5)) if p in row.scalars
+              else Arr(p, SH, cond_values if p == "cond" else None) for p in row.params]
+    return Op(row.name, *params, same_shape=True, extra=EXTRA.get(row.name, []))
+
+
 OPS = [
     # memory
     shape_arg_op("allocate"), shape_arg_op("zeros"), shape_arg_op("ones"),
@@ -141,15 +145,8 @@ OPS = [
                                         "alias": {"out": "a"}}),
               ("out-view-of-a", ValueError, {"shapes": {"a": (3, 1)},
                                              "view": ("out", "a", (3,))})]),
-    # elementwise
-    *[Op(n, Arr("a", SH), Arr("b", SH), Arr("out", SH), same_shape=True)
-      for n in ("add_tt", "subtract_tt", "mult_tt", "divide_tt", "mult_add_tt")],
-    *[Op(n, Scalar("s", 0.5), Arr("t", SH), Arr("out", SH), same_shape=True)
-      for n in ("add_st", "mult_st", "mult_add_st")],
-    *[unary(n) for n in ("abs_t", "sign_t", "sqrt_t", "log_t", "exp_t")],
-    Op("clip_t", Arr("a", SH), Scalar("a_min", -0.5), Scalar("a_max", 0.5), Arr("out", SH),
-       same_shape=True,
-       extra=[("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5})]),
+    # elementwise: every row of the op table
+    *[elementwise(op) for op in ELEMENTWISE.values()],
     Op("broadcast_t", Arr("a", (3, 1, 5)), Fixed("axis", 1), Arr("out", (3, 4, 5)),
        bad_shapes=[("a", (3, 2, 5)), ("a", (3, 1, 6)), ("out", (3, 4, 6))],
        bad_ranks=[("a", (3, 5)), ("out", (3, 4, 5, 1))],
@@ -158,10 +155,6 @@ OPS = [
               ("out-rank-0", ValueError, {"axis": 0, "shapes": {"a": (), "out": ()}}),
               ("out-overlaps-a", ValueError, {"overlap": ("a", "out", (3, 4, 5))})]),
     *[mv(n) for n in ("add_mv", "subtract_mv", "mult_mv", "divide_mv")],
-    # activations
-    unary("sigmoid", "x", "y"), unary("tanh", "x", "y"), unary("relu", "x", "y"),
-    unary("elu", "x", "y"),
-    *[deriv(n) for n in ("sigmoid_deriv", "tanh_deriv", "relu_deriv", "elu_deriv")],
     Op("softmax_m", Arr("m", SH), Arr("out", SH), same_shape=True,
        extra=[("both-1d", ValueError, {"shapes": {"m": FLAT, "out": FLAT}}),
               ("both-3d", ValueError, {"shapes": {"m": (2, 3, 4), "out": (2, 3, 4)}})]),
@@ -173,12 +166,6 @@ OPS = [
        bad_shapes=[("v", (5, 1)), ("v", (4, 2)), ("out", (5, 5))],
        bad_ranks=[("v", (4,)), ("out", (20,))],
        extra=[("out-is-v", ValueError, {"shapes": {"out": (4, 1)}, "alias": {"out": "v"}})]),
-    Op("copy_to_if", Arr("src", SH), Arr("dest", SH), Arr("cond", SH, cond_values),
-       same_shape=True),
-    Op("fill_if", Arr("mem", SH), Scalar("val", 0.5), Arr("cond", SH, cond_values),
-       same_shape=True),
-    Op("add_into_if", Arr("a", SH), Arr("out", SH), Arr("cond", SH, cond_values),
-       same_shape=True),
     Op("is_fully_finite", Arr("a", SH)),
     # randomness
     Op("fill_gaussian", Scalar("mean", 0.0), Scalar("std", 1.0), Arr("out", SH),

@@ -190,6 +190,10 @@ __device__ __forceinline__ float sqrt(float x) { return ::sqrtf(x); }
 __device__ __forceinline__ double sqrt(double x) { return ::sqrt(x); }
 __device__ __forceinline__ float tanh(float x) { return ::tanhf(x); }
 __device__ __forceinline__ double tanh(double x) { return ::tanh(x); }
+__device__ __forceinline__ float rsqrt(float x) { return ::rsqrtf(x); }
+__device__ __forceinline__ double rsqrt(double x) { return ::rsqrt(x); }
+__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
+__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
 __device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
 __device__ __forceinline__ double abs(double x) { return ::fabs(x); }
 // fmax ignores a NaN operand (returns the other one).

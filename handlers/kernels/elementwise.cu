@@ -128,6 +128,25 @@ template <typename T> struct Sub { __device__ T operator()(T a, T b) const { ret
 template <typename T> struct Mul { __device__ T operator()(T a, T b) const { return a * b; } };
 template <typename T> struct Div { __device__ T operator()(T a, T b) const { return a / b; } };
 
+// NaN in either operand gives NaN, as numpy.maximum/minimum do (fmax and
+// fmin would return the other operand).
+template <typename T> struct Max {
+    __device__ T operator()(T a, T b) const { return a != a ? a : (b != b || b > a) ? b : a; }
+};
+template <typename T> struct Min {
+    __device__ T operator()(T a, T b) const { return a != a ? a : (b != b || b < a) ? b : a; }
+};
+
+// 1 or 0; any comparison with NaN is false.
+template <typename T> struct Greater {
+    __device__ T operator()(T a, T b) const { return a > b ? T(1) : T(0); }
+};
+
+// NaN in cond counts as true, as in numpy (NaN != 0).
+template <typename T> struct Where {
+    __device__ T operator()(T cond, T a, T b) const { return cond != T(0) ? a : b; }
+};
+
 template <typename T> struct MulAdd {
     __device__ T operator()(T a, T b, T old) const { return old + a * b; }
 };
@@ -146,6 +165,14 @@ template <typename T> struct MulAddScalar {
     T s;
     __device__ T operator()(T t, T old) const { return old + s * t; }
 };
+
+template <typename T> struct PowScalar {
+    T s;
+    __device__ T operator()(T t) const { return dm::pow(t, s); }
+};
+
+template <typename T> struct Square { __device__ T operator()(T x) const { return x * x; } };
+template <typename T> struct Rsqrt { __device__ T operator()(T x) const { return dm::rsqrt(x); } };
 
 template <typename T> struct Abs { __device__ T operator()(T x) const { return dm::abs(x); } };
 
@@ -392,6 +419,12 @@ SH_BINARY(binary_add, Add)
 SH_BINARY(binary_sub, Sub)
 SH_BINARY(binary_mul, Mul)
 SH_BINARY(binary_div, Div)
+SH_BINARY(binary_max, Max)
+SH_BINARY(binary_min, Min)
+SH_BINARY(binary_greater, Greater)
+
+SH_EXPORT(where, (const T* cond, const T* a, const T* b, T* out, long long n),
+          sh::map<false>(sh::Where<T>{}, out, n, cond, a, b))
 
 SH_EXPORT(binary_mul_add, (const T* a, const T* b, T* out, long long n),
           sh::map<true>(sh::MulAdd<T>{}, out, n, a, b))
@@ -402,6 +435,8 @@ SH_EXPORT(scalar_mul, (T s, const T* t, T* out, long long n),
           sh::map<false>(sh::MulScalar<T>{s}, out, n, t))
 SH_EXPORT(scalar_mul_add, (T s, const T* t, T* out, long long n),
           sh::map<true>(sh::MulAddScalar<T>{s}, out, n, t))
+SH_EXPORT(scalar_pow, (T s, const T* t, T* out, long long n),
+          sh::map<false>(sh::PowScalar<T>{s}, out, n, t))
 
 #define SH_UNARY(name, Op)                                                    \
     SH_EXPORT(name, (const T* a, T* out, long long n),                        \
@@ -409,6 +444,8 @@ SH_EXPORT(scalar_mul_add, (T s, const T* t, T* out, long long n),
 SH_UNARY(unary_abs, Abs)
 SH_UNARY(unary_sign, Sign)
 SH_UNARY(unary_sqrt, Sqrt)
+SH_UNARY(unary_rsqrt, Rsqrt)
+SH_UNARY(unary_square, Square)
 SH_UNARY(unary_log, Log)
 SH_UNARY(unary_exp, Exp)
 SH_UNARY(unary_sigmoid, Sigmoid)

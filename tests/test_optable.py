@@ -1,0 +1,108 @@
+"""The op table (``handlers.optable``) against what it describes.
+
+* Every kernel's argument format in the table matches the kernel's signature
+  in its ``.cu`` source (the sources preprocessed with the host C++ compiler,
+  so the ``SH_*`` macros are expanded), for both instantiations.
+* Every kernel the sources export is in the table, so none is loaded by hand.
+* The contract's elementwise methods are the table's: signature, docstring,
+  and a handler missing a backend hook fails when it is made.
+"""
+import inspect
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from handlers import Handler, NumpyHandler
+from handlers.optable import ELEMENTWISE, KERNELS, OPS, kernel_format
+
+SOURCES = Path(__file__).resolve().parents[1] / "handlers" / "kernels"
+CXX = shutil.which("g++") or shutil.which("clang++")
+EXPORT = re.compile(r'extern\s+"C"\s+void\s+(\w+)_f(32|64)\s*\(([^)]*)\)')
+
+
+def _code(param, T):
+    """The launch format code of one C parameter (``T`` the instantiation's
+    scalar type, "float" or "double")."""
+    if "*" in param:
+        return "P"
+    ctype = " ".join(param.replace("const", "").split()[:-1])   # drop the name
+    if ctype in ("T", T):
+        return "T"
+    return {"long long": "q", "unsigned long long": "Q", "int": "i", "float": "f",
+            "double": "d"}[ctype]
+
+
+def exported():
+    """kernel name -> {dtype suffix: format} as the .cu sources declare them."""
+    found = {}
+    for src in sorted(SOURCES.glob("*.cu")):
+        cmd = [CXX, "-E", "-P", "-x", "c++", "-std=c++17", "-D__global__=", "-D__device__=",
+               "-D__forceinline__=", "-D__launch_bounds__(...)=", "-I", str(SOURCES), str(src)]
+        text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        # Inside namespace sh_f32 (sh_f64) the kernels are written in terms of T.
+        for name, bits, params in EXPORT.findall(text):
+            T = "float" if bits == "32" else "double"
+            fmt = "".join(_code(p.strip(), T) for p in params.split(",") if p.strip())
+            found.setdefault(name, {})[bits] = (src.stem, fmt)
+    return found
+
+
+@pytest.fixture(scope="module")
+def sources():
+    if CXX is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to preprocess the kernel sources")
+    return exported()
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_kernel_format_matches_its_source(sources, kernel):
+    file, fmt = KERNELS[kernel]
+    assert kernel in sources, f"{kernel} is not exported by any .cu source"
+    for bits in ("32", "64"):
+        assert sources[kernel][bits] == (file, fmt), (
+            f"{kernel}_f{bits}: table says {file}.cu {fmt}, source has {sources[kernel][bits]}")
+
+
+def test_every_exported_kernel_is_in_the_table(sources):
+    assert set(sources) == set(KERNELS)
+
+
+def test_elementwise_formats_follow_the_parameters():
+    assert kernel_format(OPS["clip_t"], "T") == "PTTPq"
+    assert kernel_format(OPS["fill_if"], "T") == "PTPq"
+    assert kernel_format(OPS["axpby"], "T") == "TPTPq"
+    for op in ELEMENTWISE.values():
+        assert KERNELS[op.kernel] == ("elementwise", kernel_format(op, "T")), op.name
+
+
+def test_table_covers_the_contract():
+    public = {n for n, v in vars(Handler).items() if callable(v) and not n.startswith("_")}
+    assert set(OPS) == public
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+def test_elementwise_method_is_the_row(name):
+    op = ELEMENTWISE[name]
+    method = getattr(Handler, name)
+    assert tuple(inspect.signature(method).parameters)[1:] == op.params
+    assert op.doc in method.__doc__ and "Aliasing" in method.__doc__
+    assert set(op.reads + op.unused + op.writes) | set(op.scalars) == set(op.params)
+
+
+def test_a_handler_missing_a_hook_fails_when_made():
+    class Partial(NumpyHandler):
+        pass
+    del_hook = "_elementwise"
+    Partial._elementwise = Handler._elementwise      # back to the abstract one
+    Partial.__abstractmethods__ = frozenset({del_hook})
+    with pytest.raises(TypeError, match=del_hook):
+        Partial()
+
+    class Bare(Handler):
+        array_type = np.ndarray
+    with pytest.raises(TypeError, match="abstract"):
+        Bare()
