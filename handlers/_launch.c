@@ -33,6 +33,8 @@ typedef int (*event_create_fn)(void **, unsigned);
 typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
 typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
 typedef int (*stream_wait_fn)(void *, void *, unsigned);
+typedef int (*ctx_get_fn)(void **);
+typedef int (*ctx_set_fn)(void *);
 
 launch_fn cu_launch;
 static error_name_fn cu_error_name;
@@ -40,6 +42,12 @@ static event_create_fn cu_event_create;
 static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
 static event_record_fn cu_event_record;
 static stream_wait_fn cu_stream_wait;
+static ctx_get_fn cu_ctx_get_current;
+static ctx_set_fn cu_ctx_set_current;
+/* The context handlers use (set_context), made current on each thread that
+ * launches through this module when none is (ensure_context). */
+static void *handler_context;
+static _Thread_local int context_checked;
 
 /* Pack args by fmt into buf; params[i] points at argument i.  Returns the
  * number of bytes used, or -1 with a Python exception set. */
@@ -173,8 +181,10 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
     cu_event_sync = (event_fn)dlsym(lib, "cuEventSynchronize");
     cu_event_record = (event_record_fn)dlsym(lib, "cuEventRecord");
     cu_stream_wait = (stream_wait_fn)dlsym(lib, "cuStreamWaitEvent");
+    cu_ctx_get_current = (ctx_get_fn)dlsym(lib, "cuCtxGetCurrent");
+    cu_ctx_set_current = (ctx_set_fn)dlsym(lib, "cuCtxSetCurrent");
     if (!cu_event_create || !cu_event_destroy || !cu_event_query || !cu_event_sync ||
-        !cu_event_record || !cu_stream_wait)
+        !cu_event_record || !cu_stream_wait || !cu_ctx_get_current || !cu_ctx_set_current)
         Py_RETURN_FALSE;
     /* Set last: a true cu_launch means every symbol above was found. */
     cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
@@ -189,10 +199,33 @@ PyObject *driver_error(const char *what, int rc) {
     return NULL;
 }
 
+int ensure_context(void) {
+    if (context_checked || !handler_context) return 1;
+    void *current = NULL;
+    int rc = cu_ctx_get_current(&current);
+    if (!rc && !current) rc = cu_ctx_set_current(handler_context);
+    if (rc) {
+        driver_error("cuCtxSetCurrent", rc);
+        return 0;
+    }
+    context_checked = 1;
+    return 1;
+}
+
 int loaded(const char *what) {
-    if (cu_launch) return 1;
+    if (cu_launch) return ensure_context();
     PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
     return 0;
+}
+
+/* set_context(handle): the CUcontext (an int) that launches on a thread
+ * with no current context make current first. */
+static PyObject *py_set_context(PyObject *self, PyObject *handle) {
+    (void)self;
+    void *ctx = PyLong_AsVoidPtr(handle);
+    if (PyErr_Occurred()) return NULL;
+    handler_context = ctx;
+    Py_RETURN_NONE;
 }
 
 /* launch(function, stream, grid, block, fmt, *args): cuLaunchKernel with a
@@ -359,6 +392,8 @@ static PyObject *py_event_sync(PyObject *self, PyObject *const *args, Py_ssize_t
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef methods[] = {
+    {"set_context", py_set_context, METH_O,
+     "set_context(handle): the CUcontext made current on a thread that has none."},
     {"load", py_load, METH_NOARGS,
      "load() -> bool: open libcuda; False where there is no CUDA driver."},
     {"launch", (PyCFunction)(void (*)(void))py_launch, METH_FASTCALL,

@@ -19,7 +19,12 @@ int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m
 /* Set a RuntimeError naming the failed driver call and its error; returns NULL. */
 PyObject *driver_error(const char *what, int rc);
 
-/* 1 if libcuda is loaded, else 0 with a RuntimeError naming `what`. */
+/* Make the handlers' context current on this thread if no context is (once
+ * per thread); 1 on success, else 0 with an exception set. */
+int ensure_context(void);
+
+/* 1 if libcuda is loaded (and the context current, ensure_context), else 0
+ * with a RuntimeError naming `what`. */
 int loaded(const char *what);
 
 /* Add the OneCall type to the module; -1 with an exception set on failure. */

@@ -545,6 +545,7 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
         Py_XSETREF(self->last, last);
         Py_RETURN_TRUE;
     }
+    if (!loaded("OneCall.dot")) return NULL;
     int status = call_gemm(self->gemm, self->cublas, self->itemsize == 8, tb, ta, (int)n, (int)m,
                            (int)k, 1.0, ptr[1].v.p, ldb, ptr[0].v.p, lda, beta, ptr[2].v.p,
                            (int)n);

@@ -1,10 +1,13 @@
 """The device's primary CUDA context, shared with PyTorch and CuPy.
 
 pycuda needs a current context.  We retain the device's *primary* context (the
-one the CUDA runtime, and so PyTorch and CuPy, use) and push it once; a private
-context would break launches once another library loads, and a context left
-pushed at exit makes pycuda abort.  At exit, registered cleanups (cuBLAS
-handles, memory pools) run first, then the context is popped.
+one the CUDA runtime, and so PyTorch and CuPy, use); a private context would
+break launches once another library loads.  The thread that creates the first
+handler pushes it; any other thread that uses a handler pushes it once, on its
+first call (``enter``), and pops it when the thread ends, since a context left
+pushed on a thread's pycuda stack when the thread (or the process) ends makes
+pycuda abort.  At exit, registered cleanups (cuBLAS handles, memory pools) run
+first, then the owner's context is popped.
 """
 import atexit
 import importlib.util
@@ -12,9 +15,10 @@ import threading
 
 _state = {}      # device index -> (device, context)
 _cleanups = []   # callables run at exit, before the context is popped
-_deferred = []   # releases asked for on other threads (see run_on_owner)
-_owner = [None]  # ident of the thread that pushed the context
+_deferred = []   # releases asked for where no context is current (run_with_context)
+_owner = [None]  # ident of the thread that pushed the context first
 _capturing = [0]  # graph captures in progress (see capturing)
+_here = threading.local()   # .entry: this thread's _Entry, once it pushed the context
 
 
 def load_driver():
@@ -47,8 +51,8 @@ def acquire(device_index=0):
     context the first time.  Only one device per process is supported."""
     drv = load_driver()
     if device_index in _state:
-        if threading.get_ident() == _owner[0]:
-            _run_deferred()
+        enter()
+        release_deferred()
         return _state[device_index]
     if _state:
         raise RuntimeError("PyCudaHandler: handlers on several devices in one "
@@ -60,27 +64,64 @@ def acquire(device_index=0):
     context = device.retain_primary_context()
     context.push()
     _owner[0] = threading.get_ident()
+    _here.entry = _OWNER_ENTRY   # popped by _release at exit, not per thread
     _state[device_index] = (device, context)
     atexit.register(_release)
     return _state[device_index]
 
 
-def run_on_owner(fn):
-    """Run ``fn()`` now if this is the thread that made the context current,
-    else at the next handler creation or at exit, on that thread.  Releasing
-    pycuda objects on another thread (where the garbage collector may run)
-    leaks them with a warning, as pycuda cannot make the context current.
+class _Entry:
+    """The context pushed on one thread other than the owner; popped when the
+    thread ends (CPython clears a thread's locals on that thread, before
+    pycuda's own per-thread cleanup would abort on a non-empty stack)."""
+
+    def __init__(self, context):
+        self.context = context
+        context.push()
+
+    def __del__(self):
+        try:
+            self.context.pop()
+        except Exception:   # the process is ending and CUDA is gone: nothing to undo
+            pass
+
+
+_OWNER_ENTRY = object()
+
+
+def enter():
+    """Make the primary context current on the calling thread (once per
+    thread: later calls cost an attribute lookup).  Every PyCudaHandler entry
+    point that calls pycuda or the driver calls this first, so a handler works
+    from any thread."""
+    if getattr(_here, "entry", None) is None and _state:
+        _, context = next(iter(_state.values()))
+        _here.entry = _Entry(context)
+
+
+def entered():
+    """True if the primary context is current on this thread through ``enter``
+    or ``acquire``."""
+    return getattr(_here, "entry", None) is not None
+
+
+def run_with_context(fn):
+    """Run ``fn()`` now if the context is current on this thread (``enter``),
+    else later on a thread where it is: at the next allocation or handler
+    creation, or at exit.  Releasing pycuda objects on a thread without the
+    context (the garbage collector may run anywhere, on prefetch's reader
+    too) leaks them with a warning, as pycuda cannot make it current there.
     While a graph capture is in progress releases wait for its end too: a
     handler collected then would destroy cuBLAS handles and free memory,
     calls that wait for the device and so invalidate the capture."""
-    if threading.get_ident() == _owner[0] and not _capturing[0]:
+    if entered() and not _capturing[0]:
         fn()
     else:
         _deferred.append(fn)
 
 
 def capture_began():
-    """A graph capture started: releases wait for its end (``run_on_owner``)."""
+    """A graph capture started: releases wait for its end (``run_with_context``)."""
     _capturing[0] += 1
 
 
@@ -92,19 +133,19 @@ def capture_ended():
 
 
 def release_deferred():
-    """Run the releases deferred by ``run_on_owner`` if this is the owner thread
-    (cheap when there are none)."""
-    if _deferred and threading.get_ident() == _owner[0]:
+    """Run the releases deferred by ``run_with_context`` if the context is
+    current on this thread (cheap when there are none)."""
+    if _deferred and entered() and not _capturing[0]:
         _run_deferred()
 
 
 class OwnedBlock:
     """Keeps a pycuda pool allocation alive for an array (its ``base``).
 
-    Dropped on the owner thread, the allocation goes back to its pool at once.
-    Dropped on any other thread, which the garbage collector may do to an
-    array caught in a reference cycle (on prefetch's reader thread, say), the
-    allocation is handed to the owner thread instead (``run_on_owner``): a
+    Dropped on a thread where the context is current, the allocation goes back
+    to its pool at once.  Dropped on any other thread, which the garbage
+    collector may do to an array caught in a reference cycle (on prefetch's
+    reader thread, say), it is handed to such a thread (``run_with_context``): a
     pycuda pool that receives a block while it holds none needs a current
     context, and without one the process aborts ("explicit_context_dependent
     failed ... no currently active context")."""
@@ -118,8 +159,8 @@ class OwnedBlock:
         return int(self.mem)
 
     def __del__(self):
-        if threading.get_ident() != _owner[0]:
-            # The closure keeps the allocation alive until the owner runs it.
+        if not entered():
+            # The closure keeps the allocation alive until it runs.
             _deferred.append(lambda mem=self.mem: None)
 
 

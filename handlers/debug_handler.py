@@ -32,6 +32,7 @@ invisible.  Events must be waited on through the wrapper that recorded them.
 """
 import functools
 import inspect
+import threading
 import weakref
 from bisect import bisect_left, bisect_right
 
@@ -337,6 +338,9 @@ class _Shared:
         self.tracker = _Tracker(inner.num_stream_groups, inner.array_type)
         self.check_finite = check_finite
         self.views = {}
+        # One op at a time through the wrapper: the tracker's state is shared
+        # by every view, and ops may come from several threads.
+        self.lock = threading.RLock()
 
 
 class DebugHandler:
@@ -437,40 +441,45 @@ class DebugHandler:
         """Record an event on this group and return it as a ``DebugEvent``;
         returns without waiting.  Wait on it with ``wait_event`` of a view of
         this wrapper."""
-        ev = self._inner.record_event()
-        tracker = self._shared.tracker
-        return DebugEvent(ev, self.group, tracker.clock(self.group), tracker)
+        with self._shared.lock:
+            ev = self._inner.record_event()
+            tracker = self._shared.tracker
+            return DebugEvent(ev, self.group, tracker.clock(self.group), tracker)
 
     def wait_event(self, event):
         """Make later work on this group wait for ``event``; does not block.
 
         A bare event of the inner handler is passed through, but the tracker
         cannot know what it orders, so it counts as no ordering."""
-        if isinstance(event, DebugEvent):
-            self._inner.wait_event(event.event)
-            if event._tracker is self._shared.tracker:
-                self._shared.tracker.wait(self.group, event.clock)
-        else:
-            self._inner.wait_event(event)
+        with self._shared.lock:
+            if isinstance(event, DebugEvent):
+                self._inner.wait_event(event.event)
+                if event._tracker is self._shared.tracker:
+                    self._shared.tracker.wait(self.group, event.clock)
+            else:
+                self._inner.wait_event(event)
 
     def wait_for(self, other):
         """Make later work on this group wait for all work issued so far on
         ``other``: a view of this wrapper or of the inner handler."""
         other_inner = other._inner if isinstance(other, DebugHandler) else other
-        self._inner.wait_for(other_inner)   # validates: a view of the same handler
-        tracker = self._shared.tracker
-        tracker.wait(self.group, tracker.clock(other_inner.group))
+        with self._shared.lock:
+            self._inner.wait_for(other_inner)   # validates: a view of the same handler
+            tracker = self._shared.tracker
+            tracker.wait(self.group, tracker.clock(other_inner.group))
 
     def synchronize(self):
         """Block the host until all work issued on this group has finished."""
-        self._inner.synchronize()
-        tracker = self._shared.tracker
-        tracker.host_wait(tracker.clock(self.group))
+        with self._shared.lock:
+            self._inner.synchronize()
+            tracker = self._shared.tracker
+            tracker.host_wait(tracker.clock(self.group))
 
     def synchronize_all_streams(self):
         """Block the host until all work issued on every group has finished."""
-        self._inner.synchronize_all_streams()
-        self._shared.tracker.synchronize_all()
+        with self._shared.lock:
+            self._inner.synchronize_all_streams()
+            self._shared.tracker.synchronize_all()
 
     def capture(self, fn=None):
         """``Handler.capture`` through the wrapper: each op issued inside the
@@ -505,12 +514,17 @@ class DebugHandler:
         tracker = self._shared.tracker
         for batch in batches:
             arrays = batch if isinstance(batch, tuple) else (batch,)
-            tracker.commit("prefetch", self.group,
-                           [("batch", a, byte_range(a), True) for a in arrays])
+            with self._shared.lock:
+                tracker.commit("prefetch", self.group,
+                               [("batch", a, byte_range(a), True) for a in arrays])
             yield batch
 
     # ---------------------------------------------------------------- ops
     def _call(self, name, args, kwargs):
+        with self._shared.lock:
+            return self._locked_call(name, args, kwargs)
+
+    def _locked_call(self, name, args, kwargs):
         spec = OPS[name]
         inner_op = getattr(self._inner, name)
         if spec.kind == "alloc":

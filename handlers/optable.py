@@ -32,7 +32,7 @@ import numpy as np
 
 from .checks import check_scalar, fail_value
 
-__all__ = ["KERNELS", "OPS", "Op", "install", "kernel_format"]
+__all__ = ["ELEMENTWISE", "KERNELS", "OPS", "Op", "ew", "install", "kernel_format"]
 
 
 class Op:
@@ -265,7 +265,8 @@ OPS = {op.name: op for op in [
        quiet=True),
     ew("where_t", "cond a b out=", "where",
        _where, "out = a where cond != 0, else b (NaN in cond counts as true)."),
-    ew("abs_t", "a out=", "unary_abs", lambda h, a, out: np.abs(a, out=out), "out = |a|."),
+    ew("abs_t", "a out=", "unary_abs", lambda h, a, out: np.abs(a, out=out),
+       "out = abs(a), elementwise."),
     ew("sign_t", "a out=", "unary_sign", lambda h, a, out: np.sign(a, out=out),
        "out = sign(a): -1, 0 or 1 (0 for NaN is not guaranteed)."),
     ew("square_t", "a out=", "unary_square", lambda h, a, out: np.multiply(a, a, out=out),

@@ -38,6 +38,10 @@ _SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
 # launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *args)
 _launch_kernel = None
 _ev = None       # kernel_loader.events(), bound with _launch_kernel
+# Makes the device's context current on the calling thread (once per thread).
+# Every hook that calls pycuda, cuBLAS or the driver through ctypes starts
+# with it; kernel launches and events in handlers._launch do the same in C.
+_enter = cuda_context.enter
 
 
 class _StreamSlot:
@@ -94,7 +98,7 @@ class _Resources:
         # The garbage collector may run this on any thread (the prefetch
         # reader's too); the pycuda objects held here are then released on
         # the thread that owns the context, later.
-        cuda_context.run_on_owner(self._release)
+        cuda_context.run_with_context(self._release)
 
     def _release(self):
         if self.slots is None:               # asked twice while deferred
@@ -175,7 +179,7 @@ class _GraphFree:
 
     def __call__(self):
         if self.handles is not None:
-            cuda_context.run_on_owner(self._destroy)
+            cuda_context.run_with_context(self._destroy)
 
     def _destroy(self):
         if self.handles is not None:
@@ -222,7 +226,10 @@ class PyCudaHandler(Handler):
         _ev = kernel_loader.events()
         type(self).array_type = GPUArray
         self._drv = drv
-        self._device, _ = cuda_context.acquire(device)
+        self._device, context = cuda_context.acquire(device)
+        if self.launcher == "c":   # launches on any thread make this context current
+            from . import _launch
+            _launch.set_context(context.handle)
         self.blas = blas
         sms = self._device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self._sms = sms
@@ -331,10 +338,12 @@ class PyCudaHandler(Handler):
         _ev.wait(self._slot.handle, ev)
 
     def _synchronize(self):
+        _enter()
         for slot in self._slots[self.group]:
             slot.stream.synchronize()
 
     def _synchronize_all(self):
+        _enter()
         for slot in self._all_slots:
             slot.stream.synchronize()
 
@@ -359,6 +368,7 @@ class PyCudaHandler(Handler):
 
     # input pipeline -----------------------------------------------------------
     def _upload_stream(self):
+        _enter()
         if not self._uploads:
             self._uploads.append(self._drv.Stream(flags=1))
         return self._uploads[0]
@@ -367,16 +377,20 @@ class PyCudaHandler(Handler):
         return cuda_transfer.CudaTransfer(self)
 
     def _pin(self, array):
+        _enter()
         return cuda_transfer.pin(array)
 
     def _empty_pinned(self, shape):
+        _enter()
         return self._drv.pagelocked_empty(shape, self.dtype)
 
     def _copy_async(self, a, out):
+        _enter()
         return cuda_transfer.copy_async(self, a, out)
 
     # memory -------------------------------------------------------------------
     def _allocate(self, shape):
+        _enter()
         # The pool may hand back memory that queued work on some stream still
         # uses; a barrier orders all later work after it.
         if self._pool.held_blocks:
@@ -395,6 +409,7 @@ class PyCudaHandler(Handler):
                                gpudata=int(mem), base=cuda_context.OwnedBlock(mem))
 
     def _wrap(self, obj):
+        _enter()
         op = "create_from_device_array"
         cai = getattr(obj, "__cuda_array_interface__", None)
         if cai is None:
@@ -418,13 +433,16 @@ class PyCudaHandler(Handler):
         return self.array_type(shape, dtype, gpudata=int(cai["data"][0]), base=obj)
 
     def _fill(self, a, value):
+        _enter()
         self._launch("fill", a.size, a.gpudata, value, a.size)
 
     def _set_from_numpy(self, a, arr):
+        _enter()
         if a.size:
             cuda_transfer.host_copy_to_device(self, a.gpudata, arr, self._slot.stream)
 
     def _get_numpy_copy(self, a):
+        _enter()
         out = np.empty(a.shape, self.dtype)
         if a.size:
             self._synchronize_all()
@@ -435,6 +453,7 @@ class PyCudaHandler(Handler):
         return out
 
     def _copy_to(self, src, dest):
+        _enter()
         if src.size and int(src.gpudata) != int(dest.gpudata):
             self._drv.memcpy_dtod_async(dest.gpudata, src.gpudata, src.nbytes,
                                         self._slot.stream)
@@ -451,6 +470,7 @@ class PyCudaHandler(Handler):
 
     # BLAS ---------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
+        _enter()
         m, n = out.shape
         k = a.shape[0] if transa else a.shape[1]
         if not m or not n:
@@ -505,6 +525,7 @@ class PyCudaHandler(Handler):
         self._sum_launches[key] = launch
 
     def _sum_t(self, a, axis, out):
+        _enter()
         key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
         plan = self._sum_plans.get(key)
         if plan is None:
@@ -633,6 +654,7 @@ class PyCudaHandler(Handler):
         self._launch("binarize_v", out.size, v.gpudata, out.gpudata, rows, cols)
 
     def _is_fully_finite(self, a):
+        _enter()
         if not a.size:
             return True
         slot = self._slot
@@ -672,6 +694,7 @@ class PyCudaHandler(Handler):
     _graph_defers_calls = False
 
     def _graph_begin(self, rec):
+        _enter()
         views = list(self._views.values())
         slots = self._all_slots
         rec.backend = {
@@ -707,6 +730,7 @@ class PyCudaHandler(Handler):
         return owned
 
     def _graph_end(self, rec):
+        _enter()
         stream = self._slot.stream.handle
         cell = rec.backend["rng_cell"]
         try:
@@ -728,6 +752,7 @@ class PyCudaHandler(Handler):
                            (rec.calls, owned, [s.blas_work for s in self._all_slots]))
 
     def _graph_abort(self, rec):
+        _enter()
         origin = self._slot
         # Join the branches still capturing first: ending a capture with
         # unjoined work is an error status the driver (and compute-sanitizer)
@@ -741,6 +766,7 @@ class PyCudaHandler(Handler):
         self._graph_done(rec)
 
     def _graph_replay(self, exe, graph):
+        _enter()
         origin = exe.origin
         # Order the replay after the work issued so far on every group the
         # graph uses, and their later work after it, as for eager ops.
@@ -762,6 +788,7 @@ class PyCudaHandler(Handler):
         exe.free()
 
     def _close(self):
+        _enter()
         self._resources()
         closed = _ClosedGemm()
         for slot in self._all_slots:

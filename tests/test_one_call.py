@@ -168,10 +168,14 @@ def test_rejects_misuse_with_errors():
 
 def test_the_op_table_matches_the_handler_contract():
     from handlers.base import Handler
+    from handlers.optable import OPS
     for name, (call, kernel) in one_call.OPS.items():
         assert callable(getattr(Handler, name)), name
         assert call in ("run", "scalar", "axpby"), name
-        assert kernel.split("_")[0] in ("binary", "unary", "deriv", "scalar", "axpby"), name
+        assert kernel == OPS[name].kernel, name
+    # Every elementwise row whose kernel takes its arrays (after at most one
+    # leading scalar) is served: forgetting one is no longer possible.
+    assert {"add_tt", "relu", "where_t", "pow_st", "elu_deriv", "copy_to_if"} <= set(one_call.OPS)
 
 
 def _plan_key(a, axis, out):
@@ -308,8 +312,11 @@ def test_dot_has_nothing_to_do_for_empty_products():
     assert ops.dot(a, b, Arr((64, 96), gpudata=0x300000), False, False, 1.0) is True
     e = Arr((0, 5), strides=(20, 4), gpudata=0x100000)
     assert ops.dot(e, Arr((5, 7), gpudata=0x200000), Arr((0, 7), strides=(28, 4),
-                                                          gpudata=0x300000), 0, 0, 0.0) is True
+                                                          gpudata=0x300000), False, False,
+                   0.0) is True
     assert ops.last is None
+    # Flags other than True/False (the Python checks raise TypeError): declined.
+    assert ops.dot(e, Arr((5, 7)), Arr((0, 7), strides=(28, 4)), 0, 0, 0.0) is False
     with pytest.raises(TypeError):
         ops.dot(a, b, a, False, False, 1)   # beta must be a float
 
