@@ -181,9 +181,11 @@ static int check_one(OneCall *self, PyObject *a, PyObject **shape, PyObject **st
             PyErr_Clear();
             goto doubt;
         }
-        if (dim < 0 || stride != step) goto doubt;
-        step *= dim;
-        size *= dim;
+        /* A count or stride past 64 bits is a doubt (Python's exact ints
+         * reject it: not C-contiguous, or an n no kernel can take). */
+        if (dim < 0 || stride != step || __builtin_mul_overflow(step, dim, &step) ||
+            __builtin_mul_overflow(size, dim, &size))
+            goto doubt;
     }
     if (!pointer_of(a, arg)) goto doubt;
     *shape = sh;
