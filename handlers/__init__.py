@@ -6,10 +6,11 @@ and raises an ``ImportError`` naming what is missing when pycuda is absent.
 from .base import Handler
 from .debug_handler import DebugHandler, StreamHazardError
 from .graphs import CaptureError, Graph
+from .kernel_loader import CudaError
 from .numpy_handler import NumpyHandler
 
-__all__ = ["CaptureError", "DebugHandler", "Graph", "Handler", "NumpyHandler", "PyCudaHandler",
-           "StreamHazardError"]
+__all__ = ["CaptureError", "CudaError", "DebugHandler", "Graph", "Handler", "NumpyHandler",
+           "PyCudaHandler", "StreamHazardError"]
 
 
 def __getattr__(name):

@@ -192,11 +192,51 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
     Py_RETURN_TRUE;
 }
 
+/* CudaError and the cuBLAS status names ({code: name}), from set_error_type;
+ * until then errors are RuntimeError. */
+static PyObject *error_type, *blas_names;
+
+static PyObject *raise_error(const char *what, const char *status, int code) {
+    if (!error_type) {
+        PyErr_Format(PyExc_RuntimeError, "%s failed: %s (%d)", what, status, code);
+        return NULL;
+    }
+    PyObject *e = PyObject_CallFunction(error_type, "ssi", what, status, code);
+    if (e) {
+        PyErr_SetObject(error_type, e);
+        Py_DECREF(e);
+    }
+    return NULL;
+}
+
 PyObject *driver_error(const char *what, int rc) {
     const char *name = NULL;
-    if (!cu_error_name || cu_error_name(rc, &name) != 0 || !name) name = "unknown error";
-    PyErr_Format(PyExc_RuntimeError, "%s failed: %s (%d)", what, name, rc);
-    return NULL;
+    if (!cu_error_name || cu_error_name(rc, &name) != 0 || !name) name = "CUDA_ERROR_UNKNOWN";
+    return raise_error(what, name, rc);
+}
+
+PyObject *blas_error(const char *what, int status) {
+    PyObject *key = PyLong_FromLong(status);
+    PyObject *name = key && blas_names ? PyDict_GetItemWithError(blas_names, key) : NULL;
+    Py_XDECREF(key);
+    const char *text = name ? PyUnicode_AsUTF8(name) : NULL;
+    PyErr_Clear();
+    return raise_error(what, text ? text : "CUBLAS_STATUS_UNKNOWN", status);
+}
+
+/* set_error_type(CudaError, {cuBLAS status: name}): the exception every
+ * failed driver or cuBLAS call raises, CudaError(call, status name, code). */
+static PyObject *py_set_error_type(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_error_type(type, dict)");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_XSETREF(error_type, args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(blas_names, args[1]);
+    Py_RETURN_NONE;
 }
 
 int ensure_context(void) {
@@ -392,6 +432,8 @@ static PyObject *py_event_sync(PyObject *self, PyObject *const *args, Py_ssize_t
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef methods[] = {
+    {"set_error_type", (PyCFunction)(void (*)(void))py_set_error_type, METH_FASTCALL,
+     "set_error_type(CudaError, {cuBLAS status: name}): what failed calls raise."},
     {"set_context", py_set_context, METH_O,
      "set_context(handle): the CUcontext made current on a thread that has none."},
     {"load", py_load, METH_NOARGS,

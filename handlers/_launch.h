@@ -16,8 +16,12 @@ int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m
               double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
               int ldc);
 
-/* Set a RuntimeError naming the failed driver call and its error; returns NULL. */
+/* Raise CudaError (set_error_type) naming the failed driver call and its
+ * status; returns NULL. */
 PyObject *driver_error(const char *what, int rc);
+
+/* The same for a cuBLAS call and its cublasStatus_t. */
+PyObject *blas_error(const char *what, int status);
 
 /* Make the handlers' context current on this thread if no context is (once
  * per thread); 1 on success, else 0 with an exception set. */

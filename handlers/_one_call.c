@@ -551,10 +551,8 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
     int status = call_gemm(self->gemm, self->cublas, self->itemsize == 8, tb, ta, (int)n, (int)m,
                            (int)k, 1.0, ptr[1].v.p, ldb, ptr[0].v.p, lda, beta, ptr[2].v.p,
                            (int)n);
-    if (status) {
-        PyErr_Format(PyExc_RuntimeError, "cuBLAS gemm failed: cublasStatus_t %d", status);
-        return NULL;
-    }
+    if (status) return blas_error(self->itemsize == 8 ? "cublasDgemm_v2" : "cublasSgemm_v2",
+                                  status);
     Py_RETURN_TRUE;
 }
 

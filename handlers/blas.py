@@ -13,15 +13,19 @@ calls, for the C path of ``handlers.one_call`` (0 where not known).  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
-  symbol directly to skip the per-call wrapper work: through the C launcher
-  (``handlers._launch.gemm``) where it is built, else through ctypes, whose
-  argument conversion costs a few microseconds per call.
+  symbol directly, through the extension (``handlers._launch.gemm``), to skip
+  the per-call wrapper work.
 * ``"nvmath"``: ``nvmath.bindings.cublas`` from nvmath-python.
+
+A failed cuBLAS call raises ``kernel_loader.CudaError`` with the status name,
+whichever the backend.
 """
 import ctypes
 import warnings
 
 import numpy as np
+
+from . import kernel_loader
 
 BACKENDS = ("scikit-cuda", "nvmath")
 
@@ -46,40 +50,22 @@ class _SkcudaGemm:
         cublas.cublasSetStream(self.handle, stream.handle)
         lib = cublas._libcublas
         self._fn = lib.cublasSgemm_v2 if dtype == np.float32 else lib.cublasDgemm_v2
-        ctype = ctypes.c_float if dtype == np.float32 else ctypes.c_double
-        self._alpha, self._beta = ctype(1.0), ctype(0.0)
-        self._palpha, self._pbeta = ctypes.byref(self._alpha), ctypes.byref(self._beta)
         self._double = dtype == np.float64
         self._symbol = ctypes.cast(self._fn, ctypes.c_void_p).value
-        from .kernel_loader import launcher
-        if launcher() == "c":
-            from ._launch import gemm
-            self._c_gemm = gemm
-            self.c_symbol = self._symbol
-        else:
-            self._c_gemm = None
-            self.c_symbol = 0
+        self._name = "cublasDgemm_v2" if self._double else "cublasSgemm_v2"
+        self._c_gemm = kernel_loader.require().gemm
+        self.c_symbol = self._symbol
 
     def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
-        if self._c_gemm is not None:
-            status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
-                                  int(A), lda, int(B), ldb, beta, int(C), ldc, self._double)
-            if status:
-                self._cublas.cublasCheckStatus(status)
-            return
-        self._alpha.value = alpha
-        self._beta.value = beta
-        status = self._fn(self.handle, transa, transb, m, n, k, self._palpha,
-                          int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+        status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
+                              int(A), lda, int(B), ldb, beta, int(C), ldc, self._double)
         if status:
-            self._cublas.cublasCheckStatus(status)
+            kernel_loader.check_blas(self._name, status)
 
     def set_workspace(self, address, nbytes):
         fn = self._cublas._libcublas.cublasSetWorkspace_v2
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        status = fn(self.handle, address, nbytes)
-        if status:
-            self._cublas.cublasCheckStatus(status)
+        kernel_loader.check_blas("cublasSetWorkspace_v2", fn(self.handle, address, nbytes))
 
     def close(self):
         self._cublas.cublasDestroy(self.handle)
@@ -97,6 +83,7 @@ class _NvmathGemm:
             raise ImportError(f"blas='nvmath' needs nvmath-python "
                               f"(pip install 'streamhandlers[nvmath]'): {e}") from e
         self._cublas = cublas
+        self._error = getattr(cublas, "cuBLASError", RuntimeError)
         self.handle = cublas.create()
         cublas.set_stream(self.handle, stream.handle)
         cublas.set_pointer_mode(self.handle, int(cublas.PointerMode.HOST))
@@ -110,8 +97,13 @@ class _NvmathGemm:
         s = self._scalars
         s[0] = alpha
         s[1] = beta
-        self._fn(self.handle, transa, transb, m, n, k, self._palpha,
-                 int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+        try:
+            self._fn(self.handle, transa, transb, m, n, k, self._palpha,
+                     int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
+        except self._error as e:   # one error type, whichever the backend
+            status = int(getattr(e, "status", -1))
+            raise kernel_loader.CudaError(self._fn.__name__, kernel_loader.CUBLAS_STATUS.get(
+                status, "CUBLAS_STATUS_UNKNOWN"), status) from e
 
     def set_workspace(self, address, nbytes):
         self._cublas.set_workspace(self.handle, address, nbytes)

@@ -42,10 +42,9 @@ def _driver():
 
 
 def _check(call, rc):
+    """A failed capture call: CaptureError (the capture cannot go on)."""
     if rc:
-        name = ctypes.c_char_p()
-        _driver().cuGetErrorName(rc, ctypes.byref(name))
-        raise CaptureError(f"{call} failed: {(name.value or b'?').decode()} ({rc})", call)
+        raise CaptureError(f"{call} failed: {kernel_loader.error_name(rc)} ({rc})", call)
 
 
 def begin(stream):
@@ -93,15 +92,17 @@ def instantiate(graph):
 
 def launch(exe, stream):
     """Queue one run of the executable graph ``exe`` on ``stream``."""
-    _check("cuGraphLaunch", _driver().cuGraphLaunch(exe, stream))
+    kernel_loader.check("cuGraphLaunch", _driver().cuGraphLaunch(exe, stream))
 
 
 def set_u64(address, value, stream):
     """Queue writing the 64-bit ``value`` at device ``address`` on ``stream``
     (two 32-bit memsets: no host buffer has to outlive the call)."""
     lib = _driver()
-    _check("cuMemsetD32Async", lib.cuMemsetD32Async(address, value & 0xFFFFFFFF, 1, stream))
-    _check("cuMemsetD32Async", lib.cuMemsetD32Async(address + 4, value >> 32, 1, stream))
+    kernel_loader.check("cuMemsetD32Async",
+                        lib.cuMemsetD32Async(address, value & 0xFFFFFFFF, 1, stream))
+    kernel_loader.check("cuMemsetD32Async",
+                        lib.cuMemsetD32Async(address + 4, value >> 32, 1, stream))
 
 
 def destroy(exe, graph):

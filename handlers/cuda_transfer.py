@@ -142,7 +142,7 @@ class CudaTransfer(Transfer):
         self.drv = handler._drv
         self.ev = kernel_loader.events()
         self.stream = handler._upload_stream()
-        self.upload = kernel_loader.stream_arg(self.stream)   # for memcpy: self.stream
+        self.upload = self.stream.handle   # the driver handle, for events
         self.consumer = handler._slot.handle
         self.device_slots = []
         self.dest_slots = []      # over the arrays of ``into`` (see use)

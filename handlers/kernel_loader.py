@@ -1,34 +1,59 @@
-"""Compile the CUDA sources in ``handlers/kernels`` once per process, and load
-them for one of two launch paths.
+"""Compile the CUDA sources in ``handlers/kernels`` once per process, load
+them through the driver, and launch them through the ``handlers._launch``
+extension: the one path from Python to the GPU.
 
 Each ``.cu`` file is plain CUDA C++ (templates instantiated for float and
 double behind ``extern "C"`` names ending in ``_f32``/``_f64``), so it also
 compiles standalone with nvcc.  pycuda compiles and caches the binaries on
 disk, so a warm start does not invoke nvcc again.
 
-Launch paths (``launcher()`` says which one this process uses):
-
-* ``"c"``: the ``handlers._launch`` extension, built at install time where a C
-  compiler is present, loads the module through the driver and launches with
-  one C call per kernel (about 2 us less host time than pycuda's launch).
-* ``"pycuda"``: pycuda's prepared launch, where the extension is not built or
-  ``STREAMHANDLERS_LAUNCH=pycuda`` is set in the environment.
+The extension is built at install time (it needs only a C compiler, no CUDA
+headers) and opens libcuda at run time.  PyCudaHandler requires it
+(:func:`require`); every kernel launch, event and cuBLAS product of the fast
+path goes through it, and every failure of the driver or cuBLAS is a
+:class:`CudaError`.
 """
 import ctypes
+import importlib
 import os
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 _cubins = {}
 _modules = {}
-_launcher = None
 _driver = None
-_events = None
+_launch = None
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver or cuBLAS call failed.
+
+    Attributes: ``op`` the call that failed (``cuLaunchKernel``,
+    ``cublasSgemm_v2``, ...; the handler op as well where it is known),
+    ``status`` the driver's or cuBLAS's status name (``CUDA_ERROR_...``,
+    ``CUBLAS_STATUS_...``) and ``code`` its number."""
+
+    def __init__(self, op, status, code):
+        super().__init__(f"{op} failed: {status} ({code})")
+        self.op, self.status, self.code = op, status, code
+
+
+#: cublasStatus_t -> its name (cublas_api.h).
+CUBLAS_STATUS = {0: "CUBLAS_STATUS_SUCCESS", 1: "CUBLAS_STATUS_NOT_INITIALIZED",
+                 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
+                 8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR",
+                 13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR",
+                 15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR"}
+
+
+def check_blas(what, status):
+    """Raise ``CudaError`` if the cuBLAS call ``what`` returned ``status``."""
+    if status:
+        raise CudaError(what, CUBLAS_STATUS.get(status, "CUBLAS_STATUS_UNKNOWN"), status)
 
 
 class Kernel:
-    """One compiled kernel: its argument format (pycuda struct codes) and the
-    handle that ``launch_function()`` takes: a driver function handle (int)
-    for the C launcher, a pycuda Function for pycuda's."""
+    """One compiled kernel: its argument format (struct codes, see
+    ``handlers/_launch.c``) and its driver function handle (an int)."""
 
     __slots__ = ("name", "fmt", "handle")
 
@@ -38,79 +63,51 @@ class Kernel:
         self.handle = handle
 
 
+def require():
+    """The ``handlers._launch`` extension with libcuda loaded; ImportError
+    naming the fix where it is not built, RuntimeError without a driver."""
+    global _launch
+    if _launch is None:
+        try:
+            ext = importlib.import_module(f"{__package__}._launch")
+        except ImportError as e:
+            raise ImportError(
+                "PyCudaHandler needs the compiled extension handlers._launch, which is not "
+                "built here (it needs only a C compiler): reinstall with one present "
+                "(pip install -e '.[gpu]') or build it in place (python setup.py "
+                f"build_ext --inplace) ({e})") from e
+        if not ext.load():
+            raise RuntimeError("PyCudaHandler: libcuda.so.1 could not be opened (no NVIDIA "
+                               "driver here?)")
+        ext.set_error_type(CudaError, CUBLAS_STATUS)
+        _launch = ext
+    return _launch
+
+
 def launch_function():
-    """The launch callable of this process's path:
-    ``launch(kernel.handle, stream_arg(stream), grid, block, kernel.fmt, *args)``
+    """``launch(kernel.handle, stream.handle, grid, block, kernel.fmt, *args)``:
     runs a kernel with ``grid`` x ``block`` threads (1-D) on ``stream``."""
-    if launcher() == "c":
-        from ._launch import launch
-        return launch
-    from pycuda._pvt_struct import pack
-
-    def launch(function, stream, grid, block, fmt, *args):
-        # What prepared_async_call does, minus its per-call argument handling.
-        function._launch_kernel((grid, 1), (block, 1, 1), pack(fmt, *args), 0, stream)
-    return launch
-
-
-def stream_arg(stream):
-    """What ``launch_function()``'s launch and ``events()``' calls take for a
-    pycuda ``Stream``."""
-    return stream.handle if launcher() == "c" else stream
+    return require().launch
 
 
 class Events:
-    """CUDA events (without timing) on this process's launch path.
+    """CUDA events (without timing) through the extension: ``new()``,
+    ``record(event, stream)``, ``wait(stream, event)`` (later work on the
+    stream waits for the event), ``query(event)`` (has it completed? never
+    blocks), ``synchronize(event)`` (block the host, letting other Python
+    threads run) and ``free(event)``; events and streams are driver handles
+    (ints).  They cost about half the host time of pycuda's methods, and a
+    stream-group fork or join is several."""
 
-    ``new()`` returns an event; ``record(event, stream)``, ``wait(stream,
-    event)`` (later work on the stream waits for the event), ``query(event)``
-    (has it completed? never blocks), ``synchronize(event)`` (block the host,
-    letting other Python threads run) and ``free(event)``, with streams as
-    ``stream_arg`` gives them.  On the C path events are driver handles
-    (ints) that must be freed; on pycuda's they are ``pycuda.driver.Event``
-    objects, freed when collected.  The C calls cost about half as much host
-    time as pycuda's methods, and a stream-group fork or join is several."""
-
-    def __init__(self, c):
-        if c:
-            from . import _launch
-            self.new, self.record, self.wait = _launch.event_new, _launch.record, _launch.wait
-            self.query, self.synchronize = _launch.query, _launch.event_sync
-            self.free = _launch.event_free
-            return
-        import pycuda.driver as drv
-        flags = drv.event_flags.DISABLE_TIMING
-        self.new = lambda: drv.Event(flags=flags)
-        self.record = lambda event, stream: event.record(stream)
-        self.wait = lambda stream, event: stream.wait_for_event(event)
-        self.query = lambda event: event.query()
-        self.synchronize = lambda event: event.synchronize()
-        self.free = lambda event: None
+    def __init__(self, ext):
+        self.new, self.record, self.wait = ext.event_new, ext.record, ext.wait
+        self.query, self.synchronize = ext.query, ext.event_sync
+        self.free = ext.event_free
 
 
 def events():
-    """The ``Events`` of this process's launch path."""
-    global _events
-    if _events is None:
-        _events = Events(launcher() == "c")
-    return _events
-
-
-def launcher():
-    """``"c"`` if kernels launch through the ``handlers._launch`` extension, else
-    ``"pycuda"`` (extension not built, no driver, or ``STREAMHANDLERS_LAUNCH=pycuda``)."""
-    global _launcher
-    if _launcher is None:
-        _launcher = "pycuda"
-        if os.environ.get("STREAMHANDLERS_LAUNCH", "c") != "pycuda":
-            try:
-                from . import _launch
-            except ImportError:
-                pass
-            else:
-                if _launch.load():
-                    _launcher = "c"
-    return _launcher
+    """The ``Events`` calls."""
+    return Events(require())
 
 
 def cubin(name):
@@ -134,41 +131,37 @@ def driver():
     return _driver
 
 
-def _check(what, rc):
+def error_name(rc):
+    """The driver's name of status ``rc`` (``CUDA_ERROR_...``)."""
+    name = ctypes.c_char_p()
+    driver().cuGetErrorName(rc, ctypes.byref(name))
+    return (name.value or b"CUDA_ERROR_UNKNOWN").decode()
+
+
+def check(what, rc):
+    """Raise ``CudaError`` if the driver call ``what`` returned status ``rc``."""
     if rc:
-        name = ctypes.c_char_p()
-        driver().cuGetErrorName(rc, ctypes.byref(name))
-        raise RuntimeError(f"{what} failed: {(name.value or b'?').decode()} ({rc})")
+        raise CudaError(what, error_name(rc), rc)
 
 
 def module(name):
     """The loaded module of ``kernels/<name>.cu`` in the current context: a
-    driver ``CUmodule`` handle (int) for the C launcher, else a pycuda Module."""
+    driver ``CUmodule`` handle (an int)."""
     mod = _modules.get(name)
     if mod is None:
         data = cubin(name)
-        if launcher() == "c":
-            handle = ctypes.c_void_p()
-            _check("cuModuleLoadData", driver().cuModuleLoadData(ctypes.byref(handle), data))
-            mod = handle.value
-        else:
-            import pycuda.driver as drv
-            mod = drv.module_from_buffer(data)
-        _modules[name] = mod
+        handle = ctypes.c_void_p()
+        check("cuModuleLoadData", driver().cuModuleLoadData(ctypes.byref(handle), data))
+        mod = _modules[name] = handle.value
     return mod
 
 
 def function(file, name, suffix, arg_format):
     """Return kernel ``name + '_' + suffix`` from ``file`` as a ``Kernel`` whose
-    arguments follow ``arg_format`` (pycuda struct codes, e.g. ``"PPq"``)."""
+    arguments follow ``arg_format`` (struct codes, e.g. ``"PPq"``)."""
     full = f"{name}_{suffix}"
-    mod = module(file)
-    if launcher() == "c":
-        handle = ctypes.c_void_p()
-        _check(f"cuModuleGetFunction({full})",
-               driver().cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(mod),
-                                           full.encode()))
-        return Kernel(full, arg_format, handle=handle.value)
-    fn = mod.get_function(full)
-    fn.prepare(arg_format)
-    return Kernel(full, arg_format, fn)
+    handle = ctypes.c_void_p()
+    check(f"cuModuleGetFunction({full})",
+          driver().cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(module(file)),
+                                       full.encode()))
+    return Kernel(full, arg_format, handle=handle.value)

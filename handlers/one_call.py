@@ -8,9 +8,11 @@ driver's 3-4 us launch.  ``handlers._launch.OneCall`` does both in C for the
 common case (exact array type and dtype, C strides, shapes that fit, float or
 int scalars) and declines anything else, having done nothing; the op then runs
 the handler's Python path, which raises the precise error or handles the
-unusual array.  ``install`` puts these ops on PyCudaHandler; ``make`` builds
-the C object for one stream group (or a stand-in that always declines, where
-the extension is not built).
+unusual array.  Which ops it serves, and with which kernel, comes from the op
+table (``handlers.optable``); ``tests/test_one_call_agrees.py`` proves, on
+cases generated from the table, that it accepts nothing the Python checks
+reject and launches what the Python path would.  ``install`` puts these ops on
+PyCudaHandler; ``make`` builds the C object for one stream group.
 """
 import functools
 
@@ -40,8 +42,8 @@ KERNELS = tuple(kernel for _, kernel in OPS.values())
 
 
 class Declined:
-    """Stands in for ``OneCall`` where the extension is not built: every
-    call declines, so each op runs its Python path."""
+    """Stands in for ``OneCall`` while a graph is captured and after
+    ``close()``: every call declines, so each op runs its Python path."""
 
     @staticmethod
     def run(*args):
@@ -51,14 +53,12 @@ class Declined:
 
 
 def make(handler, slot, block, small_out, small_k, dry=False):
-    """The ``OneCall`` object for ``slot``'s stream (or ``Declined()``):
+    """The ``OneCall`` object for ``slot``'s stream:
     grids as ``PyCudaHandler._grid`` sizes them, of ``block`` threads; products
     with at most ``small_out`` output elements and inner dimension ``small_k``
     on the small-product kernel, others on the slot's cuBLAS handle where its
     binding says which function to call (``gemm.c_symbol``).  ``dry``: launch
     nothing (``python -m benchmarks hostcost`` times the checks alone)."""
-    if handler.launcher != "c":
-        return Declined()
     from ._launch import OneCall
     ops = OneCall(slot.handle, handler.array_type, handler.dtype, handler.dtype.itemsize,
                   block, block * handler._vec, handler._max_blocks,

@@ -5,8 +5,9 @@ piece of device work (kernels, fills, copies, cuBLAS) is issued on the
 handler's own non-blocking streams, never on the legacy NULL stream, which
 would serialise against everything.  Kernels come from ``handlers/kernels``,
 are loaded once per process and launched with one C call through the
-``handlers._launch`` extension where it is built, else through pycuda's
-prepared launch (``handlers.kernel_loader`` says why and how to choose).
+``handlers._launch`` extension, which PyCudaHandler requires (an ImportError
+names the fix where it is not built); a failed driver or cuBLAS call raises
+``handlers.kernel_loader.CudaError``.
 
 Products small enough that cuBLAS's own host work would dominate (at most
 4096 output elements, inner dimension at most 128) run on a simple kernel
@@ -14,7 +15,8 @@ Products small enough that cuBLAS's own host work would dominate (at most
 
 Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
 cuBLAS handle and scratch workspace.  Every op currently runs on the first
-stream of its group.
+stream of its group.  A handler works from any thread: the device's primary
+context is made current on a thread at its first call.
 """
 import math
 import os
@@ -49,7 +51,7 @@ class _StreamSlot:
 
     def __init__(self, drv, pool, dtype, blas, blas_workspace):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
-        self.handle = kernel_loader.stream_arg(self.stream)   # for _launch_kernel, _ev
+        self.handle = self.stream.handle   # the driver handle, for _launch_kernel and _ev
         self.event = _ev.new()
         self.gemm = make_gemm(blas, dtype, self.stream)
         # cuBLAS's scratch, ours rather than its own, so that it allocates
@@ -221,15 +223,13 @@ class PyCudaHandler(Handler):
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
         global _launch_kernel, _ev
-        self.launcher = kernel_loader.launcher()   # "c" or "pycuda", one per process
-        _launch_kernel = kernel_loader.launch_function()
+        _launch_kernel = kernel_loader.launch_function()   # ImportError if not built
         _ev = kernel_loader.events()
         type(self).array_type = GPUArray
         self._drv = drv
         self._device, context = cuda_context.acquire(device)
-        if self.launcher == "c":   # launches on any thread make this context current
-            from . import _launch
-            _launch.set_context(context.handle)
+        # Launches on a thread without a current context make this one current.
+        kernel_loader.require().set_context(context.handle)
         self.blas = blas
         sms = self._device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self._sms = sms
@@ -503,7 +503,7 @@ class PyCudaHandler(Handler):
         if self._one_call.sum(self._sum_launches, a, axis, out):
             return
         Handler.sum_t(self, a, axis, out)   # checks (raising on bad input), plans, launches
-        if self.launcher == "c" and (type(axis) is int or axis is None):
+        if type(axis) is int or axis is None:
             self._remember_sum(a, axis, out)
 
     sum_t.__doc__ = Handler.sum_t.__doc__
@@ -613,7 +613,7 @@ class PyCudaHandler(Handler):
         return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
-    # With the C launcher, the ops of one_call.OPS reach this only when
+    # The ops of one_call.OPS reach this only when
     # OneCall declined their arguments.
     def _elementwise(self, op, *args):
         n = args[op.out].size

@@ -1,9 +1,11 @@
-"""The C kernel launcher (handlers._launch) and the choice between launchers.
+"""The C kernel launcher (handlers._launch), PyCudaHandler's one launch path.
 
 The argument packer is checked on any machine where the extension is built
 (no GPU needed): its buffer must equal Python's ``struct.pack`` in native
-alignment, which is how the kernels' parameters are laid out.  On a GPU the
-pycuda fallback runs the same ops in a subprocess.
+alignment, which is how the kernels' parameters are laid out.  Without the
+extension PyCudaHandler refuses to start with an ImportError naming the fix.
+On a GPU, the path runs a mix of ops in a fresh process, and failed driver and
+cuBLAS calls raise ``CudaError`` with the status name.
 """
 import json
 import os
@@ -16,8 +18,8 @@ import pytest
 
 _launch = pytest.importorskip(
     "handlers._launch",
-    reason="handlers._launch is not built (no C compiler at install): kernels launch "
-           "through pycuda; `pip install -e .` builds it")
+    reason="handlers._launch is not built (no C compiler at install); PyCudaHandler "
+           "needs it: `pip install -e .` builds it")
 
 CODES = "PqQidf"
 VALUES = {
@@ -91,9 +93,38 @@ def test_event_calls_check_their_argument_count(call, args):
 def _gpu_or_skip():
     try:
         from handlers import PyCudaHandler
-        PyCudaHandler(np.float32)
+        return PyCudaHandler(np.float32)
     except (ImportError, RuntimeError) as e:
         pytest.skip(f"PyCudaHandler unavailable: {e}")
+
+
+def test_missing_extension_is_a_clear_import_error(monkeypatch):
+    from handlers import kernel_loader
+    monkeypatch.setattr(kernel_loader, "_launch", None)
+    monkeypatch.setitem(sys.modules, "handlers._launch", None)   # import fails
+    with pytest.raises(ImportError, match=r"handlers\._launch.*build_ext --inplace"):
+        kernel_loader.require()
+
+
+def test_a_failed_launch_is_a_cuda_error():
+    from handlers import CudaError
+    h = _gpu_or_skip()
+    k = h._k["fill"]
+    a = h.zeros((4,))
+    with pytest.raises(CudaError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE") as e:
+        _launch.launch(k.handle, h._slot.handle, 1, 4096, k.fmt, a.gpudata, 1.0, 4)  # block > 1024
+    assert (e.value.op, e.value.status) == ("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE")
+    np.testing.assert_array_equal(h.get_numpy_copy(a), np.zeros(4))   # nothing ran; usable
+
+
+def test_a_failed_cublas_call_is_a_cuda_error():
+    from handlers import CudaError
+    h = _gpu_or_skip()
+    a = h.zeros((300, 300))
+    with pytest.raises(CudaError, match="CUBLAS_STATUS_INVALID_VALUE") as e:
+        h.gemm_raw()(0, 0, 300, 300, 300, 1.0, a.gpudata, 1, a.gpudata, 300, 0.0,
+                     a.gpudata, 300)   # lda 1 < m
+    assert e.value.op.startswith("cublas")
 
 
 _FALLBACK = r"""
@@ -118,7 +149,7 @@ batches = [x[i * 50:(i + 1) * 50] for i in range(6)]
 got = [h.get_numpy_copy(bt) for bt in h.prefetch(batches, depth=2)]
 pend = h.get_numpy_copy_async(f)
 h.synchronize_all_streams()
-print(json.dumps({"launcher": h.launcher,
+print(json.dumps({
     "events": float(np.abs(pend.result() - 3.0 * x.astype(np.float64)).max()),
     "query": 0.0 if done else 1.0,
     "prefetch": max(float(np.abs(g - bt).max()) for g, bt in zip(got, batches)),
@@ -130,16 +161,14 @@ print(json.dumps({"launcher": h.launcher,
 """
 
 
-@pytest.mark.parametrize("launcher", ["pycuda", "c"])
-def test_each_launcher_runs_ops_correctly(launcher):
+def test_the_launch_path_runs_ops_correctly():
     _gpu_or_skip()
-    env = dict(os.environ, STREAMHANDLERS_LAUNCH=launcher)
+    env = dict(os.environ)
     proc = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, capture_output=True,
                           text=True, timeout=300,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res.pop("launcher") == launcher
     for what, err in res.items():
         assert err < 1e-3, (what, err)

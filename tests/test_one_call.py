@@ -329,8 +329,6 @@ def gpu(request):
         h = PyCudaHandler(request.param, seed=3)
     except (ImportError, RuntimeError) as e:
         pytest.skip(f"PyCudaHandler unavailable: {e}")
-    if h.launcher != "c":
-        pytest.skip("the C launcher is not in use (STREAMHANDLERS_LAUNCH=pycuda?)")
     return h
 
 
