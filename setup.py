@@ -2,9 +2,10 @@
 from setuptools import Extension, setup
 
 setup(
-    # The C kernel launcher (see handlers/kernel_loader.py).  It needs only a C
+    # The C kernel launcher (see handlers/cuda/kernel_loader.py).  It needs only a C
     # compiler and Python's headers, no CUDA; where it cannot be built the
     # install goes on (NumpyHandler does not use it).
-    ext_modules=[Extension("handlers._launch", ["handlers/_launch.c", "handlers/_one_call.c"],
-                           depends=["handlers/_launch.h"], optional=True)],
+    ext_modules=[Extension("handlers.cuda._launch",
+                           ["handlers/cuda/_launch.c", "handlers/cuda/_one_call.c"],
+                           depends=["handlers/cuda/_launch.h"], optional=True)],
 )

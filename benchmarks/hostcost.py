@@ -3,7 +3,7 @@
 For the small ops of the overhead table (1,000 elements, 16x16 gemm), prints
 the median host microseconds of: the whole op; the op with its kernel launch
 replaced by a no-op (validation and dispatch, in C on the one-call path of
-``handlers.one_call``, which then records its launch instead); the launch alone
+``handlers.cuda.one_call``, which then records its launch instead); the launch alone
 through pycuda with pre-packed arguments; and, as floors, a raw
 ``cuLaunchKernel`` through ctypes and through ``cuda.bindings``, and the event
 record/wait calls that stream-group fork and join use.  A diagnostic for
@@ -69,15 +69,15 @@ def _floors(h, calls):
         try:
             from handlers import _launch
         except ImportError:
-            print("hostcost: handlers._launch not built; C launcher floor skipped")
+            print("hostcost: handlers.cuda._launch not built; C launcher floor skipped")
         else:
             if _launch.load():
                 ptr_int, sh = int(x.gpudata), stream.handle
-                out["handlers._launch.launch"] = host_overhead_us(
+                out["handlers.cuda._launch.launch"] = host_overhead_us(
                     lambda: _launch.launch(f, sh, 4, 256, b"Pq", ptr_int, 1000), calls,
                     sync=h.synchronize_all_streams)
                 gd = x.gpudata
-                out["handlers._launch.launch, gpudata"] = host_overhead_us(
+                out["handlers.cuda._launch.launch, gpudata"] = host_overhead_us(
                     lambda: _launch.launch(f, sh, 4, 256, b"Pq", gd, 1000), calls,
                     sync=h.synchronize_all_streams)
     try:
@@ -207,14 +207,14 @@ def _gemm_floors(h, calls):
     pa, pc = int(a.gpudata), int(c.gpudata)
     sync = h.synchronize_all_streams
     try:
-        from handlers.blas import _SkcudaGemm
+        from handlers.cuda.blas import _SkcudaGemm
         g = _SkcudaGemm(np.dtype(F32), h.stream)
         out["cublasSgemm ctypes"] = host_overhead_us(
             lambda: g._fn(g.handle, 0, 0, 16, 16, 16, g._palpha, pa, 16, pa, 16, g._pbeta, pc,
                           16), calls, sync=sync)
         try:
             from handlers import _launch
-            out["cublasSgemm handlers._launch.gemm"] = host_overhead_us(
+            out["cublasSgemm handlers.cuda._launch.gemm"] = host_overhead_us(
                 lambda: _launch.gemm(g._symbol, g.handle, 0, 0, 16, 16, 16, 1.0, pa, 16, pa, 16,
                                      0.0, pc, 16, False), calls, sync=sync)
         except ImportError:
@@ -223,7 +223,7 @@ def _gemm_floors(h, calls):
     except ImportError as e:
         print(f"hostcost: scikit-cuda floors skipped: {e}")
     try:
-        from handlers.blas import _NvmathGemm
+        from handlers.cuda.blas import _NvmathGemm
         g = _NvmathGemm(np.dtype(F32), h.stream)
         g._scalars[:] = (1.0, 0.0)
         out["cublasSgemm nvmath"] = host_overhead_us(
@@ -289,9 +289,9 @@ def main(argv=None):
     sync = h.synchronize_all_streams
     whole = {k: host_overhead_us(f, calls, sync=sync) for k, f in ops.items()}
     # The same ops with every launch (kernel and gemm) replaced by a no-op; the
-    # one-call path (handlers.one_call) swapped for a dry one, which checks
+    # one-call path (handlers.cuda.one_call) swapped for a dry one, which checks
     # and records its launch instead of making it.
-    from handlers import one_call, pycuda_handler
+    from handlers.cuda import one_call, pycuda_handler
     launch, gemms = pycuda_handler._launch_kernel, [s.gemm for s in h._all_slots]
     fast = h._one_call
     pycuda_handler._launch_kernel = lambda *a: None
@@ -309,7 +309,7 @@ def main(argv=None):
             slot.gemm = g
     big, out = h.zeros((4096, 4096)), h.zeros((4096, 4096))
     device = {k: device_us(h, f, big, out) for k, f in ops.items()}
-    print(f"Host us per call, median of {calls} calls; kernel launcher: handlers._launch; "
+    print(f"Host us per call, median of {calls} calls; kernel launcher: handlers.cuda._launch; "
           f"device: GPU us per call with the host ahead")
     print(f"{'op':16} {'whole':>8} {'checks':>8} {'launch':>8} {'device':>8}")
     for k in ops:

@@ -4,9 +4,9 @@
 and raises an ``ImportError`` naming what is missing when pycuda is absent.
 """
 from .base import Handler
+from .cuda.kernel_loader import CudaError
 from .debug_handler import DebugHandler, StreamHazardError
 from .graphs import CaptureError, Graph
-from .kernel_loader import CudaError
 from .numpy_handler import NumpyHandler
 
 __all__ = ["CaptureError", "CudaError", "DebugHandler", "Graph", "Handler", "NumpyHandler",
@@ -16,6 +16,6 @@ __all__ = ["CaptureError", "CudaError", "DebugHandler", "Graph", "Handler", "Num
 def __getattr__(name):
     # Imported on first use so that `import handlers` never needs pycuda.
     if name == "PyCudaHandler":
-        from .pycuda_handler import PyCudaHandler
+        from .cuda.handler import PyCudaHandler
         return PyCudaHandler
     raise AttributeError(f"module 'handlers' has no attribute {name!r}")

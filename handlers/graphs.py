@@ -8,7 +8,7 @@ on which group, and whether every forked group joined back), the checks that
 raise :class:`CaptureError`, and the ``Graph`` object.  What a recording *is*
 belongs to the handler: ``NumpyHandler`` keeps the list of backend calls and
 replays it; ``PyCudaHandler`` turns the same calls into a CUDA graph
-(``handlers.cuda_graph``) that one driver call launches.
+(``handlers.cuda.graph``) that one driver call launches.
 
 How a capture sees the ops: for its duration every view of the handler gets
 instance attributes that shadow the backend hooks named in :data:`WORK_HOOKS`

@@ -335,7 +335,7 @@ def kernel_format(op, T):
     return "".join(T if p in op.scalars else "P" for p in op.params) + "q"
 
 
-#: kernel -> (source file in handlers/kernels, argument format).  Formats use
+#: kernel -> (source file in handlers/cuda/kernels, argument format).  Formats use
 #: ``T`` for a scalar of the handler's dtype; the elementwise rows' formats are
 #: derived from the rows.  ``_f32``/``_f64`` name the two instantiations.
 KERNELS = {

@@ -1,4 +1,4 @@
-"""Every CUDA source in handlers/kernels compiles on its own with nvcc.
+"""Every CUDA source in handlers/cuda/kernels compiles on its own with nvcc.
 
 This catches syntax and template errors on machines without a GPU; the
 kernels' results are tested through the handler tests where a GPU exists.
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-KERNELS = Path(__file__).resolve().parents[1] / "handlers" / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "handlers" / "cuda" / "kernels"
 SOURCES = sorted(KERNELS.glob("*.cu"))
 NVCC = shutil.which("nvcc")
 

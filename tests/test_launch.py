@@ -1,4 +1,4 @@
-"""The C kernel launcher (handlers._launch), PyCudaHandler's one launch path.
+"""The C kernel launcher (handlers.cuda._launch), PyCudaHandler's one launch path.
 
 The argument packer is checked on any machine where the extension is built
 (no GPU needed): its buffer must equal Python's ``struct.pack`` in native
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 _launch = pytest.importorskip(
-    "handlers._launch",
-    reason="handlers._launch is not built (no C compiler at install); PyCudaHandler "
+    "handlers.cuda._launch",
+    reason="handlers.cuda._launch is not built (no C compiler at install); PyCudaHandler "
            "needs it: `pip install -e .` builds it")
 
 CODES = "PqQidf"
@@ -99,10 +99,10 @@ def _gpu_or_skip():
 
 
 def test_missing_extension_is_a_clear_import_error(monkeypatch):
-    from handlers import kernel_loader
+    from handlers.cuda import kernel_loader
     monkeypatch.setattr(kernel_loader, "_launch", None)
-    monkeypatch.setitem(sys.modules, "handlers._launch", None)   # import fails
-    with pytest.raises(ImportError, match=r"handlers\._launch.*build_ext --inplace"):
+    monkeypatch.setitem(sys.modules, "handlers.cuda._launch", None)   # import fails
+    with pytest.raises(ImportError, match=r"handlers\.cuda\._launch.*build_ext --inplace"):
         kernel_loader.require()
 
 

@@ -1,4 +1,4 @@
-"""The one-call path of same-shape ops (``handlers._launch.OneCall``).
+"""The one-call path of same-shape ops (``handlers.cuda._launch.OneCall``).
 
 On any machine where the extension is built, ``OneCall(dry=True)`` is
 checked against an independent Python model of what it must do: accept only
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 _launch = pytest.importorskip(
-    "handlers._launch",
-    reason="handlers._launch is not built (no C compiler at install): same-shape ops "
+    "handlers.cuda._launch",
+    reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import one_call  # noqa: E402
+from handlers.cuda import one_call  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
 FUNCS = [0x1000 + 16 * i for i in range(5)]

@@ -1,4 +1,4 @@
-"""The one-call path (``handlers._launch.OneCall``) agrees with the Python path.
+"""The one-call path (``handlers.cuda._launch.OneCall``) agrees with the Python path.
 
 Generated from the op table: for every op of ``one_call.OPS`` and a set of
 argument cases made from the op's row (its parameters and scalars), the C
@@ -26,12 +26,13 @@ import numpy as np
 import pytest
 
 _launch = pytest.importorskip(
-    "handlers._launch",
-    reason="handlers._launch is not built (no C compiler at install): same-shape ops "
+    "handlers.cuda._launch",
+    reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import one_call, optable  # noqa: E402
+from handlers import optable  # noqa: E402
 from handlers.base import Handler  # noqa: E402
+from handlers.cuda import one_call  # noqa: E402
 
 BLOCK, MAX_BLOCKS = 256, 37          # a small block cap, so that big arrays reach it
 VEC = {4: 4, 8: 2}                   # elements per thread, as PyCudaHandler._vec

@@ -19,7 +19,7 @@ import pytest
 from handlers import Handler, NumpyHandler
 from handlers.optable import ELEMENTWISE, KERNELS, OPS, kernel_format
 
-SOURCES = Path(__file__).resolve().parents[1] / "handlers" / "kernels"
+SOURCES = Path(__file__).resolve().parents[1] / "handlers" / "cuda" / "kernels"
 CXX = shutil.which("g++") or shutil.which("clang++")
 EXPORT = re.compile(r'extern\s+"C"\s+void\s+(\w+)_f(32|64)\s*\(([^)]*)\)')
 

@@ -4,7 +4,7 @@ import mmap
 
 import numpy as np
 
-from handlers.cuda_transfer import PinnedRegistry
+from handlers.cuda.transfer import PinnedRegistry
 
 PAGE = mmap.PAGESIZE
 

@@ -1,4 +1,4 @@
-/* Shared by the sources of handlers._launch (_launch.c, _one_call.c). */
+/* Shared by the sources of handlers.cuda._launch (_launch.c, _one_call.c). */
 #ifndef HANDLERS_LAUNCH_H
 #define HANDLERS_LAUNCH_H
 

@@ -1,4 +1,4 @@
-/* handlers._launch: a lean path from Python to cuLaunchKernel and cuBLAS GEMM.
+/* handlers.cuda._launch: a lean path from Python to cuLaunchKernel and cuBLAS GEMM.
  *
  * pycuda's launch goes through boost.python (argument tuples converted per
  * call) and a separate argument packer, and scikit-cuda's GEMM through ctypes;
@@ -456,7 +456,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers._launch",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers.cuda._launch",
                                     "Lean kernel launch and cuBLAS GEMM calls.", -1, methods};
 
 PyMODINIT_FUNC PyInit__launch(void) {

@@ -1,4 +1,4 @@
-/* handlers._launch.OneCall: check and launch, in one C call, PyCudaHandler's
+/* handlers.cuda._launch.OneCall: check and launch, in one C call, PyCudaHandler's
  * most frequent ops: those whose arrays all share one shape (add_tt, relu,
  * sigmoid_deriv, mult_st, axpby...), sum_t, dot_mm and dot_add_mm.
  *
@@ -593,7 +593,7 @@ static PyGetSetDef one_call_getset[] = {
 
 static PyTypeObject OneCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "handlers._launch.OneCall",
+    .tp_name = "handlers.cuda._launch.OneCall",
     .tp_basicsize = sizeof(OneCall),
     .tp_dealloc = (destructor)one_call_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

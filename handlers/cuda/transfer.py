@@ -10,8 +10,8 @@ when its previous batch's consumer moved on.
 import bisect
 import mmap
 
+from ..prefetch import Transfer, fits, matches
 from . import kernel_loader
-from .prefetch import Transfer, fits, matches
 
 
 class PinnedRegistry:
@@ -278,7 +278,7 @@ def pin(array):
         return array
     if registry.driver is None:
         registry.driver = _host_register()
-        from . import cuda_context
+        from . import context as cuda_context
         cuda_context.at_exit(_unpin_all)
     reg, unreg = registry.driver
     start = array.__array_interface__["data"][0]

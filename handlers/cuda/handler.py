@@ -3,11 +3,11 @@
 Arrays are ``pycuda.gpuarray.GPUArray`` backed by a device memory pool.  Every
 piece of device work (kernels, fills, copies, cuBLAS) is issued on the
 handler's own non-blocking streams, never on the legacy NULL stream, which
-would serialise against everything.  Kernels come from ``handlers/kernels``,
+would serialise against everything.  Kernels come from ``handlers/cuda/kernels``,
 are loaded once per process and launched with one C call through the
-``handlers._launch`` extension, which PyCudaHandler requires (an ImportError
+``handlers.cuda._launch`` extension, which PyCudaHandler requires (an ImportError
 names the fix where it is not built); a failed driver or cuBLAS call raises
-``handlers.kernel_loader.CudaError``.
+``handlers.cuda.kernel_loader.CudaError``.
 
 Products small enough that cuBLAS's own host work would dominate (at most
 4096 output elements, inner dimension at most 128) run on a simple kernel
@@ -24,10 +24,14 @@ import weakref
 
 import numpy as np
 
-from . import cuda_context, cuda_graph, cuda_transfer, kernel_loader, one_call, optable
-from .base import Handler
+from .. import optable
+from ..base import Handler
+from ..checks import fail_type
+from . import context as cuda_context
+from . import graph as cuda_graph
+from . import kernel_loader, one_call
+from . import transfer as cuda_transfer
 from .blas import make_gemm
-from .checks import fail_type
 
 _BLOCK = 256
 _SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
@@ -42,7 +46,7 @@ _launch_kernel = None
 _ev = None       # kernel_loader.events(), bound with _launch_kernel
 # Makes the device's context current on the calling thread (once per thread).
 # Every hook that calls pycuda, cuBLAS or the driver through ctypes starts
-# with it; kernel launches and events in handlers._launch do the same in C.
+# with it; kernel launches and events in handlers.cuda._launch do the same in C.
 _enter = cuda_context.enter
 
 
@@ -269,7 +273,7 @@ class PyCudaHandler(Handler):
 
     def gemm_raw(self):
         """The bare cuBLAS GEMM callable bound to this group's stream (column-major
-        cuBLAS convention, see ``handlers.blas``); for benchmarks and interop."""
+        cuBLAS convention, see ``handlers.cuda.blas``); for benchmarks and interop."""
         return self._slot.gemm
 
     def _make_view(self, k):

@@ -9,8 +9,8 @@ memory while a capture is in progress, which the graph then owns.
 """
 import ctypes
 
+from ..graphs import CaptureError
 from . import kernel_loader
-from .graphs import CaptureError
 
 _CAPTURE_MODE_RELAXED = 2
 _CAPTURE_STATUS_ACTIVE = 1

@@ -9,11 +9,11 @@ ours (after the stream is set: setting a stream resets the workspace), so
 cuBLAS allocates none of its own, which a graph capture could not record.
 Scalars are passed in host pointer mode.  ``gemm.handle`` is the cuBLAS
 handle and ``gemm.c_symbol`` the address of the ``cublas[SD]gemm_v2`` it
-calls, for the C path of ``handlers.one_call`` (0 where not known).  Backends:
+calls, for the C path of ``handlers.cuda.one_call`` (0 where not known).  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
-  symbol directly, through the extension (``handlers._launch.gemm``), to skip
+  symbol directly, through the extension (``handlers.cuda._launch.gemm``), to skip
   the per-call wrapper work.
 * ``"nvmath"``: ``nvmath.bindings.cublas`` from nvmath-python.
 
@@ -73,7 +73,7 @@ class _SkcudaGemm:
 
 class _NvmathGemm:
     # nvmath's bindings do not expose the function they call, so the C path
-    # (handlers.one_call) leaves cuBLAS-sized products to this object.
+    # (handlers.cuda.one_call) leaves cuBLAS-sized products to this object.
     c_symbol = 0
 
     def __init__(self, dtype, stream):

@@ -1,5 +1,5 @@
-"""Compile the CUDA sources in ``handlers/kernels`` once per process, load
-them through the driver, and launch them through the ``handlers._launch``
+"""Compile the CUDA sources in ``handlers/cuda/kernels`` once per process, load
+them through the driver, and launch them through the ``handlers.cuda._launch``
 extension: the one path from Python to the GPU.
 
 Each ``.cu`` file is plain CUDA C++ (templates instantiated for float and
@@ -53,7 +53,7 @@ def check_blas(what, status):
 
 class Kernel:
     """One compiled kernel: its argument format (struct codes, see
-    ``handlers/_launch.c``) and its driver function handle (an int)."""
+    ``handlers/cuda/_launch.c``) and its driver function handle (an int)."""
 
     __slots__ = ("name", "fmt", "handle")
 
@@ -64,7 +64,7 @@ class Kernel:
 
 
 def require():
-    """The ``handlers._launch`` extension with libcuda loaded; ImportError
+    """The ``handlers.cuda._launch`` extension with libcuda loaded; ImportError
     naming the fix where it is not built, RuntimeError without a driver."""
     global _launch
     if _launch is None:
@@ -72,7 +72,7 @@ def require():
             ext = importlib.import_module(f"{__package__}._launch")
         except ImportError as e:
             raise ImportError(
-                "PyCudaHandler needs the compiled extension handlers._launch, which is not "
+                "PyCudaHandler needs the compiled extension handlers.cuda._launch, which is not "
                 "built here (it needs only a C compiler): reinstall with one present "
                 "(pip install -e '.[gpu]') or build it in place (python setup.py "
                 f"build_ext --inplace) ({e})") from e
@@ -124,7 +124,7 @@ def cubin(name):
 
 def driver():
     """``libcuda`` through ctypes, opened once per process (the C launcher's
-    module loading and ``handlers.cuda_graph`` share it)."""
+    module loading and ``handlers.cuda.graph`` share it)."""
     global _driver
     if _driver is None:
         _driver = ctypes.CDLL("libcuda.so.1")

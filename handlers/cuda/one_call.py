@@ -4,7 +4,7 @@
 For such an op the host work is the checks, the launch's argument packing and
 the driver's ``cuLaunchKernel`` (or cuBLAS); the first two cost 0.6-1.3 us in
 Python for an elementwise op and 1.5-3.6 us for a product, next to the
-driver's 3-4 us launch.  ``handlers._launch.OneCall`` does both in C for the
+driver's 3-4 us launch.  ``handlers.cuda._launch.OneCall`` does both in C for the
 common case (exact array type and dtype, C strides, shapes that fit, float or
 int scalars) and declines anything else, having done nothing; the op then runs
 the handler's Python path, which raises the precise error or handles the
@@ -16,9 +16,9 @@ PyCudaHandler; ``make`` builds the C object for one stream group.
 """
 import functools
 
-from .base import Handler
-from .optable import ELEMENTWISE
-from .optable import OPS as TABLE
+from ..base import Handler
+from ..optable import ELEMENTWISE
+from ..optable import OPS as TABLE
 
 
 def _call(op):
