@@ -291,7 +291,8 @@ def main(argv=None):
     # The same ops with every launch (kernel and gemm) replaced by a no-op; the
     # one-call path (handlers.cuda.one_call) swapped for a dry one, which checks
     # and records its launch instead of making it.
-    from handlers.cuda import one_call, pycuda_handler
+    from handlers.cuda import handler as pycuda_handler
+    from handlers.cuda import one_call
     launch, gemms = pycuda_handler._launch_kernel, [s.gemm for s in h._all_slots]
     fast = h._one_call
     pycuda_handler._launch_kernel = lambda *a: None

@@ -16,7 +16,7 @@ def _snapshot(h):
     h.synchronize_all_streams()
     gc.collect()
     snap = {"threads": threading.active_count(), "objects": len(gc.get_objects())}
-    if "pycuda" in type(h).__module__:
+    if type(h).__name__ == "PyCudaHandler":
         import pycuda.driver as drv
         snap["device_free"] = drv.mem_get_info()[0]
         snap["pool_active"] = h._pool.active_blocks
