@@ -67,7 +67,7 @@ def _floors(h, calls):
         else:
             print(f"hostcost: ctypes floor skipped: cuLaunchKernel returned {rc}")
         try:
-            from handlers import _launch
+            from handlers.cuda import _launch
         except ImportError:
             print("hostcost: handlers.cuda._launch not built; C launcher floor skipped")
         else:
@@ -209,11 +209,14 @@ def _gemm_floors(h, calls):
     try:
         from handlers.cuda.blas import _SkcudaGemm
         g = _SkcudaGemm(np.dtype(F32), h.stream)
+        # The same symbol through ctypes, as scikit-cuda's wrapper would call it.
+        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        pal, pbe = ctypes.byref(alpha), ctypes.byref(beta)
         out["cublasSgemm ctypes"] = host_overhead_us(
-            lambda: g._fn(g.handle, 0, 0, 16, 16, 16, g._palpha, pa, 16, pa, 16, g._pbeta, pc,
-                          16), calls, sync=sync)
+            lambda: g._fn(g.handle, 0, 0, 16, 16, 16, pal, pa, 16, pa, 16, pbe, pc, 16),
+            calls, sync=sync)
         try:
-            from handlers import _launch
+            from handlers.cuda import _launch
             out["cublasSgemm handlers.cuda._launch.gemm"] = host_overhead_us(
                 lambda: _launch.gemm(g._symbol, g.handle, 0, 0, 16, 16, 16, 1.0, pa, 16, pa, 16,
                                      0.0, pc, 16, False), calls, sync=sync)

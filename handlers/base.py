@@ -84,7 +84,7 @@ class Handler(ABC):
             same sequence of ``fill_gaussian`` and ``generate_probability_mask``
             results on the same handler class.
         num_stream_groups: number of stream groups (group 0 is the default).
-        streams_per_group: streams in each group.
+            A group is one stream on a GPU: no op uses more than one.
     """
 
     #: The class of arrays this handler accepts and returns.
@@ -94,18 +94,17 @@ class Handler(ABC):
     prefers_graphs = False
 
     def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
-                 num_stream_groups: int = 4, streams_per_group: int = 1) -> None:
+                 num_stream_groups: int = 4) -> None:
         dt = np.dtype(dtype)
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"{type(self).__name__}: dtype must be float32 or float64, got {dt}")
-        for name, v in (("num_stream_groups", num_stream_groups),
-                        ("streams_per_group", streams_per_group)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{type(self).__name__}: {name} must be a positive int, got {v!r}")
+        v = num_stream_groups
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{type(self).__name__}: num_stream_groups must be a positive int, "
+                             f"got {v!r}")
         self.dtype = dt
         self.seed = seed
         self.num_stream_groups = int(num_stream_groups)
-        self.streams_per_group = int(streams_per_group)
         #: index of the stream group this handler (or view) issues work on
         self.group = 0
         self._views = {0: self}

@@ -402,7 +402,7 @@ class DebugHandler:
         return self._inner.group
 
     def __getattr__(self, name):
-        # Data attributes of the inner handler (seed, streams_per_group,
+        # Data attributes of the inner handler (seed, num_stream_groups,
         # stream, ...) pass through; methods outside the op table do not,
         # because their memory accesses would escape the checks.
         inner = self.__dict__.get("_inner")

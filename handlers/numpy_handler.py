@@ -47,9 +47,8 @@ class NumpyHandler(Handler):
 
     array_type = np.ndarray
 
-    def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4,
-                 streams_per_group=1):
-        super().__init__(dtype, seed, num_stream_groups, streams_per_group)
+    def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4):
+        super().__init__(dtype, seed, num_stream_groups)
         self._rng = np.random.default_rng(seed)
         self._scratch_cache = {}
 

