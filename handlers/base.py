@@ -52,7 +52,7 @@ from .checks import (
     fail_value,
     normalize_axis,
 )
-from .graphs import CaptureError, Graph
+from .graphs import SHADOWED, CaptureError, Graph, own_methods
 from .optable import install
 
 #: Stands for a handler array in signatures.  It is an instance of the
@@ -66,6 +66,19 @@ Shape = int | tuple[int, ...]
 
 
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
+_VIEW_CLASSES = {}   # handler class -> its view class
+
+
+def _view_class(cls):
+    """The class of ``cls``'s stream-group views: ``cls`` plus slots for the
+    per-group attributes (``cls._VIEW_ATTRS``) and the hooks a capture shadows."""
+    view_cls = _VIEW_CLASSES.get(cls)
+    if view_cls is None:
+        ns = {"__slots__": tuple(dict.fromkeys(cls._VIEW_ATTRS + SHADOWED)),
+              "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+              "__doc__": f"A stream-group view of a {cls.__name__} (see with_streams)."}
+        view_cls = _VIEW_CLASSES[cls] = type(cls)(cls.__name__, (cls,), ns)
+    return view_cls
 
 
 @install   # the elementwise ops, one method per row of handlers.optable
@@ -139,10 +152,18 @@ class Handler(ABC):
             root._views[int(k)] = view
         return view
 
+    #: Attributes a stream-group view has of its own (the rest is the handler's).
+    _VIEW_ATTRS = ("group",)
+
     def _make_view(self, k):
-        view = object.__new__(type(self))
-        view.__dict__.update(self.__dict__)
+        # A view is the handler's state seen from group k: it shares the
+        # handler's __dict__ (nothing copied, nothing to keep in step) and
+        # holds in slots only what differs per group, plus its own bound
+        # hooks, which a capture shadows view by view.
+        view = object.__new__(_view_class(type(self)))
+        view.__dict__ = self.__dict__
         view.group = k
+        own_methods(view)
         return view
 
     def __enter__(self):

@@ -17,6 +17,7 @@ validate their arguments as always and then reach these, so a bad argument
 raises at capture time, exactly as it would eagerly, and nothing is recorded.
 """
 import sys
+import types
 
 #: The backend hooks through which every op that touches arrays issues its
 #: work.  A capture routes each call of one of these through its recording;
@@ -25,6 +26,17 @@ import sys
 WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_elementwise", "_broadcast_t",
               "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v", "_fill_gaussian",
               "_probability_mask")
+#: What a capture shadows on each view: the work hooks and the ordering calls.
+SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
+
+
+def own_methods(view, names=SHADOWED):
+    """Give a stream-group view its own bound methods ``names`` (the view
+    class keeps them in slots, so that a capture can shadow them per view
+    while the views share one state with their handler)."""
+    cls = type(view._views[0])
+    for name in names:
+        setattr(view, name, types.MethodType(getattr(cls, name), view))
 
 
 class CaptureError(RuntimeError):
@@ -94,14 +106,18 @@ class Recording:
             attrs = {name: self._hook(view, name) for name in WORK_HOOKS}
             attrs.update(record_event=self._recorder(view), wait_event=self._waiter(view),
                          wait_for=self._joiner(view))
-            view.__dict__.update(attrs)
+            for name, fn in attrs.items():
+                setattr(view, name, fn)   # the handler's dict, or a view's slot
             self.saved[view] = tuple(attrs)
 
     def uninstall(self):
         """Remove what ``install`` put on the views."""
         for view, names in self.saved.items():
-            for name in names:
-                view.__dict__.pop(name, None)
+            if view is self.root:
+                for name in names:
+                    view.__dict__.pop(name, None)
+            else:
+                own_methods(view, names)
         self.saved = {}
 
     # ------------------------------------------------------------- recording
@@ -117,7 +133,7 @@ class Recording:
         self.last_op[g] = op
 
     def _hook(self, view, name):
-        impl = getattr(type(view), name)
+        impl = getattr(type(self.root), name)   # the class method, not a view slot
         defer = view._graph_defers_calls
 
         def call(*args):
@@ -128,7 +144,7 @@ class Recording:
         return call
 
     def _recorder(self, view):
-        record = type(view).record_event
+        record = type(self.root).record_event
 
         def record_event():
             g = view.group
@@ -149,7 +165,7 @@ class Recording:
                 mine[k] = n
 
     def _waiter(self, view):
-        wait = type(view).wait_event
+        wait = type(self.root).wait_event
 
         def wait_event(event):
             if not isinstance(event, CapturedEvent) or event.recording is not self:
@@ -162,7 +178,7 @@ class Recording:
         return wait_event
 
     def _joiner(self, view):
-        wait_for = type(view).wait_for
+        wait_for = type(self.root).wait_for
 
         def join(other):
             g = getattr(other, "group", None)

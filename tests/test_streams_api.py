@@ -164,3 +164,23 @@ def test_wait_for_needs_a_view_of_the_same_handler(handler_id, make_handler, han
         handler.wait_for(stranger)
     with pytest.raises(ValueError, match="wait_for"):
         handler.with_streams(1 % handler.num_stream_groups).wait_for(stranger.with_streams(0))
+
+
+def test_views_share_the_handlers_state(handler):
+    """A view is the handler seen from one group: one state, nothing copied,
+    so state set after the view was made is seen through it."""
+    if handler.num_stream_groups < 2:
+        pytest.skip("needs two stream groups")
+    view = handler.with_streams(1)
+    assert view.__dict__ is handler.__dict__
+    assert (view.group, handler.group) == (1, 0)
+    marker = object()
+    handler._shared_marker = marker
+    try:
+        assert view._shared_marker is marker
+    finally:
+        del handler._shared_marker
+    assert isinstance(view, type(handler)) and type(view).__name__ == type(handler).__name__
+    a = view.create_from_numpy(np.arange(3.0))
+    view.add_st(1.0, a, a)
+    np.testing.assert_array_equal(handler.get_numpy_copy(a), [1.0, 2.0, 3.0])

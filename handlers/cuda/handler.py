@@ -276,6 +276,8 @@ class PyCudaHandler(Handler):
         cuBLAS convention, see ``handlers.cuda.blas``); for benchmarks and interop."""
         return self._slot.gemm
 
+    _VIEW_ATTRS = Handler._VIEW_ATTRS + ("_slot", "_one_call")
+
     def _make_view(self, k):
         view = super()._make_view(k)
         view._slot = self._slots[k]
