@@ -34,7 +34,7 @@ Conventions shared by every op:
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC, abstractmethod, update_abstractmethods
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -717,39 +717,6 @@ class Handler(ABC):
         """Run the elementwise row ``op`` (an ``optable.Op``) on ``args``,
         the public method's arguments in order, scalars as floats."""
 
-    for _hook, _doc in [
-            ("_record_event", "An event recorded on this group."),
-            ("_wait_event", "Make this group wait for an event."),
-            ("_synchronize", "Wait on the host for this group."),
-            ("_synchronize_all", "Wait on the host for every group."),
-            ("_transfer", "A prefetch.Transfer for this handler."),
-            ("_pin", "Page-lock a host array (pin)."),
-            ("_empty_pinned", "A page-locked host array (empty_pinned)."),
-            ("_copy_async", "get_numpy_copy_async's work."),
-            ("_allocate", "A new array of a checked shape."),
-            ("_fill", "Set every element to a value."),
-            ("_set_from_numpy", "Copy a host array in."),
-            ("_wrap", "create_from_device_array's work."),
-            ("_get_numpy_copy", "get_numpy_copy's work."),
-            ("_copy_to", "copy_to's work."),
-            ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
-            ("_axpby", "axpby's work."),
-            ("_sum_t", "sum_t's work, over a checked axis."),
-            ("_broadcast_t", "broadcast_t's work."),
-            ("_mv", "The *_mv ops."),
-            ("_softmax_m", "softmax_m's work."),
-            ("_index_m_by_v", "index_m_by_v's work."),
-            ("_binarize_v", "binarize_v's work."),
-            ("_is_fully_finite", "is_fully_finite's work."),
-            ("_fill_gaussian", "fill_gaussian's work."),
-            ("_probability_mask", "generate_probability_mask's work.")]:
-        def _abstract(self, *args, _doc=_doc):
-            raise NotImplementedError
-        _abstract.__name__ = _abstract.__qualname__ = _hook
-        _abstract.__doc__ = _doc
-        locals()[_hook] = abstractmethod(_abstract)
-    del _hook, _doc, _abstract
-
     def _strides_of(self, shape):
         """The strides of a C-contiguous array of ``shape`` and this dtype (cached)."""
         strides = self._c_strides.get(shape)
@@ -767,3 +734,47 @@ class Handler(ABC):
         # access); arrays with other strides (size-1 dimensions, say) take the
         # exact test.
         return a.strides == self._strides_of(a.shape) or a.flags.c_contiguous
+
+
+# The other hooks every backend implements (name, what it does).  Declared
+# abstract here rather than as two dozen empty methods in the class body.
+_BACKEND_HOOKS = [
+    ("_record_event", "An event recorded on this group."),
+    ("_wait_event", "Make this group wait for an event."),
+    ("_synchronize", "Wait on the host for this group."),
+    ("_synchronize_all", "Wait on the host for every group."),
+    ("_transfer", "A prefetch.Transfer for this handler."),
+    ("_pin", "Page-lock a host array (pin)."),
+    ("_empty_pinned", "A page-locked host array (empty_pinned)."),
+    ("_copy_async", "get_numpy_copy_async's work."),
+    ("_allocate", "A new array of a checked shape."),
+    ("_fill", "Set every element to a value."),
+    ("_set_from_numpy", "Copy a host array in."),
+    ("_wrap", "create_from_device_array's work."),
+    ("_get_numpy_copy", "get_numpy_copy's work."),
+    ("_copy_to", "copy_to's work."),
+    ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
+    ("_axpby", "axpby's work."),
+    ("_sum_t", "sum_t's work, over a checked axis."),
+    ("_broadcast_t", "broadcast_t's work."),
+    ("_mv", "The *_mv ops."),
+    ("_softmax_m", "softmax_m's work."),
+    ("_index_m_by_v", "index_m_by_v's work."),
+    ("_binarize_v", "binarize_v's work."),
+    ("_is_fully_finite", "is_fully_finite's work."),
+    ("_fill_gaussian", "fill_gaussian's work."),
+    ("_probability_mask", "generate_probability_mask's work."),
+]
+
+
+def _abstract_hook(name, doc):
+    def hook(self, *args):
+        raise NotImplementedError(name)
+    hook.__name__, hook.__qualname__, hook.__doc__ = name, f"Handler.{name}", doc
+    return abstractmethod(hook)
+
+
+for _name, _doc in _BACKEND_HOOKS:
+    setattr(Handler, _name, _abstract_hook(_name, _doc))
+del _name, _doc
+update_abstractmethods(Handler)

@@ -144,11 +144,12 @@ class NumpyHandler(Handler):
             alpha = float(alpha.reshape(-1)[0])
         if type(beta) is not float:
             beta = float(beta.reshape(-1)[0])
-        # Aliasing is decided on memory: x may be y as another view of it.
-        overlap = x is y or np.may_share_memory(x, y)
         if beta == 0.0:
             np.multiply(x, alpha, out=y)
-        elif overlap and self._same_memory(x, y):
+            return
+        # Aliasing is decided on memory: x may be y as another view of it.
+        overlap = x is y or np.may_share_memory(x, y)
+        if overlap and self._same_memory(x, y):
             np.multiply(y, alpha + beta, out=y)
         elif alpha == 1.0 and not overlap:
             if beta != 1.0:

@@ -622,11 +622,7 @@ class PyCudaHandler(Handler):
     # OneCall declined their arguments.
     def _elementwise(self, op, *args):
         n = args[op.out].size
-        if n:
-            kernel = self._k[op.kernel]
-            _launch_kernel(kernel.handle, self._slot.handle, self._grids.get(n) or self._grid(n),
-                           _BLOCK, kernel.fmt,
-                           *[a if type(a) is float else a.gpudata for a in args], n)
+        self._launch(op.kernel, n, *[a if type(a) is float else a.gpudata for a in args], n)
 
     def _broadcast_t(self, a, axis, out):
         s = out.shape
