@@ -42,15 +42,9 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .checks import (
-    check_array_scalar,
     check_arrays,
-    check_ndim,
-    check_same_shape,
-    check_scalar,
     check_shape_arg,
-    fail_type,
     fail_value,
-    normalize_axis,
 )
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
 from .optable import install
@@ -65,7 +59,6 @@ Array = Any
 Shape = int | tuple[int, ...]
 
 
-_UNSEEN = object()   # sum_t: a shape combination not validated yet
 _VIEW_CLASSES = {}   # handler class -> its view class
 
 
@@ -81,14 +74,16 @@ def _view_class(cls):
     return view_cls
 
 
-@install   # the elementwise ops, one method per row of handlers.optable
+@install   # the array ops, one method per row of handlers.optable
 class Handler(ABC):
     """Abstract base of all handlers.
 
-    The elementwise ops (``add_tt``, ``relu``, ``where_t``, ...) are made
-    from the rows of :data:`handlers.optable.OPS`; the others are written
-    below.  A subclass must implement every backend hook marked abstract
-    (it cannot be instantiated otherwise).
+    The ops that take arrays and issue work (``dot_mm``, ``sum_t``,
+    ``add_tt``, ``relu``, ...) are made from the rows of
+    :data:`handlers.optable.OPS`, which holds their signatures, docstrings
+    and rules; memory, transfers, streams and graphs are written below.
+    A subclass must implement every backend hook marked abstract (it cannot
+    be instantiated otherwise).
 
     Args:
         dtype: ``np.float32`` (default) or ``np.float64``; every array the
@@ -446,227 +441,6 @@ class Handler(ABC):
             fail_value("get_numpy_copy_async", f"out must be C-contiguous with shape "
                                                f"{a.shape}, got {out.shape}")
         return self._copy_async(a, out)
-
-    def copy_to(self, src: Array, dest: Array) -> None:
-        """Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."""
-        check_same_shape(self, "copy_to", src, dest)
-        self._copy_to(src, dest)
-
-    def fill(self, a: Array, value: float) -> None:
-        """Set every element of ``a`` to the scalar ``value``."""
-        check_arrays(self, "fill", a)
-        self._fill(a, check_scalar("fill", "value", value))
-
-    # ------------------------------------------------------------------ BLAS
-    def _check_dot(self, op, a, b, out, transa, transb):
-        for name, flag in (("transa", transa), ("transb", transb)):
-            if type(flag) is not bool and not isinstance(flag, np.bool_):
-                fail_type(op, f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
-        check_arrays(self, op, a, b, out)
-        if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
-            for x, name in ((a, "a"), (b, "b"), (out, "out")):
-                check_ndim(op, x, 2, name)
-        m, k = (a.shape[1], a.shape[0]) if transa else a.shape
-        k2, n = (b.shape[1], b.shape[0]) if transb else b.shape
-        if k != k2 or out.shape != (m, n):
-            fail_value(op, f"shapes do not match: a {a.shape}{'.T' if transa else ''}, "
-                           f"b {b.shape}{'.T' if transb else ''}, out {out.shape}")
-        if self._overlaps(out, a) or self._overlaps(out, b):
-            fail_value(op, "out must not overlap a or b")
-
-    def dot_mm(self, a: Array, b: Array, out: Array, transa: bool = False,
-               transb: bool = False) -> None:
-        """out = op(a) @ op(b), where op(x) is x.T if the flag is set, else x.
-
-        Shapes: op(a) (m, k), op(b) (k, n), out (m, n).  ``out`` must not
-        overlap ``a`` or ``b``.
-        """
-        self._check_dot("dot_mm", a, b, out, transa, transb)
-        self._dot(a, b, out, bool(transa), bool(transb), 0.0)
-
-    def dot_add_mm(self, a: Array, b: Array, out: Array, transa: bool = False,
-                   transb: bool = False) -> None:
-        """out += op(a) @ op(b); shapes and aliasing as ``dot_mm``."""
-        self._check_dot("dot_add_mm", a, b, out, transa, transb)
-        self._dot(a, b, out, bool(transa), bool(transb), 1.0)
-
-    def axpby(self, alpha: float | Array, x: Array, beta: float | Array, y: Array) -> None:
-        """y = alpha * x + beta * y, for x and y of any one shape.
-
-        ``x`` may be ``y``.  With beta = 0, the old contents of y are ignored
-        (NaN in y does not propagate).  ``alpha`` and ``beta`` are numbers, or
-        *device scalars*: one-element arrays of this handler, read when the op
-        runs (so a replayed graph sees the value they hold then); they must
-        not overlap ``y``.
-        """
-        alpha = check_array_scalar(self, "axpby", "alpha", alpha, y)
-        beta = check_array_scalar(self, "axpby", "beta", beta, y)
-        check_same_shape(self, "axpby", x, y)
-        self._axpby(alpha, x, beta, y)
-
-    # ------------------------------------------------------------------ reduction
-    def sum_t(self, a: Array, axis: int | None, out: Array) -> None:
-        """Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
-
-        ``axis`` is an int (negative counts from the end) or None (all axes).
-        ``out`` has the result's shape, either without the reduced axis or with
-        it kept as 1; for ``axis=None``, ``out`` has shape (), (1,) or all ones.
-        ``out`` must not overlap ``a``.
-        """
-        check_arrays(self, "sum_t", a, out)
-        # The shape checks below cost more than the launch's Python; a shape
-        # combination that passed them once needs only a lookup (plain ints
-        # and None only: True would hash like 1).
-        key = (a.shape, axis, out.shape)
-        checked = (self._sum_shapes.get(key, _UNSEEN) if type(axis) is int or axis is None
-                   else _UNSEEN)
-        if checked is _UNSEEN:
-            checked = self._sum_shapes[key] = self._check_sum_shapes(a, axis, out)
-        axis = checked
-        if self._overlaps(out, a):
-            fail_value("sum_t", "out must not overlap a")
-        self._sum_t(a, axis, out)
-
-    @staticmethod
-    def _check_sum_shapes(a, axis, out):
-        """Validate ``sum_t``'s axis and shapes; return the axis as an int in
-        ``range(a.ndim)`` (or None)."""
-        nd = len(a.shape)
-        if nd == 0:
-            fail_value("sum_t", "a must have rank >= 1, got shape ()")
-        if axis is None:
-            if out.size != 1 or len(out.shape) not in (0, 1, nd):
-                fail_value("sum_t", f"out shape {out.shape} does not fit a full sum of {a.shape}")
-            return None
-        axis = normalize_axis("sum_t", axis, nd)
-        s = a.shape
-        if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
-            fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
-                                f"{a.shape} over axis {axis}")
-        return axis
-
-    # ------------------------------------------------------------------ broadcasting
-    def broadcast_t(self, a: Array, axis: int, out: Array) -> None:
-        """Repeat ``a`` along ``axis`` into ``out``.
-
-        ``a`` has the shape of ``out`` except for a 1 at ``axis`` (negative
-        axes allowed).  ``out`` must not overlap ``a``.
-        """
-        check_arrays(self, "broadcast_t", a, out)
-        nd = len(out.shape)
-        if nd == 0:
-            fail_value("broadcast_t", "out must have rank >= 1")
-        axis = normalize_axis("broadcast_t", axis, nd)
-        want = out.shape[:axis] + (1,) + out.shape[axis + 1:]
-        if a.shape != want:
-            fail_value("broadcast_t", f"a shape {a.shape} cannot be broadcast along axis "
-                                      f"{axis} to {out.shape} (expected {want})")
-        if out.shape[axis] != 1 and self._overlaps(out, a):
-            fail_value("broadcast_t", "out must not overlap a")
-        self._broadcast_t(a, axis, out)
-
-    def _check_mv(self, op, m, v, out):
-        check_arrays(self, op, m, v, out)
-        check_ndim(op, m, 2, "m")
-        check_ndim(op, v, 2, "v")
-        if out.shape != m.shape:
-            fail_value(op, f"out shape {out.shape} differs from m shape {m.shape}")
-        rows, cols = m.shape
-        if v.shape == (1, cols):
-            return 0  # v is a row: broadcast down the rows
-        if v.shape == (rows, 1):
-            return 1  # v is a column: broadcast along each row
-        fail_value(op, f"v shape {v.shape} must be (1, {cols}) or ({rows}, 1) for m {m.shape}")
-
-    def add_mv(self, m: Array, v: Array, out: Array) -> None:
-        """out = m + v, with v (1, n) broadcast over rows or (m, 1) over columns.
-        out may be m."""
-        self._mv("add", m, v, out, self._check_mv("add_mv", m, v, out))
-
-    def subtract_mv(self, m: Array, v: Array, out: Array) -> None:
-        """out = m - v, v broadcast as in ``add_mv`` (out may be m)."""
-        self._mv("sub", m, v, out, self._check_mv("subtract_mv", m, v, out))
-
-    def mult_mv(self, m: Array, v: Array, out: Array) -> None:
-        """out = m * v, v broadcast as in ``add_mv`` (out may be m)."""
-        self._mv("mul", m, v, out, self._check_mv("mult_mv", m, v, out))
-
-    def divide_mv(self, m: Array, v: Array, out: Array) -> None:
-        """out = m / v, v broadcast as in ``add_mv`` (out may be m)."""
-        self._mv("div", m, v, out, self._check_mv("divide_mv", m, v, out))
-
-    # ------------------------------------------------------------------ rows
-    def softmax_m(self, m: Array, out: Array) -> None:
-        """Row-wise softmax of the matrix m into out, computed as
-        exp(m - rowmax) / rowsum so that large inputs do not overflow.
-        out may be m."""
-        check_same_shape(self, "softmax_m", m, out)
-        check_ndim("softmax_m", m, 2, "m")
-        self._softmax_m(m, out)
-
-    # ------------------------------------------------------------------ indexing and masks
-    def index_m_by_v(self, m: Array, v: Array, out: Array) -> None:
-        """out[i, 0] = m[i, v[i, 0]] for a matrix m (r, c) and index vector v (r, 1).
-
-        v holds indices stored as floats, truncated towards zero.  An index
-        whose value is not in [0, c) (NaN included) gives NaN: nothing is read
-        out of bounds.  out has shape (r, 1); it may be v but must not overlap m.
-        """
-        check_arrays(self, "index_m_by_v", m, v, out)
-        check_ndim("index_m_by_v", m, 2, "m")
-        rows = m.shape[0]
-        if v.shape != (rows, 1) or out.shape != (rows, 1):
-            fail_value("index_m_by_v", f"for m {m.shape}, v and out must be ({rows}, 1); "
-                                       f"got v {v.shape}, out {out.shape}")
-        if self._overlaps(out, m):
-            fail_value("index_m_by_v", "out must not overlap m")
-        if self._overlaps(out, v) and not self._same_memory(out, v):
-            fail_value("index_m_by_v", "out must be v or not overlap it")
-        self._index_m_by_v(m, v, out)
-
-    def binarize_v(self, v: Array, out: Array) -> None:
-        """One-hot encode: out[i, j] = 1 if j == v[i, 0] else 0.
-
-        v (r, 1) holds class indices stored as floats, truncated towards zero;
-        out is (r, c).  An index whose value is not in [0, c) (NaN included)
-        gives a row of zeros.  out must not overlap v.
-        """
-        check_arrays(self, "binarize_v", v, out)
-        check_ndim("binarize_v", out, 2, "out")
-        if v.shape != (out.shape[0], 1):
-            fail_value("binarize_v", f"v shape {v.shape} must be ({out.shape[0]}, 1) "
-                                     f"for out {out.shape}")
-        if self._overlaps(out, v):
-            fail_value("binarize_v", "out must not overlap v")
-        self._binarize_v(v, out)
-
-    def is_fully_finite(self, a: Array) -> bool:
-        """Return True if no element of ``a`` is NaN or infinite.
-
-        Blocks the host until the check, which is ordered after the work issued
-        before it on this group (like any read on this group), has finished.
-        """
-        self._not_capturing("is_fully_finite")
-        check_arrays(self, "is_fully_finite", a)
-        return bool(self._is_fully_finite(a))
-
-    # ------------------------------------------------------------------ randomness
-    def fill_gaussian(self, mean: float, std: float, out: Array) -> None:
-        """Fill out with samples from a normal distribution (mean, std >= 0)."""
-        mean = check_scalar("fill_gaussian", "mean", mean)
-        std = check_scalar("fill_gaussian", "std", std)
-        if std < 0:
-            fail_value("fill_gaussian", f"std must be >= 0, got {std}")
-        check_arrays(self, "fill_gaussian", out)
-        self._fill_gaussian(mean, std, out)
-
-    def generate_probability_mask(self, mask: Array, p: float) -> None:
-        """Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."""
-        p = check_scalar("generate_probability_mask", "p", p)
-        if not 0.0 <= p <= 1.0:
-            fail_value("generate_probability_mask", f"p must be in [0, 1], got {p}")
-        check_arrays(self, "generate_probability_mask", mask)
-        self._probability_mask(mask, p)
 
     # ------------------------------------------------------------------ backend hooks
     # Concrete handlers implement these.  Arguments are already validated.

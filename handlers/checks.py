@@ -75,6 +75,14 @@ def check_scalar(op, name, value):
     fail_type(op, f"{name} must be a real number, got {type(value).__name__}")
 
 
+def check_flag(op, name, value):
+    """Return ``value`` as a bool if it is one (``numpy.bool_`` included);
+    anything else, a truthy string say, raises TypeError."""
+    if type(value) is bool or isinstance(value, np.bool_):
+        return bool(value)
+    fail_type(op, f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
 def check_array_scalar(handler, op, name, value, out):
     """Return ``value`` as a Python float, or, if it is an array of ``handler``
     (a device scalar, read when the op runs), the array itself after checking

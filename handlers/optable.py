@@ -7,9 +7,11 @@ same memory as the output, decided on memory ranges, but must not partially
 overlap it); and, for the elementwise family, the kernel it launches and its
 NumPy expression.  From the table come:
 
-* ``Handler``'s public elementwise methods (:func:`install`): the scalar
-  checks, the same-shape check, the op's own extra rule, then the backend
-  hook ``_elementwise(op, *args)``;
+* ``Handler``'s public op methods (:func:`install`), each with the row's
+  signature and docstring: the scalar and flag checks, the op's extra rule
+  on its scalars, the arrays' type, dtype and contiguity, the shape rule
+  (one shape for all, or a rule of ``handlers.shape_rules``), the overlap
+  checks (``disjoint``, ``exact``), then the backend call;
 * each kernel's argument format (:data:`KERNELS`), which
   ``tests/test_optable.py`` checks against its signature in the ``.cu``
   source, and which PyCudaHandler loads the kernels with;
@@ -19,7 +21,10 @@ NumPy expression.  From the table come:
 Parameter tokens (the ``params`` string of a row), in signature order:
 ``a`` an array the op reads; ``out=`` an array it writes; ``out+=`` one it
 reads and writes (accumulating and masked ops); ``x~`` an array it checks but
-never reads; ``#s`` a real scalar.  An elementwise kernel takes the
+never reads; ``#s`` a real scalar; ``$s`` a real scalar or a device scalar
+(a one-element array of the handler, read when the op runs); ``?f`` a bool
+flag, False by default; ``@axis`` an axis, left to the shape rule.  An
+elementwise kernel takes the
 parameters in the same order, arrays as pointers and scalars in the
 handler's precision, then the element count.
 
@@ -28,15 +33,27 @@ one ``SH_*`` line in ``kernels/elementwise.cu`` (docs: "Adding an op").
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
-from .checks import check_scalar, fail_value
+from . import shape_rules as rules
+from .checks import (
+    check_array_scalar,
+    check_arrays,
+    check_flag,
+    check_same_shape,
+    check_scalar,
+    fail_value,
+)
 
-__all__ = ["ELEMENTWISE", "KERNELS", "OPS", "Op", "ew", "install", "kernel_format"]
+__all__ = ["ELEMENTWISE", "KERNELS", "OPS", "PUBLIC", "Op", "ew", "install",
+           "kernel_format"]
 
 
 class Op:
-    """One op of the contract and how it touches memory.
+    """One op of the contract: its parameters, how it touches memory, and how
+    its public method validates them and calls the backend.
 
     ``kind`` is one of ``"op"`` (issued on the caller's stream group: reads
     ``reads`` and writes ``writes``), ``"alloc"`` (returns a new array, ready
@@ -44,24 +61,40 @@ class Op:
     including the work of every group) or ``"stream"`` (ordering, or no
     handler array).  ``unused`` are arrays checked but never read (the
     aliasing rule still applies); ``disjoint`` the inputs an output must not
-    overlap at all; ``unread_if`` maps a read argument to a predicate on the
-    bound arguments under which its old contents are ignored; ``finite``
-    whether ``check_finite`` applies.  Elementwise rows (``kernel`` set) also
-    have ``numpy``, a function ``(handler, *args)`` computing the op in
-    place, ``doc`` and ``check``, an extra rule on the checked scalars.
+    overlap at all; ``exact`` the inputs it may overlap only as the very same
+    memory, which the handler checks (for the other inputs a partial overlap
+    is undefined, and DebugHandler reports it); ``unread_if`` maps a read
+    argument to a predicate on the bound arguments under which its old
+    contents are ignored; ``finite`` whether ``check_finite`` applies.
+
+    Rows with a public method made here (``shape`` set) also have: ``doc``
+    (its docstring); ``shape``, ``"same"`` (all arrays of one shape) or a
+    rule from ``handlers.shape_rules`` whose result is bound to the name
+    ``gives``; ``check``, an extra rule on the checked scalars; ``call``, the
+    backend call (Python source over the parameters); ``blocking``, whether
+    the op waits for the device (so it is refused inside a capture and
+    returns the call's result).  Elementwise rows (``kernel`` set) have
+    ``numpy``, a function ``(handler, *args)`` computing the op in place.
     """
 
-    __slots__ = ("check", "disjoint", "doc", "finite", "kernel", "kind", "name", "numpy",
-                 "out", "params", "reads", "scalars", "unread_if", "unused", "writes")
+    __slots__ = ("blocking", "call", "check", "device_scalars", "disjoint", "doc", "exact",
+                 "finite", "flags", "gives", "kernel", "kind", "name", "numpy", "out", "params",
+                 "reads", "scalars", "shape", "unread_if", "unused", "writes")
 
-    def __init__(self, name, params="", kind="op", disjoint=(), unread_if=None, finite=True,
-                 kernel=None, numpy=None, doc="", check=None):
+    def __init__(self, name, params="", kind="op", disjoint=(), exact=(), unread_if=None,
+                 finite=True, kernel=None, numpy=None, doc="", check=None, shape=None,
+                 gives=None, call=None, blocking=False):
         self.name, self.kind = name, kind
-        self.params, reads, writes, unused, scalars = [], [], [], [], []
+        self.params, reads, writes, unused, scalars, flags = [], [], [], [], [], []
         for token in params.split():
-            if token.startswith("#"):
-                scalars.append(token[1:])
-                self.params.append(token[1:])
+            if token[0] in "#$?@":
+                # scalar, scalar or device scalar, bool flag, axis
+                arg = token[1:]
+                self.params.append(arg)
+                if token[0] in "#$":
+                    scalars.append(arg)
+                elif token[0] == "?":
+                    flags.append(arg)
                 continue
             arg = token.rstrip("=+~")
             self.params.append(arg)
@@ -76,9 +109,14 @@ class Op:
                 reads.append(arg)
         self.params = tuple(self.params)
         self.reads, self.writes, self.unused = tuple(reads), tuple(writes), tuple(unused)
-        self.scalars = tuple(scalars)
-        self.disjoint, self.unread_if, self.finite = tuple(disjoint), unread_if or {}, finite
+        self.scalars, self.flags = tuple(scalars), tuple(flags)
+        # Device scalars ($): the public method accepts one-element arrays too.
+        self.device_scalars = tuple(t[1:] for t in params.split() if t[0] == "$")
+        self.disjoint, self.exact = tuple(disjoint), tuple(exact)
+        self.unread_if, self.finite = unread_if or {}, finite
         self.kernel, self.numpy, self.doc, self.check = kernel, numpy, doc, check
+        self.shape, self.gives, self.blocking = shape, gives, blocking
+        self.call = call or (f"_elementwise(OP, {', '.join(self.params)})" if kernel else None)
         # Position of the (first) output: its size is the kernel's element count.
         self.out = self.params.index(self.writes[0]) if self.writes else None
 
@@ -201,10 +239,20 @@ def _clip_rule(a_min, a_max):
         fail_value("clip_t", f"a_min {a_min} is greater than a_max {a_max}")
 
 
+def _std_rule(mean, std):
+    if std < 0:
+        fail_value("fill_gaussian", f"std must be >= 0, got {std}")
+
+
+def _p_rule(p):
+    if not 0.0 <= p <= 1.0:
+        fail_value("generate_probability_mask", f"p must be in [0, 1], got {p}")
+
+
 def ew(name, params, kernel, numpy, doc, check=None, quiet=False):
     """A row of the elementwise family: same-shape arrays, one kernel."""
     return Op(name, params, kernel=kernel, numpy=_quiet(numpy) if quiet else numpy, doc=doc,
-              check=check)
+              check=check, shape="same")
 
 
 def _op(name, params, **kw):
@@ -228,14 +276,37 @@ OPS = {op.name: op for op in [
     Op("get_numpy_copy", "a", kind="host_read", finite=False),
     _op("get_numpy_copy_async", "a", finite=False),   # a read on this group; out is host
     _op("set_from_numpy", "a="),
-    _op("copy_to", "src dest="),
-    _op("fill", "a= #value"),
+    _op("copy_to", "src dest=", shape="same", call="_copy_to(src, dest)",
+        doc="Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."),
+    _op("fill", "a= #value", shape="any", call="_fill(a, value)",
+        doc="Set every element of ``a`` to the scalar ``value``."),
     # ---------------------------------------------------------------- BLAS and reductions
-    _op("dot_mm", "a b out=", disjoint=("a", "b")),
-    _op("dot_add_mm", "a b out+=", disjoint=("a", "b")),
-    _op("axpby", "#alpha x #beta y+=", unread_if={"y": lambda args: _is_zero(args.get("beta"))},
-        kernel="axpby"),
-    _op("sum_t", "a out=", disjoint=("a",)),
+    _op("dot_mm", "a b out= ?transa ?transb", disjoint=("a", "b"),
+        shape=rules.dot("dot_mm"), call="_dot(a, b, out, transa, transb, 0.0)",
+        doc="""out = op(a) @ op(b), where op(x) is x.T if the flag is set, else x.
+
+        Shapes: op(a) (m, k), op(b) (k, n), out (m, n).  ``out`` must not
+        overlap ``a`` or ``b``."""),
+    _op("dot_add_mm", "a b out+= ?transa ?transb", disjoint=("a", "b"),
+        shape=rules.dot("dot_add_mm"), call="_dot(a, b, out, transa, transb, 1.0)",
+        doc="out += op(a) @ op(b); shapes and aliasing as ``dot_mm``."),
+    _op("axpby", "$alpha x $beta y+=", unread_if={"y": lambda args: _is_zero(args.get("beta"))},
+        kernel="axpby", shape="same", call="_axpby(alpha, x, beta, y)",
+        doc="""y = alpha * x + beta * y, for x and y of any one shape.
+
+        ``x`` may be ``y``.  With beta = 0, the old contents of y are ignored
+        (NaN in y does not propagate).  ``alpha`` and ``beta`` are numbers, or
+        *device scalars*: one-element arrays of this handler, read when the op
+        runs (so a replayed graph sees the value they hold then); they must
+        not overlap ``y``."""),
+    _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.sum_t, gives="axis",
+        call="_sum_t(a, axis, out)",
+        doc="""Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
+
+        ``axis`` is an int (negative counts from the end) or None (all axes).
+        ``out`` has the result's shape, either without the reduced axis or with
+        it kept as 1; for ``axis=None``, ``out`` has shape (), (1,) or all ones.
+        ``out`` must not overlap ``a``."""),
     # ---------------------------------------------------------------- elementwise
     ew("add_tt", "a b out=", "binary_add", lambda h, a, b, out: np.add(a, b, out=out),
        "out = a + b."),
@@ -311,22 +382,58 @@ OPS = {op.name: op for op in [
     # ---------------------------------------------------------------- other shapes
     # out.shape[axis] == 1 makes broadcast_t a copy, where out may be a;
     # otherwise a is smaller than out, so any overlap is partial and raises.
-    _op("broadcast_t", "a out="),
-    _op("add_mv", "m v out="),
-    _op("subtract_mv", "m v out="),
-    _op("mult_mv", "m v out="),
-    _op("divide_mv", "m v out="),
-    _op("softmax_m", "m out="),
-    _op("index_m_by_v", "m v out=", disjoint=("m",)),   # out may be v
-    _op("binarize_v", "v out=", disjoint=("v",)),
+    _op("broadcast_t", "a @axis out=", exact=("a",), shape=rules.broadcast_t, gives="axis",
+        call="_broadcast_t(a, axis, out)",
+        doc="""Repeat ``a`` along ``axis`` into ``out``.
+
+        ``a`` has the shape of ``out`` except for a 1 at ``axis`` (negative
+        axes allowed).  ``out`` may be ``a`` where ``out.shape[axis]`` is 1
+        (a copy); otherwise they must not overlap."""),
+    *(_op(f"{name}_mv", "m v out=", shape=rules.mv(f"{name}_mv"), gives="side",
+          call=f'_mv("{kernel}", m, v, out, side)', doc=doc) for name, kernel, doc in [
+        ("add", "add", "out = m + v, with v (1, n) broadcast over rows or (m, 1) over "
+                       "columns.\nout may be m."),
+        ("subtract", "sub", "out = m - v, v broadcast as in ``add_mv`` (out may be m)."),
+        ("mult", "mul", "out = m * v, v broadcast as in ``add_mv`` (out may be m)."),
+        ("divide", "div", "out = m / v, v broadcast as in ``add_mv`` (out may be m)."),
+    ]),
+    _op("softmax_m", "m out=", shape=rules.softmax_m, call="_softmax_m(m, out)",
+        doc="""Row-wise softmax of the matrix m into out, computed as
+        exp(m - rowmax) / rowsum so that large inputs do not overflow.
+        out may be m."""),
+    _op("index_m_by_v", "m v out=", disjoint=("m",), exact=("v",), shape=rules.index_m_by_v,
+        call="_index_m_by_v(m, v, out)",
+        doc="""out[i, 0] = m[i, v[i, 0]] for a matrix m (r, c) and index vector v (r, 1).
+
+        v holds indices stored as floats, truncated towards zero.  An index
+        whose value is not in [0, c) (NaN included) gives NaN: nothing is read
+        out of bounds.  out has shape (r, 1); it may be v but must not overlap m."""),
+    _op("binarize_v", "v out=", disjoint=("v",), shape=rules.binarize_v,
+        call="_binarize_v(v, out)",
+        doc="""One-hot encode: out[i, j] = 1 if j == v[i, 0] else 0.
+
+        v (r, 1) holds class indices stored as floats, truncated towards zero;
+        out is (r, c).  An index whose value is not in [0, c) (NaN included)
+        gives a row of zeros.  out must not overlap v."""),
     # Runs on the caller's group and blocks the host; a read on the group.
-    _op("is_fully_finite", "a", finite=False),
-    _op("fill_gaussian", "#mean #std out="),
-    _op("generate_probability_mask", "mask= #p"),
+    _op("is_fully_finite", "a", finite=False, shape="any", blocking=True,
+        call="_is_fully_finite(a)",
+        doc="""Return True if no element of ``a`` is NaN or infinite.
+
+        Blocks the host until the check, which is ordered after the work issued
+        before it on this group (like any read on this group), has finished."""),
+    _op("fill_gaussian", "#mean #std out=", shape="any", check=_std_rule,
+        call="_fill_gaussian(mean, std, out)",
+        doc="Fill out with samples from a normal distribution (mean, std >= 0)."),
+    _op("generate_probability_mask", "mask= #p", shape="any", check=_p_rule,
+        call="_probability_mask(mask, p)",
+        doc="Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."),
 ]}
 
-#: The elementwise rows: same-shape arrays, methods made by :func:`install`.
+#: The elementwise rows: same-shape arrays, one kernel and a NumPy expression.
 ELEMENTWISE = {name: op for name, op in OPS.items() if op.numpy is not None}
+#: The rows whose public method :func:`install` makes.
+PUBLIC = {name: op for name, op in OPS.items() if op.shape is not None}
 
 
 def kernel_format(op, T):
@@ -360,33 +467,61 @@ KERNELS = {
 }
 
 
-_TEMPLATE = '''\
-def {name}(self, {sig}):
-    {scalars}check_same_shape(self, "{name}", {arrays}){extra}
-    self._elementwise(OP, {sig})
-'''
+def _method_source(op):
+    """The source of an op's public method: checks in a fixed order, then
+    the backend call (see :class:`Op`)."""
+    name, out = op.name, (op.writes or ("None",))[0]
+    sig = ", ".join(f"{p}=False" if p in op.flags else p for p in op.params)
+    body = []
+    if op.blocking:
+        body.append(f'self._not_capturing("{name}")')
+    for s in op.scalars:
+        if s in op.device_scalars:
+            body.append(f'{s} = check_array_scalar(self, "{name}", "{s}", {s}, {out})')
+        else:
+            body.append(f'{s} = check_scalar("{name}", "{s}", {s})')
+    for f in op.flags:   # the common case costs two identity tests
+        body.append(f'if {f} is not False and {f} is not True:\n'
+                    f'        {f} = check_flag("{name}", "{f}", {f})')
+    if op.check:
+        body.append(f"OP.check({', '.join(op.scalars)})")
+    arrays = ", ".join(p for p in op.params if p in op.arrays)
+    if op.shape == "same":
+        body.append(f'check_same_shape(self, "{name}", {arrays})')
+    else:
+        body.append(f'check_arrays(self, "{name}", {arrays})')
+    if callable(op.shape):
+        args = ", ".join(p for p in op.params if p not in op.scalars)
+        body.append(f"{op.gives + ' = ' if op.gives else ''}OP.shape(self, {args})")
+    for d in op.disjoint:
+        body.append(f'if self._overlaps({out}, {d}):\n'
+                    f'        fail_value("{name}", "{out} must not overlap {d}")')
+    for e in op.exact:
+        body.append(f'if self._overlaps({out}, {e}) and not self._same_memory({out}, {e}):\n'
+                    f'        fail_value("{name}", "{out} must be {e} or not overlap it")')
+    body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
+    return f"def {name}(self, {sig}):\n    " + "\n    ".join(body) + "\n"
 
 
 def _method(op):
-    """Build the public method of an elementwise row (by source, so that it
-    has the row's real signature and no per-call overhead)."""
-    lines = "".join(f'{s} = check_scalar("{op.name}", "{s}", {s})\n    ' for s in op.scalars)
-    extra = f"\n    OP.check({', '.join(op.scalars)})" if op.check else ""
-    src = _TEMPLATE.format(name=op.name, sig=", ".join(op.params), scalars=lines,
-                           arrays=", ".join(p for p in op.params if p not in op.scalars),
-                           extra=extra)
-    from .checks import check_same_shape
-    namespace = {"OP": op, "check_scalar": check_scalar, "check_same_shape": check_same_shape}
-    exec(compile(src, f"<optable {op.name}>", "exec"), namespace)
+    """Build the public method of a row (by source, so that it has the row's
+    real signature and no per-call overhead)."""
+    namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
+                 "check_flag": check_flag, "check_arrays": check_arrays,
+                 "check_same_shape": check_same_shape, "fail_value": fail_value}
+    exec(compile(_method_source(op), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
-    same = "all arrays of one shape"
-    fn.__doc__ = f"{op.doc}\n\nShapes: {same}. Aliasing: {op.aliasing()}"
+    if op.kernel and op.numpy:
+        fn.__doc__ = f"{op.doc}\n\nShapes: all arrays of one shape. Aliasing: {op.aliasing()}"
+    else:
+        fn.__doc__ = inspect.cleandoc(op.doc)
     return fn
 
 
 def install(cls):
-    """Class decorator: give ``cls`` (the contract) a method per elementwise row."""
-    for name, op in ELEMENTWISE.items():
+    """Class decorator: give ``cls`` (the contract) a method per row with a
+    ``shape`` (every op that takes arrays and issues work)."""
+    for name, op in PUBLIC.items():
         if name in vars(cls):
             raise TypeError(f"{cls.__name__}.{name} is written by hand and in the op table")
         fn = _method(op)

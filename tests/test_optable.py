@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from handlers import Handler, NumpyHandler
-from handlers.optable import ELEMENTWISE, KERNELS, OPS, kernel_format
+from handlers.optable import ELEMENTWISE, KERNELS, OPS, PUBLIC, kernel_format
 
 SOURCES = Path(__file__).resolve().parents[1] / "handlers" / "cuda" / "kernels"
 CXX = shutil.which("g++") or shutil.which("clang++")
@@ -91,6 +91,18 @@ def test_elementwise_method_is_the_row(name):
     assert tuple(inspect.signature(method).parameters)[1:] == op.params
     assert op.doc in method.__doc__ and "Aliasing" in method.__doc__
     assert set(op.reads + op.unused + op.writes) | set(op.scalars) == set(op.params)
+
+
+@pytest.mark.parametrize("name", sorted(set(PUBLIC) - set(ELEMENTWISE)))
+def test_array_op_method_is_the_row(name):
+    # Products, reductions, broadcasts, indexing, randomness: made from the
+    # row like the elementwise ops, flags defaulting to False.
+    op = PUBLIC[name]
+    params = inspect.signature(getattr(Handler, name)).parameters
+    assert tuple(params)[1:] == op.params
+    assert all(params[f].default is False for f in op.flags)
+    assert inspect.getdoc(getattr(Handler, name)) == inspect.cleandoc(op.doc)
+    assert op.call and op.shape in ("same", "any") or callable(op.shape), name
 
 
 def test_a_handler_missing_a_hook_fails_when_made():

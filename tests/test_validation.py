@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from handlers import Handler, NumpyHandler
-from handlers.optable import ELEMENTWISE
+from handlers.optable import ELEMENTWISE, PUBLIC
 from helpers import other_dtype, rand
 
 SH = (3, 4)          # default shape of same-shape ops
@@ -161,7 +161,9 @@ OPS = [
     # indexing and masks
     Op("index_m_by_v", Arr("m", (4, 5)), Arr("v", (4, 1), index_values(5)), Arr("out", (4, 1)),
        bad_shapes=[("m", (5, 5)), ("v", (5, 1)), ("v", (4, 2)), ("out", (5, 1)), ("out", (4, 2))],
-       bad_ranks=[("m", (20,)), ("v", (4,)), ("out", (4,))]),
+       bad_ranks=[("m", (20,)), ("v", (4,)), ("out", (4,))],
+       extra=[("out-overlaps-m", ValueError, {"overlap": ("m", "out", (4, 5))}),
+              ("out-overlaps-v", ValueError, {"overlap": ("v", "out", (5, 1))})]),
     Op("binarize_v", Arr("v", (4, 1), index_values(5)), Arr("out", (4, 5)),
        bad_shapes=[("v", (5, 1)), ("v", (4, 2)), ("out", (5, 5))],
        bad_ranks=[("v", (4,)), ("out", (20,))],
@@ -371,3 +373,23 @@ def test_every_op_has_bad_input_cases():
     assert not ops - streams - pipeline - set(OPS_BY_NAME), "ops without bad-input cases"
     per_op = {name: sum(1 for p in CASES if p.values[0] == name) for name in OPS_BY_NAME}
     assert min(per_op.values()) >= 2, per_op
+
+
+def test_every_forbidden_overlap_has_a_case():
+    # The op table says which inputs an output must not overlap (disjoint) or
+    # may overlap only as the very same memory (exact); the public methods
+    # check both.  Each such pair needs a case above that hands the op an
+    # output over that input's memory.
+    def aliased(change):
+        if "alias" in change:
+            return set(change["alias"].values())
+        if "overlap" in change:
+            return {change["overlap"][0]}
+        if "view" in change:
+            return {change["view"][1]}
+        return set()
+    for name, row in PUBLIC.items():
+        covered = set().union(*(aliased(c) for _, _, c in OPS_BY_NAME[name].extra)) \
+            if name in OPS_BY_NAME else set()
+        missing = set(row.disjoint + row.exact) - covered
+        assert not missing, f"{name}: no case puts the output over {sorted(missing)}"

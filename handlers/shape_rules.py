@@ -1,0 +1,109 @@
+"""The shape rules of the ops that are not elementwise.
+
+Each rule is named by a row of the op table (``handlers.optable``, its
+``shape`` field) and runs inside the public method the table makes for that
+row, after the arrays' type, dtype and contiguity have been checked and
+before any overlap check.  A rule raises ``ValueError`` (through
+``checks.fail_value``) naming the op and the shapes, or returns the value the
+row binds for its backend call (the normalised axis, the broadcast side),
+or None.  Rules take the handler first, then the op's arguments in signature
+order, minus its scalars.
+"""
+from .checks import check_ndim, check_same_shape, fail_value, normalize_axis
+
+_UNSEEN = object()   # sum_t: a shape combination not validated yet
+
+
+def dot(op):
+    """``dot_mm``/``dot_add_mm``: 2-D arrays, op(a) (m, k) @ op(b) (k, n) -> out (m, n)."""
+    def rule(h, a, b, out, transa, transb):
+        if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+            for x, name in ((a, "a"), (b, "b"), (out, "out")):
+                check_ndim(op, x, 2, name)
+        m, k = (a.shape[1], a.shape[0]) if transa else a.shape
+        k2, n = (b.shape[1], b.shape[0]) if transb else b.shape
+        if k != k2 or out.shape != (m, n):
+            fail_value(op, f"shapes do not match: a {a.shape}{'.T' if transa else ''}, "
+                           f"b {b.shape}{'.T' if transb else ''}, out {out.shape}")
+    return rule
+
+
+def sum_t(h, a, axis, out):
+    """``sum_t``: returns the axis in ``range(a.ndim)`` or None."""
+    # The shape checks cost more than the launch's Python; a combination that
+    # passed them once needs only a lookup (plain ints and None only: True
+    # would hash like 1).
+    key = (a.shape, axis, out.shape)
+    checked = (h._sum_shapes.get(key, _UNSEEN) if type(axis) is int or axis is None
+               else _UNSEEN)
+    if checked is _UNSEEN:
+        checked = h._sum_shapes[key] = _sum_shapes(a, axis, out)
+    return checked
+
+
+def _sum_shapes(a, axis, out):
+    nd = len(a.shape)
+    if nd == 0:
+        fail_value("sum_t", "a must have rank >= 1, got shape ()")
+    if axis is None:
+        if out.size != 1 or len(out.shape) not in (0, 1, nd):
+            fail_value("sum_t", f"out shape {out.shape} does not fit a full sum of {a.shape}")
+        return None
+    axis = normalize_axis("sum_t", axis, nd)
+    s = a.shape
+    if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
+        fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
+                            f"{a.shape} over axis {axis}")
+    return axis
+
+
+def broadcast_t(h, a, axis, out):
+    """``broadcast_t``: ``a`` is ``out``'s shape with a 1 at ``axis``; returns the axis."""
+    nd = len(out.shape)
+    if nd == 0:
+        fail_value("broadcast_t", "out must have rank >= 1")
+    axis = normalize_axis("broadcast_t", axis, nd)
+    want = out.shape[:axis] + (1,) + out.shape[axis + 1:]
+    if a.shape != want:
+        fail_value("broadcast_t", f"a shape {a.shape} cannot be broadcast along axis "
+                                  f"{axis} to {out.shape} (expected {want})")
+    return axis
+
+
+def mv(op):
+    """The ``*_mv`` ops: returns 0 for a row vector (1, n), 1 for a column (m, 1)."""
+    def rule(h, m, v, out):
+        check_ndim(op, m, 2, "m")
+        check_ndim(op, v, 2, "v")
+        if out.shape != m.shape:
+            fail_value(op, f"out shape {out.shape} differs from m shape {m.shape}")
+        rows, cols = m.shape
+        if v.shape == (1, cols):
+            return 0
+        if v.shape == (rows, 1):
+            return 1
+        fail_value(op, f"v shape {v.shape} must be (1, {cols}) or ({rows}, 1) for m {m.shape}")
+    return rule
+
+
+def softmax_m(h, m, out):
+    """``softmax_m``: one 2-D shape."""
+    check_same_shape(h, "softmax_m", m, out)
+    check_ndim("softmax_m", m, 2, "m")
+
+
+def index_m_by_v(h, m, v, out):
+    """``index_m_by_v``: m (r, c), v and out (r, 1)."""
+    check_ndim("index_m_by_v", m, 2, "m")
+    rows = m.shape[0]
+    if v.shape != (rows, 1) or out.shape != (rows, 1):
+        fail_value("index_m_by_v", f"for m {m.shape}, v and out must be ({rows}, 1); "
+                                   f"got v {v.shape}, out {out.shape}")
+
+
+def binarize_v(h, v, out):
+    """``binarize_v``: out (r, c), v (r, 1)."""
+    check_ndim("binarize_v", out, 2, "out")
+    if v.shape != (out.shape[0], 1):
+        fail_value("binarize_v", f"v shape {v.shape} must be ({out.shape[0]}, 1) "
+                                 f"for out {out.shape}")
