@@ -1,8 +1,9 @@
-"""The C kernel launcher (handlers.cuda._launch), PyCudaHandler's one launch path.
+"""The C extension handlers.cuda._launch, PyCudaHandler's one path to the driver.
 
 The argument packer is checked on any machine where the extension is built
 (no GPU needed): its buffer must equal Python's ``struct.pack`` in native
-alignment, which is how the kernels' parameters are laid out.  Without the
+alignment, which is how the kernels' parameters are laid out.  So are the
+argument checks of the other driver calls (wrong types, null handles).  Without the
 extension PyCudaHandler refuses to start with an ImportError naming the fix.
 On a GPU, the path runs a mix of ops in a fresh process, and failed driver and
 cuBLAS calls raise ``CudaError`` with the status name.
@@ -172,3 +173,90 @@ def test_the_launch_path_runs_ops_correctly():
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     for what, err in res.items():
         assert err < 1e-3, (what, err)
+
+
+# The driver calls of _driver.c: arguments are checked before libcuda is
+# needed, so a wrong type is a TypeError with or without a GPU.
+@pytest.mark.parametrize("call, args", [
+    ("module_load", ("not bytes",)),
+    ("module_load", (bytearray(b"\0"),)),
+    ("module_function", (1, 7)),
+    ("module_function", ("1", "fill_f32")),
+    ("capture_begin", (None, 2)),
+    ("capture_begin", (0, 2.0)),
+    ("capture_end", ("0",)),
+    ("capture_status", (0.0,)),
+    ("graph_node_count", (None,)),
+    ("graph_instantiate", (b"graph",)),
+    ("graph_launch", (1, "stream")),
+    ("graph_launch", (1,)),                        # too few
+    ("graph_destroy", (1.0,)),
+    ("graph_exec_destroy", ([1],)),
+    ("memset_d32", (1, 0, 1)),                     # too few
+    ("memset_d32", (1, "0", 1, 0)),
+    ("host_register", (4096.0, 4096, 0)),
+    ("host_register", (4096, 4096)),               # too few
+    ("host_unregister", (None,)),
+    ("error_name", ("1",)),
+    ("blas_set_workspace", (1, 2, 3, 4.0)),
+])
+def test_driver_calls_reject_wrong_types(call, args):
+    with pytest.raises(TypeError, match=call):
+        getattr(_launch, call)(*args)
+
+
+@pytest.mark.parametrize("call, args, error", [
+    ("graph_destroy", (0,), ValueError),             # null handles
+    ("graph_exec_destroy", (0,), ValueError),
+    ("graph_launch", (0, 0), ValueError),
+    ("module_function", (0, "fill_f32"), ValueError),
+    ("module_function", (1, "fill\0f32"), ValueError),
+    ("memset_d32", (0, 1, 1, 0), ValueError),
+    ("memset_d32", (4096, 2**32, 1, 0), OverflowError),
+    ("host_register", (-4096, 4096, 0), OverflowError),
+    ("blas_set_workspace", (0, 1, 2, 3), ValueError),
+])
+def test_driver_calls_reject_bad_values_before_touching_the_driver(call, args, error):
+    with pytest.raises(error):
+        getattr(_launch, call)(*args)
+
+
+def test_loading_garbage_is_a_cuda_error():
+    from handlers import CudaError
+    _gpu_or_skip()
+    with pytest.raises(CudaError) as e:
+        _launch.module_load(b"garbage, neither a cubin nor PTX\n" * 8)
+    assert e.value.op == "cuModuleLoadData"
+    assert e.value.status.startswith("CUDA_ERROR_") and e.value.code != 0
+    assert _launch.error_name(e.value.code) == e.value.status
+
+
+def test_an_unknown_kernel_name_is_a_cuda_error():
+    from handlers import CudaError
+    from handlers.cuda import kernel_loader
+    h = _gpu_or_skip()
+    assert h._k["fill"].handle   # the module of fill is loaded
+    mod = next(iter(kernel_loader._modules.values()))
+    with pytest.raises(CudaError, match=r"cuModuleGetFunction\(no_such_kernel\)") as e:
+        _launch.module_function(mod, "no_such_kernel")
+    assert e.value.status.startswith("CUDA_ERROR_") and e.value.code != 0
+
+
+def test_host_register_round_trip():
+    import mmap
+
+    from handlers import CudaError
+    _gpu_or_skip()
+    page = mmap.PAGESIZE
+    raw = np.zeros(4 * page, np.uint8)
+    start = raw.ctypes.data
+    first = -start % page                          # the first page-aligned byte
+    buf = raw[first: first + 2 * page]
+    address = buf.ctypes.data
+    assert address % page == 0
+    _launch.host_register(address, buf.nbytes, 0)
+    _launch.host_unregister(address)
+    with pytest.raises(CudaError) as e:            # no longer registered
+        _launch.host_unregister(address)
+    assert e.value.op == "cuMemHostUnregister"
+    assert e.value.status.startswith("CUDA_ERROR_") and e.value.code != 0

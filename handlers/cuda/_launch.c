@@ -1,12 +1,16 @@
-/* handlers.cuda._launch: a lean path from Python to cuLaunchKernel and cuBLAS GEMM.
+/* handlers.cuda._launch: the one way streamhandlers' own code reaches the CUDA
+ * driver, plus a lean path to cuBLAS GEMM.
  *
  * pycuda's launch goes through boost.python (argument tuples converted per
  * call) and a separate argument packer, and scikit-cuda's GEMM through ctypes;
  * together that is several microseconds of host time per op, more than the
- * driver's own launch.  This module packs the arguments and makes the call in
- * one C function (METH_FASTCALL: no argument tuple is built).
+ * driver's own launch.  This file packs the arguments and makes the call in
+ * one C function (METH_FASTCALL: no argument tuple is built), and holds the
+ * event calls.  _one_call.c checks and launches the most frequent ops in one
+ * call; _driver.c has the remaining driver calls (module loading, stream
+ * capture and graphs, memset, host page-locking) and cuBLAS's workspace setter.
  *
- * It needs no CUDA headers or libraries at build time: libcuda is opened at
+ * It needs no CUDA headers or libraries at build time: load() opens libcuda at
  * run time and the few driver types used here are plain integers and
  * pointers.  So it builds on any machine with a C compiler, and a machine
  * without a GPU can still test the argument packer.
@@ -186,6 +190,7 @@ static PyObject *py_load(PyObject *self, PyObject *noargs) {
     if (!cu_event_create || !cu_event_destroy || !cu_event_query || !cu_event_sync ||
         !cu_event_record || !cu_stream_wait || !cu_ctx_get_current || !cu_ctx_set_current)
         Py_RETURN_FALSE;
+    resolve_driver_calls(lib);
     /* Set last: a true cu_launch means every symbol above was found. */
     cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
     if (!cu_launch) Py_RETURN_FALSE;
@@ -209,10 +214,14 @@ static PyObject *raise_error(const char *what, const char *status, int code) {
     return NULL;
 }
 
-PyObject *driver_error(const char *what, int rc) {
+const char *status_name(int rc) {
     const char *name = NULL;
     if (!cu_error_name || cu_error_name(rc, &name) != 0 || !name) name = "CUDA_ERROR_UNKNOWN";
-    return raise_error(what, name, rc);
+    return name;
+}
+
+PyObject *driver_error(const char *what, int rc) {
+    return raise_error(what, status_name(rc), rc);
 }
 
 PyObject *blas_error(const char *what, int status) {
@@ -252,10 +261,14 @@ int ensure_context(void) {
     return 1;
 }
 
-int loaded(const char *what) {
-    if (cu_launch) return ensure_context();
+int libcuda_loaded(const char *what) {
+    if (cu_launch) return 1;
     PyErr_Format(PyExc_RuntimeError, "%s: libcuda not loaded (call load() first)", what);
     return 0;
+}
+
+int loaded(const char *what) {
+    return libcuda_loaded(what) && ensure_context();
 }
 
 /* set_context(handle): the CUcontext (an int) that launches on a thread
@@ -456,11 +469,16 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "handlers.cuda._launch",
-                                    "Lean kernel launch and cuBLAS GEMM calls.", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "handlers.cuda._launch",
+    .m_doc = "Every CUDA driver call of streamhandlers, and lean cuBLAS GEMM calls.",
+    .m_size = -1,
+    .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && add_one_call_type(m) < 0) Py_CLEAR(m);
+    if (m && (add_one_call_type(m) < 0 || add_driver_functions(m) < 0)) Py_CLEAR(m);
     return m;
 }

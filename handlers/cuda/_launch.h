@@ -1,4 +1,4 @@
-/* Shared by the sources of handlers.cuda._launch (_launch.c, _one_call.c). */
+/* Shared by the sources of handlers.cuda._launch (_launch.c, _one_call.c, _driver.c). */
 #ifndef HANDLERS_LAUNCH_H
 #define HANDLERS_LAUNCH_H
 
@@ -31,7 +31,20 @@ int ensure_context(void);
  * with a RuntimeError naming `what`. */
 int loaded(const char *what);
 
+/* 1 if load() has opened libcuda, else 0 with a RuntimeError naming `what`;
+ * unlike loaded(), makes no context current. */
+int libcuda_loaded(const char *what);
+
+/* The driver's name of CUresult rc (CUDA_ERROR_UNKNOWN where it has none). */
+const char *status_name(int rc);
+
 /* Add the OneCall type to the module; -1 with an exception set on failure. */
 int add_one_call_type(PyObject *module);
+
+/* _driver.c: find its driver calls in `lib`, the libcuda handle load()
+ * opened (a missing one raises when its function is called), and add its
+ * functions to the module (-1 with an exception set on failure). */
+void resolve_driver_calls(void *lib);
+int add_driver_functions(PyObject *module);
 
 #endif

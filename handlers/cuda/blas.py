@@ -14,7 +14,8 @@ calls, for the C path of ``handlers.cuda.one_call`` (0 where not known).  Backen
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
   symbol directly, through the extension (``handlers.cuda._launch.gemm``), to skip
-  the per-call wrapper work.
+  the per-call wrapper work, and its ``cublasSetWorkspace_v2`` the same way
+  (``_launch.blas_set_workspace``).
 * ``"nvmath"``: ``nvmath.bindings.cublas`` from nvmath-python.
 
 A failed cuBLAS call raises ``kernel_loader.CudaError`` with the status name,
@@ -63,9 +64,8 @@ class _SkcudaGemm:
             kernel_loader.check_blas(self._name, status)
 
     def set_workspace(self, address, nbytes):
-        fn = self._cublas._libcublas.cublasSetWorkspace_v2
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        kernel_loader.check_blas("cublasSetWorkspace_v2", fn(self.handle, address, nbytes))
+        symbol = ctypes.cast(self._cublas._libcublas.cublasSetWorkspace_v2, ctypes.c_void_p).value
+        kernel_loader.require().blas_set_workspace(symbol, self.handle, int(address), nbytes)
 
     def close(self):
         self._cublas.cublasDestroy(self.handle)

@@ -45,8 +45,8 @@ _SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
 _launch_kernel = None
 _ev = None       # kernel_loader.events(), bound with _launch_kernel
 # Makes the device's context current on the calling thread (once per thread).
-# Every hook that calls pycuda, cuBLAS or the driver through ctypes starts
-# with it; kernel launches and events in handlers.cuda._launch do the same in C.
+# Every hook that calls pycuda or cuBLAS starts with it; the driver calls of
+# handlers.cuda._launch (launches, events, graphs, ...) do the same in C.
 _enter = cuda_context.enter
 
 

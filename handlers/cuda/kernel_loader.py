@@ -1,6 +1,6 @@
 """Compile the CUDA sources in ``handlers/cuda/kernels`` once per process, load
-them through the driver, and launch them through the ``handlers.cuda._launch``
-extension: the one path from Python to the GPU.
+them into the driver and launch them, all through the ``handlers.cuda._launch``
+extension: the one way from this package to libcuda.
 
 Each ``.cu`` file is plain CUDA C++ (templates instantiated for float and
 double behind ``extern "C"`` names ending in ``_f32``/``_f64``), so it also
@@ -9,18 +9,16 @@ disk, so a warm start does not invoke nvcc again.
 
 The extension is built at install time (it needs only a C compiler, no CUDA
 headers) and opens libcuda at run time.  PyCudaHandler requires it
-(:func:`require`); every kernel launch, event and cuBLAS product of the fast
-path goes through it, and every failure of the driver or cuBLAS is a
-:class:`CudaError`.
+(:func:`require`).  Kernel launches, events, module loading, graphs, host
+page-locking and the cuBLAS calls of the fast path all go through it, and
+every failure of the driver or cuBLAS is a :class:`CudaError`.
 """
-import ctypes
 import importlib
 import os
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 _cubins = {}
 _modules = {}
-_driver = None
 _launch = None
 
 
@@ -122,20 +120,9 @@ def cubin(name):
     return data
 
 
-def driver():
-    """``libcuda`` through ctypes, opened once per process (the C launcher's
-    module loading and ``handlers.cuda.graph`` share it)."""
-    global _driver
-    if _driver is None:
-        _driver = ctypes.CDLL("libcuda.so.1")
-    return _driver
-
-
 def error_name(rc):
     """The driver's name of status ``rc`` (``CUDA_ERROR_...``)."""
-    name = ctypes.c_char_p()
-    driver().cuGetErrorName(rc, ctypes.byref(name))
-    return (name.value or b"CUDA_ERROR_UNKNOWN").decode()
+    return require().error_name(rc)
 
 
 def check(what, rc):
@@ -149,10 +136,7 @@ def module(name):
     driver ``CUmodule`` handle (an int)."""
     mod = _modules.get(name)
     if mod is None:
-        data = cubin(name)
-        handle = ctypes.c_void_p()
-        check("cuModuleLoadData", driver().cuModuleLoadData(ctypes.byref(handle), data))
-        mod = _modules[name] = handle.value
+        mod = _modules[name] = require().module_load(cubin(name))
     return mod
 
 
@@ -160,8 +144,4 @@ def function(file, name, suffix, arg_format):
     """Return kernel ``name + '_' + suffix`` from ``file`` as a ``Kernel`` whose
     arguments follow ``arg_format`` (struct codes, e.g. ``"PPq"``)."""
     full = f"{name}_{suffix}"
-    handle = ctypes.c_void_p()
-    check(f"cuModuleGetFunction({full})",
-          driver().cuModuleGetFunction(ctypes.byref(handle), ctypes.c_void_p(module(file)),
-                                       full.encode()))
-    return Kernel(full, arg_format, handle=handle.value)
+    return Kernel(full, arg_format, handle=require().module_function(module(file), full))

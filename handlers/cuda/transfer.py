@@ -5,9 +5,11 @@ Uploads run on one upload stream per handler.  Each upload records an event;
 the consuming group's stream waits on it, and the staging slot goes back to
 the reader thread only once the event has completed.  A device buffer is
 overwritten only after the upload stream has waited for the event recorded
-when its previous batch's consumer moved on.
+when its previous batch's consumer moved on.  ``pin`` page-locks host memory
+in place through the ``handlers.cuda._launch`` extension.
 """
 import bisect
+import contextlib
 import mmap
 
 from ..prefetch import Transfer, fits, matches
@@ -256,28 +258,20 @@ def copy_async(handler, a, out):
     return PendingCopy(out, handler._record_event(), finish)
 
 
-def _host_register():
-    """cuMemHostRegister/cuMemHostUnregister from the driver library.
-
-    pycuda's ``register_host_memory`` fails under NumPy 2 (it sets an array's
-    base twice), so we page-lock through the driver API directly.
-    """
-    import ctypes
-    lib = ctypes.CDLL("libcuda.so.1")
-    reg, unreg = lib.cuMemHostRegister_v2, lib.cuMemHostUnregister
-    reg.argtypes, reg.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint], ctypes.c_int
-    unreg.argtypes, unreg.restype = [ctypes.c_void_p], ctypes.c_int
-    return reg, unreg
-
-
 def pin(array):
     """Page-lock ``array``'s memory in place; its pages stay locked (and the
-    array referenced) until the process exits."""
+    array referenced) until the process exits.
+
+    pycuda's ``register_host_memory`` fails under NumPy 2 (it sets an array's
+    base twice), so the pages are locked through the extension's
+    ``host_register``/``host_unregister`` (cuMemHostRegister and
+    cuMemHostUnregister)."""
     registry = REGISTRY
     if not array.nbytes or registry.contains(array):
         return array
     if registry.driver is None:
-        registry.driver = _host_register()
+        ext = kernel_loader.require()
+        registry.driver = (ext.host_register, ext.host_unregister)
         from . import context as cuda_context
         cuda_context.at_exit(_unpin_all)
     reg, unreg = registry.driver
@@ -294,13 +288,18 @@ def pin(array):
         drv.Context.synchronize()
         lo, hi = min(lo, victims[0][0]), max(hi, victims[-1][1])
         for a, _ in victims:
-            unreg(a)
-    status = reg(lo, hi - lo, 0)
-    if status:
+            # A piece that stays registered makes the registration below fail,
+            # which puts the pieces back: the table stays true either way.
+            with contextlib.suppress(kernel_loader.CudaError):
+                unreg(a)
+    try:
+        reg(lo, hi - lo, 0)
+    except kernel_loader.CudaError as e:
         for a, b in victims:      # put back what was there
-            reg(a, b - a, 0)
-        raise RuntimeError(f"pin: cuMemHostRegister failed with CUDA error {status} "
-                           f"for an array of shape {array.shape}")
+            with contextlib.suppress(kernel_loader.CudaError):
+                reg(a, b - a, 0)
+        raise kernel_loader.CudaError(f"pin: cuMemHostRegister (an array of shape {array.shape})",
+                                      e.status, e.code) from e
     registry.replace(victims, (lo, hi), array)
     return array
 
@@ -310,5 +309,6 @@ def _unpin_all():
     import pycuda.driver as drv
     drv.Context.synchronize()
     for start, _ in REGISTRY.ranges():
-        REGISTRY.driver[1](start)
+        with contextlib.suppress(kernel_loader.CudaError):
+            REGISTRY.driver[1](start)
     REGISTRY.__init__()
