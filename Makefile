@@ -1,5 +1,8 @@
 # The commands README.rst gives.  PYTHON may name a virtualenv's interpreter.
 PYTHON ?= python3
+# Extra pytest options for make test; TEST_FLAGS=-rs lists every skipped test
+# with its reason (by default only the handlers that are skipped, and why).
+TEST_FLAGS ?=
 
 .PHONY: install test demo bench docs lint clean
 
@@ -7,7 +10,7 @@ install:
 	$(PYTHON) -m pip install -q -e '.[test]'
 
 test: install
-	$(PYTHON) -m pytest -q -rs tests
+	$(PYTHON) -m pytest -q $(TEST_FLAGS) tests
 
 # The main job: an LSTM digits classifier on the GPU if there is one, else NumPy.
 demo: install
