@@ -34,6 +34,7 @@ Conventions shared by every op:
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod, update_abstractmethods
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -47,7 +48,7 @@ from .checks import (
     fail_value,
 )
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
-from .optable import install
+from .optable import OPS, install
 
 #: Stands for a handler array in signatures.  It is an instance of the
 #: handler's ``array_type`` (``numpy.ndarray`` on NumpyHandler,
@@ -470,6 +471,16 @@ class Handler(ABC):
     def _graph_free(self, exe):
         """Release a finished capture."""
 
+    def _mean_t(self, a, axis, out):
+        """mean_t's work: the sum, then one scaling (NaN over an empty axis)."""
+        self._sum_t(a, axis, out)
+        axes = range(len(a.shape)) if axis is None else axis if type(axis) is tuple else (axis,)
+        n = math.prod(a.shape[i] for i in axes)
+        if n == 0:
+            self._fill(out, math.nan)
+        elif n != 1:
+            self._elementwise(OPS["mult_st"], 1.0 / n, out, out)
+
     def _close(self):
         """Release device resources (``close``)."""
 
@@ -529,7 +540,8 @@ _BACKEND_HOOKS = [
     ("_copy_to", "copy_to's work."),
     ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
     ("_axpby", "axpby's work."),
-    ("_sum_t", "sum_t's work, over a checked axis."),
+    ("_sum_t", "sum_t's work, over a checked axis (None, an int or a sorted tuple)."),
+    ("_extreme_t", "max_t, min_t, argmax_t (kind 'max', 'min', 'argmax') over one axis."),
     ("_broadcast_t", "broadcast_t's work."),
     ("_mv", "The *_mv ops."),
     ("_softmax_m", "softmax_m's work."),

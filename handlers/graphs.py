@@ -23,9 +23,9 @@ import types
 #: work.  A capture routes each call of one of these through its recording;
 #: an op whose work bypasses them would run eagerly instead of being recorded
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
-WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_elementwise", "_broadcast_t",
-              "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v", "_fill_gaussian",
-              "_probability_mask")
+WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_extreme_t", "_elementwise",
+              "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
+              "_fill_gaussian", "_probability_mask")
 #: What a capture shadows on each view: the work hooks and the ordering calls.
 SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
 

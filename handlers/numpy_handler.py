@@ -167,8 +167,15 @@ class NumpyHandler(Handler):
         if axis is None:
             np.sum(a, axis=None, out=out.reshape((1,) * a.ndim), keepdims=True)
         else:
-            kept = a.shape[:axis] + (1,) + a.shape[axis + 1:]
-            np.sum(a, axis=axis, out=out.reshape(kept), keepdims=True)
+            np.sum(a, axis=axis, out=out.reshape(_kept(a.shape, axis)), keepdims=True)
+
+    def _extreme_t(self, kind, a, axis, out):
+        kept = out.reshape(_kept(a.shape, axis))
+        if kind == "argmax":
+            # NumPy's argmax gives ints (and the first NaN's index, as the kernel)
+            np.copyto(kept, np.argmax(a, axis=axis, keepdims=True))
+        else:
+            (np.max if kind == "max" else np.min)(a, axis=axis, out=kept, keepdims=True)
 
     # elementwise ------------------------------------------------------------
     def _elementwise(self, op, *args):
@@ -221,3 +228,9 @@ class NumpyHandler(Handler):
     def _probability_mask(self, mask, p):
         self._rng.random(out=mask, dtype=self.dtype)
         np.less(mask, p, out=mask)
+
+
+def _kept(shape, axis):
+    """``shape`` with 1 at ``axis`` (an int or a tuple of ints)."""
+    axes = axis if type(axis) is tuple else (axis,)
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))

@@ -239,6 +239,13 @@ def _clip_rule(a_min, a_max):
         fail_value("clip_t", f"a_min {a_min} is greater than a_max {a_max}")
 
 
+_EXTREME_DOC = """{what} of ``a`` along ``axis`` (one int, negative
+counting from the end) into ``out``, whose shape is ``a``'s without that
+axis or with it kept as 1.  NaN wins: a slice holding NaN gives NaN (and
+``argmax_t`` the index of its first NaN), as in NumPy.  The axis must not be
+empty.  ``out`` must not overlap ``a``."""
+
+
 def _std_rule(mean, std):
     if std < 0:
         fail_value("fill_gaussian", f"std must be >= 0, got {std}")
@@ -299,14 +306,26 @@ OPS = {op.name: op for op in [
         *device scalars*: one-element arrays of this handler, read when the op
         runs (so a replayed graph sees the value they hold then); they must
         not overlap ``y``."""),
-    _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.sum_t, gives="axis",
+    _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.reduction("sum_t"), gives="axis",
         call="_sum_t(a, axis, out)",
         doc="""Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
 
-        ``axis`` is an int (negative counts from the end) or None (all axes).
-        ``out`` has the result's shape, either without the reduced axis or with
-        it kept as 1; for ``axis=None``, ``out`` has shape (), (1,) or all ones.
-        ``out`` must not overlap ``a``."""),
+        ``axis`` is an int (negative counts from the end), a tuple of distinct
+        ints (``sum_t(dy, (0, 2, 3), db)``, a conv bias gradient), or None (all
+        axes).  ``out`` has the result's shape, either without the reduced
+        axes or with each kept as 1; for ``axis=None``, ``out`` has shape (),
+        (1,) or all ones.  ``out`` must not overlap ``a``."""),
+    _op("mean_t", "a @axis out=", disjoint=("a",), shape=rules.reduction("mean_t"), gives="axis",
+        call="_mean_t(a, axis, out)",
+        doc="""Mean of ``a`` over ``axis`` into ``out``: axes and shapes as
+        ``sum_t``.  The mean over an empty axis is NaN.  ``out`` must not
+        overlap ``a``."""),
+    *(_op(name, "a @axis out=", disjoint=("a",), shape=rules.extreme(name), gives="axis",
+          call=f'_extreme_t("{kind}", a, axis, out)', doc=doc) for name, kind, doc in [
+        ("max_t", "max", _EXTREME_DOC.format(what="Largest element")),
+        ("min_t", "min", _EXTREME_DOC.format(what="Smallest element")),
+        ("argmax_t", "argmax", _EXTREME_DOC.format(what="Index (as a float) of the largest "
+                                                        "element, the first of equals,"))]),
     # ---------------------------------------------------------------- elementwise
     ew("add_tt", "a b out=", "binary_add", lambda h, a, b, out: np.add(a, b, out=out),
        "out = a + b."),
@@ -464,6 +483,8 @@ KERNELS = {
     "sum_cols": ("reduce", "PPPPqqqqqi"),
     "sum_cols_vec": ("reduce", "PPPPqqqqqi"),
     "small_gemm": ("small_gemm", "PPPqqqiii"),
+    "extreme_rows": ("extrema", "PPqqi"),
+    "extreme_cols": ("extrema", "PPqqqi"),
 }
 
 

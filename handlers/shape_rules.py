@@ -9,7 +9,9 @@ row binds for its backend call (the normalised axis, the broadcast side),
 or None.  Rules take the handler first, then the op's arguments in signature
 order, minus its scalars.
 """
-from .checks import check_ndim, check_same_shape, fail_value, normalize_axis
+import numpy as np
+
+from .checks import check_ndim, check_same_shape, fail_type, fail_value, normalize_axis
 
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
 
@@ -28,33 +30,71 @@ def dot(op):
     return rule
 
 
-def sum_t(h, a, axis, out):
-    """``sum_t``: returns the axis in ``range(a.ndim)`` or None."""
-    # The shape checks cost more than the launch's Python; a combination that
-    # passed them once needs only a lookup (plain ints and None only: True
-    # would hash like 1).
-    key = (a.shape, axis, out.shape)
-    checked = (h._sum_shapes.get(key, _UNSEEN) if type(axis) is int or axis is None
-               else _UNSEEN)
-    if checked is _UNSEEN:
-        checked = h._sum_shapes[key] = _sum_shapes(a, axis, out)
-    return checked
+def reduction(op):
+    """``sum_t`` and ``mean_t``: returns the axes to reduce, None (all), an
+    int in ``range(a.ndim)``, or a sorted tuple of two or more such ints."""
+    def rule(h, a, axis, out):
+        # The shape checks cost more than the launch's Python; a combination
+        # that passed them once needs only a lookup (plain ints and None only:
+        # True would hash like 1).
+        key = (a.shape, axis, out.shape)
+        plain = type(axis) is int or axis is None
+        checked = h._sum_shapes.get(key, _UNSEEN) if plain else _UNSEEN
+        if checked is _UNSEEN:
+            checked = _sum_shapes(a, axis, out, op)
+            if plain:
+                h._sum_shapes[key] = checked
+        return checked
+    return rule
 
 
-def _sum_shapes(a, axis, out):
+def _axes(op, axis, nd):
+    """A tuple ``axis`` as a sorted tuple of distinct axes in ``range(nd)``."""
+    if not axis:
+        fail_value(op, "axis must not be an empty tuple")
+    axes = sorted(normalize_axis(op, x, nd) for x in axis)
+    if len(set(axes)) != len(axes):
+        fail_value(op, f"axis {axis} names an axis twice")
+    return tuple(axes)
+
+
+def _sum_shapes(a, axis, out, op="sum_t"):
     nd = len(a.shape)
     if nd == 0:
-        fail_value("sum_t", "a must have rank >= 1, got shape ()")
+        fail_value(op, "a must have rank >= 1, got shape ()")
     if axis is None:
         if out.size != 1 or len(out.shape) not in (0, 1, nd):
-            fail_value("sum_t", f"out shape {out.shape} does not fit a full sum of {a.shape}")
+            fail_value(op, f"out shape {out.shape} does not fit a full sum of {a.shape}")
         return None
-    axis = normalize_axis("sum_t", axis, nd)
+    if isinstance(axis, tuple):
+        axes = _axes(op, axis, nd)
+    elif isinstance(axis, (list, np.ndarray)):
+        fail_type(op, f"axis must be an int, None or a tuple of ints, got {axis!r}")
+    else:
+        axes = (normalize_axis(op, axis, nd),)
     s = a.shape
-    if out.shape != s[:axis] + s[axis + 1:] and out.shape != s[:axis] + (1,) + s[axis + 1:]:
-        fail_value("sum_t", f"out shape {out.shape} does not fit the sum of "
-                            f"{a.shape} over axis {axis}")
-    return axis
+    dropped = tuple(d for i, d in enumerate(s) if i not in axes)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(s))
+    if out.shape != dropped and out.shape != kept:
+        fail_value(op, f"out shape {out.shape} does not fit the reduction of "
+                       f"{a.shape} over axis {axis}")
+    return axes[0] if len(axes) == 1 else axes
+
+
+def extreme(op):
+    """``max_t``, ``min_t``, ``argmax_t``: one axis (an int), of length >= 1;
+    returns it in ``range(a.ndim)``."""
+    def rule(h, a, axis, out):
+        if isinstance(axis, tuple) or axis is None:
+            fail_type(op, f"axis must be an int, got {axis!r}")
+        nd = len(a.shape)
+        if nd == 0:
+            fail_value(op, "a must have rank >= 1, got shape ()")
+        axis = _sum_shapes(a, axis, out, op)
+        if a.shape[axis] == 0:
+            fail_value(op, f"axis {axis} of {a.shape} is empty: no extreme to take")
+        return axis
+    return rule
 
 
 def broadcast_t(h, a, axis, out):

@@ -5,6 +5,7 @@ an op fails to write fails the comparison.  References use plain NumPy on
 float64 copies of the inputs as the handler holds them (never NumpyHandler).
 """
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +284,78 @@ def test_sum_t_repeats_bit_for_bit_on_every_group(handler, rng):
                 first = got
                 assert_close(handler, out, ra.sum(axis=axis), n=shape[axis])
             assert np.array_equal(got, first), (shape, axis, k)
+
+
+AXES_CASES = [  # (shape, axes, keep): runs of adjacent axes and separate runs
+    ((2, 3, 4, 5), (0, 2, 3), False), ((2, 3, 4, 5), (0, 2, 3), True),
+    ((2, 3, 4, 5), (0, 2), False), ((2, 3, 4, 5), (1, 2), True),
+    ((2, 3, 4, 5), (-1, 0), False), ((2, 3, 4, 5), (3, 1), False),
+    ((2, 3, 4, 5), (0, 1, 2, 3), False), ((7,), (0,), True),
+    ((2, 3, 2, 3, 4), (0, 2, 4), False),            # three runs: two intermediates
+    ((64, 16, 32, 32), (0, 2, 3), False),           # a conv bias gradient
+    ((3, 0, 4), (0, 1), False),                     # an empty axis: zeros
+]
+
+
+def _axes_id(case):
+    shape, axes, keep = case
+    return f"{shape_id(shape)}-axes{'_'.join(map(str, axes))}-{'keep' if keep else 'drop'}"
+
+
+@pytest.mark.parametrize("op", ["sum_t", "mean_t"])
+@pytest.mark.parametrize("case", AXES_CASES, ids=[_axes_id(c) for c in AXES_CASES])
+def test_reduce_over_axes(handler, rng, op, case):
+    shape, axes, keep = case
+    a, ra = rand_input(handler, shape, rng)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # the mean over nothing is NaN
+        expected = getattr(np, op[:-2])(ra, axis=axes, keepdims=keep)
+    out = poisoned(handler, expected.shape)
+    assert getattr(handler, op)(a, axes, out) is None
+    n = int(np.prod([shape[x] for x in axes]))
+    assert_close(handler, out, expected, n=max(n, 1))
+    assert_unchanged(handler, a, ra, "a")
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 3, 5, 7), 2), ((4, 9), -1), ((5,), None),
+                                         ((3, 4), 0)])
+def test_mean_t_one_axis(handler, rng, shape, axis):
+    a, ra = rand_input(handler, shape, rng)
+    expected = ra.mean(axis=axis)
+    out = poisoned(handler, expected.shape)
+    handler.mean_t(a, axis, out)
+    assert_close(handler, out, expected, n=ra.size if axis is None else shape[axis])
+
+
+EXTREME_CASES = [((7,), 0), ((3, 5), 1), ((3, 5), 0), ((4, 100), 1), ((100, 4), 0),
+                 ((2, 3, 5, 7), 1), ((2, 3, 5, 7), -1), ((2, 3, 5, 7), 0), ((1000, 33), 1),
+                 ((33, 1000), 0), ((5, 1), 1), ((1, 5), 0)]
+
+
+@pytest.mark.parametrize("op", ["max_t", "min_t", "argmax_t"])
+@pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.parametrize("shape, axis", EXTREME_CASES, ids=lambda v: str(v))
+def test_extremes(handler, rng, op, keep, shape, axis):
+    a, ra = rand_input(handler, shape, rng)
+    ref = {"max_t": np.max, "min_t": np.min, "argmax_t": np.argmax}[op]
+    expected = ref(ra, axis=axis, keepdims=keep).astype(np.float64)
+    out = poisoned(handler, expected.shape)
+    assert getattr(handler, op)(a, axis, out) is None
+    assert_close(handler, out, expected, rtol=0, atol=0)   # a pick, not arithmetic
+    assert_unchanged(handler, a, ra, "a")
+
+
+@pytest.mark.parametrize("op", ["max_t", "min_t", "argmax_t"])
+def test_extremes_nan_and_ties(handler, op):
+    # NaN wins (argmax: its first index); equal values: the first index.
+    m = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, 5.0, 5.0, -1.0], [-4.0, -4.0, -4.0, -4.0]])
+    cols = np.tile(m.T, (1, 40))   # the same along axis 0, with 120 columns
+    ref = {"max_t": np.max, "min_t": np.min, "argmax_t": np.argmax}[op]
+    for data, axis in ((m, 1), (cols, 0), (np.tile(m, (1, 20)), 1)):
+        a = handler.create_from_numpy(data)
+        out = poisoned(handler, (data.shape[1 - axis],))
+        getattr(handler, op)(a, axis, out)
+        assert_close(handler, out, ref(data, axis=axis).astype(np.float64), rtol=0, atol=0)
 
 
 # ============================================================================ elementwise

@@ -70,6 +70,8 @@ class _StreamSlot:
         self._counts = None
         self._count_n = 0
         self.host_flag = drv.pagelocked_empty(1, np.uint32)
+        self._between = [None, None]   # intermediate(): (allocation, bytes) each
+        self._retired = []             # intermediate() blocks outgrown
 
     def workspace(self, nbytes):
         """Scratch memory of at least ``nbytes`` used only by this stream; it
@@ -78,6 +80,20 @@ class _StreamSlot:
             self._work = self._pool.allocate(nbytes)
             self._work_bytes = nbytes
         return self._work
+
+    def intermediate(self, which, shape, dtype):
+        """Array ``which`` (0 or 1) of ``shape`` over memory used only by this
+        stream (``sum_t`` over separate runs of axes); grows when needed."""
+        nbytes = max(1, math.prod(shape)) * dtype.itemsize
+        block = self._between[which]
+        if block is None or block[1] < nbytes:
+            # The old block may still be read by queued work on this stream:
+            # keep it rather than hand it back to the pool for another stream.
+            if block is not None:
+                self._retired.append(block[0])
+            block = self._between[which] = (self._pool.allocate(nbytes), nbytes)
+        from pycuda.gpuarray import GPUArray
+        return GPUArray(shape, dtype, gpudata=block[0])
 
     def counters(self, n):
         """``n`` zeroed uint32 counters used only by this stream (chunked
@@ -529,7 +545,25 @@ class PyCudaHandler(Handler):
             launch = (fn.handle, grid, fn.fmt, args)
         self._sum_launches[key] = launch
 
+    _EXTREME_KINDS = {"max": 0, "min": 1, "argmax": 2}
+
+    def _extreme_t(self, kind, a, axis, out):
+        _enter()
+        outer, n, inner = self._sum_view(a.shape, axis)
+        if not outer * inner:
+            return
+        code = self._EXTREME_KINDS[kind]
+        if inner == 1:   # a warp per row: grid of 256-thread blocks, 8 rows each
+            self._run(self._k["extreme_rows"], min((outer + 7) // 8, 16 * self._sms),
+                      a.gpudata, out.gpudata, outer, n, code)
+        else:
+            self._run(self._k["extreme_cols"], min((outer * inner + _BLOCK - 1) // _BLOCK,
+                                                   16 * self._sms),
+                      a.gpudata, out.gpudata, outer, n, inner, code)
+
     def _sum_t(self, a, axis, out):
+        if type(axis) is tuple:
+            return self._sum_axes(a, axis, out)
         _enter()
         key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
         plan = self._sum_plans.get(key)
@@ -554,6 +588,28 @@ class PyCudaHandler(Handler):
         if axis is None:
             return 1, math.prod(shape), 1
         return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+    def _sum_axes(self, a, axes, out):
+        """sum_t over a sorted tuple of axes.  Each run of adjacent axes is
+        one axis of a reshaped view, so (2, 3) of NCHW is one pass; separate
+        runs are summed last run first, each pass into this stream's
+        intermediate buffers, the last into ``out``."""
+        shape, runs = list(a.shape), []
+        for ax in axes:
+            if runs and runs[-1][1] == ax:
+                runs[-1][1] = ax + 1
+            else:
+                runs.append([ax, ax + 1])
+        src = a
+        for i, (lo, hi) in enumerate(reversed(runs)):
+            merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
+            shape = shape[:lo] + shape[hi:]
+            if i == len(runs) - 1:
+                dst = out
+            else:   # two buffers, alternating: a pass never writes what it reads
+                dst = self._slot.intermediate(i % 2, tuple(shape), self.dtype)
+            self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
+            src = dst.reshape(tuple(shape))
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
         """Choose kernel, grid and chunking for a sum over the middle axis of

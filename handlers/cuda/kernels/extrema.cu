@@ -1,0 +1,83 @@
+// Largest, smallest and arg-largest element along one axis: max_t, min_t,
+// argmax_t.
+//
+// The host views the input as (outer, n, inner), like sum_t, and the output
+// as (outer, inner); n >= 1.  `kind` is 0 (max), 1 (min) or 2 (argmax: the
+// index, stored as a T).  NaN wins, as in NumPy: a slice holding NaN gives
+// NaN, and argmax the index of its first NaN.  Among equal values the first
+// index wins.  Results do not depend on the grid.
+//
+//   extreme_rows  inner == 1: one warp per row, lanes striding along it, then
+//                 a shuffle reduction of (value, index) pairs.
+//   extreme_cols  inner > 1: one thread per output column, walking down n;
+//                 adjacent threads read adjacent columns (coalesced).
+//
+// Launch: 1-D grid of 1-D blocks (a multiple of 32 threads for extreme_rows);
+// any grid size is correct.
+#include "common.cuh"
+
+namespace sh {
+
+// Is (v, i) a better pick than (w, j) for `kind`?  NaN beats numbers; ties
+// go to the smaller index.
+template <typename T>
+__device__ __forceinline__ bool better(int kind, T v, long long i, T w, long long j) {
+    const bool vn = v != v, wn = w != w;
+    if (vn || wn) return vn && (!wn || i < j);
+    if (v == w) return i < j;
+    return kind == 1 ? v < w : v > w;
+}
+
+template <typename T>
+__device__ __forceinline__ T result(int kind, T v, long long i) {
+    return kind == 2 ? (T)i : v;
+}
+
+template <typename T>
+__device__ void extreme_rows_impl(const T* __restrict__ a, T* __restrict__ out,
+                                  long long rows, long long n, int kind) {
+    const int lane = threadIdx.x & 31;
+    const long long nwarps = grid_stride() >> 5;
+    for (long long row = grid_thread() >> 5; row < rows; row += nwarps) {
+        const T* p = a + row * n;
+        // Every lane starts from a real element when it has one; lanes past
+        // the end of a short row hold element 0, which never loses a tie.
+        long long best_i = lane < n ? lane : 0;
+        T best = p[best_i];
+        for (long long k = best_i + 32; k < n; k += 32) {
+            const T v = p[k];
+            if (better(kind, v, k, best, best_i)) { best = v; best_i = k; }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const T w = __shfl_down_sync(0xffffffffu, best, o);
+            const long long j = __shfl_down_sync(0xffffffffu, best_i, o);
+            if (better(kind, w, j, best, best_i)) { best = w; best_i = j; }
+        }
+        if (lane == 0) out[row] = result(kind, best, best_i);
+    }
+}
+
+template <typename T>
+__device__ void extreme_cols_impl(const T* __restrict__ a, T* __restrict__ out,
+                                  long long outer, long long n, long long inner, int kind) {
+    const long long total = outer * inner;
+    for (long long t = grid_thread(); t < total; t += grid_stride()) {
+        const long long o = t / inner, c = t - o * inner;
+        const T* p = a + o * n * inner + c;
+        T best = p[0];
+        long long best_i = 0;
+        for (long long k = 1; k < n; ++k) {
+            const T v = p[k * inner];
+            if (better(kind, v, k, best, best_i)) { best = v; best_i = k; }
+        }
+        out[t] = result(kind, best, best_i);
+    }
+}
+
+}  // namespace sh
+
+SH_EXPORT(extreme_rows, (const T* a, T* out, long long rows, long long n, int kind),
+          sh::extreme_rows_impl<T>(a, out, rows, n, kind))
+SH_EXPORT(extreme_cols, (const T* a, T* out, long long outer, long long n, long long inner,
+                         int kind),
+          sh::extreme_cols_impl<T>(a, out, outer, n, inner, kind))
