@@ -594,6 +594,10 @@ class PyCudaHandler(Handler):
         one axis of a reshaped view, so (2, 3) of NCHW is one pass; separate
         runs are summed last run first, each pass into this stream's
         intermediate buffers, the last into ``out``."""
+        if not a.size:   # nothing to add up (and empty GPUArrays cannot be reshaped)
+            if out.size:
+                self._fill(out, 0.0)
+            return
         shape, runs = list(a.shape), []
         for ax in axes:
             if runs and runs[-1][1] == ax:
