@@ -484,7 +484,8 @@ KERNELS = {
     "sum_cols_vec": ("reduce", "PPPPqqqqqi"),
     "small_gemm": ("small_gemm", "PPPqqqiii"),
     "extreme_rows": ("extrema", "PPqqi"),
-    "extreme_cols": ("extrema", "PPqqqi"),
+    "extreme_cols": ("extrema", "PPPPqqqqqi"),
+    "extreme_join": ("extrema", "PPPqqi"),
 }
 
 

@@ -358,6 +358,22 @@ def test_extremes_nan_and_ties(handler, op):
         assert_close(handler, out, ref(data, axis=axis).astype(np.float64), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("op", ["max_t", "min_t", "argmax_t"])
+def test_extremes_down_long_columns(handler, rng, op):
+    # Few columns over many rows: the GPU splits the rows into chunks and
+    # joins their picks; ties and NaN must still go to the first index.
+    data = rng.uniform(-1, 1, (5000, 3))
+    data[:, 1] = 0.25                      # all equal: index 0
+    data[[1200, 3900], 2] = np.nan         # NaN in two chunks: the first
+    data[4321, 0] = 7.0                    # a unique maximum deep down
+    data[17, 0] = -7.0                     # and minimum near the top
+    ref = {"max_t": np.max, "min_t": np.min, "argmax_t": np.argmax}[op]
+    a, ra = upload(handler, data)
+    out = poisoned(handler, (3,))
+    getattr(handler, op)(a, 0, out)
+    assert_close(handler, out, ref(ra, axis=0).astype(np.float64), rtol=0, atol=0)
+
+
 # ============================================================================ elementwise
 BINARY = {  # name: (reference(a, b, old_out), range of b)
     "add_tt": (lambda a, b, o: a + b, None),

@@ -557,9 +557,24 @@ class PyCudaHandler(Handler):
             self._run(self._k["extreme_rows"], min((outer + 7) // 8, 16 * self._sms),
                       a.gpudata, out.gpudata, outer, n, code)
         else:
-            self._run(self._k["extreme_cols"], min((outer * inner + _BLOCK - 1) // _BLOCK,
-                                                   16 * self._sms),
-                      a.gpudata, out.gpudata, outer, n, inner, code)
+            # Enough threads to fill the GPU: few columns over many rows split
+            # the rows into chunks (at least 32 rows each), joined in a second
+            # launch through this stream's workspace.
+            cols, fill = outer * inner, 16 * self._sms * _BLOCK
+            chunks = max(1, min(n // 32, fill // cols))
+            chunk = -(-n // chunks)
+            chunks = -(-n // chunk)
+            ws = wi = 0
+            if chunks > 1:
+                ws = self._slot.workspace(chunks * cols * (self.dtype.itemsize + 8) + 8)
+                wi = int(ws) + chunks * cols * self.dtype.itemsize
+                wi += -wi % 8
+            total = cols * chunks
+            self._run(self._k["extreme_cols"], min(-(-total // _BLOCK), 16 * self._sms),
+                      a.gpudata, out.gpudata, ws, wi, outer, n, inner, chunk, chunks, code)
+            if chunks > 1:
+                self._run(self._k["extreme_join"], min(-(-cols // _BLOCK), 16 * self._sms),
+                          ws, wi, out.gpudata, cols, chunks, code)
 
     def _sum_t(self, a, axis, out):
         if type(axis) is tuple:

@@ -9,8 +9,11 @@
 //
 //   extreme_rows  inner == 1: one warp per row, lanes striding along it, then
 //                 a shuffle reduction of (value, index) pairs.
-//   extreme_cols  inner > 1: one thread per output column, walking down n;
-//                 adjacent threads read adjacent columns (coalesced).
+//   extreme_cols  inner > 1: one thread per output column and chunk of n,
+//                 walking down its rows; adjacent threads read adjacent
+//                 columns (coalesced).  Few columns over many rows split n
+//                 into chunks, whose picks go to a workspace (values and
+//                 int64 indices) that extreme_join combines in chunk order.
 //
 // Launch: 1-D grid of 1-D blocks (a multiple of 32 threads for extreme_rows);
 // any grid size is correct.
@@ -57,20 +60,50 @@ __device__ void extreme_rows_impl(const T* __restrict__ a, T* __restrict__ out,
     }
 }
 
+// Thread t < outer * inner * chunks owns column c of slab o over the rows of
+// chunk ch (t = (ch * outer + o) * inner + c): it writes that stretch's pick
+// to wv[t] and its index to wi[t].  With chunks == 1 it writes the result to
+// out instead.
 template <typename T>
 __device__ void extreme_cols_impl(const T* __restrict__ a, T* __restrict__ out,
-                                  long long outer, long long n, long long inner, int kind) {
-    const long long total = outer * inner;
+                                  T* __restrict__ wv, long long* __restrict__ wi,
+                                  long long outer, long long n, long long inner,
+                                  long long chunk, long long chunks, int kind) {
+    const long long cols = outer * inner, total = cols * chunks;
     for (long long t = grid_thread(); t < total; t += grid_stride()) {
-        const long long o = t / inner, c = t - o * inner;
+        const long long ch = t / cols, oc = t - ch * cols;
+        const long long o = oc / inner, c = oc - o * inner;
+        const long long begin = ch * chunk, end = min(n, begin + chunk);
         const T* p = a + o * n * inner + c;
-        T best = p[0];
-        long long best_i = 0;
-        for (long long k = 1; k < n; ++k) {
+        T best = p[begin * inner];
+        long long best_i = begin;
+        for (long long k = begin + 1; k < end; ++k) {
             const T v = p[k * inner];
             if (better(kind, v, k, best, best_i)) { best = v; best_i = k; }
         }
-        out[t] = result(kind, best, best_i);
+        if (chunks == 1) {
+            out[t] = result(kind, best, best_i);
+        } else {
+            wv[t] = best;
+            wi[t] = best_i;
+        }
+    }
+}
+
+// Combines the chunks' picks of each of the `cols` columns, in chunk order.
+template <typename T>
+__device__ void extreme_join_impl(const T* __restrict__ wv, const long long* __restrict__ wi,
+                                  T* __restrict__ out, long long cols, long long chunks,
+                                  int kind) {
+    for (long long c = grid_thread(); c < cols; c += grid_stride()) {
+        T best = wv[c];
+        long long best_i = wi[c];
+        for (long long ch = 1; ch < chunks; ++ch) {
+            const T v = wv[ch * cols + c];
+            const long long i = wi[ch * cols + c];
+            if (better(kind, v, i, best, best_i)) { best = v; best_i = i; }
+        }
+        out[c] = result(kind, best, best_i);
     }
 }
 
@@ -78,6 +111,9 @@ __device__ void extreme_cols_impl(const T* __restrict__ a, T* __restrict__ out,
 
 SH_EXPORT(extreme_rows, (const T* a, T* out, long long rows, long long n, int kind),
           sh::extreme_rows_impl<T>(a, out, rows, n, kind))
-SH_EXPORT(extreme_cols, (const T* a, T* out, long long outer, long long n, long long inner,
-                         int kind),
-          sh::extreme_cols_impl<T>(a, out, outer, n, inner, kind))
+SH_EXPORT(extreme_cols, (const T* a, T* out, T* wv, long long* wi, long long outer, long long n,
+                         long long inner, long long chunk, long long chunks, int kind),
+          sh::extreme_cols_impl<T>(a, out, wv, wi, outer, n, inner, chunk, chunks, kind))
+SH_EXPORT(extreme_join, (const T* wv, const long long* wi, T* out, long long cols,
+                         long long chunks, int kind),
+          sh::extreme_join_impl<T>(wv, wi, out, cols, chunks, kind))
