@@ -45,6 +45,7 @@ from numpy.typing import DTypeLike
 from .checks import (
     check_arrays,
     check_shape_arg,
+    fail_type,
     fail_value,
 )
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
@@ -327,6 +328,35 @@ class Handler(ABC):
         self._not_capturing("create_from_device_array")
         return self._wrap(obj)
 
+    def reshape_t(self, a: Array, shape: Shape) -> Array:
+        """A view of ``a`` with ``shape``: the same elements in C order, the
+        same memory.  One dimension may be -1 (inferred).  Writes through either
+        array change both, and ops treat them as the same memory (so aliasing
+        rules apply to them as to ``a``).  No work is issued."""
+        check_arrays(self, "reshape_t", a)
+        if isinstance(shape, tuple) and shape.count(-1) == 1:
+            known = math.prod(d for d in shape if d != -1)
+            if known and a.size % known == 0:
+                shape = tuple(a.size // known if d == -1 else d for d in shape)
+        shape = check_shape_arg("reshape_t", shape)
+        if math.prod(shape) != a.size:
+            fail_value("reshape_t", f"cannot view {a.shape} ({a.size} elements) as {shape}")
+        return self._view(a, 0, shape)
+
+    def view_t(self, a: Array, offset: int, shape: Shape) -> Array:
+        """A view of ``shape`` over elements ``[offset, offset + size)`` of
+        ``a`` taken flat in C order: the same memory, as ``reshape_t``.  Layers
+        cut their weights out of one flat parameter buffer this way."""
+        check_arrays(self, "view_t", a)
+        shape = check_shape_arg("view_t", shape)
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+            fail_type("view_t", f"offset must be an int, got {type(offset).__name__}")
+        size = math.prod(shape)
+        if offset < 0 or offset + size > a.size:
+            fail_value("view_t", f"[{offset}, {offset + size}) is outside an array of "
+                                 f"{a.size} elements (shape {a.shape})")
+        return self._view(a, int(offset), shape)
+
     def get_numpy_copy(self, a: Array) -> np.ndarray:
         """Return a NumPy copy of ``a``, including all work issued before the call
         on any stream group.  Blocks the host until the data is available."""
@@ -480,6 +510,11 @@ class Handler(ABC):
             self._fill(out, math.nan)
         elif n != 1:
             self._elementwise(OPS["mult_st"], 1.0 / n, out, out)
+
+    def _view(self, a, offset, shape):
+        """A view of ``shape`` at element ``offset`` of ``a`` (checked)."""
+        flat = a if len(a.shape) == 1 else a.reshape(a.size)
+        return flat[offset:offset + math.prod(shape)].reshape(shape)
 
     def _close(self):
         """Release device resources (``close``)."""

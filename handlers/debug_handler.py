@@ -495,6 +495,19 @@ class DebugHandler:
         """``Handler.close`` of the inner handler."""
         self._inner.close()
 
+    # Views issue no work; the accesses made through a view are tracked by
+    # memory range, like those made through the array it views.
+    def reshape_t(self, a, shape):
+        with self._shared.lock:
+            return self._inner.reshape_t(a, shape)
+
+    def view_t(self, a, offset, shape):
+        with self._shared.lock:
+            return self._inner.view_t(a, offset, shape)
+
+    reshape_t.__doc__ = Handler.reshape_t.__doc__
+    view_t.__doc__ = Handler.view_t.__doc__
+
     def pin(self, array):
         """Page-lock a host array (see ``Handler.pin``); touches no handler array."""
         return self._inner.pin(array)
@@ -638,6 +651,6 @@ def _make_method(name):
 
 
 for _name, _spec in OPS.items():
-    if _spec.kind != "stream":
+    if _spec.kind not in ("stream", "view"):
         setattr(DebugHandler, _name, _make_method(_name))
 del _name, _spec

@@ -58,7 +58,8 @@ class Op:
     ``kind`` is one of ``"op"`` (issued on the caller's stream group: reads
     ``reads`` and writes ``writes``), ``"alloc"`` (returns a new array, ready
     on every group), ``"host_read"`` (the host reads the arrays of ``reads``,
-    including the work of every group) or ``"stream"`` (ordering, or no
+    including the work of every group), ``"view"`` (a new array object over
+    existing memory, issuing nothing) or ``"stream"`` (ordering, or no
     handler array).  ``unused`` are arrays checked but never read (the
     aliasing rule still applies); ``disjoint`` the inputs an output must not
     overlap at all; ``exact`` the inputs it may overlap only as the very same
@@ -280,6 +281,9 @@ OPS = {op.name: op for op in [
     Op("ones", kind="alloc", finite=False),
     Op("create_from_numpy", kind="alloc"),
     Op("create_from_device_array", kind="alloc", finite=False),   # another library's memory
+    # Views: a new array object over existing memory; no work, no effect on it.
+    Op("reshape_t", "a~", kind="view"),
+    Op("view_t", "a~", kind="view"),
     Op("get_numpy_copy", "a", kind="host_read", finite=False),
     _op("get_numpy_copy_async", "a", finite=False),   # a read on this group; out is host
     _op("set_from_numpy", "a="),

@@ -2,10 +2,8 @@
 
 Every sub-array a layer uses (a weight inside the flat parameter buffer, the
 gate of one time step inside an LSTM buffer) comes from ``view``, the one place
-that knows how to make a view of a handler array.  The handler contract has no
-view op yet; ``flat[i:j].reshape(shape)`` is a view both for ``numpy.ndarray``
-and for a contiguous pycuda ``GPUArray``.  When the contract gains a view op,
-only ``view`` changes.
+that knows how to make a view of a handler array; it calls the contract's
+``view_t``.
 
 Making a view costs host time (a ``GPUArray`` is a Python object), so layers
 make their views once, when they allocate a buffer, never per step.
@@ -20,15 +18,9 @@ ALIGN = 64
 
 def view(h, array, offset, shape):
     """A view of ``shape`` into the contiguous handler array ``array``, starting
-    ``offset`` elements into its flattened data.  Writes through the view
-    change ``array``.  ``h`` is the handler that owns ``array``."""
-    shape = tuple(int(s) for s in shape)
-    size = int(np.prod(shape, dtype=np.int64))
-    if offset < 0 or offset + size > array.size:
-        raise ValueError(f"view: [{offset}, {offset + size}) is outside an array of "
-                         f"{array.size} elements (shape {array.shape})")
-    flat = array if len(array.shape) == 1 else array.reshape(array.size)
-    return flat[offset:offset + size].reshape(shape)
+    ``offset`` elements into its flattened data (``h.view_t``).  Writes through
+    the view change ``array``.  ``h`` is the handler that owns ``array``."""
+    return h.view_t(array, offset, tuple(int(s) for s in shape))
 
 
 def index(h, array, i):

@@ -25,6 +25,7 @@ S = (R, C)
 STREAM_OPS = {"with_streams", "record_event", "wait_event", "wait_for", "synchronize",
               "synchronize_all_streams", "capture", "close"}   # graphs: test_graphs.py
 ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy", "create_from_device_array"}
+VIEW_OPS = {"reshape_t", "view_t"}   # no work: test_ops.py, and the hazard test below
 HAZARD_KINDS = ["read-after-write", "write-after-read", "write-after-write"]
 
 
@@ -67,14 +68,14 @@ def test_op_table_covers_every_public_op():
                     + tuple(spec.unread_if)):
             assert arg in params, f"OPS[{name!r}] names {arg!r}, not an argument of {name}"
         assert set(spec.disjoint) <= set(spec.reads), name
-        assert spec.kind in ("op", "alloc", "host_read", "stream"), name
+        assert spec.kind in ("op", "alloc", "host_read", "view", "stream"), name
         if spec.kind == "op":
             assert spec.reads or spec.writes, f"{name} touches no array"
         # every argument that is not a scalar, flag, axis or host array is listed
         others = set(params) - set(spec.arrays) - {"self"}
         allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val",
                           "mean", "std", "p", "transa", "transb", "arr", "shape", "k",
-                          "event", "other", "array", "batches", "depth",
+                          "event", "other", "array", "batches", "depth", "offset",
                    "obj", "fn",
                    "into"}   # prefetch's destinations: each counts as written when yielded
         if name == "get_numpy_copy_async":
@@ -155,7 +156,7 @@ RANDOM_OPS = {"fill_gaussian", "generate_probability_mask"}
 def test_every_op_has_a_recipe():
     # prefetch, pin and get_numpy_copy_async: tested in test_prefetch.py and below
     pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned"}
-    assert set(RECIPES) | STREAM_OPS | ALLOC_OPS | pipeline == public_ops()
+    assert set(RECIPES) | STREAM_OPS | ALLOC_OPS | VIEW_OPS | pipeline == public_ops()
 
 
 def run_recipe(h, op, data):
@@ -879,3 +880,17 @@ def test_prefetched_batch_read_on_another_group_is_a_hazard(handler):
     dh.with_streams(1).wait_for(dh)
     dh.with_streams(1).add_tt(xb, xb, dh.with_streams(1).zeros((4, 3)))
     batches.close()
+
+
+def test_a_view_shares_the_hazard_state_of_its_array(handler):
+    # A write through a view, then a read of the array on another group
+    # without a wait: the same memory, so the same hazard as without the view.
+    if handler.num_stream_groups < 2:
+        pytest.skip("needs two stream groups")
+    debug = DebugHandler(handler)
+    a = debug.zeros((4, 6))
+    flat = debug.reshape_t(a, (24,))
+    part = debug.view_t(a, 6, (2, 3))
+    debug.fill(part, 1.0)
+    with pytest.raises(StreamHazardError, match="read-after-write"):
+        debug.with_streams(1).sum_t(flat, 0, debug.zeros((1,)))

@@ -374,6 +374,23 @@ def test_extremes_down_long_columns(handler, rng, op):
     assert_close(handler, out, ref(ra, axis=0).astype(np.float64), rtol=0, atol=0)
 
 
+def test_reshape_t_and_view_t_share_memory(handler, rng):
+    a, ra = rand_input(handler, (4, 6), rng)
+    r = handler.reshape_t(a, (3, -1))
+    v = handler.view_t(a, 5, (2, 3))
+    assert r.shape == (3, 8) and v.shape == (2, 3)
+    assert_close(handler, r, ra.reshape(3, 8), rtol=0, atol=0)
+    assert_close(handler, v, ra.reshape(-1)[5:11].reshape(2, 3), rtol=0, atol=0)
+    handler.fill(v, 2.0)                     # writes through the view reach a
+    expected = ra.reshape(-1).copy()
+    expected[5:11] = 2.0
+    assert_close(handler, a, expected.reshape(4, 6), rtol=0, atol=0)
+    assert_close(handler, r, expected.reshape(3, 8), rtol=0, atol=0)
+    # views of nothing: empty shapes anywhere, and of an empty array
+    assert handler.view_t(a, 24, (0, 3)).shape == (0, 3)
+    assert handler.reshape_t(handler.zeros((0, 4)), (4, 0)).shape == (4, 0)
+
+
 # ============================================================================ elementwise
 BINARY = {  # name: (reference(a, b, old_out), range of b)
     "add_tt": (lambda a, b, o: a + b, None),

@@ -410,6 +410,11 @@ class PyCudaHandler(Handler):
         return cuda_transfer.copy_async(self, a, out)
 
     # memory -------------------------------------------------------------------
+    def _view(self, a, offset, shape):
+        if not math.prod(shape):   # pycuda cannot slice or reshape empty arrays
+            return self.array_type(shape, self.dtype)
+        return super()._view(a, offset, shape)
+
     def _allocate(self, shape):
         _enter()
         # The pool may hand back memory that queued work on some stream still
