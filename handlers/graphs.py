@@ -25,7 +25,7 @@ import types
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
 WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_extreme_t", "_elementwise",
               "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
-              "_fill_gaussian", "_probability_mask")
+              "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask")
 #: What a capture shadows on each view: the work hooks and the ordering calls.
 SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
 

@@ -169,6 +169,18 @@ class NumpyHandler(Handler):
         else:
             np.sum(a, axis=axis, out=out.reshape(_kept(a.shape, axis)), keepdims=True)
 
+    def _transpose_m(self, a, out):
+        np.copyto(out, a.T)
+
+    def _concat_t(self, a, b, axis, out):
+        np.concatenate((a, b), axis=axis, out=out)
+
+    def _split_t(self, a, axis, out_a, out_b):
+        k = out_a.shape[axis]
+        lead = (slice(None),) * axis
+        np.copyto(out_a, a[lead + (slice(0, k),)])
+        np.copyto(out_b, a[lead + (slice(k, None),)])
+
     def _extreme_t(self, kind, a, axis, out):
         kept = out.reshape(_kept(a.shape, axis))
         if kind == "argmax":

@@ -34,6 +34,7 @@ one ``SH_*`` line in ``kernels/elementwise.cu`` (docs: "Adding an op").
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import numpy as np
 
@@ -438,6 +439,19 @@ OPS = {op.name: op for op in [
         v (r, 1) holds class indices stored as floats, truncated towards zero;
         out is (r, c).  An index whose value is not in [0, c) (NaN included)
         gives a row of zeros.  out must not overlap v."""),
+    _op("transpose_m", "a out=", disjoint=("a",), shape=rules.transpose_m,
+        call="_transpose_m(a, out)",
+        doc="""out = a.T for a matrix a (r, c) and out (c, r).  out must not overlap a."""),
+    _op("concat_t", "a b @axis out=", disjoint=("a", "b"), shape=rules.concat_t, gives="axis",
+        call="_concat_t(a, b, axis, out)",
+        doc="""out = a followed by b along ``axis`` (negative counts from the end):
+        shapes equal but along ``axis``, where out's length is the sum.  out
+        must not overlap a or b.  Chain it for more pieces."""),
+    _op("split_t", "a @axis out_a= out_b=", disjoint=("a",), shape=rules.split_t, gives="axis",
+        call="_split_t(a, axis, out_a, out_b)",
+        doc="""Cut a in two along ``axis``: out_a gets the first
+        ``out_a.shape[axis]`` entries, out_b the rest (shapes as ``concat_t``'s
+        with a as the whole).  The outputs must not overlap a or each other."""),
     # Runs on the caller's group and blocks the host; a read on the group.
     _op("is_fully_finite", "a", finite=False, shape="any", blocking=True,
         call="_is_fully_finite(a)",
@@ -490,6 +504,8 @@ KERNELS = {
     "extreme_rows": ("extrema", "PPqqi"),
     "extreme_cols": ("extrema", "PPPPqqqqqi"),
     "extreme_join": ("extrema", "PPPqqi"),
+    "transpose": ("layout", "PPqq"),
+    "copy2d": ("layout", "PPqqqqqq"),
 }
 
 
@@ -519,9 +535,13 @@ def _method_source(op):
     if callable(op.shape):
         args = ", ".join(p for p in op.params if p not in op.scalars)
         body.append(f"{op.gives + ' = ' if op.gives else ''}OP.shape(self, {args})")
-    for d in op.disjoint:
-        body.append(f'if self._overlaps({out}, {d}):\n'
-                    f'        fail_value("{name}", "{out} must not overlap {d}")')
+    for w in op.writes:
+        for d in op.disjoint:
+            body.append(f'if self._overlaps({w}, {d}):\n'
+                        f'        fail_value("{name}", "{w} must not overlap {d}")')
+    for v, w in itertools.combinations(op.writes, 2):   # several outputs: all disjoint
+        body.append(f'if self._overlaps({v}, {w}):\n'
+                    f'        fail_value("{name}", "{v} must not overlap {w}")')
     for e in op.exact:
         body.append(f'if self._overlaps({out}, {e}) and not self._same_memory({out}, {e}):\n'
                     f'        fail_value("{name}", "{out} must be {e} or not overlap it")')

@@ -147,3 +147,38 @@ def binarize_v(h, v, out):
     if v.shape != (out.shape[0], 1):
         fail_value("binarize_v", f"v shape {v.shape} must be ({out.shape[0]}, 1) "
                                  f"for out {out.shape}")
+
+
+def transpose_m(h, a, out):
+    """``transpose_m``: a (r, c), out (c, r)."""
+    check_ndim("transpose_m", a, 2, "a")
+    if out.shape != (a.shape[1], a.shape[0]):
+        fail_value("transpose_m", f"out shape {out.shape} must be {(a.shape[1], a.shape[0])} "
+                                  f"for a {a.shape}")
+
+
+def _pieces(op, whole, first, second, axis, names):
+    """``first`` and ``second`` are ``whole`` cut in two along ``axis``;
+    returns the axis in ``range(whole.ndim)``."""
+    nd = len(whole.shape)
+    shapes = (f"{names[0]} {whole.shape}, {names[1]} {first.shape}, "
+              f"{names[2]} {second.shape}")
+    if nd == 0 or len(first.shape) != nd or len(second.shape) != nd:
+        fail_value(op, f"arrays must have one rank >= 1: {shapes}")
+    axis = normalize_axis(op, axis, nd)
+    if any(first.shape[i] != whole.shape[i] or second.shape[i] != whole.shape[i]
+           for i in range(nd) if i != axis) \
+            or first.shape[axis] + second.shape[axis] != whole.shape[axis]:
+        fail_value(op, f"{names[1]} and {names[2]} do not make {names[0]} along axis "
+                       f"{axis}: {shapes}")
+    return axis
+
+
+def concat_t(h, a, b, axis, out):
+    """``concat_t``: out is a then b along ``axis``; returns the axis."""
+    return _pieces("concat_t", out, a, b, axis, ("out", "a", "b"))
+
+
+def split_t(h, a, axis, out_a, out_b):
+    """``split_t``: a is out_a then out_b along ``axis``; returns the axis."""
+    return _pieces("split_t", a, out_a, out_b, axis, ("a", "out_a", "out_b"))

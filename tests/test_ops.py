@@ -391,6 +391,35 @@ def test_reshape_t_and_view_t_share_memory(handler, rng):
     assert handler.reshape_t(handler.zeros((0, 4)), (4, 0)).shape == (4, 0)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (33, 65), (64, 32), (1000, 7), (0, 4)],
+                         ids=shape_id)
+def test_transpose_m(handler, rng, shape):
+    a, ra = rand_input(handler, shape, rng)
+    out = poisoned(handler, shape[::-1])
+    assert handler.transpose_m(a, out) is None
+    assert_close(handler, out, ra.T, rtol=0, atol=0)
+    assert_unchanged(handler, a, ra, "a")
+
+
+CUT_CASES = [((3, 4), (3, 2), 1), ((3, 4), (3, 2), -1), ((2, 5), (4, 5), 0),
+             ((2, 3, 4), (2, 5, 4), 1), ((2, 3, 4, 5), (2, 3, 4, 1), 3), ((7,), (0,), 0),
+             ((300, 129), (300, 1), 1)]
+
+
+@pytest.mark.parametrize("sa, sb, axis", CUT_CASES, ids=lambda v: str(v))
+def test_concat_t_and_split_t(handler, rng, sa, sb, axis):
+    a, ra = rand_input(handler, sa, rng)
+    b, rb = rand_input(handler, sb, rng)
+    expected = np.concatenate([ra, rb], axis=axis)
+    out = poisoned(handler, expected.shape)
+    assert handler.concat_t(a, b, axis, out) is None
+    assert_close(handler, out, expected, rtol=0, atol=0)
+    pa, pb = poisoned(handler, sa), poisoned(handler, sb)
+    assert handler.split_t(out, axis, pa, pb) is None
+    assert_close(handler, pa, ra, rtol=0, atol=0)
+    assert_close(handler, pb, rb, rtol=0, atol=0)
+
+
 # ============================================================================ elementwise
 BINARY = {  # name: (reference(a, b, old_out), range of b)
     "add_tt": (lambda a, b, o: a + b, None),

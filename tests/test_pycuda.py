@@ -59,6 +59,8 @@ CASES = {
     "max_t": (["t4", 1, ("out", (3, 5, 6))], {}),
     "min_t": (["a", 1, ("out", (M,))], {}),
     "argmax_t": (["a", -1, ("out", (M, 1))], {}),
+    "transpose_m": (["a", ("out", (N, M))], {}),
+    "concat_t": (["a", "b", 0, ("out", (2 * M, N))], {}),
     "add_tt": (["a", "b", ("out", (M, N))], {}),
     "subtract_tt": (["a", "b", ("out", (M, N))], {}),
     "mult_tt": (["a", "b", ("out", (M, N))], {}),

@@ -550,6 +550,35 @@ class PyCudaHandler(Handler):
             launch = (fn.handle, grid, fn.fmt, args)
         self._sum_launches[key] = launch
 
+    def _transpose_m(self, a, out):
+        rows, cols = a.shape
+        tiles = -(-rows // 32) * -(-cols // 32)
+        if tiles:
+            _enter()
+            self._run(self._k["transpose"], min(tiles, 16 * self._sms), a.gpudata, out.gpudata,
+                      rows, cols)
+
+    def _cut(self, whole, first, second, axis, into):
+        """concat_t (``into``) or split_t: each piece is a block of columns of
+        the (outer, length * inner) view of the whole, copied by copy2d."""
+        _enter()
+        outer = math.prod(whole.shape[:axis])
+        inner = math.prod(whole.shape[axis + 1:])
+        wa, wb = first.shape[axis] * inner, second.shape[axis] * inner
+        for piece, width, at in ((first, wa, 0), (second, wb, wa)):
+            if into:   # piece -> whole
+                self._launch("copy2d", outer * width, piece.gpudata, whole.gpudata, outer, width,
+                             width, 0, wa + wb, at)
+            else:      # whole -> piece
+                self._launch("copy2d", outer * width, whole.gpudata, piece.gpudata, outer, width,
+                             wa + wb, at, width, 0)
+
+    def _concat_t(self, a, b, axis, out):
+        self._cut(out, a, b, axis, True)
+
+    def _split_t(self, a, axis, out_a, out_b):
+        self._cut(a, out_a, out_b, axis, False)
+
     _EXTREME_KINDS = {"max": 0, "min": 1, "argmax": 2}
 
     def _extreme_t(self, kind, a, axis, out):

@@ -1,0 +1,54 @@
+// Moving elements between layouts: transpose_m, concat_t and split_t.
+//
+//   transpose   out (cols, rows) = a (rows, cols).T through 32x32 tiles in
+//               shared memory (one padding column: no bank conflicts), so
+//               both the reads and the writes are coalesced.  Blocks of 256
+//               threads (32 x 8); any grid size (tiles are grid-strided).
+//   copy2d      dst[r * dst_ld + dst_off + c] = src[r * src_ld + src_off + c]
+//               for r < rows, c < cols: a block of columns of a row-major
+//               matrix into another.  concat_t and split_t along an axis view
+//               their arrays as (outer, axis length * inner) and copy each
+//               piece's columns.  Grid-stride over rows * cols elements.
+#include "common.cuh"
+
+namespace sh {
+
+template <typename T>
+__device__ void transpose_impl(const T* __restrict__ a, T* __restrict__ out, long long rows,
+                               long long cols) {
+    __shared__ T tile[32][33];
+    const long long tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;   // 32 x 8 threads
+    for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
+        const long long r0 = (t / tiles_c) * 32, c0 = (t % tiles_c) * 32;
+        for (int k = ty; k < 32; k += 8) {
+            const long long r = r0 + k, c = c0 + tx;
+            if (r < rows && c < cols) tile[k][tx] = a[r * cols + c];
+        }
+        __syncthreads();
+        for (int k = ty; k < 32; k += 8) {
+            const long long r = c0 + k, c = r0 + tx;   // out row = a column
+            if (r < cols && c < rows) out[r * rows + c] = tile[tx][k];
+        }
+        __syncthreads();   // the tile is free for the next one
+    }
+}
+
+template <typename T>
+__device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long long rows,
+                            long long cols, long long src_ld, long long src_off,
+                            long long dst_ld, long long dst_off) {
+    const long long n = rows * cols;
+    for (long long e = grid_thread(); e < n; e += grid_stride()) {
+        const long long r = e / cols, c = e - r * cols;
+        dst[r * dst_ld + dst_off + c] = src[r * src_ld + src_off + c];
+    }
+}
+
+}  // namespace sh
+
+SH_EXPORT(transpose, (const T* a, T* out, long long rows, long long cols),
+          sh::transpose_impl<T>(a, out, rows, cols))
+SH_EXPORT(copy2d, (const T* src, T* dst, long long rows, long long cols, long long src_ld,
+                   long long src_off, long long dst_ld, long long dst_off),
+          sh::copy2d_impl<T>(src, dst, rows, cols, src_ld, src_off, dst_ld, dst_off))
