@@ -87,10 +87,7 @@ def extreme(op):
     def rule(h, a, axis, out):
         if isinstance(axis, tuple) or axis is None:
             fail_type(op, f"axis must be an int, got {axis!r}")
-        nd = len(a.shape)
-        if nd == 0:
-            fail_value(op, "a must have rank >= 1, got shape ()")
-        axis = _sum_shapes(a, axis, out, op)
+        axis = _sum_shapes(a, axis, out, op)   # rank, axis and out shape, as sum_t's
         if a.shape[axis] == 0:
             fail_value(op, f"axis {axis} of {a.shape} is empty: no extreme to take")
         return axis

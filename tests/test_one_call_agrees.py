@@ -142,14 +142,7 @@ class _Recorder(Handler):
         if n:   # as PyCudaHandler._launch: nothing for n == 0
             self.launched = (kernel, self._grid(n), _packed(kernel, args, self.dtype.itemsize))
 
-    def _overlaps(self, a, b):
-        if not a.size or not b.size:
-            return False
-        pa, pb = int(a.gpudata), int(b.gpudata)
-        return pa < pb + b.nbytes and pb < pa + a.nbytes
-
-    def _same_memory(self, a, b):
-        return int(a.gpudata) == int(b.gpudata) and a.nbytes == b.nbytes
+    _overlaps, _same_memory = PyCudaHandler._overlaps, PyCudaHandler._same_memory
 
 
 def _stub(name):

@@ -50,6 +50,26 @@ _ev = None       # kernel_loader.events(), bound with _launch_kernel
 _enter = cuda_context.enter
 
 
+class _Scratch:
+    """Memory used only by one stream, grown on demand and kept for later
+    ops.  An outgrown block is kept too, never handed back to the pool: work
+    queued on the stream may still use it, and the pool could give it to
+    another stream meanwhile."""
+
+    __slots__ = ("_pool", "block", "nbytes", "_outgrown")
+
+    def __init__(self, pool):
+        self._pool, self.block, self.nbytes, self._outgrown = pool, None, 0, []
+
+    def get(self, nbytes):
+        """A block of at least ``nbytes``."""
+        if nbytes > self.nbytes:
+            if self.block is not None:
+                self._outgrown.append(self.block)
+            self.block, self.nbytes = self._pool.allocate(nbytes), nbytes
+        return self.block
+
+
 class _StreamSlot:
     """One stream with what belongs to it: a cuBLAS handle and scratch memory."""
 
@@ -62,47 +82,32 @@ class _StreamSlot:
         # nothing while a graph is being captured.
         self.blas_work = pool.allocate(blas_workspace)
         self.gemm.set_workspace(int(self.blas_work), blas_workspace)
-        self._pool = pool
-        self._work = None
-        self._work_bytes = 0
         self.flag = pool.allocate(4)               # is_fully_finite's result
         self._drv = drv
-        self._counts = None
-        self._count_n = 0
         self.host_flag = drv.pagelocked_empty(1, np.uint32)
-        self._between = [None, None]   # intermediate(): (allocation, bytes) each
-        self._retired = []             # intermediate() blocks outgrown
+        self._work = _Scratch(pool)                          # workspace()
+        self._counts = _Scratch(pool)                        # counters()
+        self._between = (_Scratch(pool), _Scratch(pool))     # intermediate()
+        #: every growable scratch of this slot (a capture gives them back, _graph_done)
+        self.scratches = (self._work, self._counts, *self._between)
 
     def workspace(self, nbytes):
-        """Scratch memory of at least ``nbytes`` used only by this stream; it
-        grows when needed and is kept for later ops."""
-        if nbytes > self._work_bytes:
-            self._work = self._pool.allocate(nbytes)
-            self._work_bytes = nbytes
-        return self._work
+        """Scratch memory of at least ``nbytes`` used only by this stream."""
+        return self._work.get(nbytes)
 
     def intermediate(self, which, shape, dtype):
         """Array ``which`` (0 or 1) of ``shape`` over memory used only by this
-        stream (``sum_t`` over separate runs of axes); grows when needed."""
-        nbytes = max(1, math.prod(shape)) * dtype.itemsize
-        block = self._between[which]
-        if block is None or block[1] < nbytes:
-            # The old block may still be read by queued work on this stream:
-            # keep it rather than hand it back to the pool for another stream.
-            if block is not None:
-                self._retired.append(block[0])
-            block = self._between[which] = (self._pool.allocate(nbytes), nbytes)
+        stream (``sum_t`` over separate runs of axes)."""
         from pycuda.gpuarray import GPUArray
-        return GPUArray(shape, dtype, gpudata=block[0])
+        block = self._between[which].get(max(1, math.prod(shape)) * dtype.itemsize)
+        return GPUArray(shape, dtype, gpudata=block)
 
     def counters(self, n):
         """``n`` zeroed uint32 counters used only by this stream (chunked
         ``sum_t``); kernels leave them zero again when they finish."""
-        if n > self._count_n:
-            self._counts = self._pool.allocate(4 * n)
-            self._drv.memset_d32_async(self._counts, 0, n, self.stream)
-            self._count_n = n
-        return self._counts
+        if 4 * n > self._counts.nbytes:
+            self._drv.memset_d32_async(self._counts.get(4 * n), 0, n, self.stream)
+        return self._counts.block
 
 
 class _Resources:
@@ -811,7 +816,7 @@ class PyCudaHandler(Handler):
             "one_call": [(v, v._one_call) for v in views],
             # Scratch that ops allocate during the capture belongs to the
             # graph; the slots get their own back at the end (_graph_done).
-            "scratch": [(s, s._work, s._work_bytes, s._counts, s._count_n) for s in slots],
+            "scratch": [(sc, sc.block, sc.nbytes) for s in slots for sc in s.scratches],
             "rng_cell": self._pool.allocate(8),
         }
         cuda_context.capture_began()
@@ -830,13 +835,10 @@ class PyCudaHandler(Handler):
         for v, oc in rec.backend["one_call"]:
             v._one_call = oc
         owned = []
-        for s, work, work_bytes, counts, count_n in rec.backend["scratch"]:
-            if s._work is not work:
-                owned.append(s._work)
-                s._work, s._work_bytes = work, work_bytes
-            if s._counts is not counts:
-                owned.append(s._counts)
-                s._counts, s._count_n = counts, count_n
+        for sc, block, nbytes in rec.backend["scratch"]:
+            if sc.block is not block:
+                owned.append(sc.block)
+                sc.block, sc.nbytes = block, nbytes
         return owned
 
     def _graph_end(self, rec):
