@@ -22,8 +22,8 @@ from .metrics import accuracy
 from .network import Sequential
 from .optim import SGD
 from .params import ParameterSet, view
-from .trainer import History, Trainer
+from .trainer import History, NonFiniteLossError, Trainer
 
 __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "FullyConnected",
            "Dropout", "Loss", "SoftmaxCrossEntropy", "SquaredError", "LSTM", "Sequential",
-           "SGD", "Trainer", "History", "ParameterSet", "view", "accuracy"]
+           "SGD", "Trainer", "History", "NonFiniteLossError", "ParameterSet", "view", "accuracy"]

@@ -9,11 +9,6 @@ import math
 
 from .base import Layer
 
-#: Probabilities are clipped to at least this before the log, so a probability
-#: that underflowed to 0 gives a large finite loss instead of inf.  Far below
-#: any probability that matters, and above float32's smallest normal number.
-TINY = 1e-30
-
 
 class Loss(Layer):
     """Base of the losses: a layer whose ``forward`` also takes targets and
@@ -36,6 +31,10 @@ class SoftmaxCrossEntropy(Loss):
     distribution per row (one-hot or soft), shape (n, c).  The gradient is
     (softmax(y) - onehot) / n.  ``probabilities`` holds softmax(y) after
     ``forward``.
+
+    The log-probabilities are computed as (y - rowmax) - log(sum(exp(y -
+    rowmax))), never as log(softmax(y)): a probability that underflows to 0
+    (logits [0, -800]) still gives its exact, finite log (-800).
     """
 
     def forward(self, y, targets, training=True):
@@ -46,15 +45,17 @@ class SoftmaxCrossEntropy(Loss):
                              f"or ({n}, {c}) distributions, got {targets.shape}")
         h = self.h
         b = self.buffers(y.shape, p=(n, c), work=(n, c), col=(n, 1), loss=(1,))
-        h.softmax_m(y, b.p)
+        h.max_t(y, 1, b.col)                          # row maxima
+        h.subtract_mv(y, b.col, b.work)               # shifted logits s <= 0
+        h.exp_t(b.work, b.p)
+        h.sum_t(b.p, 1, b.col)                        # sum(exp(s)) in [1, c]
+        h.divide_mv(b.p, b.col, b.p)                  # softmax
+        h.log_t(b.col, b.col)
+        h.subtract_mv(b.work, b.col, b.work)          # log softmax, finite for finite y
         if targets.shape == (n, 1) and c != 1:
-            h.index_m_by_v(b.p, targets, b.col)       # p of each row's class
-            h.clip_t(b.col, TINY, 1.0, b.col)
-            h.log_t(b.col, b.col)
+            h.index_m_by_v(b.work, targets, b.col)    # log p of each row's class
             h.sum_t(b.col, None, b.loss)
         else:
-            h.clip_t(b.p, TINY, 1.0, b.work)
-            h.log_t(b.work, b.work)
             h.mult_tt(targets, b.work, b.work)
             h.sum_t(b.work, None, b.loss)
         h.mult_st(-1.0 / n, b.loss, b.loss)

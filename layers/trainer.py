@@ -6,6 +6,13 @@ each step stays on the device, copied into a per-epoch log buffer.  Every
 ``log_every`` steps the progress bar starts an asynchronous copy of the log
 (``get_numpy_copy_async`` into pinned memory) and shows the last one that has
 finished, so it never stalls the device; only the end of an epoch waits.
+
+Every input is checked before the first step, so a bad call raises (and
+leaves the parameters untouched) instead of training on garbage.  A loss that
+becomes NaN or infinite stops training with a ``NonFiniteLossError`` naming
+the epoch and step; the check reads one device flag every ``check_every``
+steps (not every step, which would wait for the device each time) and at the
+end of each epoch.  ``on_nonfinite="skip"`` skips such steps instead.
 """
 import math
 import time
@@ -15,7 +22,71 @@ import numpy as np
 
 from handlers import CaptureError
 
+from .losses import SoftmaxCrossEntropy, SquaredError
 from .params import view
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training stopped: the loss (or the parameters) became NaN or infinite.
+
+    Attributes:
+        epoch: the epoch (1-based) in which it was found.
+        step: the first step of that epoch (1-based) whose loss is not
+            finite, or None when the loss stayed finite but the parameters
+            did not.
+        steps: (first, last): the steps of the epoch the failed check covered;
+            all of them ran, so the parameters may be non-finite now.
+    """
+
+    def __init__(self, message, epoch, step, steps):
+        super().__init__(message)
+        self.epoch, self.step, self.steps = epoch, step, steps
+
+
+def _check_int(name, value, minimum):
+    """``value`` as an int >= ``minimum``; TypeError for a non-int (bool
+    included: ``True`` is not a batch size), ValueError below ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Trainer: {name} must be an int, got {type(value).__name__} "
+                        f"{value!r}")
+    if value < minimum:
+        raise ValueError(f"Trainer: {name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_array(where, name, a):
+    """TypeError unless ``a`` is a real-valued numpy.ndarray."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{where}: {name} must be a numpy.ndarray, got {type(a).__name__}; "
+                        f"convert it with np.asarray({name})")
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{where}: {name} must hold real numbers (int or float), "
+                        f"got dtype {a.dtype}")
+
+
+def _check_finite(where, name, a):
+    """ValueError naming the first NaN or infinite element of ``a``."""
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))
+        raise ValueError(f"{where}: {name} holds {len(bad)} non-finite value(s), the first "
+                         f"{a[tuple(bad[0])]} at index {tuple(int(i) for i in bad[0])}")
+
+
+def _class_labels(where, y, c):
+    """Class indices (n,) or (n, 1), ints or integer-valued floats, checked
+    to lie in [0, c); returned as (n, 1) floats (the losses' label format)."""
+    labels = y.reshape(-1)
+    if y.dtype.kind == "f" and np.any(labels != np.floor(labels)):
+        i = int(np.flatnonzero(labels != np.floor(labels))[0])
+        raise ValueError(f"{where}: y holds class indices, which must be whole numbers; "
+                         f"y[{i}] is {labels[i]}")
+    out = (labels < 0) | (labels >= c)
+    if out.any():
+        i = int(np.flatnonzero(out)[0])
+        raise ValueError(f"{where}: class labels must be in [0, {c}) for a network with "
+                         f"{c} outputs; {int(out.sum())} are not, the first y[{i}] = "
+                         f"{labels[i]}")
+    return labels.astype(np.float64).reshape(-1, 1)
 
 
 def _progress_bar(total, enabled):
@@ -40,12 +111,16 @@ class History:
             epoch's samples), ``seconds`` (training time of the epoch, device
             work included) and, with evaluation data, ``eval_loss`` and one
             entry per metric (``eval_accuracy``, ...).
-        step_losses: the loss of every step, in order.
+        step_losses: the loss of every step, in order (skipped steps
+            included, with their non-finite loss).
+        skipped_steps: (epoch, step) of every step skipped for a non-finite
+            loss or gradient (``on_nonfinite="skip"``), 1-based.
     """
 
     def __init__(self):
         self.epochs = []
         self.step_losses = []
+        self.skipped_steps = []
 
     @property
     def train_loss(self):
@@ -62,7 +137,8 @@ class Trainer:
     Args:
         net: a ``Sequential``.
         optimizer: e.g. ``SGD(net.parameters)``; ``step()`` after each backward.
-        batch_size: samples per step (the last batch of an epoch may be smaller).
+        batch_size: samples per step, a positive int (the last batch of an
+            epoch may be smaller).
         batch_axis: the sample axis of the input arrays: 0 for (N, F) data,
             1 for time-major sequences (T, N, F).  Targets always have the
             sample axis first.
@@ -75,25 +151,66 @@ class Trainer:
         graph: capture the training step once (after one eager warm-up step)
             and replay it for every full batch (``Handler.capture``); a
             smaller last batch runs eagerly.  None (default) captures where
-            the handler says replays pay (``prefers_graphs``: PyCudaHandler).
+            the handler says replays pay (``prefers_graphs``: PyCudaHandler)
+            and ``on_nonfinite`` is "raise".
             A step that cannot be captured (an op that waits for the device
             or allocates on every call) trains eagerly after a one-line
             warning saying why.  Captured and eager training give the same
             parameters, bit for bit.
+        check_every: check the losses of the last this many steps, and the
+            parameters, for NaN and infinity (``is_fully_finite``, which
+            waits for the device) every this many steps, and at the end of
+            each epoch.  A larger value syncs less often but lets more steps
+            run after the loss went bad.
+        on_nonfinite: "raise" (default): a non-finite loss or parameter
+            stops training with a ``NonFiniteLossError`` (a
+            ``FloatingPointError``) that names the epoch and the first bad
+            step; the steps up to the check have run, so the parameters are
+            left as they were then (likely non-finite).  "skip": a step whose
+            loss or gradients are not finite does not update the parameters
+            (nor the optimizer's state) and is listed in
+            ``History.skipped_steps``; this reads two flags from the device
+            on every step (a host sync per step) and so cannot be captured
+            (``graph=True`` raises ValueError).  Non-finite parameters (e.g.
+            ``lr=nan``) still raise.
+
+    ``fit`` and ``evaluate`` check their data before any step (TypeError or
+    ValueError naming the argument): x and y must be ``numpy.ndarray`` arrays of
+    real numbers (a list is refused rather than converted: say
+    ``np.asarray(x)``), non-empty, finite, with as many samples along
+    ``batch_axis`` as y has rows, and y must fit the network's output and
+    loss.  For ``SoftmaxCrossEntropy`` y is integer class labels (n,),
+    class indices (n, 1) (ints or whole floats) in [0, c) for c outputs, or
+    a distribution per row (n, c); labels are converted once, on the host, to
+    the (n, 1) floats the loss takes.  For ``SquaredError`` y has the shape
+    of the network's output.  The output shape comes from one inference
+    forward pass of the first batch (no parameter changes), which also
+    checks that x fits the first layer.
     """
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
-                 log_every=10, progress=True, metrics=None, graph=None):
+                 log_every=10, progress=True, metrics=None, graph=None,
+                 check_every=50, on_nonfinite="raise"):
         self.net, self.optimizer = net, optimizer
         self.h = net.h
-        self.batch_size = int(batch_size)
-        self.batch_axis = int(batch_axis)
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.batch_axis = _check_int("batch_axis", batch_axis, 0)
         self.rng = np.random.default_rng(seed)
-        self.log_every = int(log_every)
+        self.log_every = _check_int("log_every", log_every, 0)
+        self.check_every = _check_int("check_every", check_every, 1)
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"Trainer: on_nonfinite must be 'raise' or 'skip', "
+                             f"got {on_nonfinite!r}")
+        self.skip_nonfinite = on_nonfinite == "skip"
+        if self.skip_nonfinite and graph:
+            raise ValueError("Trainer: on_nonfinite='skip' reads the loss on the host every "
+                             "step, which a captured graph cannot do: pass graph=False or None")
         self.progress = progress
         self.metrics = dict(metrics or {})
-        self.graph = bool(getattr(self.h, "prefers_graphs", False) if graph is None else graph)
-        self._step = _Step(net, optimizer, self.graph)
+        if graph is None:
+            graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
+        self.graph = bool(graph)
+        self._step = _Step(net, optimizer, self.graph, self.skip_nonfinite)
 
     # ----------------------------------------------------------------- batches
     def _take(self, x, idx):
@@ -114,22 +231,71 @@ class Trainer:
         xs[self.batch_axis] = self.batch_size
         return tuple(xs), (self.batch_size,) + tuple(y.shape[1:])
 
-    def _check(self, x, y):
+    # ------------------------------------------------------------------ checks
+    def _prepare(self, where, x, y):
+        """Check (x, y) and return them, with class labels as (n, 1) floats."""
+        _check_array(where, "x", x)
+        _check_array(where, "y", y)
+        if x.ndim <= self.batch_axis:
+            raise ValueError(f"{where}: x has {x.ndim} axes, so it has no batch_axis "
+                             f"{self.batch_axis}")
         n = x.shape[self.batch_axis]
-        if len(y) != n:
-            raise ValueError(f"Trainer: {n} inputs along axis {self.batch_axis} "
-                             f"but {len(y)} targets")
-        return n
+        if n == 0 or x.size == 0:
+            raise ValueError(f"{where}: x is empty (shape {x.shape})")
+        if y.ndim == 0 or y.shape[0] != n:
+            raise ValueError(f"{where}: x has {n} samples along axis {self.batch_axis} but "
+                             f"y has {y.shape[0] if y.ndim else 0} (shape {y.shape})")
+        _check_finite(where, "x", x)
+        _check_finite(where, "y", y)
+        return x, self._check_targets(where, y, self._output_shape(where, x))
+
+    def _output_shape(self, where, x):
+        """The network's output shape for the first batch of x: one inference
+        forward pass, which also rejects an x the first layer cannot take."""
+        first = self._take(x, np.arange(min(self.batch_size, x.shape[self.batch_axis])))
+        try:
+            return tuple(self.net.forward(self.h.create_from_numpy(first)).shape)
+        except ValueError as e:
+            raise ValueError(f"{where}: x of shape {x.shape} does not fit the network: "
+                             f"{e}") from e
+
+    def _check_targets(self, where, y, out):
+        """y checked against the loss and the output shape ``out``."""
+        loss, b = self.net.loss, out[0]
+        if isinstance(loss, SoftmaxCrossEntropy) and len(out) == 2:
+            c = out[1]
+            if y.ndim == 1 or (y.shape[1:] == (1,) and c != 1):
+                return _class_labels(where, y, c)
+            if y.shape[1:] == (c,):
+                return y
+            raise ValueError(f"{where}: y must be class labels (n,) or (n, 1), or "
+                             f"distributions (n, {c}) for a network with {c} outputs; "
+                             f"got shape {y.shape}")
+        if isinstance(loss, SquaredError) and y.shape[1:] != out[1:]:
+            raise ValueError(f"{where}: y must have the network output's shape "
+                             f"(n,) + {out[1:]} (a batch of {b} gives {out}); got shape "
+                             f"{y.shape}")
+        return y      # another loss checks its own targets
 
     # ------------------------------------------------------------------- train
     def fit(self, x, y, epochs, eval_data=None, on_epoch=None):
         """Train for ``epochs`` passes over (x, y); returns a ``History``.
 
         ``eval_data`` (x, y) is evaluated after each epoch; ``on_epoch(record)``
-        is called with each epoch's dict (e.g. to print it).
+        is called with each epoch's dict (e.g. to print it).  Everything is
+        checked before the first step (see the class docstring); a loss that
+        becomes non-finite raises ``NonFiniteLossError`` (or skips the step,
+        with ``on_nonfinite="skip"``).
         """
+        epochs = _check_int("epochs", epochs, 0)
+        x, y = self._prepare("Trainer.fit", x, y)
+        if eval_data is not None:
+            if not isinstance(eval_data, (tuple, list)) or len(eval_data) != 2:
+                raise TypeError("Trainer.fit: eval_data must be a pair (x, y), got "
+                                f"{type(eval_data).__name__}")
+            eval_data = self._prepare("Trainer.fit eval_data", *eval_data)
         h = self.h
-        n = self._check(x, y)
+        n = x.shape[self.batch_axis]
         steps = math.ceil(n / self.batch_size)
         sizes = np.array([min(self.batch_size, n - s * self.batch_size) for s in range(steps)])
         log = h.zeros((steps,))
@@ -139,14 +305,18 @@ class Trainer:
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
             for epoch in range(1, epochs + 1):
-                pending = None
+                pending, checked, skipped = None, 0, []
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
                 into = self._step.destinations(*self._batch_shapes(x, y))
                 batches = h.prefetch(self.batches(x, y, True), _Step.DEPTH, into=into)
                 for i, (xb, yb) in enumerate(batches):
-                    self._step(xb, yb, slots[i])   # the loss stays on the device
+                    if not self._step(xb, yb, slots[i]):   # the loss stays on the device
+                        skipped.append(i)
+                    if (i + 1) % self.check_every == 0:
+                        self._check_nonfinite(log, checked, i + 1, epoch, skipped)
+                        checked = i + 1
                     if bar is not None:
                         bar.update(1)
                         if self.log_every and (i + 1) % self.log_every == 0:
@@ -161,14 +331,17 @@ class Trainer:
                                 pending = (h.get_numpy_copy_async(log, out=host_log), i + 1)
                 if pending is not None:
                     pending[0].result()           # host_log is reused next epoch
+                if checked < steps:
+                    self._check_nonfinite(log, checked, steps, epoch, skipped)
                 losses = h.get_numpy_copy(log)     # waits for the epoch's device work
                 seconds = time.perf_counter() - t0
                 record = {"epoch": epoch,
-                          "train_loss": float(np.average(losses, weights=sizes)),
+                          "train_loss": self._epoch_loss(losses, sizes, skipped),
                           "seconds": seconds}
                 history.step_losses.extend(float(v) for v in losses)
+                history.skipped_steps.extend((epoch, i + 1) for i in skipped)
                 if eval_data is not None:
-                    record.update({f"eval_{k}": v for k, v in self.evaluate(*eval_data).items()})
+                    record.update({f"eval_{k}": v for k, v in self._evaluate(*eval_data).items()})
                 history.epochs.append(record)
                 if bar is not None:
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}")
@@ -179,14 +352,58 @@ class Trainer:
                 bar.close()
         return history
 
+    @staticmethod
+    def _epoch_loss(losses, sizes, skipped):
+        """Mean loss over the epoch's samples: each step's mean weighted by its
+        batch size (the last batch may be smaller); skipped steps left out
+        (NaN when every step was skipped)."""
+        keep = np.ones(len(losses), bool)
+        keep[skipped] = False
+        if not keep.any():
+            return float("nan")
+        return float(np.average(losses[keep], weights=sizes[keep]))
+
+    def _check_nonfinite(self, log, start, stop, epoch, skipped):
+        """Raise ``NonFiniteLossError`` if a loss of steps [start, stop) of
+        this epoch (not skipped) or a parameter is not finite.  Two flags
+        read from the device; the details are read only on failure."""
+        h = self.h
+        # Skipped steps hold their non-finite loss on purpose: check the
+        # parameters only (a step that got through had finite values).
+        losses_ok = self.skip_nonfinite or h.is_fully_finite(view(h, log, start, (stop - start,)))
+        if losses_ok and h.is_fully_finite(self.net.params):
+            return
+        losses = h.get_numpy_copy(log)[start:stop]
+        bad = [] if self.skip_nonfinite else np.flatnonzero(~np.isfinite(losses))
+        where = f"steps {start + 1}-{stop}" if stop - start > 1 else f"step {stop}"
+        if len(bad):
+            step = start + int(bad[0]) + 1
+            msg = (f"Trainer: the loss became {losses[bad[0]]} at epoch {epoch}, step {step} "
+                   f"(the first non-finite one of {where}, checked every {self.check_every} "
+                   f"steps)")
+        else:
+            step = None
+            msg = (f"Trainer: the parameters became non-finite at epoch {epoch} during "
+                   f"{where}, while the loss stayed finite")
+        raise NonFiniteLossError(
+            msg + "; check the learning rate, the inputs and the labels, or pass "
+            "on_nonfinite='skip' to skip steps whose loss is not finite",
+            epoch, step, (start + 1, stop))
+
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, x, y):
         """Mean loss and the metrics over (x, y), in inference mode.
 
-        Returns {"loss": float, <metric name>: float, ...}.
+        Returns {"loss": float, <metric name>: float, ...}.  The loss is the
+        mean over all samples (each batch's mean weighted by its size).  x
+        and y are checked as in ``fit``.
         """
+        return self._evaluate(*self._prepare("Trainer.evaluate", x, y))
+
+    def _evaluate(self, x, y):
+        """``evaluate`` on data already checked by ``_prepare``."""
         h, net = self.h, self.net
-        n = self._check(x, y)
+        n = x.shape[self.batch_axis]
         total = h.zeros((1,))
         outputs = []
         for xb, yb in h.prefetch(self.batches(x, y, False)):
@@ -217,9 +434,10 @@ class _Step:
     #: prefetch's depth, and so the number of (x, y) pairs and graphs
     DEPTH = 2
 
-    def __init__(self, net, optimizer, graph):
+    def __init__(self, net, optimizer, graph, skip_nonfinite=False):
         self.net, self.optimizer, self.h = net, optimizer, net.h
         self.graph = graph
+        self.skip_nonfinite = skip_nonfinite
         self._sets = []             # [x, y, loss, Graph or None] per destination
         self._warm = False
 
@@ -241,21 +459,27 @@ class _Step:
         return [(s[0], s[1]) for s in self._sets]
 
     def _eager(self, xb, yb, out):
+        """One step without a capture; False if it was skipped."""
+        h = self.h
         loss = self.net.train_step(xb, yb)
+        h.copy_to(loss, out)
+        # skip mode: two host reads per step, the price of deciding on the host
+        if self.skip_nonfinite and not (h.is_fully_finite(loss)
+                                        and h.is_fully_finite(self.net.grads)):
+            return False
         self.optimizer.step()
-        self.h.copy_to(loss, out)
+        return True
 
     def __call__(self, xb, yb, out):
-        """Train on (xb, yb) and copy the step's loss into ``out``."""
+        """Train on (xb, yb) and copy the step's loss into ``out``; returns
+        False if the step was skipped (non-finite, skip mode), else True."""
         s = next((s for s in self._sets if s[0] is xb and s[1] is yb), None) \
             if self.graph else None
         if s is None:
-            self._eager(xb, yb, out)
-            return
+            return self._eager(xb, yb, out)
         if not self._warm:
             self._warm = True
-            self._eager(xb, yb, out)
-            return
+            return self._eager(xb, yb, out)
         if s[3] is None:
             try:
                 s[3] = self.h.capture(lambda: self._eager(xb, yb, s[2]))
@@ -263,7 +487,7 @@ class _Step:
                 warnings.warn(f"Trainer: training eagerly, the step cannot be "
                               f"captured: {e}", stacklevel=3)
                 self.graph = False
-                self._eager(xb, yb, out)
-                return
+                return self._eager(xb, yb, out)
         s[3].replay()
         self.h.copy_to(s[2], out)
+        return True
