@@ -171,7 +171,13 @@ def our_captured(h, step):
 def torch_graphed(torch, step):
     """fn(i): one replay of PyTorch's ``step(0)`` captured in ``torch.cuda.graph``,
     after three warm-up calls on a side stream, as PyTorch's documentation
-    shows (its caching allocator and cuBLAS settle there)."""
+    shows (its caching allocator and cuBLAS settle there).
+
+    The returned function keeps ``step`` (and so the parameters, optimizer
+    state and inputs the graph reads) alive: a torch graph holds only device
+    addresses, and the next ``torch.cuda.graph`` empties PyTorch's cache, so
+    tensors dropped here would be unmapped under a graph that still uses them
+    (its replays then fail with an illegal memory access)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -181,4 +187,7 @@ def torch_graphed(torch, step):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step(0)
-    return lambda i: graph.replay()
+
+    def replay(i, step=step):      # holds step: see above
+        graph.replay()
+    return replay
