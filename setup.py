@@ -7,6 +7,6 @@ setup(
     # be built the install goes on (NumpyHandler does not use it).
     ext_modules=[Extension("handlers.cuda._launch",
                            ["handlers/cuda/_launch.c", "handlers/cuda/_one_call.c",
-                            "handlers/cuda/_driver.c"],
+                            "handlers/cuda/_driver.c", "handlers/cuda/_cudnn.c"],
                            depends=["handlers/cuda/_launch.h"], optional=True)],
 )

@@ -14,6 +14,11 @@ from benchmarks.common import Run, check_line, gpu_name, median_times, print_tab
 from handlers import NumpyHandler
 
 TARGET = 1.10  # NumpyHandler time / plain NumPy time
+#: ``--quick`` (what ``make demo`` runs): the same loop and checks at n = 300 and
+#: 100 iterations, about 1% of the full run's arithmetic, so the demo takes
+#: seconds on a small CPU.  Relatively more of its time is the handler's per-op
+#: host cost, so its ratio to NumPy is, if anything, the harder test.
+QUICK = {"n": 300, "iters": 100}
 #: relative error allowed per unit of n (float32 dot products of length n)
 TOL = 1e-6
 
@@ -46,12 +51,21 @@ def available_handlers(dtype=np.float32):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks mxb", description=__doc__)
-    p.add_argument("--n", type=int, default=1000, help="m, x and y are n x n (default 1000)")
-    p.add_argument("--iters", type=int, default=500, help="loop iterations (default 500)")
+    p.add_argument("--n", type=int, default=None, help="m, x and y are n x n (default 1000)")
+    p.add_argument("--iters", type=int, default=None, help="loop iterations (default 500)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"the demo's size: n {QUICK['n']} and {QUICK['iters']} iterations "
+                        f"unless --n/--iters say otherwise (not with --save)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median counts")
     p.add_argument("--save", action="store_true",
                    help="write a run under benchmarks/results/runs/")
     args = p.parse_args(argv)
+    if args.quick and args.save:
+        p.error("--quick runs are not saved: the committed results are full-size runs")
+    sizes = QUICK if args.quick else {"n": 1000, "iters": 500}
+    for key, value in sizes.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     n, iters, dtype = args.n, args.iters, np.float32
     run = Run("mxb", gpu_name(), vars(args))
 

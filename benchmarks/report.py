@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR
 
-SUITES = ("ops", "streams", "upload", "train", "mxb")
+SUITES = ("ops", "streams", "upload", "train", "mxb", "conv")
 
 # The targets, as the suites state and judge them (see each suite's docstring).
 OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
@@ -48,12 +48,16 @@ GRAPH_LSTM = 0.90           # train: LSTM captured <= 0.90 x PyTorch's graphed c
 REPLAY_HOST_US = 10.0       # train: host time to replay a captured step <= 10 us
 UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
 UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
+CONV_BIAS = 0.85            # conv: the bias gradient >= 85% of copy, faster than torch.sum
+CONV_SPEED = 0.95           # conv: PyTorch's time / ours >= 0.95 (forward + both backward)
+ADAM_BANDWIDTH = 0.85       # conv: Adam's update >= 85% of copy
 
 PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "ops": ("ops-{m}-bandwidth.png", "mxb-{m}.png"),
     "streams": ("streams-{m}.png",),
     "upload": ("upload-{m}.png",),
     "train": ("train-{m}.png",),
+    "conv": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
 }
 
@@ -186,11 +190,48 @@ def verdicts(suites):
             add("upload", "(b) and (c) faster than PyTorch pinned (f)",
                 f"(b) {sec['b'] / f:.2f}x, (c) {sec['c'] / f:.2f}x the time of (f)",
                 int(sec["b"] < f) + int(sec["c"] < f), 2)
+    if "conv" in suites:
+        out.extend(conv_verdicts(suites["conv"]["results"]))
     if "mxb" in suites:
         r = suites["mxb"]["results"]
         ratio = mxb_ratio(r)
         add("mxb", f"NumpyHandler <= {r['target_numpy_ratio']:.2f}x plain NumPy (m·x+b loop)",
             f"{ratio:.3f}x", int(ratio <= r["target_numpy_ratio"]), 1)
+    return out
+
+
+def conv_verdicts(r):
+    """The conv suite's targets: the bias gradient, the convolutions, Adam."""
+    out = []
+    bias = [x for x in r.get("reductions", []) if x.get("target")]
+    for x in bias:
+        tb = x.get("torch_Bps")
+        faster = tb is None or x["ours_Bps"] > tb
+        out.append(dict(suite="conv", target=f"conv bias gradient >= {CONV_BIAS:.0%} of copy and "
+                                             f"faster than torch.sum",
+                        result=f"{x['fraction_of_copy']:.1%} of copy, "
+                               + (f"{tb / x['ours_Bps']:.2f}x torch's bandwidth" if tb else
+                                  "no torch"),
+                        met=int(x["fraction_of_copy"] >= CONV_BIAS and faster), total=1))
+    conv = r.get("conv", [])
+    if conv:
+        out.append(dict(suite="conv", target=f"conv2d forward + backward >= {CONV_SPEED}x "
+                                             f"PyTorch's speed",
+                        result=", ".join(f"{x['net']} {x['torch_over_ours']:.2f}x" for x in conv),
+                        met=sum(x["torch_over_ours"] >= CONV_SPEED for x in conv),
+                        total=len(conv)))
+    step = r.get("step")
+    if step:
+        ratios = step["ratios"]
+        out.append(dict(suite="conv", target="conv-net training step >= 1.0x PyTorch (eager "
+                                             "against eager, captured against graphed)",
+                        result=", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
+                        met=sum(v >= 1.0 for v in ratios.values()), total=len(ratios)))
+    adam = r.get("adam")
+    if adam:
+        out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
+                        result=f"{adam['fraction_of_copy']:.1%} of copy",
+                        met=int(adam["fraction_of_copy"] >= ADAM_BANDWIDTH), total=1))
     return out
 
 

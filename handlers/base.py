@@ -575,6 +575,7 @@ _BACKEND_HOOKS = [
     ("_copy_to", "copy_to's work."),
     ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
     ("_axpby", "axpby's work."),
+    ("_adam_update", "adam_update's work (one fused pass; advances step on the device)."),
     ("_sum_t", "sum_t's work, over a checked axis (None, an int or a sorted tuple)."),
     ("_extreme_t", "max_t, min_t, argmax_t (kind 'max', 'min', 'argmax') over one axis."),
     ("_transpose_m", "transpose_m's work."),
@@ -585,9 +586,17 @@ _BACKEND_HOOKS = [
     ("_softmax_m", "softmax_m's work."),
     ("_index_m_by_v", "index_m_by_v's work."),
     ("_binarize_v", "binarize_v's work."),
+    ("_gather_rows", "gather_rows_m's work (invalid indices: see its docstring)."),
+    ("_scatter_add_rows", "scatter_add_rows_m's work, in index order (deterministic)."),
+    ("_normalize_rows", "normalize_rows_m's work."),
+    ("_normalize_rows_backward", "normalize_rows_backward_m's work."),
     ("_is_fully_finite", "is_fully_finite's work."),
     ("_fill_gaussian", "fill_gaussian's work."),
     ("_probability_mask", "generate_probability_mask's work."),
+    ("_conv2d", "The conv2d ops (kind 'forward', 'backward_data', 'backward_filter'), with "
+                "stride, padding and dilation as checked pairs."),
+    ("_pool2d", "The pooling ops (kind 'max', 'avg', 'max_backward', 'avg_backward'): "
+                "(kind, src, dst, argmax or None, window, stride, padding), pairs checked."),
 ]
 
 

@@ -24,8 +24,11 @@ import types
 #: an op whose work bypasses them would run eagerly instead of being recorded
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
 WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_extreme_t", "_elementwise",
+              "_adam_update",
               "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
-              "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask")
+              "_gather_rows", "_scatter_add_rows", "_normalize_rows", "_normalize_rows_backward",
+              "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask",
+              "_conv2d", "_pool2d")
 #: What a capture shadows on each view: the work hooks and the ordering calls.
 SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
 

@@ -9,7 +9,7 @@ when they are recorded.
 import numpy as np
 
 from .base import Handler
-from .checks import fail_type
+from .checks import fail_type, fail_value
 from .prefetch import Transfer
 
 
@@ -131,12 +131,18 @@ class NumpyHandler(Handler):
 
     # BLAS ------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
-        a = a.T if transa else a
-        b = b.T if transb else b
-        if beta == 0.0:
-            np.dot(a, b, out=out)
+        if out.ndim == 3:   # a batch of products: matmul broadcasts a shared 2-D operand
+            a = a.swapaxes(-1, -2) if transa else a
+            b = b.swapaxes(-1, -2) if transb else b
+            fn = np.matmul
         else:
-            self._add_product(np.dot, a, b, out)
+            a = a.T if transa else a
+            b = b.T if transb else b
+            fn = np.dot
+        if beta == 0.0:
+            fn(a, b, out=out)
+        else:
+            self._add_product(fn, a, b, out)
 
     def _axpby(self, alpha, x, beta, y):
         # Device scalars (one-element arrays) are read now, when the op runs.
@@ -161,6 +167,41 @@ class NumpyHandler(Handler):
             if beta != 1.0:
                 np.multiply(y, beta, out=y)
             np.add(y, tmp, out=y)
+
+    # optimizers ---------------------------------------------------------------
+    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled):
+        """adam_update in the handler's dtype, in the order of the CUDA kernel's
+        arithmetic (kernels/optim.cu)."""
+        if type(lr) is not float:
+            lr = float(lr.reshape(-1)[0])   # a device scalar is read when the op runs
+        t = float(step.reshape(-1)[0]) + 1.0
+        c1, c2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
+        pair = self._scratch((2,) + p.shape)
+        grad, tmp = pair[0], pair[1]
+        with np.errstate(all="ignore"):
+            if decoupled:
+                np.multiply(p, 1.0 - lr * weight_decay, out=p)
+                np.copyto(grad, g)
+            elif weight_decay != 0.0:
+                np.multiply(p, weight_decay, out=grad)
+                np.add(grad, g, out=grad)
+            else:
+                np.copyto(grad, g)
+            np.multiply(m, beta1, out=m)
+            np.multiply(grad, 1.0 - beta1, out=tmp)
+            np.add(m, tmp, out=m)
+            np.multiply(v, beta2, out=v)
+            np.multiply(grad, grad, out=tmp)
+            np.multiply(tmp, 1.0 - beta2, out=tmp)
+            np.add(v, tmp, out=v)
+            np.divide(v, c2, out=tmp)
+            np.sqrt(tmp, out=tmp)
+            np.add(tmp, eps, out=tmp)        # eps after the square root, as in PyTorch
+            np.divide(m, c1, out=grad)
+            np.multiply(grad, lr, out=grad)
+            np.divide(grad, tmp, out=grad)
+            np.subtract(p, grad, out=p)
+        step.fill(t)
 
     # reduction --------------------------------------------------------------
     def _sum_t(self, a, axis, out):
@@ -228,8 +269,71 @@ class NumpyHandler(Handler):
         out.fill(0.0)
         out[np.flatnonzero(valid), idx] = 1.0
 
+    def _gather_rows(self, table, idx, out):
+        np.take(table, _row_ids("gather_rows_m", idx, table.shape[0]), axis=0, out=out)
+
+    def _scatter_add_rows(self, a, idx, out):
+        # ufunc.at adds one row after another in index order, repeated indices
+        # included: the same order, hence the same bits, as the GPU kernel.
+        np.add.at(out, _row_ids("scatter_add_rows_m", idx, out.shape[0]), a)
+
+    def _normalize_rows(self, x, eps, xhat, rstd):
+        np.mean(x, axis=1, keepdims=True, out=rstd)      # the mean, for now
+        np.subtract(x, rstd, out=xhat)
+        tmp = self._scratch(x.shape)
+        np.multiply(xhat, xhat, out=tmp)
+        np.mean(tmp, axis=1, keepdims=True, out=rstd)    # the variance
+        np.add(rstd, eps, out=rstd)
+        with np.errstate(divide="ignore", invalid="ignore"):   # var + eps = 0: inf, as on a GPU
+            np.sqrt(rstd, out=rstd)
+            np.divide(1.0, rstd, out=rstd)
+            np.multiply(xhat, rstd, out=xhat)
+
+    def _normalize_rows_backward(self, xhat, rstd, g, dx):
+        means = self._scratch((2,) + rstd.shape)         # mean(g), mean(g * xhat)
+        np.mean(g, axis=1, keepdims=True, out=means[0])
+        np.multiply(g, xhat, out=dx)
+        np.mean(dx, axis=1, keepdims=True, out=means[1])
+        np.multiply(xhat, means[1], out=dx)
+        np.subtract(g, dx, out=dx)
+        np.subtract(dx, means[0], out=dx)
+        np.multiply(dx, rstd, out=dx)
+
     def _is_fully_finite(self, a):
         return np.isfinite(a).all()
+
+    # convolution and pooling --------------------------------------------------
+    # im2col as a strided view of the zero-padded input, then one tensordot
+    # (BLAS); the adjoint (col2im) adds each kernel tap's slice back, one
+    # strided add per tap, in a fixed order (deterministic, no scatter).
+    def _conv2d(self, kind, a, b, out, stride, padding, dilation):
+        if kind == "forward":                       # a = x, b = w
+            cols = _windows(a, b.shape[2:], out.shape[2:], stride, padding, dilation, 0.0)
+            res = np.tensordot(cols, b, axes=([1, 4, 5], [1, 2, 3]))    # (N, P, Q, K)
+            np.copyto(out, res.transpose(0, 3, 1, 2))
+        elif kind == "backward_filter":             # a = x, b = dy
+            cols = _windows(a, out.shape[2:], b.shape[2:], stride, padding, dilation, 0.0)
+            np.copyto(out, np.tensordot(b, cols, axes=([0, 2, 3], [0, 2, 3])))
+        else:                                       # a = dy, b = w, out = dx
+            cols = np.tensordot(a, b, axes=([1], [0]))                  # (N, P, Q, C, R, S)
+            cols = cols.transpose(0, 3, 1, 2, 4, 5)
+            _col2im(cols, out, stride, padding, dilation)
+
+    def _pool2d(self, kind, src, dst, argmax, window, stride, padding):
+        if kind == "max":
+            _maxpool(src, dst, argmax, window, stride, padding)
+        elif kind == "avg":
+            cols = _windows(src, window, dst.shape[2:], stride, padding, (1, 1), 0.0)
+            np.sum(cols, axis=(4, 5), out=dst)
+            np.divide(dst, _pool_counts(src.shape[2:], dst.shape[2:], window, stride, padding),
+                      out=dst)
+        elif kind == "avg_backward":
+            counts = _pool_counts(dst.shape[2:], src.shape[2:], window, stride, padding)
+            scaled = (src / counts)[:, :, :, :, None, None]
+            _col2im(np.broadcast_to(scaled, src.shape + tuple(window)), dst, stride, padding,
+                    (1, 1))
+        else:
+            _maxpool_backward(argmax, src, dst, window, stride, padding)
 
     # randomness -------------------------------------------------------------
     def _fill_gaussian(self, mean, std, out):
@@ -240,6 +344,107 @@ class NumpyHandler(Handler):
     def _probability_mask(self, mask, p):
         self._rng.random(out=mask, dtype=self.dtype)
         np.less(mask, p, out=mask)
+
+
+def _windows(x, kernel, out_hw, stride, padding, dilation, fill):
+    """The (N, C, P, Q, R, S) view of x's windows, padded with ``fill``:
+    element [n, c, p, q, r, s] is x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw]."""
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    r, s = kernel
+    p, q = out_hw
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
+    span = (dh * (r - 1) + 1, dw * (s - 1) + 1)
+    v = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
+    return v[:, :, :sh * (p - 1) + 1:sh, :sw * (q - 1) + 1:sw, ::dh, ::dw]
+
+
+def _col2im(cols, out, stride, padding, dilation):
+    """out = the adjoint of _windows: each element of cols (N, C, P, Q, R, S)
+    added to the input element its window reads (padding dropped)."""
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    n, c, p, q, r, s = cols.shape
+    h, w = out.shape[2:]
+    acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), out.dtype)
+    for i in range(r):
+        for j in range(s):
+            acc[:, :, i * dh:i * dh + sh * (p - 1) + 1:sh,
+                j * dw:j * dw + sw * (q - 1) + 1:sw] += cols[:, :, :, :, i, j]
+    np.copyto(out, acc[:, :, ph:ph + h, pw:pw + w])
+
+
+def _pool_counts(in_hw, out_hw, window, stride, padding):
+    """(P, Q): the number of input elements in each window (padding excluded)."""
+    counts = []
+    for n, m, k, st, pad in zip(in_hw, out_hw, window, stride, padding):
+        start = np.arange(m) * st - pad
+        counts.append(np.minimum(start + k, n) - np.maximum(start, 0))
+    return np.multiply.outer(counts[0], counts[1])
+
+
+def _maxpool(x, out, argmax, window, stride, padding):
+    """Max over each window (padding is -inf), NaN winning, and the index
+    h * W + w of the first maximum in row-major order (the first NaN)."""
+    win = _windows(x, window, out.shape[2:], stride, padding, (1, 1), -np.inf)
+    p, q = out.shape[2:]
+    (wh, ww), (sh, sw), (ph, pw) = window, stride, padding
+    h, w = x.shape[2:]
+    rows = np.arange(p)[:, None] * sh - ph + np.arange(wh)           # (P, wh)
+    cols = np.arange(q)[:, None] * sw - pw + np.arange(ww)           # (Q, ww)
+    flat = win.reshape(win.shape[:4] + (-1,))
+    # numpy's argmax is the first maximum, or the first NaN: our semantics,
+    # unless a window's maximum is -inf and its first -inf is padding.
+    first = np.argmax(flat, axis=-1)
+    np.copyto(out, np.take_along_axis(flat, first[..., None], axis=-1)[..., 0])
+    r, s = np.divmod(first, ww)
+    hh, wc = rows[np.arange(p)[:, None], r], cols[np.arange(q)[None, :], s]
+    if not (ph or pw) or ((hh >= 0) & (hh < h) & (wc >= 0) & (wc < w)).all():
+        np.copyto(argmax, hh * w + wc)
+        return
+    # The first element of each window that equals the maximum (or is NaN
+    # where the maximum is), among the elements inside x.
+    inside = (((rows >= 0) & (rows < h))[:, None, :, None]
+              & ((cols >= 0) & (cols < w))[None, :, None, :])        # (P, Q, wh, ww)
+    best = out[:, :, :, :, None, None]
+    with np.errstate(invalid="ignore"):
+        hit = (win == best) | (np.isnan(win) & np.isnan(best))
+    hit &= inside
+    first = np.argmax(hit.reshape(hit.shape[:4] + (-1,)), axis=-1)   # first True
+    r, s = np.divmod(first, ww)
+    np.copyto(argmax, (rows[np.arange(p)[:, None], r] * w
+                       + cols[np.arange(q)[None, :], s]))
+
+
+def _maxpool_backward(argmax, dy, dx, window, stride, padding):
+    """dx[h, w] = the sum of dy over the windows whose argmax is h * W + w;
+    an argmax that names no element of its window adds nothing."""
+    n, c, h, w = dx.shape
+    p, q = dy.shape[2:]
+    (wh, ww), (sh, sw), (ph, pw) = window, stride, padding
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(argmax) & (argmax >= 0) & (argmax < h * w) & (argmax == np.trunc(argmax))
+    idx = np.where(ok, argmax, 0).astype(np.intp)
+    r, s = np.divmod(idx, w)
+    r0 = (np.arange(p) * sh - ph)[:, None]
+    s0 = (np.arange(q) * sw - pw)[None, :]
+    ok &= (r >= r0) & (r < r0 + wh) & (s >= s0) & (s < s0 + ww)
+    planes = np.arange(n * c).reshape(n, c, 1, 1) * (h * w)
+    # bincount adds in index order: deterministic
+    total = np.bincount((planes + idx)[ok], weights=dy[ok], minlength=n * c * h * w)
+    np.copyto(dx, total.reshape(dx.shape))
+
+
+def _row_ids(op, idx, vocab):
+    """The rows ``idx`` names, as ints; raises ValueError, before the op
+    writes anything, for the first index not in [0, vocab) (NaN included)."""
+    v = idx.reshape(-1)
+    with np.errstate(invalid="ignore"):
+        bad = ~((v >= 0) & (v < vocab))      # NaN compares False: bad
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        fail_value(op, f"idx[{i}] = {v[i]!r} is not a row index of a table of {vocab} "
+                       f"rows (valid: [0, {vocab}))")
+    return v.astype(np.intp)                 # truncates towards zero
 
 
 def _kept(shape, axis):

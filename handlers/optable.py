@@ -23,8 +23,9 @@ Parameter tokens (the ``params`` string of a row), in signature order:
 reads and writes (accumulating and masked ops); ``x~`` an array it checks but
 never reads; ``#s`` a real scalar; ``$s`` a real scalar or a device scalar
 (a one-element array of the handler, read when the op runs); ``?f`` a bool
-flag, False by default; ``@axis`` an axis, left to the shape rule.  An
-elementwise kernel takes the
+flag, False by default; ``@axis`` a parameter left to the shape rule (an
+axis, a stride), and ``@stride:1`` one with a default value (a Python
+literal; parameters with defaults come last).  An elementwise kernel takes the
 parameters in the same order, arrays as pointers and scalars in the
 handler's precision, then the element count.
 
@@ -79,19 +80,22 @@ class Op:
     ``numpy``, a function ``(handler, *args)`` computing the op in place.
     """
 
-    __slots__ = ("blocking", "call", "check", "device_scalars", "disjoint", "doc", "exact",
-                 "finite", "flags", "gives", "kernel", "kind", "name", "numpy", "out", "params",
-                 "reads", "scalars", "shape", "unread_if", "unused", "writes")
+    __slots__ = ("blocking", "call", "check", "defaults", "device_scalars", "disjoint", "doc",
+                 "exact", "finite", "flags", "gives", "kernel", "kind", "name", "numpy", "out",
+                 "params", "reads", "scalars", "shape", "unread_if", "unused", "writes")
 
     def __init__(self, name, params="", kind="op", disjoint=(), exact=(), unread_if=None,
                  finite=True, kernel=None, numpy=None, doc="", check=None, shape=None,
                  gives=None, call=None, blocking=False):
         self.name, self.kind = name, kind
         self.params, reads, writes, unused, scalars, flags = [], [], [], [], [], []
+        self.defaults = {}   # parameter -> its default, as source text (``@stride:1``)
         for token in params.split():
             if token[0] in "#$?@":
-                # scalar, scalar or device scalar, bool flag, axis
+                # scalar, scalar or device scalar, bool flag, rule parameter
                 arg = token[1:]
+                if token[0] == "@" and ":" in arg:
+                    arg, self.defaults[arg.split(":")[0]] = arg.split(":", 1)
                 self.params.append(arg)
                 if token[0] in "#$":
                     scalars.append(arg)
@@ -248,6 +252,24 @@ axis or with it kept as 1.  NaN wins: a slice holding NaN gives NaN (and
 empty.  ``out`` must not overlap ``a``."""
 
 
+def _adam_rule(lr, beta1, beta2, eps, weight_decay):
+    # lr as a device scalar is checked by whoever fills it (the optimizers).
+    if type(lr) is float and lr < 0.0:
+        fail_value("adam_update", f"lr must be >= 0, got {lr}")
+    for name, beta in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 <= beta < 1.0:
+            fail_value("adam_update", f"{name} must be in [0, 1), got {beta}")
+    if not eps > 0.0:
+        fail_value("adam_update", f"eps must be > 0, got {eps}")
+    if not weight_decay >= 0.0:
+        fail_value("adam_update", f"weight_decay must be >= 0, got {weight_decay}")
+
+
+def _eps_rule(eps):
+    if not eps >= 0.0:   # NaN fails too
+        fail_value("normalize_rows_m", f"eps must be >= 0, got {eps}")
+
+
 def _std_rule(mean, std):
     if std < 0:
         fail_value("fill_gaussian", f"std must be >= 0, got {std}")
@@ -256,6 +278,25 @@ def _std_rule(mean, std):
 def _p_rule(p):
     if not 0.0 <= p <= 1.0:
         fail_value("generate_probability_mask", f"p must be in [0, 1], got {p}")
+
+
+_CONV_DOC = """{what}
+
+Layout NCHW: x (N, C, H, W), w (K, C, R, S) (K output channels, an R x S
+kernel), out/dy (N, K, P, Q) with P = (H + 2*ph - dh*(R-1) - 1) // sh + 1
+and Q likewise from W, S, pw, dw, sw.  ``stride`` (sh, sw), ``padding``
+(ph, pw) and ``dilation`` (dh, dw) are each an int (both axes) or a pair
+(height, width): stride and dilation >= 1, padding >= 0 (zeros), and P, Q
+must be >= 1.  {alias}"""
+
+_POOL_DOC = """{what}
+
+Layout NCHW: {arrays}
+``window`` (wh, ww), ``stride`` (sh, sw) and ``padding`` (ph, pw) are each
+an int (both axes) or a pair (height, width); stride None (the default) is
+the window.  Window and stride >= 1, 0 <=
+padding < window, and P = (H + 2*ph - wh) // sh + 1 (Q likewise) >= 1.
+Windows may overlap (stride < window).  {alias}"""
 
 
 def ew(name, params, kernel, numpy, doc, check=None, quiet=False):
@@ -311,6 +352,24 @@ OPS = {op.name: op for op in [
         *device scalars*: one-element arrays of this handler, read when the op
         runs (so a replayed graph sees the value they hold then); they must
         not overlap ``y``."""),
+    _op("adam_update", "g $lr #beta1 #beta2 #eps #weight_decay step+= m+= v+= p+= ?decoupled",
+        disjoint=("g",), shape=rules.adam_update, check=_adam_rule,
+        call="_adam_update(g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled)",
+        doc="""One Adam (``decoupled=False``) or AdamW step over p, in one pass.
+
+        With t = step + 1 (``step`` a one-element array counting the steps
+        taken, advanced to t by the op itself, on the device):
+
+        * Adam: g' = g + weight_decay * p; AdamW: p = p * (1 - lr * weight_decay), g' = g;
+        * m = beta1 * m + (1 - beta1) * g';  v = beta2 * v + (1 - beta2) * g' * g';
+        * p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
+
+        g, m, v and p have one shape; no output overlaps another or g.  ``lr``
+        is a number >= 0 or a device scalar (read when the op runs, so a
+        replayed graph sees its current value); 0 <= beta1, beta2 < 1, eps >
+        0, weight_decay >= 0.  Because step lives on the device, a captured
+        step replays with the right bias corrections.  ``step`` holds t in the
+        handler's dtype: exact up to 2^24 steps in float32."""),
     _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.reduction("sum_t"), gives="axis",
         call="_sum_t(a, axis, out)",
         doc="""Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
@@ -349,6 +408,8 @@ OPS = {op.name: op for op in [
     ew("greater_tt", "a b out=", "binary_greater",
        lambda h, a, b, out: np.greater(a, b, out=out),
        "out = 1 where a > b, else 0 (0 where either is NaN).", quiet=True),
+    ew("equal_tt", "a b out=", "binary_equal", lambda h, a, b, out: np.equal(a, b, out=out),
+       "out = 1 where a == b, else 0 (0 where either is NaN).", quiet=True),
     ew("add_st", "#s t out=", "scalar_add", lambda h, s, t, out: np.add(t, s, out=out),
        "out = t + s for a scalar s."),
     ew("mult_st", "#s t out=", "scalar_mul", lambda h, s, t, out: np.multiply(t, s, out=out),
@@ -439,6 +500,54 @@ OPS = {op.name: op for op in [
         v (r, 1) holds class indices stored as floats, truncated towards zero;
         out is (r, c).  An index whose value is not in [0, c) (NaN included)
         gives a row of zeros.  out must not overlap v."""),
+    # Embedding lookups and their gradient.  An index is checked on its value
+    # (a data-dependent check): NumpyHandler raises, a GPU kernel cannot, so
+    # there an invalid index gives NaN (gather) or is skipped (scatter-add).
+    _op("gather_rows_m", "table idx out=", disjoint=("table", "idx"),
+        shape=rules.rows_by_index("gather_rows_m", "out"), call="_gather_rows(table, idx, out)",
+        doc="""out[i, :] = table[idx[i], :]: rows of ``table`` (vocab, d) picked by
+        ``idx`` into ``out`` (n, d).
+
+        ``idx`` has shape (n,) or (n, 1) and holds row indices stored as floats
+        (like class labels), truncated towards zero; an index is valid when its
+        value is in [0, vocab) (float32 holds whole numbers exactly up to 2**24).
+        An invalid index (NaN included): NumpyHandler raises ``ValueError``
+        naming the first one, before writing anything; PyCudaHandler, which
+        cannot raise from a kernel, writes a row of NaN for it and reads
+        nothing out of bounds.  ``out`` must not overlap ``table`` or ``idx``."""),
+    _op("scatter_add_rows_m", "a idx out+=", disjoint=("a", "idx"),
+        shape=rules.rows_by_index("scatter_add_rows_m", "a"),
+        call="_scatter_add_rows(a, idx, out)",
+        doc="""out[idx[i], :] += a[i, :] for i = 0 .. n-1 in order: rows of ``a``
+        (n, d) added into the rows of ``out`` (vocab, d) that ``idx`` names
+        (the gradient of ``gather_rows_m``; repeated indices add up).
+
+        ``idx`` as in ``gather_rows_m``.  The sums are deterministic, the same
+        bits on every run and in captured graphs: each row of ``out`` receives
+        its additions in the order of i, never through atomics.  The cost of
+        that on a GPU: one thread per column walks all n indices, n dependent
+        steps over only d threads, about 0.2 us per index on an H100 whatever
+        d (0.84 ms for 4096 indices of 64 columns, where the gather takes
+        10 us).  An invalid index:
+        NumpyHandler raises ``ValueError`` before adding anything;
+        PyCudaHandler skips that row of ``a``.  ``out`` must not overlap ``a``
+        or ``idx``."""),
+    # LayerNorm's row work, each a single kernel where the general ops take
+    # 9 (forward) and 10 (backward) launches.
+    _op("normalize_rows_m", "x #eps xhat= rstd=", disjoint=("x",), check=_eps_rule,
+        shape=rules.normalize_rows_m, call="_normalize_rows(x, eps, xhat, rstd)",
+        doc="""Normalize each row of ``x`` (n, d), d >= 1: rstd = 1 / sqrt(var + eps)
+        and xhat = (x - mean) * rstd, the mean and the (biased) variance taken
+        over the row.  ``rstd`` is (n, 1), ``xhat`` has ``x``'s shape; eps >= 0.
+        Layer normalization's forward pass, before its gain and bias.  The
+        outputs must not overlap ``x`` or each other."""),
+    _op("normalize_rows_backward_m", "xhat rstd g dx=", disjoint=("xhat", "rstd", "g"),
+        shape=rules.normalize_rows_backward_m,
+        call="_normalize_rows_backward(xhat, rstd, g, dx)",
+        doc="""The gradient through ``normalize_rows_m``: given its outputs ``xhat``
+        (n, d) and ``rstd`` (n, 1) and g = dL/dxhat (n, d),
+        dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), the means over each
+        row.  ``dx`` must not overlap the inputs."""),
     _op("transpose_m", "a out=", disjoint=("a",), shape=rules.transpose_m,
         call="_transpose_m(a, out)",
         doc="""out = a.T for a matrix a (r, c) and out (c, r).  out must not overlap a."""),
@@ -465,6 +574,82 @@ OPS = {op.name: op for op in [
     _op("generate_probability_mask", "mask= #p", shape="any", check=_p_rule,
         call="_probability_mask(mask, p)",
         doc="Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."),
+    # ---------------------------------------------------------------- convolution and pooling
+    _op("conv2d_forward", "x w out= @stride:1 @padding:0 @dilation:1", disjoint=("x", "w"),
+        shape=rules.conv2d("conv2d_forward"), gives="stride, padding, dilation",
+        call='_conv2d("forward", x, w, out, stride, padding, dilation)', doc=_CONV_DOC.format(
+            what="out = the 2-D cross-correlation of x with the filters w (no bias):\n"
+                 "out[n, k, p, q] = sum over c, r, s of\n"
+                 "x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw] * w[k, c, r, s],\n"
+                 "with x zero outside its bounds (cuDNN's CROSS_CORRELATION mode,\n"
+                 "PyTorch's conv2d).",
+            alias="out must not overlap x or w.")),
+    _op("conv2d_backward_data", "dy w dx= @stride:1 @padding:0 @dilation:1",
+        disjoint=("dy", "w"), shape=rules.conv2d("conv2d_backward_data"),
+        gives="stride, padding, dilation",
+        call='_conv2d("backward_data", dy, w, dx, stride, padding, dilation)',
+        doc=_CONV_DOC.format(
+            what="dx = the gradient of ``conv2d_forward``'s output with respect to its\n"
+                 "input x, given the output's gradient dy (overwrites dx).  dx has\n"
+                 "x's shape, which fixes H and W (several sizes give the same\n"
+                 "output size when the stride is above 1; input rows and columns\n"
+                 "that no window reaches get 0).",
+            alias="dx must not overlap dy or w.")),
+    _op("conv2d_backward_filter", "x dy dw= @stride:1 @padding:0 @dilation:1",
+        disjoint=("x", "dy"), shape=rules.conv2d("conv2d_backward_filter"),
+        gives="stride, padding, dilation",
+        call='_conv2d("backward_filter", x, dy, dw, stride, padding, dilation)',
+        doc=_CONV_DOC.format(
+            what="dw = the gradient of ``conv2d_forward``'s output with respect to the\n"
+                 "filters w, given the input x and the output's gradient dy\n"
+                 "(overwrites dw; add it to a gradient buffer with ``axpby``).",
+            alias="dw must not overlap x or dy.")),
+    _op("maxpool2d_forward", "x out= argmax= @window @stride:None @padding:0",
+        disjoint=("x",), shape=rules.pool2d("maxpool2d_forward"),
+        gives="window, stride, padding",
+        call='_pool2d("max", x, out, argmax, window, stride, padding)',
+        doc=_POOL_DOC.format(
+            what="Max pooling: out[n, c, p, q] = the largest x[n, c, h, w] in window\n"
+                 "(p, q), and argmax[n, c, p, q] its index h * W + w in the plane\n"
+                 "of x, stored as a float (the first of equals in row-major order;\n"
+                 "the first NaN if the window holds one).  Padding counts as -inf,\n"
+                 "so it is never the maximum: every window holds an element of x.",
+            arrays="x (N, C, H, W); out and argmax (N, C, P, Q).",
+            alias="out and argmax must not overlap x or each other.")),
+    _op("maxpool2d_backward", "argmax dy dx= @window @stride:None @padding:0",
+        disjoint=("argmax", "dy"), shape=rules.pool2d("maxpool2d_backward"),
+        gives="window, stride, padding",
+        call='_pool2d("max_backward", dy, dx, argmax, window, stride, padding)',
+        doc=_POOL_DOC.format(
+            what="Gradient of ``maxpool2d_forward``: dx[n, c, h, w] = the sum of\n"
+                 "dy[n, c, p, q] over the windows (p, q) whose argmax is h * W + w\n"
+                 "(overwrites dx).  Each element of dx gathers from the windows that\n"
+                 "contain it, so the result is deterministic.  argmax is the\n"
+                 "forward's, with the same window, stride and padding.",
+            arrays="argmax and dy (N, C, P, Q); dx (N, C, H, W).",
+            alias="dx must not overlap argmax or dy.")),
+    _op("avgpool2d_forward", "x out= @window @stride:None @padding:0",
+        disjoint=("x",), shape=rules.pool2d("avgpool2d_forward"),
+        gives="window, stride, padding",
+        call='_pool2d("avg", x, out, None, window, stride, padding)',
+        doc=_POOL_DOC.format(
+            what="Average pooling: out[n, c, p, q] = the mean of the elements of x in\n"
+                 "window (p, q), padding excluded: the sum over the part of the\n"
+                 "window inside x, divided by that part's size (cuDNN's\n"
+                 "AVERAGE_COUNT_EXCLUDE_PADDING, PyTorch's count_include_pad=False).",
+            arrays="x (N, C, H, W); out (N, C, P, Q).",
+            alias="out must not overlap x.")),
+    _op("avgpool2d_backward", "dy dx= @window @stride:None @padding:0",
+        disjoint=("dy",), shape=rules.pool2d("avgpool2d_backward"),
+        gives="window, stride, padding",
+        call='_pool2d("avg_backward", dy, dx, None, window, stride, padding)',
+        doc=_POOL_DOC.format(
+            what="Gradient of ``avgpool2d_forward``: dx[n, c, h, w] = the sum of\n"
+                 "dy[n, c, p, q] / count(p, q) over the windows (p, q) that contain\n"
+                 "(h, w), count being the window's size inside x (overwrites dx;\n"
+                 "deterministic, as for max pooling).",
+            arrays="dy (N, C, P, Q); dx (N, C, H, W).",
+            alias="dx must not overlap dy.")),
 ]}
 
 #: The elementwise rows: same-shape arrays, one kernel and a NumPy expression.
@@ -487,6 +672,7 @@ KERNELS = {
        if op.kernel},
     "fill": ("elementwise", "PTq"),
     "axpby_dev": ("elementwise", "PTPPTPq"),
+    "adam": ("optim", "PPTTTTTPPPPqiP"),
     **{f"mv_{o}_{side}": ("elementwise", "PPPqq") for o in ("add", "sub", "mul", "div")
        for side in ("row", "col")},
     "broadcast": ("elementwise", "PPqqq"),
@@ -494,18 +680,26 @@ KERNELS = {
     "softmax_rows": ("rows", "PPqq"),
     "index_m_by_v": ("rows", "PPPqq"),
     "binarize_v": ("rows", "PPqq"),
+    "gather_rows": ("rows", "PPPqqq"),
+    "scatter_add_rows": ("rows", "PPPqqq"),
+    "normalize_rows": ("rows", "PTPPqq"),
+    "normalize_rows_backward": ("rows", "PPPPqq"),
     "fill_gaussian": ("random", "PqTTQQP"),
     "probability_mask": ("random", "PqTQQP"),
     "rng_advance": ("random", "PQ"),
     "sum_rows": ("reduce", "PPPPqqqq"),
     "sum_cols": ("reduce", "PPPPqqqqqi"),
     "sum_cols_vec": ("reduce", "PPPPqqqqqi"),
+    "sum_mid": ("reduce", "PPPPqqqqq"),
+    "sum_mid_vec": ("reduce", "PPPPqqqqq"),
     "small_gemm": ("small_gemm", "PPPqqqiii"),
     "extreme_rows": ("extrema", "PPqqi"),
     "extreme_cols": ("extrema", "PPPPqqqqqi"),
     "extreme_join": ("extrema", "PPPqqi"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),
+    "pool_fwd": ("pool", "PPPqqqqqiiiiiii"),
+    "pool_bwd": ("pool", "PPPqqqqqiiiiiii"),
 }
 
 
@@ -513,7 +707,9 @@ def _method_source(op):
     """The source of an op's public method: checks in a fixed order, then
     the backend call (see :class:`Op`)."""
     name, out = op.name, (op.writes or ("None",))[0]
-    sig = ", ".join(f"{p}=False" if p in op.flags else p for p in op.params)
+    sig = ", ".join(f"{p}=False" if p in op.flags
+                    else f"{p}={op.defaults[p]}" if p in op.defaults else p
+                    for p in op.params)
     body = []
     if op.blocking:
         body.append(f'self._not_capturing("{name}")')
@@ -532,8 +728,9 @@ def _method_source(op):
         body.append(f'check_same_shape(self, "{name}", {arrays})')
     else:
         body.append(f'check_arrays(self, "{name}", {arrays})')
-    if callable(op.shape):
-        args = ", ".join(p for p in op.params if p not in op.scalars)
+    if callable(op.shape):   # device scalars go to the rule (overlap checks), numbers do not
+        args = ", ".join(p for p in op.params
+                         if p not in op.scalars or p in op.device_scalars)
         body.append(f"{op.gives + ' = ' if op.gives else ''}OP.shape(self, {args})")
     for w in op.writes:
         for d in op.disjoint:

@@ -7,7 +7,8 @@ before any overlap check.  A rule raises ``ValueError`` (through
 ``checks.fail_value``) naming the op and the shapes, or returns the value the
 row binds for its backend call (the normalised axis, the broadcast side),
 or None.  Rules take the handler first, then the op's arguments in signature
-order, minus its scalars.
+order, minus its scalars (device scalars, ``$`` tokens, are passed: a float
+or a one-element array).
 """
 import numpy as np
 
@@ -17,17 +18,44 @@ _UNSEEN = object()   # sum_t: a shape combination not validated yet
 
 
 def dot(op):
-    """``dot_mm``/``dot_add_mm``: 2-D arrays, op(a) (m, k) @ op(b) (k, n) -> out (m, n)."""
+    """``dot_mm``/``dot_add_mm``: op(a) (m, k) @ op(b) (k, n) -> out (m, n), or
+    a batch of them: out (B, m, n) with a and b each (B, ., .) or 2-D (one
+    matrix shared by the whole batch), not both 2-D.  The flags transpose the
+    last two axes."""
     def rule(h, a, b, out, transa, transb):
         if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
-            for x, name in ((a, "a"), (b, "b"), (out, "out")):
-                check_ndim(op, x, 2, name)
+            return _batched_dot(op, a, b, out, transa, transb)
         m, k = (a.shape[1], a.shape[0]) if transa else a.shape
         k2, n = (b.shape[1], b.shape[0]) if transb else b.shape
         if k != k2 or out.shape != (m, n):
             fail_value(op, f"shapes do not match: a {a.shape}{'.T' if transa else ''}, "
                            f"b {b.shape}{'.T' if transb else ''}, out {out.shape}")
     return rule
+
+
+def _batched_dot(op, a, b, out, transa, transb):
+    """The 3-D form of ``dot``; out is (B, m, n)."""
+    if len(out.shape) != 3:
+        fail_value(op, f"out must be 2-D (m, n), or 3-D (batch, m, n) with a 3-D a or b: "
+                       f"a {a.shape}, b {b.shape}, out {out.shape}")
+    for x, name in ((a, "a"), (b, "b")):
+        if len(x.shape) not in (2, 3):
+            fail_value(op, f"{name} must be 2-D or 3-D (batch first) for a 3-D out, "
+                           f"got shape {x.shape}")
+    if len(a.shape) == 2 and len(b.shape) == 2:
+        fail_value(op, f"a 3-D out {out.shape} needs a 3-D a or b (a {a.shape}, b {b.shape})")
+    batch = out.shape[0]
+    for x, name in ((a, "a"), (b, "b")):
+        if len(x.shape) == 3 and x.shape[0] != batch:
+            fail_value(op, f"batch sizes differ: {name} {x.shape}, out {out.shape}")
+    ra, ca = a.shape[-2:]
+    rb, cb = b.shape[-2:]
+    m, k = (ca, ra) if transa else (ra, ca)
+    k2, n = (cb, rb) if transb else (rb, cb)
+    if k != k2 or out.shape[1:] != (m, n):
+        ta, tb = (" (last two axes .T)" if t else "" for t in (transa, transb))
+        fail_value(op, f"shapes do not match: a {a.shape}{ta}, b {b.shape}{tb}, "
+                       f"out {out.shape}")
 
 
 def reduction(op):
@@ -146,6 +174,49 @@ def binarize_v(h, v, out):
                                  f"for out {out.shape}")
 
 
+def rows_by_index(op, rows):
+    """``gather_rows_m``/``scatter_add_rows_m``: a table (vocab, d), the
+    ``rows`` array (n, d) and idx (n,) or (n, 1).  The table is ``out`` of
+    the scatter and the first argument of the gather; ``rows`` names the other."""
+    def rule(h, first, idx, out):
+        table, picked = (first, out) if rows == "out" else (out, first)
+        tname = "table" if rows == "out" else "out"
+        check_ndim(op, table, 2, tname)
+        check_ndim(op, picked, 2, rows)
+        n, d = picked.shape
+        if table.shape[1] != d:
+            fail_value(op, f"{rows} shape {picked.shape} and {tname} shape {table.shape} "
+                           f"differ in their number of columns")
+        if idx.shape != (n,) and idx.shape != (n, 1):
+            fail_value(op, f"idx shape {idx.shape} must be ({n},) or ({n}, 1) for "
+                           f"{rows} {picked.shape}")
+    return rule
+
+
+def normalize_rows_m(h, x, xhat, rstd):
+    """``normalize_rows_m``: x and xhat (n, d) with d >= 1, rstd (n, 1)."""
+    op = "normalize_rows_m"
+    check_ndim(op, x, 2, "x")
+    n, d = x.shape
+    if d < 1:
+        fail_value(op, f"x shape {x.shape}: rows must not be empty")
+    if xhat.shape != x.shape or rstd.shape != (n, 1):
+        fail_value(op, f"for x {x.shape}, xhat must be {x.shape} and rstd ({n}, 1); "
+                       f"got xhat {xhat.shape}, rstd {rstd.shape}")
+
+
+def normalize_rows_backward_m(h, xhat, rstd, g, dx):
+    """``normalize_rows_backward_m``: xhat, g and dx (n, d) with d >= 1, rstd (n, 1)."""
+    op = "normalize_rows_backward_m"
+    check_ndim(op, xhat, 2, "xhat")
+    n, d = xhat.shape
+    if d < 1:
+        fail_value(op, f"xhat shape {xhat.shape}: rows must not be empty")
+    if g.shape != xhat.shape or dx.shape != xhat.shape or rstd.shape != (n, 1):
+        fail_value(op, f"for xhat {xhat.shape}, g and dx must be {xhat.shape} and rstd "
+                       f"({n}, 1); got g {g.shape}, dx {dx.shape}, rstd {rstd.shape}")
+
+
 def transpose_m(h, a, out):
     """``transpose_m``: a (r, c), out (c, r)."""
     check_ndim("transpose_m", a, 2, "a")
@@ -179,3 +250,126 @@ def concat_t(h, a, b, axis, out):
 def split_t(h, a, axis, out_a, out_b):
     """``split_t``: a is out_a then out_b along ``axis``; returns the axis."""
     return _pieces("split_t", a, out_a, out_b, axis, ("a", "out_a", "out_b"))
+
+
+# ---------------------------------------------------------------- convolution and pooling
+def _pair(op, name, value, low):
+    """A conv/pool parameter as a pair of ints >= ``low``: an int (both
+    axes) or a pair (height, width).  TypeError for anything else."""
+    pair = (value, value) if not isinstance(value, (tuple, list)) else tuple(value)
+    if len(pair) != 2 or any(isinstance(v, (bool, np.bool_)) or
+                             not isinstance(v, (int, np.integer)) for v in pair):
+        fail_type(op, f"{name} must be an int or a pair of ints, got {value!r}")
+    pair = (int(pair[0]), int(pair[1]))
+    if pair[0] < low or pair[1] < low:
+        what = "positive" if low == 1 else "non-negative"
+        fail_value(op, f"{name} must be {what}, got {value!r}")
+    return pair
+
+
+def _conv_params(op, stride, padding, dilation):
+    return (_pair(op, "stride", stride, 1), _pair(op, "padding", padding, 0),
+            _pair(op, "dilation", dilation, 1))
+
+
+def conv_out_size(size, window, stride, pad, dil):
+    """Output length of a convolution or pooling along one axis:
+    ``(size + 2*pad - dil*(window-1) - 1) // stride + 1`` (may be < 1)."""
+    return (size + 2 * pad - dil * (window - 1) - 1) // stride + 1
+
+
+def _nchw(op, name, a):
+    check_ndim(op, a, 4, name)
+    return a.shape
+
+
+def _conv_geometry(op, x_shape, w_shape, y_shape, params, names):
+    """Check x (N,C,H,W), w (K,C,R,S) and y (N,K,P,Q) against each other;
+    ``names`` are the arguments holding them (for the messages)."""
+    (sh, sw), (ph, pw), (dh, dw) = params
+    n, c, h, wd = x_shape
+    k, c2, r, s = w_shape
+    shapes = f"{names[0]} {x_shape}, {names[1]} {w_shape}, {names[2]} {y_shape}"
+    if c2 != c:
+        fail_value(op, f"channels differ: {names[0]} has {c}, {names[1]} has {c2} ({shapes})")
+    p, q = conv_out_size(h, r, sh, ph, dh), conv_out_size(wd, s, sw, pw, dw)
+    if p < 1 or q < 1 or min(n, c, k, h, wd, r, s) < 1:
+        fail_value(op, f"no output: the dilated {r}x{s} kernel (dilation {(dh, dw)}) does "
+                       f"not fit the padded input ({shapes}, padding {(ph, pw)})")
+    if y_shape != (n, k, p, q):
+        fail_value(op, f"{names[2]} must have shape {(n, k, p, q)}: {shapes}, stride "
+                       f"{(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}")
+
+
+def conv2d(op):
+    """The three conv2d ops, NCHW: returns (stride, padding, dilation) as
+    pairs.  The arrays are (x, w, out), (dy, w, dx) or (x, dy, dw)."""
+    def rule(h, a, b, out, stride, padding, dilation):
+        params = _conv_params(op, stride, padding, dilation)
+        if op == "conv2d_forward":
+            _conv_geometry(op, _nchw(op, "x", a), _nchw(op, "w", b), _nchw(op, "out", out),
+                           params, ("x", "w", "out"))
+        elif op == "conv2d_backward_data":
+            _conv_geometry(op, _nchw(op, "dx", out), _nchw(op, "w", b), _nchw(op, "dy", a),
+                           params, ("dx", "w", "dy"))
+        else:
+            _conv_geometry(op, _nchw(op, "x", a), _nchw(op, "dw", out), _nchw(op, "dy", b),
+                           params, ("x", "dw", "dy"))
+        return params
+    return rule
+
+
+def pool2d(op):
+    """The pooling ops, NCHW: returns (window, stride, padding) as pairs.
+    The arrays are (x, out[, argmax]) forward and ([argmax,] dy, dx)
+    backward; ``stride`` None means the window.  Padding must be smaller
+    than the window, so that every window holds at least one input."""
+    backward = op.endswith("backward")
+
+    def rule(h, *args):
+        *arrays, window, stride, padding = args
+        window = _pair(op, "window", window, 1)
+        stride = window if stride is None else _pair(op, "stride", stride, 1)
+        padding = _pair(op, "padding", padding, 0)
+        if padding[0] >= window[0] or padding[1] >= window[1]:
+            fail_value(op, f"padding {padding} must be smaller than the window {window}")
+        if backward:   # dx, last, is the input-sized array
+            names = ("argmax", "dy", "dx") if len(arrays) == 3 else ("dy", "dx")
+            at = len(arrays) - 1
+        else:          # x, first
+            names = ("x", "out", "argmax") if len(arrays) == 3 else ("x", "out")
+            at = 0
+        big, big_name = arrays[at], names[at]
+        for name, a in zip(names, arrays):
+            _nchw(op, name, a)
+        n, c, hh, ww = big.shape
+        p = conv_out_size(hh, window[0], stride[0], padding[0], 1)
+        q = conv_out_size(ww, window[1], stride[1], padding[1], 1)
+        shapes = ", ".join(f"{nm} {a.shape}" for nm, a in zip(names, arrays))
+        if p < 1 or q < 1 or min(n, c) < 1:
+            fail_value(op, f"no output: window {window} does not fit {big_name} {big.shape} "
+                           f"with padding {padding}")
+        if op.startswith("max") and hh * ww > 2**24 and h.dtype.itemsize < 8:
+            # argmax holds indices as floats, exact up to 2**24 in float32
+            fail_value(op, f"a plane of {hh}x{ww} elements is too large for float32 argmax "
+                           f"indices (at most 2**24 elements)")
+        want = (n, c, p, q)
+        for i, (name, a) in enumerate(zip(names, arrays)):
+            if i != at and a.shape != want:
+                fail_value(op, f"{name} must have shape {want} ({shapes}, window {window}, "
+                               f"stride {stride}, padding {padding})")
+        return window, stride, padding
+    return rule
+
+
+def adam_update(h, g, lr, step, m, v, p, decoupled):
+    """``adam_update``: g, m, v and p of one shape, step one element; a
+    device-scalar lr must not overlap an output (the op's other overlap
+    rules come from its row)."""
+    check_same_shape(h, "adam_update", g, m, v, p)
+    if step.size != 1:
+        fail_value("adam_update", f"step must have one element, got shape {step.shape}")
+    if type(lr) is not float:
+        for out, name in ((m, "m"), (v, "v"), (p, "p")):   # step: checked with the scalar
+            if h._overlaps(lr, out):
+                fail_value("adam_update", f"lr must not overlap {name}")

@@ -14,16 +14,23 @@ every layer runs unchanged on every handler.  Usage::
 """
 from .activations import ELU, Activation, ReLU, Sigmoid, Tanh
 from .base import Layer
+from .conv import AvgPool2D, Conv2D, MaxPool2D
 from .dense import FullyConnected
 from .dropout import Dropout
+from .embedding import Embedding
+from .flatten import Flatten
+from .layernorm import LayerNorm
 from .losses import Loss, SoftmaxCrossEntropy, SquaredError
 from .lstm import LSTM
-from .metrics import accuracy
+from .metrics import DeviceAccuracy, accuracy
 from .network import Sequential
-from .optim import SGD
+from .optim import SGD, Adam, AdamW
 from .params import ParameterSet, view
 from .trainer import History, NonFiniteLossError, Trainer
 
 __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "FullyConnected",
-           "Dropout", "Loss", "SoftmaxCrossEntropy", "SquaredError", "LSTM", "Sequential",
-           "SGD", "Trainer", "History", "NonFiniteLossError", "ParameterSet", "view", "accuracy"]
+           "Dropout", "Embedding", "Flatten", "LayerNorm", "Loss", "SoftmaxCrossEntropy",
+           "SquaredError", "LSTM", "Sequential",
+           "SGD", "Adam", "AdamW", "Trainer", "History", "NonFiniteLossError", "ParameterSet",
+           "view", "accuracy", "DeviceAccuracy",
+           "Conv2D", "MaxPool2D", "AvgPool2D"]

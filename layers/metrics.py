@@ -1,8 +1,7 @@
-"""Host-side metrics of fetched network outputs.
-
-The handler contract has no argmax op, so a metric that needs one runs on the
-host, on outputs the evaluation has already fetched.  This is bookkeeping on
-results, not layer math: nothing here is on the training path.
+"""Metrics of network outputs: ``accuracy`` on the host, on outputs already
+fetched, and ``DeviceAccuracy`` / ``device_accuracy``, the same count made
+with handler ops (``argmax_t``, ``equal_tt``, ``sum_t``) on the device, so
+that no output has to be downloaded.  Nothing here is on the training path.
 """
 import numpy as np
 
@@ -19,3 +18,74 @@ def accuracy(outputs, targets):
         targets = targets.argmax(axis=1)
     targets = targets.reshape(-1).astype(np.int64)
     return float(np.mean(outputs.argmax(axis=1) == targets)) if len(targets) else float("nan")
+
+
+class DeviceAccuracy:
+    """Counts, on the device, the rows whose largest output is the target
+    class: ``accuracy``'s numerator, without fetching the outputs.
+
+    ``outputs`` is (n, c); ``targets`` class indices stored as whole numbers,
+    (n, 1) or (n,), or one-hot rows (n, c) (c > 1), as ``accuracy`` takes
+    them.  Ties and NaN as ``accuracy`` (the first largest, the first NaN).
+    The scratch arrays are kept per shape, so counting batch after batch
+    allocates nothing after the first call.
+
+    Args:
+        h: the handler of the arrays.
+    """
+
+    def __init__(self, h):
+        self.h = h
+        self._buffers = {}
+
+    @staticmethod
+    def supports(outputs, targets):
+        """True if ``count`` takes arrays of these shapes."""
+        if len(outputs.shape) != 2:
+            return False
+        n, c = outputs.shape
+        shape = tuple(targets.shape)
+        return shape in ((n,), (n, 1)) or (c > 1 and shape == (n, c))
+
+    def count(self, outputs, targets, out=None):
+        """The number of correct rows, in ``out`` (a one-element array of the
+        handler, overwritten) or, if None, in an array of this object that
+        the next call with the same shapes overwrites.  Returns that array;
+        nothing waits for the device.  Raises ValueError for shapes that
+        ``supports`` refuses."""
+        h = self.h
+        if not self.supports(outputs, targets):
+            raise ValueError(f"DeviceAccuracy: outputs must be (n, c) and targets (n,), (n, 1) "
+                             f"or (n, c); got outputs {tuple(outputs.shape)}, targets "
+                             f"{tuple(targets.shape)}")
+        n, c = outputs.shape
+        key = (n, c, tuple(targets.shape))
+        bufs = self._buffers.get(key)
+        if bufs is None:   # predicted class, target class, matches, count
+            bufs = self._buffers[key] = (h.allocate((n, 1)), h.allocate((n, 1)),
+                                         h.allocate((n, 1)), h.allocate((1,)))
+        pred, label, match, total = bufs
+        h.argmax_t(outputs, 1, pred)
+        if len(targets.shape) == 2 and targets.shape[1] == c and c > 1:
+            h.argmax_t(targets, 1, label)    # one-hot rows
+        elif len(targets.shape) == 2:
+            label = targets                  # (n, 1) indices as they are
+        else:
+            label = h.reshape_t(targets, (n, 1))
+        h.equal_tt(pred, label, match)
+        out = total if out is None else out
+        h.sum_t(match, None, out)
+        return out
+
+
+def device_accuracy(h, outputs, targets):
+    """Fraction of rows whose largest output is the target class, computed
+    with handler ops: a new one-element array of ``h`` (fetch it with
+    ``h.get_numpy_copy``; nothing waits for the device before).  Shapes as
+    ``DeviceAccuracy``; NaN for 0 rows, as ``accuracy``."""
+    result = h.allocate((1,))
+    if outputs.shape[0] == 0:
+        h.fill(result, float("nan"))
+        return result
+    h.mult_st(1.0 / outputs.shape[0], DeviceAccuracy(h).count(outputs, targets), result)
+    return result

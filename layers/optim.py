@@ -1,4 +1,4 @@
-"""``SGD``: stochastic gradient descent with momentum on the flat buffers."""
+"""Optimizers on the flat buffers: ``SGD`` with momentum, ``Adam`` and ``AdamW``."""
 from .params import view
 
 
@@ -58,3 +58,102 @@ class SGD:
         h, p = self.parameters.h, self.parameters
         h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
         h.axpby(1.0, self.velocity, 1.0, p.params)
+
+
+class Adam:
+    """Adam (Kingma and Ba) over a whole ``ParameterSet``, as ``torch.optim.Adam``.
+
+    With t the step number (1 for the first step) and g the gradient::
+
+        g = g + weight_decay * p                      (L2, Adam only)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    A step is one fused ``adam_update`` over the flat buffers (it reads p, g,
+    m and v once and writes p, m and v once), whatever the number of layers.
+    The step count and ``lr`` live on the device, the count advanced by the
+    update itself, so a step captured as a graph replays with the right bias
+    corrections and sees a new ``lr``.  Setting ``lr`` queues a one-element
+    fill on group 0; do it outside a capture.  ``betas``, ``eps`` and
+    ``weight_decay`` are fixed at construction (a captured step holds them).
+
+    Args:
+        parameters: a ``ParameterSet`` (``net.parameters``).
+        lr: learning rate, >= 0.
+        betas: (beta1, beta2), each in [0, 1).
+        eps: > 0, added after the square root.
+        weight_decay: >= 0.
+
+    Raises ValueError for a hyperparameter out of range.
+    """
+
+    #: AdamW's decoupled weight decay instead of Adam's L2 term
+    decoupled = False
+
+    def __init__(self, parameters, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        name = type(self).__name__
+        try:
+            beta1, beta2 = (float(b) for b in betas)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: betas must be a pair of numbers, got {betas!r}") from None
+        for which, beta in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"{name}: {which} must be in [0, 1), got {beta}")
+        if not float(eps) > 0.0:
+            raise ValueError(f"{name}: eps must be > 0, got {eps}")
+        if not float(weight_decay) >= 0.0:
+            raise ValueError(f"{name}: weight_decay must be >= 0, got {weight_decay}")
+        self.parameters = parameters
+        self.betas, self.eps = (beta1, beta2), float(eps)
+        self.weight_decay = float(weight_decay)
+        h = parameters.h
+        self._state = h.zeros((2,))      # lr, steps taken (both read by the update kernel)
+        self._lr_dev = view(h, self._state, 0, (1,))
+        self._steps = view(h, self._state, 1, (1,))
+        self.lr = lr
+        #: first and second moments, one element per parameter element
+        self.m = h.zeros(parameters.params.shape)
+        self.v = h.zeros(parameters.params.shape)
+
+    @property
+    def lr(self):
+        """The learning rate, >= 0."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        value = float(value)
+        if not value >= 0.0:
+            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {value}")
+        self._lr = value
+        self.parameters.h.fill(self._lr_dev, value)
+
+    @property
+    def steps(self):
+        """The number of steps taken (a host read: blocks until they ran)."""
+        return int(self.parameters.h.get_numpy_copy(self._steps)[0])
+
+    def step(self):
+        """Update every parameter from the gradients of the last backward."""
+        h, p = self.parameters.h, self.parameters
+        beta1, beta2 = self.betas
+        h.adam_update(p.grads, self._lr_dev, beta1, beta2, self.eps, self.weight_decay,
+                      self._steps, self.m, self.v, p.params, decoupled=self.decoupled)
+
+
+class AdamW(Adam):
+    """AdamW (Loshchilov and Hutter), as ``torch.optim.AdamW``: Adam whose
+    weight decay is decoupled from the gradient, applied to the parameters
+    before the Adam step::
+
+        p = p * (1 - lr * weight_decay)
+
+    and the moments see the plain gradient.  Otherwise as ``Adam``; the
+    default ``weight_decay`` is 0.01.
+    """
+
+    decoupled = True
+
+    def __init__(self, parameters, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(parameters, lr, betas, eps, weight_decay)

@@ -23,6 +23,7 @@ import numpy as np
 from handlers import CaptureError
 
 from .losses import SoftmaxCrossEntropy, SquaredError
+from .metrics import DeviceAccuracy, accuracy
 from .params import view
 
 
@@ -148,6 +149,9 @@ class Trainer:
         progress: show a tqdm progress bar (if tqdm is installed).
         metrics: {name: f(outputs, targets)} computed on the host from the
             evaluation outputs, e.g. {"accuracy": layers.metrics.accuracy}.
+            ``layers.metrics.accuracy`` itself is counted on the device
+            instead (``DeviceAccuracy``, the same value), so evaluation
+            downloads no outputs for it.
         graph: capture the training step once (after one eager warm-up step)
             and replay it for every full batch (``Handler.capture``); a
             smaller last batch runs eagerly.  None (default) captures where
@@ -406,17 +410,31 @@ class Trainer:
         n = x.shape[self.batch_axis]
         total = h.zeros((1,))
         outputs = []
+        # accuracy is counted on the device, batch by batch, where the shapes
+        # allow (2-D outputs); the other metrics need the outputs on the host.
+        on_device = {k for k, fn in self.metrics.items() if fn is accuracy}
+        counter, correct = (DeviceAccuracy(h), h.zeros((1,))) if on_device else (None, None)
+        first = True
         for xb, yb in h.prefetch(self.batches(x, y, False)):
             loss, out = net.evaluate_batch(xb, yb)
             nb = yb.shape[0]
             h.axpby(float(nb), loss, 1.0, total)   # sum of per-sample losses, on the device
-            if self.metrics:
+            if first and on_device and not counter.supports(out, yb):
+                on_device = set()   # shapes hold for every batch: the host for all of them
+            first = False
+            if on_device:
+                h.axpby(1.0, counter.count(out, yb), 1.0, correct)
+            if len(on_device) < len(self.metrics):
                 outputs.append(h.get_numpy_copy(out))
         result = {"loss": float(h.get_numpy_copy(total)[0]) / n}
         if self.metrics:
-            outputs = np.concatenate(outputs)
+            fetched = np.concatenate(outputs) if len(outputs) else None
+            hits = float(h.get_numpy_copy(correct)[0]) if on_device else None
             for name, fn in self.metrics.items():
-                result[name] = fn(outputs, y)
+                if name in on_device:
+                    result[name] = hits / n if n else float("nan")
+                else:
+                    result[name] = fn(fetched, y)
         return result
 
 

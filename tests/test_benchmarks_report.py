@@ -84,7 +84,16 @@ MXB = {"n": 8, "iters": 10, "dtype": "float32", "target_numpy_ratio": 1.1,
                 {"handler": "NumpyHandler", "seconds": spread([1.2, 1.2]),
                  "ratio_to_numpy": 1.2}],
        "checks": [{"what": "y", "errors": {"NumpyHandler": 0.0}, "tol": 1e-3, "ok": True}]}
-SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB}
+CONV = {"reductions": [{"op": "sum_t (0, 2, 3) [bias gradient]", "fraction_of_copy": 0.9,
+                        "ours_Bps": 3.6e12, "torch_Bps": 4.0e12, "target": 0.85},
+                       {"op": "max_t axis 0", "fraction_of_copy": 0.2, "ours_Bps": 0.8e12,
+                        "torch_Bps": 1.0e12, "target": None}],
+        "conv": [{"net": "LeNet-style", "torch_over_ours": 1.2},
+                 {"net": "ResNet", "torch_over_ours": 0.9}],
+        "step": {"ratios": {"ours": 1.1, "ours, captured": 0.9}},
+        "adam": {"fraction_of_copy": 0.86}}
+SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB,
+                 "conv": CONV}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -142,6 +151,10 @@ def test_verdicts_of_known_results(results):
     assert by["upload", "(b) and"] == (1, 2)           # (b) 0.105 < (f) 0.2 < (c) 0.3
     assert by["mxb", "ours and"] == (1, 1)
     assert by["mxb", "NumpyHandler <="] == (0, 1)       # 1.2x > 1.10x
+    assert by["conv", "conv bias"] == (0, 1)            # 90% of copy but slower than torch
+    assert by["conv", "conv2d forward"] == (1, 2)       # 0.9x < 0.95x
+    assert by["conv", "Adam's update"] == (1, 1)
+    assert by["conv", "conv-net training"] == (1, 2)
 
 
 def test_launch_bound_needs_host_issue_above_device_time():

@@ -73,10 +73,11 @@ def test_op_table_covers_every_public_op():
             assert spec.reads or spec.writes, f"{name} touches no array"
         # every argument that is not a scalar, flag, axis or host array is listed
         others = set(params) - set(spec.arrays) - {"self"}
-        allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val",
+        allowed = {"value", "alpha", "beta", "s", "a_min", "a_max", "axis", "val", "eps",
                           "mean", "std", "p", "transa", "transb", "arr", "shape", "k",
                           "event", "other", "array", "batches", "depth", "offset",
-                   "obj", "fn",
+                   "obj", "fn", "stride", "padding", "dilation", "window",
+                   "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled",   # adam_update
                    "into"}   # prefetch's destinations: each counts as written when yielded
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
@@ -117,6 +118,7 @@ def _same(n):
     return [A(S) for _ in range(n)]
 
 
+X4, W4, Y4, POOLED = (2, 3, 5, 6), (4, 3, 3, 2), (2, 4, 3, 5), (2, 3, 2, 3)
 POSITIVE = {"sqrt_t", "log_t", "rsqrt_t", "pow_st"}   # ops whose inputs must be > 0 here
 SCALARS = {"a_min": -0.3, "a_max": 0.4}
 
@@ -136,6 +138,9 @@ RECIPES = {
     "dot_mm": [A((4, R)), A((C, 4)), A(S)],
     "dot_add_mm": [A((R, 4)), A((4, C)), A(S)],
     "axpby": [0.5, A(S), -1.5, A(S)],
+    # step and v must be >= 0 (t = step + 1 >= 1, sqrt(v)): "pos" contents
+    "adam_update": [A(S), 0.01, 0.9, 0.999, 1e-8, 0.1, A((1,), "pos"), A(S), A(S, "pos"),
+                    A(S)],
     "sum_t": [A(S), 0, A((C,))],
     **{op: [A(S), 0, A((C,))] for op in ("mean_t", "max_t", "min_t", "argmax_t")},
     "transpose_m": [A(S), A((C, R))],
@@ -148,9 +153,21 @@ RECIPES = {
                                                "divide_mv")},
     "index_m_by_v": [A(S), A((R, 1), "idx"), A((R, 1))],
     "binarize_v": [A((R, 1), "idx"), A(S)],
+    "gather_rows_m": [A((C, 3)), A((R, 1), "idx"), A((R, 3))],
+    "scatter_add_rows_m": [A((R, 3)), A((R,), "idx"), A((C, 3))],
+    "normalize_rows_m": [A(S), 1e-3, A(S), A((R, 1))],
+    "normalize_rows_backward_m": [A(S), A((R, 1), "pos"), A(S), A(S)],
     "is_fully_finite": [A(S)],
     "fill_gaussian": [0.1, 2.0, A(S)],
     "generate_probability_mask": [A(S), 0.3],
+    # NCHW: x (2, 3, 5, 6), w (4, 3, 3, 2), conv output (2, 4, 3, 5), 2x2 pools (2, 3, 2, 3)
+    "conv2d_forward": [A(X4), A(W4), A(Y4)],
+    "conv2d_backward_data": [A(Y4), A(W4), A(X4)],
+    "conv2d_backward_filter": [A(X4), A(Y4), A(W4)],
+    "maxpool2d_forward": [A(X4), A(POOLED), A(POOLED), 2],
+    "maxpool2d_backward": [A(POOLED, "idx"), A(POOLED), A(X4), 2],
+    "avgpool2d_forward": [A(X4), A(POOLED), 2],
+    "avgpool2d_backward": [A(POOLED), A(X4), 2],
 }
 RECIPE_KWARGS = {"dot_mm": {"transa": True, "transb": True}}
 RANDOM_OPS = {"fill_gaussian", "generate_probability_mask"}

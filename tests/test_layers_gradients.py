@@ -19,7 +19,10 @@ from layers import (
     ELU,
     LSTM,
     Dropout,
+    Embedding,
+    Flatten,
     FullyConnected,
+    LayerNorm,
     ParameterSet,
     ReLU,
     Sequential,
@@ -83,8 +86,9 @@ def param_slices(ps):
             for layer, name, off, shape in ps.entries]
 
 
-def check_layer(h, layer, x_host, rng, prepare=None):
-    """Check dL/dx and dL/dparams of ``layer`` at input ``x_host``."""
+def check_layer(h, layer, x_host, rng, prepare=None, x_grad=True):
+    """Check dL/dx and dL/dparams of ``layer`` at input ``x_host`` (dL/dx only
+    if ``x_grad``: an input that is not differentiable, such as ids, has none)."""
     layer.bind(h)
     ps = ParameterSet(h, [layer], seed=int(rng.integers(2**31)))
     x = h.create_from_numpy(x_host)
@@ -94,7 +98,7 @@ def check_layer(h, layer, x_host, rng, prepare=None):
         y = layer.forward(x, True)
     R = rng.standard_normal(y.shape)
     dx = layer.backward(h.create_from_numpy(R))
-    ana_x = h.get_numpy_copy(dx)
+    ana_x = h.get_numpy_copy(dx) if x_grad else None
     ana_p = h.get_numpy_copy(ps.grads)
 
     def loss():
@@ -105,8 +109,9 @@ def check_layer(h, layer, x_host, rng, prepare=None):
     def loss_x():
         h.set_from_numpy(x, xv)
         return loss()
-    assert_grad(numeric_grad(loss_x, xv), ana_x, f"{layer!r} dL/dx")
-    h.set_from_numpy(x, x_host)
+    if x_grad:
+        assert_grad(numeric_grad(loss_x, xv), ana_x, f"{layer!r} dL/dx")
+        h.set_from_numpy(x, x_host)
 
     pv = ps.get().astype(np.float64)
     for name, idx in param_slices(ps):
@@ -133,6 +138,8 @@ LAYERS = {
     "lstm-seq": (lambda: LSTM(3, 4, return_sequences=True), (4, 3, 3)),
     "lstm-last": (lambda: LSTM(3, 5, return_sequences=False), (5, 2, 3)),
     "lstm-1step": (lambda: LSTM(2, 3, return_sequences=True), (1, 2, 2)),
+    "flatten": (Flatten, (2, 3, 2, 2)),
+    "flatten-3d": (Flatten, (3, 1, 4)),
 }
 
 
@@ -141,6 +148,34 @@ def test_layer_gradients(h64, rng, name):
     make, shape = LAYERS[name]
     x = away_from_zero(rng.uniform(-1, 1, shape))
     check_layer(h64, make(), x, rng)
+
+
+def random_params(h, rng):
+    """A ``prepare`` for check_layer: every parameter to fresh random values
+    (away from a start such as LayerNorm's gain 1 and bias 0, where a missing
+    factor of the gain in backward would go unnoticed)."""
+    def prepare(layer):
+        for p in layer.params.values():
+            h.set_from_numpy(p, rng.uniform(0.5, 1.5, tuple(p.shape))
+                             * rng.choice([-1.0, 1.0], tuple(p.shape)))
+    return prepare
+
+
+@pytest.mark.parametrize("d,shape", [(5, (3, 5)), (4, (2, 3, 4)), (7, (1, 7)), (1, (3, 1))],
+                         ids=["2d", "3d-sequence", "one-row", "d1"])
+def test_layernorm_gradients(h64, rng, d, shape):
+    x = rng.uniform(-2, 2, shape)
+    check_layer(h64, LayerNorm(d, eps=1e-3), x, rng, prepare=random_params(h64, rng))
+
+
+@pytest.mark.parametrize("ids", [[3.0, 0.0, 3.0, 1.0, 3.0], [[2.0], [2.0]], [0.0]],
+                         ids=["repeats-and-unused-rows", "n1-column", "one-id"])
+def test_embedding_gradients(h64, rng, ids):
+    """dL/dW through gather and scatter-add: repeated ids add up, rows no id
+    names get 0.  Ids have no gradient."""
+    layer = Embedding(4, 3)
+    check_layer(h64, layer, np.array(ids), rng, x_grad=False)
+    assert layer.backward(h64.create_from_numpy(np.ones((len(ids), 3)))) is None
 
 
 def test_dropout_gradient_with_fixed_mask(h64, rng):

@@ -270,7 +270,8 @@ def test_dot_launches_the_small_kernel_or_cublas(trial):
     assert ops.last == _expected_dot(a, b, out, ta, tb, beta)
 
 
-@pytest.mark.parametrize("case", ["k differs", "out shape", "1-D", "3-D", "out overlaps a",
+@pytest.mark.parametrize("case", ["k differs", "out shape", "1-D", "3-D", "batched", "shared b",
+                                  "out overlaps a",
                                   "out overlaps b", "numpy flag", "flag 2", "strides",
                                   "no gemm symbol", "empty k, beta 0", "other dtype"])
 def test_dot_declines(case):
@@ -286,6 +287,10 @@ def test_dot_declines(case):
         a = Arr((64 * 80,), gpudata=0x100000)
     elif case == "3-D":
         out = Arr((64, 96, 1), gpudata=0x300000)
+    elif case in ("batched", "shared b"):   # 3-D products stay on the Python path
+        a, out = Arr((2, 64, 80), gpudata=0x100000), Arr((2, 64, 96), gpudata=0x300000)
+        if case == "batched":
+            b = Arr((2, 80, 96), gpudata=0x200000)
     elif case == "out overlaps a":
         out = Arr((64, 96), gpudata=0x100000 + 4 * 64 * 80 - 4)
     elif case == "out overlaps b":

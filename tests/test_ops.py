@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from handlers import Handler
+from handlers import Handler, NumpyHandler
 from helpers import (
     as_handler_values,
     assert_close,
@@ -293,6 +293,10 @@ AXES_CASES = [  # (shape, axes, keep): runs of adjacent axes and separate runs
     ((2, 3, 4, 5), (0, 1, 2, 3), False), ((7,), (0,), True),
     ((2, 3, 2, 3, 4), (0, 2, 4), False),            # three runs: two intermediates
     ((64, 16, 32, 32), (0, 2, 3), False),           # a conv bias gradient
+    # a leading and a trailing run (one launch on the GPU): unaligned runs,
+    # many chunks of the leading run, a leading run of two axes
+    ((2, 3, 4, 5), (0, 3), False), ((300, 3, 7), (0, 2), False),
+    ((5, 2, 9, 3), (0, 1, 3), True),
     ((3, 0, 4), (0, 1), False),                     # an empty axis: zeros
 ]
 
@@ -430,6 +434,7 @@ BINARY = {  # name: (reference(a, b, old_out), range of b)
     "maximum_tt": (lambda a, b, o: np.maximum(a, b), None),
     "minimum_tt": (lambda a, b, o: np.minimum(a, b), None),
     "greater_tt": (lambda a, b, o: (a > b).astype(np.float64), None),
+    "equal_tt": (lambda a, b, o: (a == b).astype(np.float64), None),
 }
 
 
@@ -545,6 +550,8 @@ BINARY_SPECIAL = [  # (op, a, b, expected): NaN handling and ties
      [np.nan, np.nan, 2.0, -np.inf, -1.0]),
     ("greater_tt", [np.nan, 1.0, 2.0, np.inf, 3.0], [0.0, np.nan, 2.0, 1.0, -1.0],
      [0.0, 0.0, 0.0, 1.0, 1.0]),
+    ("equal_tt", [np.nan, 1.0, 2.0, np.inf, 3.0, -0.0], [np.nan, np.nan, 2.0, np.inf, -1.0, 0.0],
+     [0.0, 0.0, 1.0, 1.0, 0.0, 1.0]),
 ]
 
 
@@ -771,6 +778,143 @@ def test_binarize_v_out_of_range(handler):
     assert_close(handler, out, expected, rtol=0, atol=0)
 
 
+# (n, vocab, d): one element, odd sizes, more rows than the table (repeats),
+# columns not a multiple of the block, and n * d > 2**20 for the grid stride.
+ROWS_BY_INDEX = [(1, 1, 1), (7, 3, 5), (40, 6, 300), (3, 50, 1), (2100, 17, 513)]
+ROWS_IDS = [f"n{n}-vocab{v}-d{d}" for n, v, d in ROWS_BY_INDEX]
+
+
+def _row_indices(rng, n, vocab, flat):
+    """Valid float-coded row indices (fractions truncate) and their int rows."""
+    rows = rng.integers(0, vocab, n)
+    idx = rows + rng.uniform(0.0, 0.9, n)
+    return (idx if flat else idx.reshape(n, 1)), rows
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["idx-n", "idx-n1"])
+@pytest.mark.parametrize("n,vocab,d", ROWS_BY_INDEX, ids=ROWS_IDS)
+def test_gather_rows_m(handler, rng, n, vocab, d, flat):
+    table, rt = rand_input(handler, (vocab, d), rng)
+    host_idx, rows = _row_indices(rng, n, vocab, flat)
+    idx, ri = upload(handler, host_idx)
+    out = poisoned(handler, (n, d))
+    assert handler.gather_rows_m(table, idx, out) is None
+    assert_close(handler, out, rt[rows], rtol=0, atol=0)
+    assert_unchanged(handler, table, rt, "table")
+    assert_unchanged(handler, idx, ri, "idx")
+
+
+def _scatter_reference(out, rows, a):
+    """out[rows[i]] += a[i] in float64, one i after another."""
+    out = out.copy()
+    for i, r in enumerate(rows):
+        out[r] += a[i]
+    return out
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["idx-n", "idx-n1"])
+@pytest.mark.parametrize("n,vocab,d", ROWS_BY_INDEX, ids=ROWS_IDS)
+def test_scatter_add_rows_m(handler, rng, n, vocab, d, flat):
+    a, ra = rand_input(handler, (n, d), rng)
+    host_idx, rows = _row_indices(rng, n, vocab, flat)
+    idx, ri = upload(handler, host_idx)
+    out, ro = rand_input(handler, (vocab, d), rng)   # accumulates into what is there
+    assert handler.scatter_add_rows_m(a, idx, out) is None
+    # float32 adds in the handler's precision: the error grows with the rows
+    # added into one element (at most n).
+    assert_close(handler, out, _scatter_reference(ro, rows, ra), n=n + 1)
+    assert_unchanged(handler, a, ra, "a")
+    assert_unchanged(handler, idx, ri, "idx")
+
+
+def test_scatter_add_rows_m_is_deterministic(handler, rng):
+    """Many additions into few rows give the same bits every time, on every group,
+    and the same bits as NumPy's in-order ufunc.at in the handler's dtype."""
+    n, vocab, d = 3000, 3, 33
+    host_a = rand((n, d), rng, -1e3, 1e3)          # wide range: order changes the rounding
+    a = handler.create_from_numpy(host_a)
+    host_idx, rows = _row_indices(rng, n, vocab, True)
+    idx = handler.create_from_numpy(host_idx)
+    results = []
+    for k in range(handler.num_stream_groups):
+        hk = handler.with_streams(k)
+        out = hk.zeros((vocab, d))
+        hk.scatter_add_rows_m(a, idx, out)
+        results.append(hk.get_numpy_copy(out))
+    want = np.zeros((vocab, d), handler.dtype)
+    np.add.at(want, rows, host_a.astype(handler.dtype))
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
+# (n, d): one element, a row of one, odd sizes, rows longer than a warp's
+# stride many times over, many short rows.
+NORM_ROWS = [(1, 1), (4, 1), (5, 7), (3, 1000), (2000, 33)]
+
+
+@pytest.mark.parametrize("shape", NORM_ROWS, ids=shape_id)
+def test_normalize_rows_m(handler, rng, shape):
+    host = rand(shape, rng, -2, 2) + rng.uniform(-10, 10, (shape[0], 1))   # offset rows
+    x, rx = upload(handler, host)
+    xhat, rstd = poisoned(handler, shape), poisoned(handler, (shape[0], 1))
+    eps = 1e-3
+    assert handler.normalize_rows_m(x, eps, xhat, rstd) is None
+    centred = rx - rx.mean(axis=1, keepdims=True)
+    want_rstd = 1.0 / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + eps)
+    # Rounding of x in float32 is amplified by rstd (up to 1/sqrt(eps)).
+    rtol, atol = (2e-4, 2e-4) if handler.dtype == np.float32 else (1e-10, 1e-10)
+    assert_close(handler, rstd, want_rstd, rtol=rtol, atol=atol)
+    assert_close(handler, xhat, centred * want_rstd, rtol=rtol, atol=atol)
+    assert_unchanged(handler, x, rx, "x")
+
+
+@pytest.mark.parametrize("shape", NORM_ROWS, ids=shape_id)
+def test_normalize_rows_backward_m(handler, rng, shape):
+    xhat, rh = rand_input(handler, shape, rng, -2, 2)
+    rstd, rr = rand_input(handler, (shape[0], 1), rng, 0.5, 3)
+    g, rg = rand_input(handler, shape, rng)
+    dx = poisoned(handler, shape)
+    assert handler.normalize_rows_backward_m(xhat, rstd, g, dx) is None
+    want = rr * (rg - rg.mean(axis=1, keepdims=True)
+                 - rh * (rg * rh).mean(axis=1, keepdims=True))
+    assert_close(handler, dx, want, n=shape[1], rtol=1e-4 if handler.dtype == np.float32
+                 else 1e-10)
+    for arr, ref, name in ((xhat, rh, "xhat"), (rstd, rr, "rstd"), (g, rg, "g")):
+        assert_unchanged(handler, arr, ref, name)
+
+
+# Invalid indices: at the end of the table, negative, fractions below 0, NaN,
+# infinities and values too large for an int.
+BAD_ROWS = [5.0, 6.0, -1.0, -0.5, np.nan, np.inf, -np.inf, 1e9, -1e9, 2.0**64]
+
+
+@pytest.mark.parametrize("bad", BAD_ROWS, ids=str)
+@pytest.mark.parametrize("op", ["gather_rows_m", "scatter_add_rows_m"])
+def test_rows_by_index_invalid(handler, rng, op, bad):
+    """NumpyHandler raises before writing; PyCudaHandler gives NaN rows (gather)
+    or skips the row (scatter-add), reading and writing nothing out of bounds."""
+    vocab, d = 5, 3
+    idx = handler.create_from_numpy(np.array([4.5, bad, 0.0, 2.99]))
+    table, rt = rand_input(handler, (vocab, d), rng)
+    a, ra = rand_input(handler, (4, d), rng)
+    if op == "gather_rows_m":
+        args, out, before = (table, idx, poisoned(handler, (4, d))), 2, np.full((4, d), np.nan)
+        expected = np.vstack([rt[4], np.full(d, np.nan), rt[0], rt[2]])
+    else:
+        args, out, before = (a, idx, table), 2, rt
+        expected = rt.copy()
+        expected[4] += ra[0]
+        expected[0] += ra[2]
+        expected[2] += ra[3]
+    if isinstance(handler, NumpyHandler):
+        with pytest.raises(ValueError, match=rf"{op}: idx\[1\]"):
+            getattr(handler, op)(*args)
+        assert_unchanged(handler, args[out], before, "out")
+    else:
+        getattr(handler, op)(*args)
+        assert_close(handler, args[out], expected)
+
+
 def _condition(shape, rng, kind):
     on = rng.random(shape) < 0.5
     if kind == "all-off":
@@ -918,7 +1062,9 @@ def test_every_contract_op_is_tested():
             + (here / "test_streams_api.py").read_text()
             + (here / "test_prefetch.py").read_text()
             + (here / "test_interop.py").read_text()
-            + (here / "test_graphs.py").read_text())
+            + (here / "test_graphs.py").read_text()
+            + (here / "test_conv.py").read_text()         # convolution and pooling
+            + (here / "test_adam.py").read_text())        # the optimizer's fused update
     ops = [name for name, value in vars(Handler).items()
            if callable(value) and not name.startswith("_")]
     missing = [op for op in ops if not re.search(rf"\b{op}\b", text)]

@@ -45,6 +45,7 @@ def _inputs(rng):
         "row": rng.uniform(0.5, 2, (1, N)), "col": rng.uniform(0.5, 2, (M, 1)),
         "k": rng.uniform(-1, 1, (N, 11)), "idx": rng.integers(-1, N + 1, (M, 1)).astype(float),
         "cond": (rng.random((M, N)) < 0.5).astype(float),
+        "rows": rng.integers(0, M, (M, 1)).astype(float),   # valid (NumPy raises otherwise)
         "t4": rng.uniform(-1, 1, (3, 4, 5, 6)),
     }
 
@@ -87,6 +88,10 @@ CASES = {
     "softmax_m": (["a", ("out", (M, N))], {}),
     "index_m_by_v": (["a", "idx", ("out", (M, 1))], {}),
     "binarize_v": (["idx", ("out", (M, N))], {}),
+    "gather_rows_m": (["a", "rows", ("out", (M, N))], {}),
+    "scatter_add_rows_m": (["a", "rows", ("out", (M, N))], {}),
+    "normalize_rows_m": (["a", 1e-3, ("out", (M, N)), "col"], {}),
+    "normalize_rows_backward_m": (["a", "col", "b", ("out", (M, N))], {}),
     "copy_to_if": (["a", ("out", (M, N)), "cond"], {}),
     "fill_if": ([("out", (M, N)), 3.5, "cond"], {}),
     "add_into_if": (["a", ("out", (M, N)), "cond"], {}),

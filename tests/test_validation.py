@@ -8,6 +8,7 @@ shapes and ranks where listed) plus per-op extras (bad axis, forbidden
 aliasing, out-of-range parameters).  ``test_valid_call`` checks that the
 undamaged call succeeds, so that each bad case fails for its own reason.
 """
+import math
 import re
 
 import numpy as np
@@ -63,6 +64,11 @@ def index_values(cols):
     return lambda shape, rng: rng.integers(0, cols, shape).astype(float)
 
 
+def positive(shape, rng):
+    """Values in [0.1, 2): Adam's second moment and step count are >= 0."""
+    return rand(shape, rng, 0.1, 2.0)
+
+
 def cond_values(shape, rng):
     return (rng.random(shape) < 0.5).astype(float)
 
@@ -109,6 +115,61 @@ class NotAnArray:
         return np.zeros(self.shape, dtype or self.dtype)
 
 
+X4, W4, Y4, P4 = (2, 3, 5, 6), (4, 3, 3, 2), (2, 4, 3, 5), (2, 3, 2, 3)
+
+
+def conv(name, arrays):
+    """A conv2d op: its three NCHW arrays (name, shape), stride, padding,
+    dilation; the first two arrays are the inputs, the last the output."""
+    (i1, s1), (i2, s2), (o, so) = arrays
+    wrong = {X4: (2, 3, 5, 7), W4: (4, 2, 3, 2), Y4: (2, 4, 3, 4)}   # one dim off each
+    return Op(name, *[Arr(n, sh) for n, sh in arrays], Fixed("stride", 1), Fixed("padding", 0),
+              Fixed("dilation", 1),
+              bad_shapes=[(n, wrong[sh]) for n, sh in arrays] + [(o, so[:3] + (so[3] + 1,))],
+              bad_ranks=[(n, sh[:2] + (sh[2] * sh[3],)) for n, sh in arrays],
+              extra=[("stride=0", ValueError, {"stride": 0}),
+                     ("stride=(1,-1)", ValueError, {"stride": (1, -1)}),
+                     ("dilation=0", ValueError, {"dilation": 0}),
+                     ("padding=-1", ValueError, {"padding": -1}),
+                     ("stride=1.0", TypeError, {"stride": 1.0}),
+                     ("padding=(1,2,3)", TypeError, {"padding": (1, 2, 3)}),
+                     ("dilation=True", TypeError, {"dilation": True}),
+                     ("padding-changes-size", ValueError, {"padding": 1}),
+                     ("no-output", ValueError, {"dilation": 3}),
+                     *[(f"{o}-overlaps-{i}", ValueError,
+                        {"overlap": (i, o, (max(math.prod(si), math.prod(so)) + 1,))})
+                       for i, si in ((i1, s1), (i2, s2))]])
+
+
+def argmax_values(shape, rng):
+    """Indices of elements of X4's planes, stored as floats."""
+    return rng.integers(0, X4[2] * X4[3], shape).astype(float)
+
+
+def pool(name, arrays, extra):
+    """A pooling op with window 2 (stride 2, no padding): (name, shape[,
+    values]) per array, inputs first."""
+    outputs = {"out", "argmax", "dx"}
+    first_in = next(a[0] for a in arrays if a[0] not in outputs)
+    out = next(a[0] for a in arrays if a[0] in outputs and a[0] != "argmax")
+    big = "dx" if name.endswith("backward") else "x"
+    return Op(name, *[Arr(*a) for a in arrays], Fixed("window", 2), Fixed("stride", None),
+              Fixed("padding", 0),
+              bad_shapes=[(a[0], (2, 3, 3, 3) if a[1] == P4 else (2, 4, 5, 6)) for a in arrays],
+              bad_ranks=[(a[0], a[1][1:]) for a in arrays],
+              extra=[("window=0", ValueError, {"window": 0}),
+                     ("window=(2,2.0)", TypeError, {"window": (2, 2.0)}),
+                     ("window=None", TypeError, {"window": None}),
+                     ("stride=0", ValueError, {"stride": 0}),
+                     ("padding=-1", ValueError, {"padding": -1}),
+                     ("padding=window", ValueError, {"padding": 2}),
+                     ("stride-changes-size", ValueError, {"stride": 1}),
+                     ("window-too-big", ValueError, {"window": (6, 2),
+                                                     "shapes": {big: (2, 3, 5, 4)}}),
+                     (f"{out}-overlaps-{first_in}", ValueError,
+                      {"overlap": (first_in, out, (200,))}), *extra])
+
+
 SCALAR_VALUES = {"a_min": -0.5, "a_max": 0.5}
 EXTRA = {"clip_t": [("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5})]}
 
@@ -145,6 +206,18 @@ OPS = [
     dot("dot_mm"), dot("dot_add_mm"),
     Op("axpby", Scalar("alpha", 0.5), Arr("x", SH), Scalar("beta", 2.0), Arr("y", SH),
        same_shape=True),
+    Op("adam_update", Arr("g", SH), Scalar("lr", 0.01), Scalar("beta1", 0.9),
+       Scalar("beta2", 0.999), Scalar("eps", 1e-8), Scalar("weight_decay", 0.1),
+       Arr("step", (1,), positive), Arr("m", SH), Arr("v", SH, positive), Arr("p", SH),
+       Fixed("decoupled", False),
+       bad_shapes=[("g", OTHER), ("m", OTHER), ("v", OTHER), ("p", OTHER), ("step", (2,))],
+       bad_ranks=[("p", FLAT), ("g", FLAT)],
+       extra=[("lr<0", ValueError, {"lr": -0.1}), ("beta1=1", ValueError, {"beta1": 1.0}),
+              ("beta2<0", ValueError, {"beta2": -0.5}), ("eps=0", ValueError, {"eps": 0.0}),
+              ("weight_decay<0", ValueError, {"weight_decay": -1.0}),
+              ("decoupled=1", TypeError, {"decoupled": 1}),
+              ("p-is-g", ValueError, {"alias": {"p": "g"}}),
+              ("m-is-v", ValueError, {"alias": {"m": "v"}})]),
     # reduction
     Op("sum_t", Arr("a", (3, 4, 5)), Fixed("axis", 1), Arr("out", (3, 5)),
        bad_shapes=[("out", (3, 4)), ("out", (4, 5)), ("a", (3, 4, 6))],
@@ -220,6 +293,38 @@ OPS = [
        bad_shapes=[("v", (5, 1)), ("v", (4, 2)), ("out", (5, 5))],
        bad_ranks=[("v", (4,)), ("out", (20,))],
        extra=[("out-is-v", ValueError, {"shapes": {"out": (4, 1)}, "alias": {"out": "v"}})]),
+    Op("gather_rows_m", Arr("table", (5, 3)), Arr("idx", (4,), index_values(5)),
+       Arr("out", (4, 3)),
+       bad_shapes=[("table", (5, 4)), ("idx", (5,)), ("idx", (4, 2)), ("out", (4, 4)),
+                   ("out", (5, 3))],
+       bad_ranks=[("table", (15,)), ("out", (12,)), ("idx", (4, 1, 1))],
+       extra=[("out-overlaps-table", ValueError, {"overlap": ("table", "out", (6, 3))}),
+              ("out-overlaps-idx", ValueError, {"shapes": {"idx": (4, 1)},
+                                                "overlap": ("idx", "out", (5, 3))})]),
+    Op("scatter_add_rows_m", Arr("a", (4, 3)), Arr("idx", (4, 1), index_values(5)),
+       Arr("out", (5, 3)),
+       bad_shapes=[("a", (4, 4)), ("a", (5, 3)), ("idx", (3, 1)), ("out", (5, 2))],
+       bad_ranks=[("a", (12,)), ("out", (15,)), ("idx", (4, 1, 1))],
+       extra=[("out-overlaps-a", ValueError, {"overlap": ("a", "out", (6, 3))}),
+              ("out-overlaps-idx", ValueError, {"shapes": {"idx": (4, 1)},
+                                                "overlap": ("idx", "out", (6, 3))})]),
+    Op("normalize_rows_m", Arr("x", SH), Scalar("eps", 1e-3), Arr("xhat", SH),
+       Arr("rstd", (3, 1)),
+       bad_shapes=[("xhat", OTHER), ("rstd", (4, 1)), ("rstd", (3, 2))],
+       bad_ranks=[("x", FLAT), ("rstd", (3,))],
+       extra=[("eps<0", ValueError, {"eps": -1e-3}),
+              ("eps=nan", ValueError, {"eps": float("nan")}),
+              ("empty-rows", ValueError, {"shapes": {"x": (3, 0), "xhat": (3, 0)}}),
+              ("xhat-overlaps-x", ValueError, {"overlap": ("x", "xhat", (4, 4))}),
+              ("rstd-overlaps-x", ValueError, {"overlap": ("x", "rstd", (3, 4))}),
+              ("rstd-overlaps-xhat", ValueError, {"overlap": ("xhat", "rstd", (3, 4))})]),
+    Op("normalize_rows_backward_m", Arr("xhat", SH), Arr("rstd", (3, 1)), Arr("g", SH),
+       Arr("dx", SH),
+       bad_shapes=[("g", OTHER), ("dx", OTHER), ("rstd", (4, 1))],
+       bad_ranks=[("xhat", FLAT), ("rstd", (3,))],
+       extra=[("dx-is-g", ValueError, {"alias": {"dx": "g"}}),
+              ("dx-is-xhat", ValueError, {"alias": {"dx": "xhat"}}),
+              ("dx-overlaps-rstd", ValueError, {"overlap": ("rstd", "dx", (3, 4))})]),
     Op("is_fully_finite", Arr("a", SH)),
     # randomness
     Op("fill_gaussian", Scalar("mean", 0.0), Scalar("std", 1.0), Arr("out", SH),
@@ -227,6 +332,18 @@ OPS = [
     Op("generate_probability_mask", Arr("mask", SH), Scalar("p", 0.5),
        extra=[("p=1.5", ValueError, {"p": 1.5}), ("p=-0.1", ValueError, {"p": -0.1}),
               ("p=nan", ValueError, {"p": float("nan")})]),
+    # convolution and pooling (NCHW): x (2, 3, 5, 6), w (4, 3, 3, 2), y (2, 4, 3, 5)
+    *[conv(name, arrays) for name, arrays in [
+        ("conv2d_forward", (("x", X4), ("w", W4), ("out", Y4))),
+        ("conv2d_backward_data", (("dy", Y4), ("w", W4), ("dx", X4))),
+        ("conv2d_backward_filter", (("x", X4), ("dy", Y4), ("dw", W4)))]],
+    pool("maxpool2d_forward", (("x", X4), ("out", P4), ("argmax", P4)),
+         [("out-is-argmax", ValueError, {"alias": {"argmax": "out"}})]),
+    pool("maxpool2d_backward", (("argmax", P4, argmax_values), ("dy", P4), ("dx", X4)),
+         [("dx-overlaps-dy", ValueError, {"overlap": ("dy", "dx", (200,))}),
+          ("dx-overlaps-argmax", ValueError, {"overlap": ("argmax", "dx", (200,))})]),
+    pool("avgpool2d_forward", (("x", X4), ("out", P4)), []),
+    pool("avgpool2d_backward", (("dy", P4), ("dx", X4)), []),
     # streams (the rest of the stream API is tested in test_streams_api.py)
     Op("wait_for", Fixed("other", "self"),
        extra=[("other=object", ValueError, {"other": object()}),

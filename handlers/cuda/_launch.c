@@ -33,6 +33,15 @@ typedef int (*sgemm_fn)(void *, int, int, int, int, int, const float *, const vo
 typedef int (*dgemm_fn)(void *, int, int, int, int, int, const double *, const void *, int,
                         const void *, int, const double *, void *, int);
 
+/* cublas[SD]gemmStridedBatched: as the plain GEMM, plus a long long stride
+ * after each matrix's leading dimension and the batch count last. */
+typedef int (*sgemm_batched_fn)(void *, int, int, int, int, int, const float *, const void *,
+                                int, long long, const void *, int, long long, const float *,
+                                void *, int, long long, int);
+typedef int (*dgemm_batched_fn)(void *, int, int, int, int, int, const double *, const void *,
+                                int, long long, const void *, int, long long, const double *,
+                                void *, int, long long, int);
+
 typedef int (*event_create_fn)(void **, unsigned);
 typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
 typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
@@ -220,6 +229,10 @@ const char *status_name(int rc) {
     return name;
 }
 
+PyObject *status_error(const char *what, const char *status, int code) {
+    return raise_error(what, status, code);
+}
+
 PyObject *driver_error(const char *what, int rc) {
     return raise_error(what, status_name(rc), rc);
 }
@@ -352,6 +365,52 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLong(status);
 }
 
+/* gemm_batched(symbol, handle, transa, transb, m, n, k, alpha, A, lda, strideA,
+ * B, ldb, strideB, beta, C, ldc, strideC, batch, double): call
+ * cublas[SD]gemmStridedBatched at address `symbol` in host pointer mode
+ * (strides in elements; 0 shares one matrix across the batch); returns the
+ * cublasStatus_t (0 on success). */
+static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 20) {
+        PyErr_SetString(PyExc_TypeError, "gemm_batched takes 20 arguments");
+        return NULL;
+    }
+    void *sym = PyLong_AsVoidPtr(args[0]);
+    void *handle = PyLong_AsVoidPtr(args[1]);
+    int ints[5];
+    for (int i = 0; i < 5; ++i) ints[i] = (int)PyLong_AsLong(args[2 + i]);
+    double alpha = PyFloat_AsDouble(args[7]);
+    void *a = PyLong_AsVoidPtr(args[8]);
+    int lda = (int)PyLong_AsLong(args[9]);
+    long long sa = PyLong_AsLongLong(args[10]);
+    void *b = PyLong_AsVoidPtr(args[11]);
+    int ldb = (int)PyLong_AsLong(args[12]);
+    long long sb = PyLong_AsLongLong(args[13]);
+    double beta = PyFloat_AsDouble(args[14]);
+    void *c = PyLong_AsVoidPtr(args[15]);
+    int ldc = (int)PyLong_AsLong(args[16]);
+    long long sc = PyLong_AsLongLong(args[17]);
+    int batch = (int)PyLong_AsLong(args[18]);
+    int dbl = PyObject_IsTrue(args[19]);
+    if (PyErr_Occurred()) return NULL;
+    if (!sym) {
+        PyErr_SetString(PyExc_ValueError, "gemm_batched: null symbol");
+        return NULL;
+    }
+    int status;
+    if (dbl) {
+        status = ((dgemm_batched_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
+                                         &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc,
+                                         batch);
+    } else {
+        float fa = (float)alpha, fb = (float)beta;
+        status = ((sgemm_batched_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
+                                         &fa, a, lda, sa, b, ldb, sb, &fb, c, ldc, sc, batch);
+    }
+    return PyLong_FromLong(status);
+}
+
 /* Events: a CUevent and a CUstream are passed as ints.  Each call is one
  * driver call, about half of what pycuda's Event and Stream methods cost. */
 #define CUDA_ERROR_NOT_READY 600
@@ -458,6 +517,9 @@ static PyMethodDef methods[] = {
     {"gemm", (PyCFunction)(void (*)(void))py_gemm, METH_FASTCALL,
      "gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, "
      "double) -> cublasStatus_t."},
+    {"gemm_batched", (PyCFunction)(void (*)(void))py_gemm_batched, METH_FASTCALL,
+     "gemm_batched(symbol, handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, "
+     "strideB, beta, C, ldc, strideC, batch, double) -> cublasStatus_t."},
     {"event_new", py_event_new, METH_NOARGS,
      "event_new() -> int: a new CUevent without timing."},
     {"event_free", FASTCALL(py_event_free), "event_free(event): cuEventDestroy."},
@@ -479,6 +541,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (add_one_call_type(m) < 0 || add_driver_functions(m) < 0)) Py_CLEAR(m);
+    if (m && (add_one_call_type(m) < 0 || add_driver_functions(m) < 0 ||
+              add_cudnn_functions(m) < 0))
+        Py_CLEAR(m);
     return m;
 }

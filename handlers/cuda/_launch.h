@@ -35,6 +35,13 @@ int loaded(const char *what);
  * unlike loaded(), makes no context current. */
 int libcuda_loaded(const char *what);
 
+/* Raise CudaError(what, status, code) (a RuntimeError before set_error_type);
+ * returns NULL.  For libraries with their own status strings (cuDNN). */
+PyObject *status_error(const char *what, const char *status, int code);
+
+/* _cudnn.c: add the cuDNN functions to the module (-1 with an exception set). */
+int add_cudnn_functions(PyObject *module);
+
 /* The driver's name of CUresult rc (CUDA_ERROR_UNKNOWN where it has none). */
 const char *status_name(int rc);
 

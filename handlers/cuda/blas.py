@@ -4,7 +4,11 @@
 ``gemm(transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)`` in
 cuBLAS's column-major convention, bound to its own cuBLAS handle whose stream
 is set once, at creation; so a handle per stream never needs re-binding.
-``gemm.set_workspace(address, nbytes)`` gives the handle scratch memory of
+``gemm.batched(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+strideB, beta, C, ldc, strideC, batch)`` is the strided-batched form
+(``cublas[SD]gemmStridedBatched``): ``batch`` products, matrix i of each
+operand ``stride`` elements after matrix i - 1 (stride 0: one matrix shared
+by the whole batch).  ``gemm.set_workspace(address, nbytes)`` gives the handle scratch memory of
 ours (after the stream is set: setting a stream resets the workspace), so
 cuBLAS allocates none of its own, which a graph capture could not record.
 Scalars are passed in host pointer mode.  ``gemm.handle`` is the cuBLAS
@@ -56,12 +60,26 @@ class _SkcudaGemm:
         self._name = "cublasDgemm_v2" if self._double else "cublasSgemm_v2"
         self._c_gemm = kernel_loader.require().gemm
         self.c_symbol = self._symbol
+        # scikit-cuda may not wrap the strided-batched GEMM, but its loaded
+        # libcublas exports it; ctypes resolves the symbol on first access.
+        name = "cublasDgemmStridedBatched" if self._double else "cublasSgemmStridedBatched"
+        self._batched_symbol = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        self._batched_name = name
+        self._c_batched = kernel_loader.require().gemm_batched
 
     def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
         status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
                               int(A), lda, int(B), ldb, beta, int(C), ldc, self._double)
         if status:
             kernel_loader.check_blas(self._name, status)
+
+    def batched(self, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                batch):
+        status = self._c_batched(self._batched_symbol, self.handle, transa, transb, m, n, k,
+                                 alpha, int(A), lda, sA, int(B), ldb, sB, beta, int(C), ldc, sC,
+                                 batch, self._double)
+        if status:
+            kernel_loader.check_blas(self._batched_name, status)
 
     def set_workspace(self, address, nbytes):
         symbol = ctypes.cast(self._cublas._libcublas.cublasSetWorkspace_v2, ctypes.c_void_p).value
@@ -88,6 +106,8 @@ class _NvmathGemm:
         cublas.set_stream(self.handle, stream.handle)
         cublas.set_pointer_mode(self.handle, int(cublas.PointerMode.HOST))
         self._fn = cublas.sgemm if dtype == np.float32 else cublas.dgemm
+        self._batched_fn = (cublas.sgemm_strided_batched if dtype == np.float32
+                            else cublas.dgemm_strided_batched)
         # alpha and beta live in one host array; cuBLAS reads them during the call.
         self._scalars = np.zeros(2, dtype)
         self._palpha = self._scalars.ctypes.data
@@ -101,9 +121,24 @@ class _NvmathGemm:
             self._fn(self.handle, transa, transb, m, n, k, self._palpha,
                      int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
         except self._error as e:   # one error type, whichever the backend
-            status = int(getattr(e, "status", -1))
-            raise kernel_loader.CudaError(self._fn.__name__, kernel_loader.CUBLAS_STATUS.get(
-                status, "CUBLAS_STATUS_UNKNOWN"), status) from e
+            self._raise(self._fn, e)
+
+    def batched(self, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                batch):
+        s = self._scalars
+        s[0] = alpha
+        s[1] = beta
+        try:
+            self._batched_fn(self.handle, transa, transb, m, n, k, self._palpha, int(A), lda, sA,
+                             int(B), ldb, sB, self._pbeta, int(C), ldc, sC, batch)
+        except self._error as e:
+            self._raise(self._batched_fn, e)
+
+    @staticmethod
+    def _raise(fn, e):
+        status = int(getattr(e, "status", -1))
+        raise kernel_loader.CudaError(fn.__name__, kernel_loader.CUBLAS_STATUS.get(
+            status, "CUBLAS_STATUS_UNKNOWN"), status) from e
 
     def set_workspace(self, address, nbytes):
         self._cublas.set_workspace(self.handle, address, nbytes)

@@ -44,10 +44,47 @@ _SMALL_GEMM_OUT, _SMALL_GEMM_K = 4096, 128
 # launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *args)
 _launch_kernel = None
 _ev = None       # kernel_loader.events(), bound with _launch_kernel
+_cudnn = None    # the extension, once it has loaded cuDNN (_load_cudnn)
+# A convolution algorithm needing more workspace than this is passed over for
+# the next one the heuristics rank (or the small-workspace fallback).
+_CUDNN_WORKSPACE_LIMIT = 1 << 30
 # Makes the device's context current on the calling thread (once per thread).
 # Every hook that calls pycuda or cuBLAS starts with it; the driver calls of
 # handlers.cuda._launch (launches, events, graphs, ...) do the same in C.
 _enter = cuda_context.enter
+
+
+def _load_cudnn():
+    """The extension with cuDNN 9 loaded: from the ``nvidia.cudnn`` package
+    (the ``nvidia-cudnn-cu*`` wheels) if importable, else the plain soname
+    ``libcudnn.so.9`` from the loader's path.  ImportError naming what was
+    tried if neither opens."""
+    global _cudnn
+    if _cudnn is None:
+        ext = kernel_loader.require()
+        tried = []
+        try:
+            import nvidia.cudnn as pkg
+            tried += [os.path.join(d, "lib", "libcudnn.so.9") for d in pkg.__path__]
+        except ImportError:
+            pass
+        tried.append("libcudnn.so.9")
+        errors = []
+        for path in tried:
+            if os.path.sep in path and not os.path.exists(path):
+                errors.append(f"{path}: no such file")
+                continue
+            try:
+                ext.cudnn_load(path)
+                break
+            except RuntimeError as e:
+                errors.append(str(e))
+        else:
+            raise ImportError("PyCudaHandler: the conv2d ops need cuDNN 9 (pip install "
+                              "nvidia-cudnn-cu12 or a system libcudnn9); tried the nvidia.cudnn "
+                              "package and the soname libcudnn.so.9: " + "; ".join(errors))
+        _cudnn = ext
+    return _cudnn
 
 
 class _Scratch:
@@ -88,12 +125,20 @@ class _StreamSlot:
         self._work = _Scratch(pool)                          # workspace()
         self._counts = _Scratch(pool)                        # counters()
         self._between = (_Scratch(pool), _Scratch(pool))     # intermediate()
+        # cuDNN's workspace: its own, so that a convolution's size never
+        # grows (and strands) the block the reductions use.
+        self._cudnn_work = _Scratch(pool)
+        self.cudnn = 0             # this stream's cuDNN handle, made at first use (_conv2d)
         #: every growable scratch of this slot (a capture gives them back, _graph_done)
-        self.scratches = (self._work, self._counts, *self._between)
+        self.scratches = (self._work, self._counts, *self._between, self._cudnn_work)
 
     def workspace(self, nbytes):
         """Scratch memory of at least ``nbytes`` used only by this stream."""
         return self._work.get(nbytes)
+
+    def cudnn_workspace(self, nbytes):
+        """Scratch of at least ``nbytes`` for cuDNN calls on this stream."""
+        return self._cudnn_work.get(nbytes)
 
     def intermediate(self, which, shape, dtype):
         """Array ``which`` (0 or 1) of ``shape`` over memory used only by this
@@ -118,6 +163,7 @@ class _Resources:
         self.uploads = handler._uploads      # filled later, by reference
         self.events = handler._free_events   # recycled CUDA events
         self.pool = handler._pool
+        self.conv_plans = handler._conv_plans   # cuDNN descriptors, by reference
 
     def __call__(self):
         if self.slots is None:               # closed already
@@ -136,6 +182,11 @@ class _Resources:
         for slot in slots:
             slot.gemm.close()
             _ev.free(slot.event)
+            if slot.cudnn:
+                _cudnn.cudnn_destroy(slot.cudnn)
+                slot.cudnn = 0
+        while self.conv_plans:
+            _cudnn.cudnn_plan_free(self.conv_plans.popitem()[1][0])
         # Events of GpuEvents still alive stay theirs (and leak if never
         # collected before the next release); recycled ones are freed here.
         while self.events:
@@ -178,6 +229,8 @@ class _ClosedGemm:
 
     def __call__(self, *args):
         raise RuntimeError("PyCudaHandler: the handler is closed")
+
+    batched = __call__
 
 
 class _Executable:
@@ -272,6 +325,8 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
+        self._mid_plans = {}   # sum_t over a leading and a trailing run: _plan_mid
+        self._conv_plans = {}    # (kind, shapes, params) -> (cuDNN plan, workspace bytes, algo)
         self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
         self._grids = {}         # elements -> blocks, for _grid
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
@@ -502,6 +557,8 @@ class PyCudaHandler(Handler):
     # BLAS ---------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
         _enter()
+        if len(out.shape) == 3:
+            return self._dot_batched(a, b, out, transa, transb, beta)
         m, n = out.shape
         k = a.shape[0] if transa else a.shape[1]
         if not m or not n:
@@ -520,6 +577,37 @@ class PyCudaHandler(Handler):
                         b.gpudata, b.shape[1], a.gpudata, a.shape[1],
                         beta, out.gpudata, n)
 
+    def _dot_batched(self, a, b, out, transa, transb, beta):
+        """dot_mm/dot_add_mm with out (batch, m, n): a and b are 3-D or one of
+        them is 2-D, shared by the whole batch (checked by the shape rule)."""
+        batch, m, n = out.shape
+        k = a.shape[-2] if transa else a.shape[-1]
+        if not batch or not m or not n:
+            return
+        if not k:
+            if beta == 0.0:
+                self._fill(out, 0.0)
+            return
+        lda, ldb = a.shape[-1], b.shape[-1]
+        if len(b.shape) == 2 and not transa:
+            # A stack of untransposed a times one shared b is one tall product,
+            # (batch * m, k) @ op(b), in C order: a single plain GEMM.
+            rows = batch * m
+            if rows * n <= _SMALL_GEMM_OUT and k <= _SMALL_GEMM_K:
+                self._run(self._k["small_gemm"], -(-rows * n // _BLOCK), a.gpudata, b.gpudata,
+                          out.gpudata, rows, n, k, False, transb, beta != 0.0)
+            else:
+                self._slot.gemm(int(transb), 0, n, rows, k, 1.0, b.gpudata, ldb, a.gpudata, lda,
+                                beta, out.gpudata, n)
+            return
+        # As in _dot, each row-major product is the column-major op(b_i)^T op(a_i)^T:
+        # operands swapped, flags kept.  Matrix i of an operand starts stride * i
+        # elements in; a 2-D operand has stride 0, the same matrix for every i.
+        self._slot.gemm.batched(int(transb), int(transa), n, m, k, 1.0,
+                                b.gpudata, ldb, k * n if len(b.shape) == 3 else 0,
+                                a.gpudata, lda, m * k if len(a.shape) == 3 else 0,
+                                beta, out.gpudata, n, m * n, batch)
+
     def _axpby(self, alpha, x, beta, y):
         if type(alpha) is float and type(beta) is float:
             self._launch("axpby", y.size, alpha, x.gpudata, beta, y.gpudata, y.size)
@@ -528,6 +616,21 @@ class PyCudaHandler(Handler):
         ap, alpha = (0, alpha) if type(alpha) is float else (alpha.gpudata, 0.0)
         bp, beta = (0, beta) if type(beta) is float else (beta.gpudata, 0.0)
         self._launch("axpby_dev", y.size, ap, alpha, x.gpudata, bp, beta, y.gpudata, y.size)
+
+    # optimizers ---------------------------------------------------------------
+    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled):
+        _enter()
+        n = p.size
+        # A device scalar lr: its address, and 0 as the (unused) value.
+        lr_p, lr = (0, lr) if type(lr) is float else (lr.gpudata, 0.0)
+        arrays = [x.gpudata if n else 0 for x in (m, v, p, g)]   # empty arrays have no memory
+        # At least one block even for n == 0: the kernel's last block advances
+        # step.  It counts finished blocks in this stream's counter (kernels
+        # leave the counters zero), so launches on one stream never share it
+        # while running.
+        self._run(self._k["adam"], self._grid(n), arrays[3], lr_p, lr, beta1, beta2, eps,
+                  weight_decay, step.gpudata, arrays[0], arrays[1], arrays[2], n,
+                  int(decoupled), self._slot.counters(1))
 
     # reduction ----------------------------------------------------------------
     def sum_t(self, a, axis, out):
@@ -658,6 +761,22 @@ class PyCudaHandler(Handler):
                 runs[-1][1] = ax + 1
             else:
                 runs.append([ax, ax + 1])
+        if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
+            _enter()
+            key = (a.shape, axes, int(a.gpudata) % 16 == 0)
+            plan = self._mid_plans.get(key)
+            if plan is None:
+                plan = self._mid_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
+                                                             key[2])
+            if plan:
+                fn, grid, args, ws_bytes, counters = plan
+                ws = cnt = 0
+                if counters:
+                    ws = self._slot.workspace(ws_bytes)
+                    cnt = self._slot.counters(counters)
+                _launch_kernel(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
+                               out.gpudata, cnt, *args)
+                return
         src = a
         for i, (lo, hi) in enumerate(reversed(runs)):
             merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
@@ -668,6 +787,28 @@ class PyCudaHandler(Handler):
                 dst = self._slot.intermediate(i % 2, tuple(shape), self.dtype)
             self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
             src = dst.reshape(tuple(shape))
+
+    def _plan_mid(self, shape, lead, trail, aligned):
+        """The launch of sum_mid for sum_t over axes [0, lead) and [trail,
+        ndim) of ``shape`` (the conv bias gradient) in one pass: (kernel, grid,
+        trailing arguments, workspace bytes, counters), or False when the
+        trailing run is too long for the kernel's 32-bit indices (the caller
+        then sums one run at a time)."""
+        A = math.prod(shape[:lead])
+        M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
+        vec = self._vec if aligned and inner % self._vec == 0 else 1
+        packets = inner // vec
+        if packets >= 2**31:
+            return False
+        # About eight blocks per multiprocessor: the rows of A are split into
+        # chunks when M columns alone cannot fill the GPU.
+        chunks = max(1, min(A, -(-(self._sms * 8) // M)))
+        chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
+        chunks = -(-A // chunk)
+        fn = self._k["sum_mid_vec" if vec > 1 else "sum_mid"]
+        grid = max(1, min(M * chunks, self._sms * 32))
+        ws_bytes = M * chunks * self.dtype.itemsize if chunks > 1 else 0
+        return fn, grid, (A, M, inner, chunk, chunks), ws_bytes, M if chunks > 1 else 0
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
         """Choose kernel, grid and chunking for a sum over the middle axis of
@@ -768,6 +909,32 @@ class PyCudaHandler(Handler):
         rows, cols = out.shape
         self._launch("binarize_v", out.size, v.gpudata, out.gpudata, rows, cols)
 
+    def _gather_rows(self, table, idx, out):
+        n, d = out.shape
+        # An empty table (vocab 0) has no device pointer; every index is then
+        # invalid and the kernel never reads it.
+        self._launch("gather_rows", out.size, table.gpudata if table.size else 0, idx.gpudata,
+                     out.gpudata, n, table.shape[0], d)
+
+    def _scatter_add_rows(self, a, idx, out):
+        n, d = a.shape
+        if n and out.size:   # nothing to add, or no row to add into (every index invalid)
+            # One thread per column (see rows.cu): the grid covers d, not n * d.
+            self._run(self._k["scatter_add_rows"], -(-d // _BLOCK), a.gpudata, idx.gpudata,
+                      out.gpudata, n, out.shape[0], d)
+
+    def _normalize_rows(self, x, eps, xhat, rstd):
+        rows, d = x.shape
+        if rows:   # a warp per row: 256-thread blocks, 8 rows each (see rows.cu)
+            self._run(self._k["normalize_rows"], min((rows + 7) // 8, 16 * self._sms),
+                      x.gpudata, eps, xhat.gpudata, rstd.gpudata, rows, d)
+
+    def _normalize_rows_backward(self, xhat, rstd, g, dx):
+        rows, d = xhat.shape
+        if rows:
+            self._run(self._k["normalize_rows_backward"], min((rows + 7) // 8, 16 * self._sms),
+                      xhat.gpudata, rstd.gpudata, g.gpudata, dx.gpudata, rows, d)
+
     def _is_fully_finite(self, a):
         _enter()
         if not a.size:
@@ -778,6 +945,63 @@ class PyCudaHandler(Handler):
         self._drv.memcpy_dtoh_async(slot.host_flag, slot.flag, slot.stream)
         slot.stream.synchronize()
         return slot.host_flag[0] == 0
+
+    # convolution and pooling ----------------------------------------------------
+    _CONV_KINDS = {"forward": 0, "backward_data": 1, "backward_filter": 2}
+
+    def _conv2d(self, kind, a, b, out, stride, padding, dilation):
+        _enter()
+        code = self._CONV_KINDS[kind]
+        # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
+        # (a, out, b) backward filter.
+        x, w, y = ((a.shape, b.shape, out.shape), (out.shape, b.shape, a.shape),
+                   (a.shape, out.shape, b.shape))[code]
+        slot = self._slot
+        handle = slot.cudnn or self._cudnn_handles()
+        key = (code, x, w, y, stride, padding, dilation)
+        plan = self._conv_plans.get(key)
+        if plan is None:   # descriptors and algorithm: host work only (safe in a capture)
+            # A stride past the padded input changes nothing (one output row)
+            # but could overflow cuDNN's int: clamp it.
+            sh = min(stride[0], x[2] + 2 * padding[0])
+            sw = min(stride[1], x[3] + 2 * padding[1])
+            ptr, algo, nbytes = _cudnn.cudnn_conv_plan(
+                handle, code, int(self.dtype == np.float64), _CUDNN_WORKSPACE_LIMIT, *x, w[0],
+                w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
+            # the algorithm is kept for inspection only (benchmarks report it)
+            plan = self._conv_plans[key] = (ptr, nbytes, algo)
+        ptr, nbytes, _ = plan
+        ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
+        _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
+
+    def _cudnn_handles(self):
+        """Load cuDNN and make every stream's handle (once, so that the first
+        convolution, rather than one inside a later capture, makes them);
+        return this group's."""
+        if self._resources.slots is None:
+            raise RuntimeError("PyCudaHandler: the handler is closed")
+        ext = _load_cudnn()
+        for s in self._all_slots:
+            if not s.cudnn:
+                s.cudnn = ext.cudnn_create(s.handle)
+        return self._slot.cudnn
+
+    _POOL_MODES = {"max": 0, "avg": 1, "max_backward": 0, "avg_backward": 1}
+
+    def _pool2d(self, kind, src, dst, argmax, window, stride, padding):
+        backward = kind.endswith("backward")
+        big, small = (dst, src) if backward else (src, dst)
+        n, c, h, w = big.shape
+        p, q = small.shape[2:]
+        # A stride past the padded input changes nothing (P or Q is then 1)
+        # but would not fit the kernel's int.
+        sh, sw = min(stride[0], h + 2 * padding[0]), min(stride[1], w + 2 * padding[1])
+        am = 0 if argmax is None else argmax.gpudata
+        total = dst.size
+        grid = max(1, min(-(-total // _BLOCK), self._max_blocks))
+        arrays = (src.gpudata, am, dst.gpudata) if backward else (src.gpudata, dst.gpudata, am)
+        self._run(self._k["pool_bwd" if backward else "pool_fwd"], grid, *arrays, n * c, h, w,
+                  p, q, *window, sh, sw, *padding, self._POOL_MODES[kind])
 
     # randomness ---------------------------------------------------------------
     def _next_offset(self, n):

@@ -142,6 +142,11 @@ template <typename T> struct Greater {
     __device__ T operator()(T a, T b) const { return a > b ? T(1) : T(0); }
 };
 
+// 1 where a == b, else 0; false (0) when either is NaN, as every comparison with NaN.
+template <typename T> struct Equal {
+    __device__ T operator()(T a, T b) const { return a == b ? T(1) : T(0); }
+};
+
 // NaN in cond counts as true, as in numpy (NaN != 0).
 template <typename T> struct Where {
     __device__ T operator()(T cond, T a, T b) const { return cond != T(0) ? a : b; }
@@ -422,6 +427,7 @@ SH_BINARY(binary_div, Div)
 SH_BINARY(binary_max, Max)
 SH_BINARY(binary_min, Min)
 SH_BINARY(binary_greater, Greater)
+SH_BINARY(binary_equal, Equal)
 
 SH_EXPORT(where, (const T* cond, const T* a, const T* b, T* out, long long n),
           sh::map<false>(sh::Where<T>{}, out, n, cond, a, b))

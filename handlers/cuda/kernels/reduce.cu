@@ -8,6 +8,10 @@
 //             (row, chunk) task, 16-byte loads.
 //   sum_cols  inner > 1: each thread owns V adjacent columns and walks down
 //             the rows of its chunk, so a warp reads whole rows coalesced.
+//   sum_mid   sum_t over a leading and a trailing run of axes at once (the
+//             conv bias gradient, (0, 2, 3) of NCHW): the input is viewed as
+//             (A, M, I) and out[m] sums x[:, m, :].  One block per (m, chunk
+//             of A) task reads its rows' contiguous I elements.
 //
 // Long axes are split into `chunks`; partial sums go to a per-stream workspace
 // and both kernels finish in the same launch: the last warp of each row
@@ -213,6 +217,80 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
     }
 }
 
+// sum_mid: x viewed as (A, M, I); out[m] = sum over a < A, i < I of x[a, m, i].
+// Task t = m * chunks + c sums rows a in [c * chunk, (c + 1) * chunk) of
+// column m: len * I elements in len contiguous runs of I at a stride of M * I.
+// The block's threads stride over the task's V-wide packets (32-bit indices:
+// the host keeps len * I / V below 2^31), UNROLL_MID loads in flight each;
+// the block's partial sums are added in thread order.  With chunks > 1 the
+// last block of a column adds its chunks' partials in chunk order, so the
+// result depends only on the shape (as in sum_rows).
+constexpr int UNROLL_MID = 8;
+
+template <typename T, int V>
+__device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
+                             T* __restrict__ out, unsigned int* __restrict__ counters,
+                             long long A, long long M, long long I, long long chunk,
+                             long long chunks) {
+    using VT = typename Load<T, V>::type;
+    __shared__ T warps[8];
+    const unsigned int nvi = (unsigned int)(I / V);     // packets per run
+    const long long tasks = M * chunks;
+    for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
+        const long long m = task / chunks, c = task - m * chunks;
+        const long long a0 = c * chunk;
+        const long long len = a0 < A ? min(chunk, A - a0) : 0;
+        const unsigned int total = (unsigned int)(len * nvi);
+        const T* base = a + (a0 * M + m) * I;
+        const long long stride = M * I;                  // elements between runs
+        T acc = 0;
+        unsigned int j = threadIdx.x;
+        for (; j + (UNROLL_MID - 1) * blockDim.x < total; j += UNROLL_MID * blockDim.x) {
+            VT v[UNROLL_MID];
+#pragma unroll
+            for (int u = 0; u < UNROLL_MID; ++u) {
+                const unsigned int k = j + u * blockDim.x;
+                const unsigned int r = k / nvi;
+                v[u] = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL_MID; ++u) {
+                const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+                for (int q = 0; q < V; ++q) acc += e[q];
+            }
+        }
+        for (; j < total; j += blockDim.x) {
+            const unsigned int r = j / nvi;
+            const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(j - r * nvi) * V);
+            const T* e = reinterpret_cast<const T*>(&v0);
+#pragma unroll
+            for (int q = 0; q < V; ++q) acc += e[q];
+        }
+        acc = warp_sum(acc);
+        if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            T s = 0;
+            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += warps[w];
+            if (chunks == 1) {
+                out[m] = s;
+            } else {
+                ws[task] = s;
+                __threadfence();   // the partial reaches L2 before the count does
+                if (atomicAdd(counters + m, 1u) == (unsigned int)(chunks - 1)) {
+                    counters[m] = 0u;
+                    __threadfence();
+                    T t = 0;
+                    for (long long k = 0; k < chunks; ++k) t += __ldcg(ws + m * chunks + k);
+                    out[m] = t;
+                }
+            }
+        }
+        __syncthreads();   // warps[] is reused by the next task
+    }
+}
+
 }  // namespace
 
 #define SH_EXPORT_ROWS(T, SUF)                                                       \
@@ -234,3 +312,14 @@ SH_EXPORT_COLS(float, 1, sum_cols_f32)
 SH_EXPORT_COLS(double, 1, sum_cols_f64)
 SH_EXPORT_COLS(float, 4, sum_cols_vec_f32)
 SH_EXPORT_COLS(double, 2, sum_cols_vec_f64)
+#define SH_EXPORT_MID(T, V, NAME)                                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                \
+    NAME(const T* a, T* ws, T* out, unsigned int* counters, long long A, long long M, \
+         long long I, long long chunk, long long chunks) {                           \
+        sum_mid_impl<T, V>(a, ws, out, counters, A, M, I, chunk, chunks);            \
+    }
+
+SH_EXPORT_MID(float, 1, sum_mid_f32)
+SH_EXPORT_MID(double, 1, sum_mid_f64)
+SH_EXPORT_MID(float, 4, sum_mid_vec_f32)
+SH_EXPORT_MID(double, 2, sum_mid_vec_f64)

@@ -1,5 +1,6 @@
 // Row-wise kernels on a matrix (rows, cols): softmax, indexing by a vector of
-// float-coded indices, and one-hot encoding.
+// float-coded indices, one-hot encoding, and gathering rows of a table by such
+// indices and the gradient of that (scatter-add).
 //
 // Every kernel exists as name_f32 (float) and name_f64 (double); sizes are
 // long long.  Launch: 1-D grid of 1-D blocks.
@@ -12,6 +13,9 @@
 //                  rows and most of a grid of `rows` blocks would sit idle.
 //   index_m_by_v   grid-stride over rows; any grid and block size.
 //   binarize_v     grid-stride over rows * cols elements; any grid and block.
+//   gather_rows    grid-stride over n * d elements; any grid and block.
+//   scatter_add_rows  one thread per column: at least ceil(d / block) blocks.
+//   normalize_rows(_backward)  a warp per row, grid-stride; block a multiple of 32.
 //
 // An index v[i] is valid when 0 <= v[i] < cols, tested on the floating-point
 // value (NaN fails both tests), and is then truncated toward zero.
@@ -278,6 +282,129 @@ __device__ __forceinline__ void binarize_v(const T* v, T* out, long long rows, l
     }
 }
 
+// ------------------------------------------------------------- row gather and scatter-add
+//
+// table (vocab, d); rows (n, d); idx (n) float-coded row indices, valid as in
+// valid_index with cols = vocab.  Neither kernel touches memory outside
+// table, rows and idx, whatever idx holds.
+
+// out[i, :] = table[idx[i], :], NaN for an invalid index.  Grid-stride over
+// the n * d elements of out; any grid and block size.  out must not overlap
+// table or idx (the op table's rule), so loads may be batched ahead of stores.
+template <typename T>
+__device__ __forceinline__ void gather_rows(const T* __restrict__ table,
+                                            const T* __restrict__ idx, T* __restrict__ out,
+                                            long long n, long long vocab, long long d) {
+    const long long total = n * d;
+    if (total <= 0) return;
+    MixedRadix ij(grid_thread(), grid_stride(), d, n);  // d1 = row of out, d0 = column
+    batched_loop<4>(0, total, ij,
+                    [&](long long, const MixedRadix& c) {
+                        long long j;
+                        return valid_index(idx[c.d1], vocab, &j) ? table[j * d + c.d0]
+                                                                 : dm::quiet_nan<T>();
+                    },
+                    [&](long long e, T x) { out[e] = x; });
+}
+
+// out[idx[i], :] += a[i, :] for i = 0, 1, ..., n-1, skipping invalid indices.
+// One thread per column c walks every i in order, so each element of out
+// receives its additions in the order of i, with no atomics: the result is
+// the same bits on every run (captured graphs are compared bit for bit with
+// eager runs) and equals NumPy's ufunc.at.  The price is n dependent steps on
+// only d threads: about 0.2 us per index on an H100 whatever d (up to a few
+// hundred), e.g. 0.23 ms for 1024 indices, 0.84 ms for 4096, 17 ms for 65536.
+// A batch's loads of idx and a are issued first so that only the
+// read-modify-writes of out stay serial.  (Also loading the batch's out
+// values ahead and replaying repeats in registers measured slower.)  Threads
+// of a warp take adjacent columns: every access of a step is coalesced.
+// Grid: at least ceil(d / blockDim.x) blocks (extra threads exit).  out must
+// not overlap a or idx.
+template <typename T>
+__device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,
+                                                 const T* __restrict__ idx, T* out, long long n,
+                                                 long long vocab, long long d) {
+    constexpr int kBatch = 8;
+    const long long c = grid_thread();
+    if (c >= d) return;
+    for (long long i0 = 0; i0 < n; i0 += kBatch) {
+        long long row[kBatch];
+        T add[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const long long i = i0 + k;
+            row[k] = -1;
+            add[k] = T(0);
+            if (i < n) {
+                long long j;
+                if (valid_index(idx[i], vocab, &j)) {
+                    row[k] = j;
+                    add[k] = a[i * d + c];
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k)
+            if (row[k] >= 0) out[row[k] * d + c] += add[k];
+    }
+}
+
+// ------------------------------------------------------------- row normalization
+//
+// LayerNorm's row work: one warp per row (grid-stride over rows by warps, so
+// any grid works; the block size must be a multiple of 32).  A warp's trip
+// count depends only on the warp, so its lanes stay in the loop together for
+// the shuffles.  Each lane strides over the row; sums are in T, reduced by
+// shuffles in a fixed order (the same bits on every run).  Rows are read
+// again for each pass rather than kept: d is unbounded.
+
+// rstd[r] = 1 / sqrt(mean((x - mean)^2) + eps), xhat = (x - mean) * rstd.
+// The variance is summed from centred values (two passes), which stays
+// accurate when the mean is large next to the spread.
+template <typename T>
+__device__ __forceinline__ void normalize_rows(const T* x, T eps, T* xhat, T* rstd,
+                                               long long rows, long long d) {
+    const int lane = threadIdx.x & 31;
+    const long long warp = grid_thread() >> 5, nwarps = grid_stride() >> 5;
+    for (long long r = warp; r < rows; r += nwarps) {
+        const T* xr = x + r * d;
+        T s = T(0);
+        for (long long j = lane; j < d; j += 32) s += xr[j];
+        const T mean = group_reduce(s, SumOp{}, 32) / T(d);
+        T q = T(0);
+        for (long long j = lane; j < d; j += 32) {
+            const T c = xr[j] - mean;
+            q += c * c;
+        }
+        const T inv = T(1) / dm::sqrt(group_reduce(q, SumOp{}, 32) / T(d) + eps);
+        T* yr = xhat + r * d;
+        for (long long j = lane; j < d; j += 32) yr[j] = (xr[j] - mean) * inv;
+        if (lane == 0) rstd[r] = inv;
+    }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) per row.
+template <typename T>
+__device__ __forceinline__ void normalize_rows_backward(const T* xhat, const T* rstd, const T* g,
+                                                        T* dx, long long rows, long long d) {
+    const int lane = threadIdx.x & 31;
+    const long long warp = grid_thread() >> 5, nwarps = grid_stride() >> 5;
+    for (long long r = warp; r < rows; r += nwarps) {
+        const T* hr = xhat + r * d;
+        const T* gr = g + r * d;
+        T s1 = T(0), s2 = T(0);
+        for (long long j = lane; j < d; j += 32) {
+            s1 += gr[j];
+            s2 += gr[j] * hr[j];
+        }
+        const T m1 = group_reduce(s1, SumOp{}, 32) / T(d);
+        const T m2 = group_reduce(s2, SumOp{}, 32) / T(d);
+        const T inv = rstd[r];
+        T* out = dx + r * d;
+        for (long long j = lane; j < d; j += 32) out[j] = inv * (gr[j] - m1 - hr[j] * m2);
+    }
+}
+
 }  // namespace sh
 
 // ------------------------------------------------------------- exported kernels
@@ -288,3 +415,14 @@ SH_EXPORT(index_m_by_v, (const T* m, const T* v, T* out, long long rows, long lo
           sh::index_m_by_v(m, v, out, rows, cols))
 SH_EXPORT(binarize_v, (const T* v, T* out, long long rows, long long cols),
           sh::binarize_v(v, out, rows, cols))
+SH_EXPORT(gather_rows, (const T* table, const T* idx, T* out, long long n, long long vocab,
+                        long long d),
+          sh::gather_rows(table, idx, out, n, vocab, d))
+SH_EXPORT(scatter_add_rows, (const T* a, const T* idx, T* out, long long n, long long vocab,
+                             long long d),
+          sh::scatter_add_rows(a, idx, out, n, vocab, d))
+SH_EXPORT(normalize_rows, (const T* x, T eps, T* xhat, T* rstd, long long rows, long long d),
+          sh::normalize_rows(x, eps, xhat, rstd, rows, d))
+SH_EXPORT(normalize_rows_backward, (const T* xhat, const T* rstd, const T* g, T* dx,
+                                    long long rows, long long d),
+          sh::normalize_rows_backward(xhat, rstd, g, dx, rows, d))

@@ -1,0 +1,388 @@
+"""``python -m benchmarks conv``: the ops of a convolutional network against PyTorch.
+
+Sections, measured in one process on one GPU, every library fed the same host
+data and timed in interleaved order (:func:`benchmarks.gpu.interleaved`),
+``LOOP`` calls back to back between two CUDA events, median of the repeats:
+
+* the conv bias gradient, ``sum_t`` of (64, 128, 32, 32) over (0, 2, 3),
+  against ``torch.sum(dim=(0, 2, 3))`` and ``cupy.sum``; target >= 85% of the
+  device copy bandwidth (bytes read once plus written once) and faster than
+  ``torch.sum``;
+* the other reductions and layout ops of issue 19 (``mean_t``, ``max_t``,
+  ``argmax_t``, ``transpose_m``) beside PyTorch's, as a fraction of copy
+  bandwidth (no target: where they stand);
+* convolution forward plus both backward passes (data and filter) of a
+  LeNet-style pair of layers and of a 3x3, 64-channel ResNet-style block
+  (two convolutions) at batch 64, float32, TF32 off on both sides: ours
+  (cuDNN through ``handlers.cuda._launch``) against PyTorch's
+  ``conv2d`` and ``aten.convolution_backward`` (cuDNN too); target: PyTorch's
+  time / ours >= 0.95;
+* a LeNet-style training step (two convolutions, two max pools, three dense
+  layers, batch 64): ours eager and captured against PyTorch eager and
+  graphed; target: PyTorch's time / ours >= 1.0 for both pairs;
+* Adam's update over all parameters of a 16M-element flat buffer against
+  ``torch.optim.Adam(fused=True)``; bytes: p, g, m, v read and p, m, v
+  written; target >= 85% of copy bandwidth.
+
+Every section checks each library's result against float64 NumPy (``checks``
+in the saved run).
+"""
+import argparse
+
+import numpy as np
+
+from benchmarks.common import Run, check_line, derive, gpu_name, print_table, rel_error
+from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
+
+F32 = np.float32
+LOOP = 10
+BIAS_TARGET, CONV_TARGET, ADAM_TARGET = 0.85, 0.95, 0.85
+#: float32 convolutions against float64: cuDNN's heuristics may choose FFT or
+#: Winograd algorithms (for PyTorch too), which lose more bits than a direct sum
+CONV_TOL = 1e-3
+#: (name, [(C_in, C_out, kernel, padding, input side)]) of the convolution cases
+CONV_NETS = [("LeNet-style", [(1, 6, 5, 0, 28), (6, 16, 5, 0, 12)]),
+             ("ResNet 3x3x64 block", [(64, 64, 3, 1, 56), (64, 64, 3, 1, 56)])]
+BATCH = 64
+
+
+def _nan(x):
+    return float("nan") if x is None else x
+
+
+def _copy_bw(h, n, reps):
+    """Device-to-device copy bandwidth of ``n`` float32 elements, bytes/s."""
+    import pycuda.driver as drv
+    src, dst = h.allocate((n,)), h.allocate((n,))
+    h.fill(src, 1.0)
+    ms = EventTimer("pycuda", h.stream).measure(
+        lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata, src.nbytes, h.stream),
+        reps=reps, inner=LOOP)
+    return derive(ms, lambda t: 2 * src.nbytes / (t * 1e-3))["median"]
+
+
+def _timers(h, torch):
+    out = {"ours": EventTimer("pycuda", h.stream)}
+    if torch is not None:
+        out["torch"] = EventTimer("torch", module=torch)
+    return out
+
+
+def reductions(h, torch, copy_bw, checks, reps):
+    """The bias gradient (with its target) and the other reductions."""
+    rng = np.random.default_rng(3)
+    timers = _timers(h, torch)
+    cases = [  # (label, host shape, ours(a, out), torch(a), reference, out shape)
+        ("sum_t (0, 2, 3) [bias gradient]", (64, 128, 32, 32),
+         lambda a, o: h.sum_t(a, (0, 2, 3), o), lambda t: t.sum(dim=(0, 2, 3)),
+         lambda x: x.sum(axis=(0, 2, 3)), (128,)),
+        ("mean_t (0, 2, 3)", (64, 128, 32, 32),
+         lambda a, o: h.mean_t(a, (0, 2, 3), o), lambda t: t.mean(dim=(0, 2, 3)),
+         lambda x: x.mean(axis=(0, 2, 3)), (128,)),
+        ("max_t axis 0", (8192, 4096), lambda a, o: h.max_t(a, 0, o),
+         lambda t: t.amax(dim=0), lambda x: x.max(axis=0), (4096,)),
+        ("max_t axis 1", (8192, 4096), lambda a, o: h.max_t(a, 1, o),
+         lambda t: t.amax(dim=1), lambda x: x.max(axis=1), (8192,)),
+        ("argmax_t axis 1", (8192, 4096), lambda a, o: h.argmax_t(a, 1, o),
+         lambda t: t.argmax(dim=1), lambda x: x.argmax(axis=1).astype(np.float64), (8192,)),
+        ("transpose_m", (8192, 4096), lambda a, o: h.transpose_m(a, o),
+         lambda t: t.t().contiguous(), lambda x: x.T, (4096, 8192)),
+    ]
+    rows, out = [], []
+    for label, shape, ours, theirs, ref_fn, oshape in cases:
+        host = rng.standard_normal(shape).astype(F32)
+        xs = [h.create_from_numpy(host) for _ in range(2)]
+        o = h.allocate(oshape)
+        fns = {"ours": (timers["ours"], lambda i, xs=xs, o=o, f=ours: f(xs[i % 2], o))}
+        tx = None
+        if torch is not None:
+            tx = [torch.from_numpy(host).cuda() for _ in range(2)]
+            fns["torch"] = (timers["torch"], lambda i, tx=tx, f=theirs: f(tx[i % 2]))
+        ms = interleaved(fns, reps=reps, inner=LOOP)
+        nbytes = host.nbytes + int(np.prod(oshape)) * 4
+        bps = {k: derive(v, lambda t: nbytes / (t * 1e-3)) for k, v in ms.items()}
+        frac = bps["ours"]["median"] / copy_bw
+        tb = bps.get("torch", {}).get("median")
+        target = BIAS_TARGET if label.startswith("sum_t") else None
+        ok = "-" if target is None else (
+            "yes" if frac >= target and (tb is None or bps["ours"]["median"] > tb) else "NO")
+        rows.append([label, str(shape), bps["ours"]["median"] / 1e12, frac,
+                     _nan(tb) / 1e12, _nan(tb) / bps["ours"]["median"] if tb else float("nan"),
+                     ok])
+        out.append(dict(op=label, shape=list(shape), ours_Bps=bps["ours"], fraction_of_copy=frac,
+                        torch_Bps=bps.get("torch"), target=target))
+        ref = ref_fn(host.astype(np.float64))
+        errors = {"ours": rel_error(h.get_numpy_copy(o), ref)}
+        if torch is not None:
+            errors["torch"] = rel_error(theirs(tx[0]).double().cpu().numpy(), ref)
+        what = f"{label} {shape}"
+        checks.append({"what": what, "errors": errors, "tol": 1e-5,
+                       "ok": check_line(what, errors, 1e-5)})
+    print(f"\nReductions and layout (TB/s, bytes read once + written once); copy = "
+          f"{copy_bw / 1e12:.3f} TB/s; bias gradient target >= {BIAS_TARGET:.0%} of copy and "
+          f"faster than torch")
+    print_table(["op", "shape", "ours", "ours/copy", "torch", "torch/ours", "ok"], rows)
+    return out
+
+
+def _conv_out(side, k, pad):
+    return side + 2 * pad - k + 1
+
+
+def convolutions(h, torch, checks, reps):
+    """Forward + backward data + backward filter of each net's layers."""
+    rng = np.random.default_rng(4)
+    timers = _timers(h, torch)
+    rows, out = [], []
+    for name, layers in CONV_NETS:
+        ours_args, torch_args, refs = [], [], []
+        for cin, cout, k, pad, side in layers:
+            q = _conv_out(side, k, pad)
+            x = rng.standard_normal((BATCH, cin, side, side)).astype(F32)
+            w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(F32)
+            dy = rng.standard_normal((BATCH, cout, q, q)).astype(F32)
+            d = dict(x=h.create_from_numpy(x), w=h.create_from_numpy(w),
+                     dy=h.create_from_numpy(dy), y=h.allocate((BATCH, cout, q, q)),
+                     dx=h.allocate(x.shape), dw=h.allocate(w.shape), pad=pad)
+            ours_args.append(d)
+            refs.append((x, w, dy, pad))
+            if torch is not None:
+                torch_args.append(dict(x=torch.from_numpy(x).cuda(),
+                                       w=torch.from_numpy(w).cuda(),
+                                       dy=torch.from_numpy(dy).cuda(), pad=pad))
+
+        def ours(i, args=ours_args):
+            for d in args:
+                p = (d["pad"], d["pad"])
+                h.conv2d_forward(d["x"], d["w"], d["y"], 1, p, 1)
+                h.conv2d_backward_data(d["dy"], d["w"], d["dx"], 1, p, 1)
+                h.conv2d_backward_filter(d["x"], d["dy"], d["dw"], 1, p, 1)
+        fns = {"ours": (timers["ours"], ours)}
+        if torch is not None:
+            conv_bwd = torch.ops.aten.convolution_backward
+
+            def theirs(i, args=torch_args):
+                for d in args:
+                    p = [d["pad"], d["pad"]]
+                    torch.nn.functional.conv2d(d["x"], d["w"], None, 1, p, 1)
+                    conv_bwd(d["dy"], d["x"], d["w"], None, [1, 1], p, [1, 1], False, [0, 0], 1,
+                             [True, True, False])
+            fns["torch"] = (timers["torch"], theirs)
+        ms = interleaved(fns, reps=reps, inner=1)
+        t_ours = ms["ours"]["median"]
+        t_torch = ms.get("torch", {}).get("median")
+        ratio = t_torch / t_ours if t_torch else float("nan")
+        rows.append([name, BATCH, t_ours, _nan(t_torch), ratio,
+                     "yes" if t_torch and ratio >= CONV_TARGET else "NO"])
+        out.append(dict(net=name, batch=BATCH, layers=[list(c) for c in layers],
+                        ours_ms=ms["ours"], torch_ms=ms.get("torch"), torch_over_ours=ratio))
+        d = ours_args[0]
+        errors = {"ours": _conv_error([h.get_numpy_copy(d[k]) for k in ("y", "dx", "dw")],
+                                      refs[0])}
+        if torch is not None:
+            t = torch_args[0]
+            p = [t["pad"], t["pad"]]
+            ty = torch.nn.functional.conv2d(t["x"], t["w"], None, 1, p, 1)
+            tdx, tdw, _ = torch.ops.aten.convolution_backward(
+                t["dy"], t["x"], t["w"], None, [1, 1], p, [1, 1], False, [0, 0], 1,
+                [True, True, False])
+            errors["torch"] = _conv_error([a.double().cpu().numpy() for a in (ty, tdx, tdw)],
+                                          refs[0])
+        what = f"{name} first layer forward and both backward passes"
+        checks.append({"what": what, "errors": errors, "tol": CONV_TOL,
+                       "ok": check_line(what, errors, CONV_TOL)})
+    print(f"\nConvolution forward + backward data + backward filter, float32, batch {BATCH} "
+          f"(ms per pass over the layers); target: torch/ours >= {CONV_TARGET}")
+    print_table(["net", "batch", "ours ms", "torch ms", "torch/ours", "ok"], rows)
+    return out
+
+
+def _conv_ref(x, w, pad):
+    """Cross-correlation in float64 by sliding windows (stride 1, dilation 1)."""
+    k = w.shape[2]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))
+    return np.einsum("ncpqrs,kcrs->nkpq", win, w, optimize=True)
+
+
+def _algorithms(h):
+    """[pass, x shape, w shape, cuDNN algorithm number] of every convolution
+    the handler planned so far (its plan cache; an aid for reading the run)."""
+    names = ("forward", "backward_data", "backward_filter")
+    return [[names[key[0]], list(key[1]), list(key[2]), plan[2]]
+            for key, plan in getattr(h, "_conv_plans", {}).items()]
+
+
+def _conv_error(got, ref):
+    """The largest relative error of the three passes (y, dx, dw: host arrays)
+    of one layer."""
+    x, w, dy, pad = (np.asarray(a, np.float64) if i < 3 else a for i, a in enumerate(ref))
+    k = w.shape[2]
+    y = _conv_ref(x, w, pad)
+    # backward data: the full correlation of dy with the flipped, transposed filter
+    dx = _conv_ref(dy, w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), k - 1 - pad)
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, dy.shape[2:], axis=(2, 3))
+    dw = np.einsum("ncrspq,nkpq->kcrs", win, dy, optimize=True)
+    return max(rel_error(g, r) for g, r in zip(got, (y, dx, dw)))
+
+
+def _lenet(h):
+    """Our LeNet-5-style net for 1x28x28 inputs, and its PyTorch twin's builder."""
+    from layers import (
+        SGD,
+        Conv2D,
+        Flatten,
+        FullyConnected,
+        MaxPool2D,
+        ReLU,
+        Sequential,
+        SoftmaxCrossEntropy,
+    )
+    net = Sequential(h, [Conv2D(1, 6, 5), ReLU(), MaxPool2D(2), Conv2D(6, 16, 5), ReLU(),
+                         MaxPool2D(2), Flatten(), FullyConnected(256, 120), ReLU(),
+                         FullyConnected(120, 84), ReLU(), FullyConnected(84, 10)],
+                     SoftmaxCrossEntropy(), seed=0)
+    return net, SGD(net.parameters, lr=0.01, momentum=0.9)
+
+
+def _torch_lenet(torch):
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120),
+                          nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10)).cuda()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=True)
+    except (TypeError, RuntimeError, ValueError):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(i, x=None, y=None):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def training_step(h, torch, reps):
+    """A LeNet-style training step at batch 64: ours eager and captured,
+    PyTorch eager and graphed (``torch.cuda.graph``)."""
+    from benchmarks.gpu import our_captured, torch_graphed
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((BATCH, 1, 28, 28)).astype(F32)
+    y = rng.integers(0, 10, (BATCH, 1)).astype(F32)
+    timers = _timers(h, torch)
+    fns = {}
+    for label in ("ours", "ours, captured"):
+        net, opt = _lenet(h)
+        dx, dy = h.create_from_numpy(x), h.create_from_numpy(y)
+
+        def step(i, net=net, opt=opt, dx=dx, dy=dy):
+            net.train_step(dx, dy)
+            opt.step()
+        fns[label] = (timers["ours"], step if label == "ours" else our_captured(h, step))
+    if torch is not None:
+        tx = torch.from_numpy(x).cuda()
+        ty = torch.from_numpy(y[:, 0].astype(np.int64)).cuda()
+        for label in ("PyTorch eager", "PyTorch graphed"):
+            tstep = _torch_lenet(torch)
+
+            def run(i, tstep=tstep):
+                return tstep(i, tx, ty)
+            fns[label] = (timers["torch"], run if label == "PyTorch eager"
+                          else torch_graphed(torch, run))
+    ms = interleaved(fns, reps=reps, inner=1)
+    med = {k: v["median"] for k, v in ms.items()}
+    rows = []
+    pairs = [("ours", "PyTorch eager"), ("ours, captured", "PyTorch graphed")]
+    for ours, peer in pairs:
+        ratio = med[peer] / med[ours] if peer in med else float("nan")
+        rows.append([ours, med[ours], peer, med.get(peer, float("nan")), ratio,
+                     "yes" if ratio >= 1.0 else "NO"])
+    print(f"\nLeNet-style training step, batch {BATCH}, float32 (ms); target: peer/ours >= 1.0")
+    print_table(["ours", "ms", "peer", "ms", "peer/ours", ">=1.0"], rows)
+    return {"batch": BATCH, "ms": ms, "ratios": {o: med.get(p, float("nan")) / med[o]
+                                                  for o, p in pairs}}
+
+
+def adam(h, torch, copy_bw, checks, reps):
+    """Adam's update over one flat buffer of about 16M parameters (a 4096 x
+    4096 dense layer): ours (``layers.Adam``, one fused kernel) against
+    ``torch.optim.Adam(fused=True)`` over one tensor of the same size."""
+    from layers import Adam, FullyConnected, ParameterSet
+    layer = FullyConnected(4096, 4096)
+    layer.bind(h)
+    ps = ParameterSet(h, [layer], seed=0)
+    n = ps.params.shape[0]
+    rng = np.random.default_rng(6)
+    g_host = rng.standard_normal(n).astype(F32)
+    h.set_from_numpy(ps.grads, g_host)
+    p0 = ps.get().astype(np.float64)
+    opt = Adam(ps, lr=1e-3)
+    timers = _timers(h, torch)
+    fns = {"ours": (timers["ours"], lambda i: opt.step())}
+    if torch is not None:
+        tp = torch.from_numpy(p0.astype(F32)).cuda().requires_grad_(True)
+        tp.grad = torch.from_numpy(g_host).cuda()
+        topt = torch.optim.Adam([tp], lr=1e-3, fused=True)
+        fns["torch"] = (timers["torch"], lambda i: topt.step())
+    # one step each first, checked against float64 NumPy (bias-corrected t = 1)
+    for _, fn in fns.values():
+        fn(0)
+    g = g_host.astype(np.float64)
+    m, v = 0.1 * g, 0.001 * g * g
+    ref = p0 - 1e-3 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8)
+    errors = {"ours": rel_error(ps.get(), ref)}
+    if torch is not None:
+        errors["torch"] = rel_error(tp.detach().double().cpu().numpy(), ref)
+    what = f"Adam's first step over {n} parameters"
+    checks.append({"what": what, "errors": errors, "tol": 1e-5,
+                   "ok": check_line(what, errors, 1e-5)})
+    ms = interleaved(fns, reps=reps, inner=LOOP)
+    nbytes = 7 * 4 * n
+    bps = {k: derive(v, lambda t: nbytes / (t * 1e-3)) for k, v in ms.items()}
+    frac = bps["ours"]["median"] / copy_bw
+    tb = bps.get("torch", {}).get("median")
+    print(f"\nAdam's update over {n} float32 parameters (TB/s, p g m v read + p m v written); "
+          f"target >= {ADAM_TARGET:.0%} of copy")
+    print_table(["ours", "ours/copy", "torch (fused)", "torch/copy", ">=85%"],
+                [[bps["ours"]["median"] / 1e12, frac, _nan(tb) / 1e12,
+                  _nan(tb) / copy_bw, "yes" if frac >= ADAM_TARGET else "NO"]])
+    return {"n": n, "ours_Bps": bps["ours"], "torch_Bps": bps.get("torch"),
+            "fraction_of_copy": frac}
+
+
+def main(argv=None):
+    """Run the suite (options: ``--help``); returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks conv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="few repeats")
+    parser.add_argument("--save", action="store_true",
+                        help="write a run under benchmarks/results/runs/")
+    args = parser.parse_args(argv)
+    h = cuda_handler("conv", F32)
+    if h is None:
+        return 0
+    run = Run("conv", gpu_name(), vars(args))
+    torch = optional_peers().get("torch")
+    print(f"peer: {'PyTorch (TF32 off)' if torch else 'none'}")
+    reps = 5 if args.quick else 15
+    checks = []
+    results = {"gpu": run.device, "checks": checks}
+    copy_bw = _copy_bw(h, 1 << 25, reps)
+    results["copy_Bps"] = copy_bw
+    results["reductions"] = reductions(h, torch, copy_bw, checks, reps)
+    results["conv"] = convolutions(h, torch, checks, reps)
+    results["conv_algorithms"] = _algorithms(h)
+    for row in results["conv_algorithms"]:
+        print("cuDNN algorithm:", *row)
+    results["step"] = training_step(h, torch, reps)
+    results["adam"] = adam(h, torch, copy_bw, checks, reps)
+    bad = [c["what"] for c in checks if not c["ok"]]
+    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
+          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    if args.save:
+        run.save(results)
+    return 0

@@ -1,0 +1,118 @@
+"""A small convolutional network names the 8x8 handwritten digits.
+
+    python -m examples.conv_digits [--handler auto|numpy|pycuda] [--epochs N] [--plot PATH]
+
+The same data set, split and seed as ``examples.digits`` (scikit-learn's 1797
+8x8 digits), read as images (N, 1 channel, 8, 8) instead of row sequences.  The
+model: Conv2D(1 -> 8, 3x3, padding 1), ReLU, MaxPool2D(2), Conv2D(8 -> 16,
+3x3, padding 1), ReLU, MaxPool2D(2), Flatten, FullyConnected(64 -> 10), a
+softmax cross-entropy loss, SGD with momentum.
+
+Runs on PyCudaHandler where a GPU is present (cuDNN convolutions), else on
+NumpyHandler (im2col and BLAS); ``--handler`` chooses explicitly.  Prints the
+handler, the time per epoch and the test accuracy, writes the loss curve as a
+PNG, and exits with status 1 if the test accuracy is below the target.
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from examples.digits import make_handler, plot_losses
+from layers import (
+    SGD,
+    Conv2D,
+    Flatten,
+    FullyConnected,
+    MaxPool2D,
+    ReLU,
+    Sequential,
+    SoftmaxCrossEntropy,
+    Trainer,
+    accuracy,
+)
+
+TARGET_ACCURACY = 0.95
+
+
+def load_images(seed, test_fraction=0.2):
+    """((x_train, y_train), (x_test, y_test)): x (n, 1, 8, 8) in [0, 1], y class
+    indices as floats (n, 1); the stratified split of ``examples.digits``."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = (digits.images.astype(np.float64) / 16.0)[:, None]     # (n, 1, 8, 8)
+    labels = digits.target.astype(np.float64).reshape(-1, 1)
+    x_tr, x_te, y_tr, y_te = train_test_split(images, labels, test_size=test_fraction,
+                                              random_state=seed, stratify=digits.target)
+    return (x_tr, y_tr), (x_te, y_te)
+
+
+def build(h, seed, width=8):
+    """The conv net of the module docstring, ``width`` channels in its first layer."""
+    return Sequential(h, [Conv2D(1, width, 3, padding=1), ReLU(), MaxPool2D(2),
+                          Conv2D(width, 2 * width, 3, padding=1), ReLU(), MaxPool2D(2),
+                          Flatten(), FullyConnected(2 * width * 2 * 2, 10)],
+                      SoftmaxCrossEntropy(), seed=seed)
+
+
+def main(argv=None):
+    """Train, print the test accuracy; returns the exit status."""
+    p = argparse.ArgumentParser(prog="python -m examples.conv_digits", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--handler", choices=("auto", "numpy", "pycuda"), default="auto")
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--float64", action="store_true", help="float64 instead of float32")
+    p.add_argument("--plot", default="conv_digits_loss.png", help="PNG of the loss curve "
+                   "(default conv_digits_loss.png; '' for none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+
+    (x_tr, y_tr), (x_te, y_te) = load_images(args.seed)
+    h = make_handler(args.handler, np.float64 if args.float64 else np.float32, args.seed)
+    net = build(h, args.seed)
+    opt = SGD(net.parameters, lr=args.lr, momentum=args.momentum)
+    trainer = Trainer(net, opt, batch_size=args.batch_size, seed=args.seed,
+                      progress=not args.no_progress, metrics={"accuracy": accuracy})
+    print(f"handler: {h!r}")
+    print(f"data: {len(x_tr)} training and {len(x_te)} test images of 1x8x8; "
+          f"model: {net}, {net.parameters.count} parameters")
+    def report(e):
+        line = (f"epoch {e['epoch']:3d}  train loss {e['train_loss']:.4f}  "
+                f"test loss {e['eval_loss']:.4f}  test accuracy {e['eval_accuracy']:.4f}  "
+                f"{e['seconds']:.3f} s")
+        if trainer.progress:
+            try:
+                from tqdm import tqdm
+                tqdm.write(line)
+                return
+            except ImportError:
+                pass
+        print(line)
+
+    start = time.perf_counter()
+    history = trainer.fit(x_tr, y_tr, args.epochs, eval_data=(x_te, y_te), on_epoch=report)
+    seconds = time.perf_counter() - start
+    acc = history.epochs[-1]["eval_accuracy"]
+    steady = np.median([e["seconds"] for e in history.epochs])
+    print(f"handler: {type(h).__name__} ({h.dtype.name}); {args.epochs} epochs in "
+          f"{seconds:.1f} s with evaluation, {steady:.3f} s per epoch (median)")
+    print(f"test accuracy: {acc:.4f} (target >= {TARGET_ACCURACY}: "
+          f"{'met' if acc >= TARGET_ACCURACY else 'MISSED'})")
+    if args.plot:
+        try:
+            plot_losses(history, args.plot, f"conv net on digits, {type(h).__name__}")
+            print(f"loss curve: {args.plot}")
+        except ImportError:
+            print("matplotlib is not installed: no loss curve (pip install matplotlib)")
+    return 0 if acc >= TARGET_ACCURACY else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

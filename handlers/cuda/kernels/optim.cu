@@ -1,0 +1,105 @@
+// Optimizer updates over the flat parameter buffer: Adam and AdamW in one
+// pass (the op table's adam_update).
+//
+// One kernel per step reads g, m, v and p once and writes m, v and p once:
+// the update is memory bound, so a single pass is what bounds it by the
+// copy bandwidth.  Launch: a 1-D grid of 1-D blocks of any size (grid-stride
+// loops); the host uses the elementwise grid (256 threads, min(ceil(n /
+// (256 * VEC)), 16 * SMs) blocks), at least one block even for n == 0.
+//
+// The step counter lives on the device, so a captured step replays with the
+// right bias corrections: every block reads t = *step + 1 when it starts,
+// and the last block to finish stores t.  "Last" is decided by `done`, a
+// zeroed counter of the launching stream: each block adds one when its work
+// is done, after it read *step, so the block that sees gridDim.x - 1 knows
+// that no block will read *step any more; it then stores t and puts the
+// counter back to zero for the next launch on the stream.
+#include "common.cuh"
+
+namespace sh {
+
+// Per-launch coefficients, computed once per block by thread 0.
+template <typename T>
+struct AdamCoeffs {
+    T lr, beta1, beta2, eps;
+    T decay;        // AdamW: p *= 1 - lr * weight_decay (1 for Adam)
+    T l2;           // Adam: g += weight_decay * p (0 for AdamW)
+    T c1, c2;       // bias corrections 1 - beta^t
+    T t;
+
+    // One element; the order of operations is NumpyHandler's (_adam_update).
+    __device__ __forceinline__ void apply(T g, T& m, T& v, T& p) const {
+        if (l2 != T(0)) g = g + p * l2;
+        p = p * decay;
+        m = m * beta1 + g * (T(1) - beta1);
+        v = v * beta2 + (g * g) * (T(1) - beta2);
+        const T denom = dm::sqrt(v / c2) + eps;   // eps after the square root
+        p = p - ((m / c1) * lr) / denom;
+    }
+};
+
+// g, m, v and p never overlap (the op's rule), hence __restrict__: the
+// compiler may then keep the next trip's loads in flight across the stores.
+template <typename T>
+__device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, T lr, T beta1,
+                                     T beta2, T eps, T wd, T* step, T* __restrict__ m,
+                                     T* __restrict__ v, T* __restrict__ p, long long n,
+                                     int decoupled, unsigned int* done) {
+    __shared__ AdamCoeffs<T> shared;
+    if (threadIdx.x == 0) {
+        AdamCoeffs<T> c;
+        c.t = *step + T(1);
+        c.lr = lr_p ? *lr_p : lr;
+        c.beta1 = beta1;
+        c.beta2 = beta2;
+        c.eps = eps;
+        c.decay = decoupled ? T(1) - c.lr * wd : T(1);
+        c.l2 = decoupled ? T(0) : wd;
+        c.c1 = T(1) - dm::pow(beta1, c.t);
+        c.c2 = T(1) - dm::pow(beta2, c.t);
+        shared = c;
+    }
+    __syncthreads();
+    const AdamCoeffs<T> c = shared;
+    const long long stride = grid_stride();
+    long long scalar_from = 0;
+    // The flat buffers are 16-byte aligned (the parameter layout keeps them
+    // so); any other alignment takes the scalar loop throughout.
+    if (is_aligned16(g) && is_aligned16(m) && is_aligned16(v) && is_aligned16(p)) {
+        const long long packets = n / kVec<T>;
+        for (long long i = grid_thread(); i < packets; i += stride) {
+            const Packet<T> pg = load_packet(g, i);
+            Packet<T> pm = load_packet(m, i), pv = load_packet(v, i), pp = load_packet(p, i);
+#pragma unroll
+            for (int k = 0; k < kVec<T>; ++k) c.apply(pg.v[k], pm.v[k], pv.v[k], pp.v[k]);
+            store_packet(m, i, pm);
+            store_packet(v, i, pv);
+            store_packet(p, i, pp);
+        }
+        scalar_from = packets * kVec<T>;
+    }
+    for (long long i = scalar_from + grid_thread(); i < n; i += stride) {
+        T mi = m[i], vi = v[i], pi = p[i];
+        c.apply(g[i], mi, vi, pi);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+    }
+    // Advance the step counter once every block has read it (see the top).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(done, 1u) == gridDim.x - 1) {
+            *step = c.t;
+            *done = 0u;
+        }
+    }
+}
+
+}  // namespace sh
+
+SH_EXPORT(adam,
+          (const T* g, const T* lr_p, T lr, T beta1, T beta2, T eps, T weight_decay, T* step,
+           T* m, T* v, T* p, long long n, int decoupled, unsigned int* done),
+          sh::adam(g, lr_p, lr, beta1, beta2, eps, weight_decay, step, m, v, p, n, decoupled,
+                   done))

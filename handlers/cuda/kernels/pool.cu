@@ -1,0 +1,128 @@
+// 2-D max and average pooling over NCHW arrays, forward and backward.
+//
+//   pool_fwd    out[plane, p, q] = max or mean of the window (p, q) of x's
+//               plane; for max, argmax[plane, p, q] = h * W + w of the
+//               maximum, stored as a T.  Grid-stride over the planes * P * Q
+//               outputs; each thread reads its whole window.
+//   pool_bwd    dx[plane, h, w] = the sum, over the windows (p, q) that
+//               contain (h, w), of dy[plane, p, q] (max: where argmax[plane,
+//               p, q] is h * W + w; average: divided by the window's count).
+//               Grid-stride over the planes * H * W elements of dx: each
+//               element gathers from its windows in a fixed order, so there
+//               are no atomics and the result is deterministic.
+//
+// Geometry: a plane is H x W (x, dx) and P x Q (out, argmax, dy); window
+// (p, q) covers rows p * sh - ph .. p * sh - ph + wh - 1 and columns q * sw -
+// pw .. q * sw - pw + ww - 1, clipped to the plane.  The host guarantees
+// window, stride >= 1, 0 <= padding < window and P, Q >= 1, so every clipped
+// window is non-empty; only elements inside the plane are read.  mode 0 is
+// max, 1 average (argmax is then unused and may be null).
+//
+// Max semantics (as the NumPy handler): the first maximum in row-major order
+// within the window, the first NaN if the window holds one (NaN wins).
+// Average: the sum over the clipped window divided by its size (padding
+// excluded, cuDNN's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING).
+//
+// Launch: 1-D grid of 1-D blocks, any sizes.
+#include "common.cuh"
+
+namespace sh {
+
+// The clipped range [lo, hi) of window `p` along one axis of length n.
+__device__ __forceinline__ void window_range(long long p, int stride, int pad, int win,
+                                             long long n, long long* lo, long long* hi) {
+    const long long start = p * stride - pad;
+    *lo = start < 0 ? 0 : start;
+    *hi = start + win < n ? start + win : n;
+}
+
+// The windows [lo, hi] (inclusive) along one axis that contain index h;
+// lo > hi when none does (possible only for h past the last window).
+__device__ __forceinline__ void windows_of(long long h, int stride, int pad, int win,
+                                           long long count, long long* lo, long long* hi) {
+    const long long hp = h + pad;
+    long long top = hp / stride;
+    *hi = top < count - 1 ? top : count - 1;
+    *lo = hp >= win ? (hp - win) / stride + 1 : 0;
+}
+
+template <typename T>
+__device__ void pool_fwd_impl(const T* __restrict__ x, T* __restrict__ out,
+                              T* __restrict__ argmax, long long planes, long long H,
+                              long long W, long long P, long long Q, int wh, int ww, int sh,
+                              int sw, int ph, int pw, int mode) {
+    const long long n = planes * P * Q;
+    for (long long e = grid_thread(); e < n; e += grid_stride()) {
+        const long long q = e % Q, t = e / Q;
+        const long long p = t % P, plane = t / P;
+        long long h0, h1, w0, w1;
+        window_range(p, sh, ph, wh, H, &h0, &h1);
+        window_range(q, sw, pw, ww, W, &w0, &w1);
+        const T* src = x + plane * H * W;
+        if (mode == 0) {
+            T best = src[h0 * W + w0];
+            long long at = h0 * W + w0;
+            bool nan = best != best;
+            for (long long h = h0; h < h1 && !nan; ++h) {
+                for (long long w = w0; w < w1; ++w) {
+                    const T v = src[h * W + w];
+                    if (v != v) {          // the first NaN wins
+                        best = v, at = h * W + w, nan = true;
+                        break;
+                    }
+                    if (v > best) best = v, at = h * W + w;   // strict: first of equals
+                }
+            }
+            out[e] = best;
+            argmax[e] = (T)at;
+        } else {
+            T sum = 0;
+            for (long long h = h0; h < h1; ++h)
+                for (long long w = w0; w < w1; ++w) sum += src[h * W + w];
+            out[e] = sum / (T)((h1 - h0) * (w1 - w0));
+        }
+    }
+}
+
+template <typename T>
+__device__ void pool_bwd_impl(const T* __restrict__ dy, const T* __restrict__ argmax,
+                              T* __restrict__ dx, long long planes, long long H, long long W,
+                              long long P, long long Q, int wh, int ww, int sh, int sw, int ph,
+                              int pw, int mode) {
+    const long long n = planes * H * W;
+    for (long long e = grid_thread(); e < n; e += grid_stride()) {
+        const long long w = e % W, t = e / W;
+        const long long h = t % H, plane = t / H;
+        long long p0, p1, q0, q1;
+        windows_of(h, sh, ph, wh, P, &p0, &p1);
+        windows_of(w, sw, pw, ww, Q, &q0, &q1);
+        const long long base = plane * P * Q;
+        const T self = (T)(h * W + w);
+        T sum = 0;
+        for (long long p = p0; p <= p1; ++p) {
+            for (long long q = q0; q <= q1; ++q) {
+                const long long o = base + p * Q + q;
+                if (mode == 0) {
+                    if (argmax[o] == self) sum += dy[o];
+                } else {
+                    long long a0, a1, b0, b1;
+                    window_range(p, sh, ph, wh, H, &a0, &a1);
+                    window_range(q, sw, pw, ww, W, &b0, &b1);
+                    sum += dy[o] / (T)((a1 - a0) * (b1 - b0));
+                }
+            }
+        }
+        dx[e] = sum;
+    }
+}
+
+}  // namespace sh
+
+SH_EXPORT(pool_fwd, (const T* x, T* out, T* argmax, long long planes, long long H, long long W,
+                     long long P, long long Q, int wh, int ww, int sh, int sw, int ph, int pw,
+                     int mode),
+          sh::pool_fwd_impl<T>(x, out, argmax, planes, H, W, P, Q, wh, ww, sh, sw, ph, pw, mode))
+SH_EXPORT(pool_bwd, (const T* dy, const T* argmax, T* dx, long long planes, long long H,
+                     long long W, long long P, long long Q, int wh, int ww, int sh, int sw,
+                     int ph, int pw, int mode),
+          sh::pool_bwd_impl<T>(dy, argmax, dx, planes, H, W, P, Q, wh, ww, sh, sw, ph, pw, mode))

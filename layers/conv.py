@@ -1,0 +1,178 @@
+"""Convolution and pooling layers over NCHW images: ``Conv2D``, ``MaxPool2D``,
+``AvgPool2D``.
+
+Each is a thin layer over the contract's ops (``conv2d_forward``,
+``conv2d_backward_data``, ``conv2d_backward_filter``, ``maxpool2d_*``,
+``avgpool2d_*``): cuDNN on a GPU, im2col and BLAS on NumPy.  Inputs are
+(N, C, H, W); ``Flatten`` turns the last one's output into the (N, features)
+rows a ``FullyConnected`` layer takes.
+"""
+from . import init
+from .base import Layer
+from .params import view
+
+
+def _pair(value, name, owner, low):
+    """``value`` (an int or a pair of ints) as a pair, each >= ``low``."""
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) and v >= low for v in pair):
+        raise ValueError(f"{owner}: {name} must be an int or a pair of ints >= {low}, "
+                         f"got {value!r}")
+    return pair
+
+
+def _out_size(size, k, stride, pad, dil=1):
+    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+class Conv2D(Layer):
+    """2-D convolution (cross-correlation, as in PyTorch and cuDNN) with bias:
+    y[n, k] = sum over c of x[n, c] * W[k, c] + b[k].
+
+    Input (N, C, H, W) with C == ``c_in``; output (N, ``c_out``, P, Q), P =
+    (H + 2*pad - dil*(R-1) - 1) // stride + 1 (Q likewise).  W has shape
+    (``c_out``, ``c_in``, R, S) and starts Glorot-uniform (fans c_in*R*S and
+    c_out*R*S); b has shape (``c_out``,) and starts at 0.
+
+    Args:
+        c_in, c_out: input and output channels.
+        kernel: R, or (R, S).
+        stride, padding, dilation: an int or a pair (height, width).
+    """
+
+    def __init__(self, c_in, c_out, kernel, stride=1, padding=0, dilation=1):
+        super().__init__()
+        name = f"Conv2D({c_in}, {c_out}, ...)"
+        self.c_in, self.c_out = int(c_in), int(c_out)
+        if self.c_in < 1 or self.c_out < 1:
+            raise ValueError(f"{name}: channels must be >= 1")
+        self.kernel = _pair(kernel, "kernel", name, 1)
+        self.stride = _pair(stride, "stride", name, 1)
+        self.padding = _pair(padding, "padding", name, 0)
+        self.dilation = _pair(dilation, "dilation", name, 1)
+
+    def __repr__(self):
+        return (f"Conv2D({self.c_in}, {self.c_out}, kernel={self.kernel}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation})")
+
+    def param_shapes(self):
+        return {"W": (self.c_out, self.c_in) + self.kernel, "b": (self.c_out,)}
+
+    def init_params(self, rng, host):
+        area = self.kernel[0] * self.kernel[1]
+        init.glorot_uniform(rng, host["W"], self.c_in * area, self.c_out * area)
+        init.constant(host["b"], 0.0)
+
+    def output_shape(self, shape):
+        """The output shape for an input of ``shape`` (N, C, H, W)."""
+        n, _, hgt, wid = shape
+        p = _out_size(hgt, self.kernel[0], self.stride[0], self.padding[0], self.dilation[0])
+        q = _out_size(wid, self.kernel[1], self.stride[1], self.padding[1], self.dilation[1])
+        return (n, self.c_out, p, q)
+
+    def _bufs(self, shape):
+        def build():
+            h = self.h
+            out = self.output_shape(shape)
+            n, k, p, q = out
+            if p < 1 or q < 1:
+                raise ValueError(f"{self!r}: input {shape} is too small for the kernel "
+                                 f"(output {out})")
+            y = h.allocate(out)
+            bias = h.allocate((k, p * q))          # b broadcast over the image
+            return dict(y=y, y2=view(h, y, 0, (n, k * p * q)), bias=bias,
+                        bias_row=view(h, bias, 0, (1, k * p * q)),
+                        b_col=view(h, self.params["b"], 0, (k, 1)), dx=h.allocate(shape))
+        return self.cached(shape, build)
+
+    def forward(self, x, training=True):
+        self.check_input(x, 4)
+        if x.shape[1] != self.c_in:
+            raise ValueError(f"{self!r}: x must have {self.c_in} channels, got shape {x.shape}")
+        h, b = self.h, self._bufs(x.shape)
+        self._x = x
+        h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
+        # y += b over (n, p, q): b laid out once per step as a (1, K*P*Q) row
+        h.broadcast_t(b["b_col"], 1, b["bias"])
+        h.add_mv(b["y2"], b["bias_row"], b["y2"])
+        return b["y"]
+
+    def backward(self, dy):
+        h, x = self.h, self._x
+        b = self._bufs(x.shape)
+        h.conv2d_backward_filter(x, dy, self.grads["W"], self.stride, self.padding,
+                                 self.dilation)
+        h.sum_t(dy, (0, 2, 3), self.grads["b"])     # one pass on the GPU
+        if not self.input_grad:
+            return None
+        h.conv2d_backward_data(dy, self.params["W"], b["dx"], self.stride, self.padding,
+                               self.dilation)
+        return b["dx"]
+
+
+class _Pool2D(Layer):
+    """Shared by the pooling layers: window, stride (the window by default)
+    and padding, each an int or a pair; no parameters."""
+
+    kind = None
+
+    def __init__(self, window, stride=None, padding=0):
+        super().__init__()
+        name = type(self).__name__
+        self.window = _pair(window, "window", name, 1)
+        self.stride = self.window if stride is None else _pair(stride, "stride", name, 1)
+        self.padding = _pair(padding, "padding", name, 0)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(window={self.window}, stride={self.stride}, "
+                f"padding={self.padding})")
+
+    def output_shape(self, shape):
+        """The output shape for an input of ``shape`` (N, C, H, W)."""
+        n, c, hgt, wid = shape
+        return (n, c, _out_size(hgt, self.window[0], self.stride[0], self.padding[0]),
+                _out_size(wid, self.window[1], self.stride[1], self.padding[1]))
+
+    def _bufs(self, shape):
+        out = self.output_shape(shape)
+        if out[2] < 1 or out[3] < 1:
+            raise ValueError(f"{self!r}: input {shape} is too small for the window")
+        extra = {"argmax": out} if self.kind == "max" else {}
+        return self.buffers(shape, y=out, dx=shape, **extra)
+
+    def forward(self, x, training=True):
+        self.check_input(x, 4)
+        self._shape = x.shape
+        b = self._bufs(x.shape)
+        if self.kind == "max":
+            self.h.maxpool2d_forward(x, b.y, b.argmax, self.window, self.stride, self.padding)
+        else:
+            self.h.avgpool2d_forward(x, b.y, self.window, self.stride, self.padding)
+        return b.y
+
+    def backward(self, dy):
+        if not self.input_grad:
+            return None
+        b = self._bufs(self._shape)
+        if self.kind == "max":
+            self.h.maxpool2d_backward(b.argmax, dy, b.dx, self.window, self.stride,
+                                      self.padding)
+        else:
+            self.h.avgpool2d_backward(dy, b.dx, self.window, self.stride, self.padding)
+        return b.dx
+
+
+class MaxPool2D(_Pool2D):
+    """Max pooling over (window) patches of each channel; padding counts as
+    -inf.  The gradient goes to the first maximum of each window (the
+    argmax the forward pass stored), summed where windows overlap."""
+
+    kind = "max"
+
+
+class AvgPool2D(_Pool2D):
+    """Average pooling over (window) patches of each channel; the divisor is
+    the number of elements of the window inside the image (padding is not
+    counted)."""
+
+    kind = "avg"

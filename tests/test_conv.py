@@ -1,0 +1,378 @@
+"""conv2d and 2-D pooling, per handler and dtype, against direct loops.
+
+The references below are written from the definitions, independently of the
+handlers' im2col/cuDNN/kernel code: plain nested loops over n, k, p, q, c, r,
+s in float64 on the inputs as the handler holds them.  The three conv ops are
+also checked against each other by the adjoint identity
+<conv(x, w), dy> = <x, backward_data(dy, w)> = <w, backward_filter(x, dy)>.
+Outputs are poisoned with NaN first, so an element an op fails to write shows.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from helpers import assert_close, assert_unchanged, other_dtype, poisoned, rand, upload
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, tuple) else (v, v)
+
+
+def _out_size(size, k, s, p, d):
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+# ---------------------------------------------------------------- references
+def ref_conv(x, w, dy, stride, padding, dilation):
+    """(y, dx, dw) by direct loops: y = conv(x, w); dx, dw the gradients of
+    <y, dy> with respect to x and w."""
+    (sh, sw), (ph, pw), (dh, dw_) = _pair(stride), _pair(padding), _pair(dilation)
+    n_, c_, h_, w_ = x.shape
+    k_, _, r_, s_ = w.shape
+    p_, q_ = _out_size(h_, r_, sh, ph, dh), _out_size(w_, s_, sw, pw, dw_)
+    y = np.zeros((n_, k_, p_, q_))
+    dx, dw = np.zeros(x.shape), np.zeros(w.shape)
+    for n in range(n_):
+        for k in range(k_):
+            for p in range(p_):
+                for q in range(q_):
+                    for c in range(c_):
+                        for r in range(r_):
+                            for s in range(s_):
+                                i, j = p * sh - ph + r * dh, q * sw - pw + s * dw_
+                                if 0 <= i < h_ and 0 <= j < w_:
+                                    y[n, k, p, q] += x[n, c, i, j] * w[k, c, r, s]
+                                    if dy is not None:
+                                        dx[n, c, i, j] += dy[n, k, p, q] * w[k, c, r, s]
+                                        dw[k, c, r, s] += dy[n, k, p, q] * x[n, c, i, j]
+    return y, dx, dw
+
+
+def ref_pool(x, window, stride, padding, kind):
+    """(out, argmax) of max or average pooling (padding excluded), by loops."""
+    (wh, ww), (ph, pw) = _pair(window), _pair(padding)
+    sh, sw = _pair(window if stride is None else stride)
+    n_, c_, h_, w_ = x.shape
+    p_, q_ = _out_size(h_, wh, sh, ph, 1), _out_size(w_, ww, sw, pw, 1)
+    out, arg = np.zeros((n_, c_, p_, q_)), np.zeros((n_, c_, p_, q_))
+    for n in range(n_):
+        for c in range(c_):
+            for p in range(p_):
+                for q in range(q_):
+                    best, at, total, count = None, None, 0.0, 0
+                    for r in range(wh):
+                        for s in range(ww):
+                            i, j = p * sh - ph + r, q * sw - pw + s
+                            if not (0 <= i < h_ and 0 <= j < w_):
+                                continue
+                            v = x[n, c, i, j]
+                            total += v
+                            count += 1
+                            if best is None or (not math.isnan(best) and
+                                                (math.isnan(v) or v > best)):
+                                best, at = v, i * w_ + j
+                    out[n, c, p, q] = best if kind == "max" else total / count
+                    arg[n, c, p, q] = at
+    return out, arg
+
+
+def ref_pool_backward(dy, arg, x_shape, window, stride, padding, kind):
+    """dx of max (through arg) or average pooling, by loops over the windows."""
+    (wh, ww), (ph, pw) = _pair(window), _pair(padding)
+    sh, sw = _pair(window if stride is None else stride)
+    n_, c_, h_, w_ = x_shape
+    dx = np.zeros(x_shape)
+    for n in range(n_):
+        for c in range(c_):
+            for p in range(dy.shape[2]):
+                for q in range(dy.shape[3]):
+                    cells = [(p * sh - ph + r, q * sw - pw + s) for r in range(wh)
+                             for s in range(ww)]
+                    cells = [(i, j) for i, j in cells if 0 <= i < h_ and 0 <= j < w_]
+                    if kind == "max":
+                        i, j = divmod(int(arg[n, c, p, q]), w_)
+                        dx[n, c, i, j] += dy[n, c, p, q]
+                    else:
+                        for i, j in cells:
+                            dx[n, c, i, j] += dy[n, c, p, q] / len(cells)
+    return dx
+
+
+# ---------------------------------------------------------------- convolution
+# (N, C, H, W), (K, R, S), stride, padding, dilation
+CONV_CASES = [
+    ((2, 3, 7, 6), (4, 3, 2), 1, 0, 1),
+    ((2, 2, 9, 8), (3, 3, 3), 2, 1, 1),                  # stride 2, padding 1
+    ((1, 1, 7, 9), (2, 2, 3), (2, 1), (2, 1), 2),        # C=1, dilation 2, padding 2
+    ((3, 4, 5, 5), (2, 1, 1), 1, 0, 1),                  # 1x1 kernel
+    ((2, 3, 8, 7), (5, 3, 2), (1, 2), 2, (2, 1)),        # non-square everything
+    ((1, 2, 6, 6), (2, 5, 5), 1, 2, 1),                  # "same" 5x5
+    ((2, 1, 5, 7), (1, 3, 1), 3, (1, 0), 1),             # stride 3, odd sizes
+]
+
+
+def _conv_id(case):
+    (n, c, h, w), (k, r, s), st, pad, dil = case
+    return f"x{n}x{c}x{h}x{w}-w{k}x{r}x{s}-s{st}-p{pad}-d{dil}".replace(" ", "")
+
+
+@pytest.fixture(params=CONV_CASES, ids=[_conv_id(c) for c in CONV_CASES])
+def conv_case(request, handler, rng):
+    """Handler arrays x, w, dy and their float64 values, and the geometry."""
+    xs, (k, r, s), stride, padding, dilation = request.param
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    ys = (xs[0], k, _out_size(xs[2], r, sh, ph, dh), _out_size(xs[3], s, sw, pw, dw))
+    x, xv = upload(handler, rand(xs, rng))
+    w, wv = upload(handler, rand((k, xs[1], r, s), rng))
+    dy, dyv = upload(handler, rand(ys, rng))
+    return dict(x=x, xv=xv, w=w, wv=wv, dy=dy, dyv=dyv, stride=stride, padding=padding,
+                dilation=dilation)
+
+
+def test_conv2d_forward(handler, conv_case):
+    c = conv_case
+    y_ref, _, _ = ref_conv(c["xv"], c["wv"], None, c["stride"], c["padding"], c["dilation"])
+    out = poisoned(handler, y_ref.shape)
+    handler.conv2d_forward(c["x"], c["w"], out, c["stride"], c["padding"], c["dilation"])
+    assert_close(handler, out, y_ref, n=int(np.prod(c["wv"].shape[1:])))
+    assert_unchanged(handler, c["x"], c["xv"], "x")
+    assert_unchanged(handler, c["w"], c["wv"], "w")
+
+
+def test_conv2d_backward_data(handler, conv_case):
+    c = conv_case
+    _, dx_ref, _ = ref_conv(c["xv"], c["wv"], c["dyv"], c["stride"], c["padding"],
+                            c["dilation"])
+    dx = poisoned(handler, dx_ref.shape)
+    handler.conv2d_backward_data(c["dy"], c["w"], dx, stride=c["stride"],
+                                 padding=c["padding"], dilation=c["dilation"])
+    k, _, r, s = c["wv"].shape
+    assert_close(handler, dx, dx_ref, n=k * r * s)
+
+
+def test_conv2d_backward_filter(handler, conv_case):
+    c = conv_case
+    _, _, dw_ref = ref_conv(c["xv"], c["wv"], c["dyv"], c["stride"], c["padding"],
+                            c["dilation"])
+    dw = poisoned(handler, dw_ref.shape)
+    handler.conv2d_backward_filter(c["x"], c["dy"], dw, stride=c["stride"],
+                                   padding=c["padding"], dilation=c["dilation"])
+    n, _, p, q = c["dyv"].shape
+    assert_close(handler, dw, dw_ref, n=n * p * q)
+
+
+def test_conv2d_adjoint_identity(handler, conv_case):
+    """<conv(x, w), dy> = <x, backward_data(dy, w)> = <w, backward_filter(x, dy)>."""
+    c = conv_case
+    args = (c["stride"], c["padding"], c["dilation"])
+    y, dx, dw = (poisoned(handler, a.shape) for a in (c["dyv"], c["xv"], c["wv"]))
+    handler.conv2d_forward(c["x"], c["w"], y, *args)
+    handler.conv2d_backward_data(c["dy"], c["w"], dx, *args)
+    handler.conv2d_backward_filter(c["x"], c["dy"], dw, *args)
+    get = handler.get_numpy_copy
+    lhs = np.vdot(get(y).astype(np.float64), c["dyv"])
+    via_x = np.vdot(c["xv"], get(dx).astype(np.float64))
+    via_w = np.vdot(c["wv"], get(dw).astype(np.float64))
+    scale = np.abs(c["dyv"]).sum() * np.abs(c["wv"]).sum()   # bounds every term's size
+    tol = (2e-6 if handler.dtype == np.float32 else 1e-13) * scale
+    assert abs(lhs - via_x) <= tol and abs(lhs - via_w) <= tol, (lhs, via_x, via_w)
+
+
+def test_conv2d_gradient_regions_no_window_reaches_are_zero(handler, rng):
+    # H = 6 with a 3x3 kernel, stride 2, no padding: row and column 5 feed no output.
+    x, xv = upload(handler, rand((1, 2, 6, 6), rng))
+    w, wv = upload(handler, rand((3, 2, 3, 3), rng))
+    dy, dyv = upload(handler, rand((1, 3, 2, 2), rng))
+    dx = poisoned(handler, (1, 2, 6, 6))
+    handler.conv2d_backward_data(dy, w, dx, 2)
+    got = handler.get_numpy_copy(dx)
+    assert (got[:, :, 5, :] == 0).all() and (got[:, :, :, 5] == 0).all()
+    assert_close(handler, dx, ref_conv(xv, wv, dyv, 2, 0, 1)[1], n=27)
+
+
+# ---------------------------------------------------------------- pooling
+# (N, C, H, W), window, stride (None: the window), padding
+POOL_CASES = [
+    ((2, 3, 6, 8), 2, None, 0),
+    ((2, 2, 7, 9), 3, 2, 1),                     # overlapping windows, padding
+    ((1, 1, 5, 5), (3, 2), 1, (1, 0)),           # stride 1 < window, C=1
+    ((2, 3, 9, 7), (3, 4), (2, 3), (2, 1)),      # padding 2, non-square
+    ((3, 2, 4, 5), 1, 1, 0),                     # 1x1 window: identity
+    ((1, 2, 5, 6), (5, 6), None, 0),             # one window per plane
+]
+
+
+def _pool_id(case):
+    return "-".join(str(v).replace(" ", "") for v in case)
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=[_pool_id(c) for c in POOL_CASES])
+def test_maxpool2d(handler, rng, case):
+    xs, window, stride, padding = case
+    x, xv = upload(handler, rand(xs, rng))
+    out_ref, arg_ref = ref_pool(xv, window, stride, padding, "max")
+    out, arg = poisoned(handler, out_ref.shape), poisoned(handler, out_ref.shape)
+    handler.maxpool2d_forward(x, out, arg, window, stride, padding)
+    assert_close(handler, out, out_ref, rtol=0, atol=0)
+    assert_close(handler, arg, arg_ref, rtol=0, atol=0)
+    dy, dyv = upload(handler, rand(out_ref.shape, rng))
+    dx = poisoned(handler, xs)
+    handler.maxpool2d_backward(arg, dy, dx, window, stride, padding)
+    kh, kw = _pair(window)
+    assert_close(handler, dx, ref_pool_backward(dyv, arg_ref, xs, window, stride, padding,
+                                                "max"), n=kh * kw)
+    assert_unchanged(handler, x, xv, "x")
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=[_pool_id(c) for c in POOL_CASES])
+def test_avgpool2d(handler, rng, case):
+    xs, window, stride, padding = case
+    kh, kw = _pair(window)
+    x, xv = upload(handler, rand(xs, rng))
+    out_ref, _ = ref_pool(xv, window, stride, padding, "avg")
+    out = poisoned(handler, out_ref.shape)
+    handler.avgpool2d_forward(x, out, window, stride, padding)
+    assert_close(handler, out, out_ref, n=kh * kw)
+    dy, dyv = upload(handler, rand(out_ref.shape, rng))
+    dx = poisoned(handler, xs)
+    handler.avgpool2d_backward(dy, dx, window, stride, padding)
+    assert_close(handler, dx, ref_pool_backward(dyv, None, xs, window, stride, padding, "avg"),
+                 n=kh * kw)
+
+
+def test_maxpool2d_ties_nan_and_infinities(handler):
+    x = np.array([[[[1.0, 3.0, 3.0, -np.inf],
+                    [3.0, 0.0, -np.inf, -np.inf],
+                    [np.nan, 2.0, 5.0, np.nan],
+                    [7.0, np.nan, 5.0, 1.0]]]])
+    xa = handler.create_from_numpy(x)
+    out, arg = poisoned(handler, (1, 1, 3, 3)), poisoned(handler, (1, 1, 3, 3))
+    handler.maxpool2d_forward(xa, out, arg, 2, 1, 0)   # overlapping 2x2 windows
+    got_out, got_arg = handler.get_numpy_copy(out), handler.get_numpy_copy(arg)
+    np.testing.assert_array_equal(got_out, [[[[3, 3, 3], [np.nan, 5, np.nan],
+                                              [np.nan, np.nan, np.nan]]]])
+    np.testing.assert_array_equal(got_arg, [[[[1, 1, 2], [8, 10, 11], [8, 13, 11]]]])
+    # All -inf next to padding: the index is an element of x, never the padding.
+    corner = handler.create_from_numpy(np.full((1, 1, 2, 2), -np.inf))
+    out, arg = poisoned(handler, (1, 1, 3, 3)), poisoned(handler, (1, 1, 3, 3))
+    handler.maxpool2d_forward(corner, out, arg, 2, 1, 1)
+    np.testing.assert_array_equal(handler.get_numpy_copy(arg),
+                                  [[[[0, 0, 1], [0, 0, 1], [2, 2, 3]]]])
+    np.testing.assert_array_equal(handler.get_numpy_copy(out), np.full((1, 1, 3, 3), -np.inf))
+
+
+def test_maxpool2d_backward_ignores_indices_outside_their_window(handler, rng):
+    dy, dyv = upload(handler, rand((1, 1, 2, 2), rng))
+    # Window (0, 0) covers 0, 1, 4, 5 of a 4x4 plane: 2.0 (outside), NaN, -1
+    # and 4.5 name no element of their windows and add nothing.
+    arg = handler.create_from_numpy(np.array([[[[2.0, np.nan], [-1.0, 10.5]]]]))
+    dx = poisoned(handler, (1, 1, 4, 4))
+    handler.maxpool2d_backward(arg, dy, dx, 2)
+    np.testing.assert_array_equal(handler.get_numpy_copy(dx), np.zeros((1, 1, 4, 4)))
+
+
+# ---------------------------------------------------------------- bad input
+def _conv_arrays(handler, rng, x=(2, 3, 5, 6), w=(4, 3, 3, 2), y=(2, 4, 3, 5)):
+    return [upload(handler, rand(s, rng)) for s in (x, w, y)]
+
+
+@pytest.mark.parametrize("shapes,kwargs,exc,match", [
+    (dict(w=(4, 2, 3, 2)), {}, ValueError, r"channels differ.*\(4, 2, 3, 2\)"),
+    (dict(x=(2, 3, 30)), {}, ValueError, r"x must be 4-D"),
+    (dict(y=(2, 4, 3, 4)), {}, ValueError, r"out must have shape \(2, 4, 3, 5\)"),
+    ({}, dict(stride=2), ValueError, r"out must have shape \(2, 4, 2, 3\)"),
+    ({}, dict(stride=0), ValueError, r"stride must be positive"),
+    ({}, dict(dilation=(1, -2)), ValueError, r"dilation must be positive"),
+    ({}, dict(padding=-1), ValueError, r"padding must be non-negative"),
+    ({}, dict(stride=1.5), TypeError, r"stride must be an int or a pair"),
+    ({}, dict(dilation=4), ValueError, r"no output"),
+])
+def test_conv2d_forward_rejects(handler, rng, shapes, kwargs, exc, match):
+    (x, xv), (w, wv), (out, outv) = _conv_arrays(handler, rng, **shapes)
+    with pytest.raises(exc, match=f"conv2d_forward: .*{match}"):
+        handler.conv2d_forward(x, w, out, **kwargs)
+    assert_unchanged(handler, out, outv, "out")
+
+
+def test_conv2d_rejects_wrong_dtype_and_overlap(handler, rng, sibling_handler, handler_id):
+    (x, _), (w, _), (out, outv) = _conv_arrays(handler, rng)
+    other = sibling_handler(handler_id, other_dtype(handler.dtype))
+    with pytest.raises(TypeError, match="conv2d_forward: expected dtype"):
+        handler.conv2d_forward(x, other.create_from_numpy(rand((4, 3, 3, 2), rng)), out)
+    assert_unchanged(handler, out, outv, "out")
+    # dw over x's memory (a view of the same buffer)
+    base = handler.create_from_numpy(rand((1, 180), rng))
+    try:
+        xs = base.reshape((2, 3, 5, 6))
+        dw = handler.view_t(base, 0, (4, 3, 3, 2))
+    except Exception as e:  # noqa: BLE001 - an array type without such views
+        pytest.skip(f"no views: {e}")
+    before = handler.get_numpy_copy(base).astype(np.float64)
+    dy, _ = upload(handler, rand((2, 4, 3, 5), rng))
+    with pytest.raises(ValueError, match="conv2d_backward_filter: dw must not overlap x"):
+        handler.conv2d_backward_filter(xs, dy, dw)
+    assert_unchanged(handler, base, before, "x and dw")
+
+
+@pytest.mark.parametrize("op,kwargs,match", [
+    ("maxpool2d_forward", dict(window=2, padding=2), r"padding \(2, 2\) must be smaller"),
+    ("maxpool2d_forward", dict(window=0), r"window must be positive"),
+    ("maxpool2d_forward", dict(window=2, stride=(2, 0)), r"stride must be positive"),
+    ("maxpool2d_forward", dict(window=(7, 2)), r"no output"),
+    ("maxpool2d_forward", dict(window=3), r"out must have shape \(2, 3, 1, 2\)"),
+    ("avgpool2d_forward", dict(window=2, stride=1), r"out must have shape \(2, 3, 4, 5\)"),
+    ("avgpool2d_forward", dict(window=(2, 2, 2)), r"window must be an int or a pair"),
+])
+def test_pool_rejects(handler, rng, op, kwargs, match):
+    x, _ = upload(handler, rand((2, 3, 5, 6), rng))
+    out, outv = upload(handler, rand((2, 3, 2, 3), rng))
+    arg, argv = upload(handler, rand((2, 3, 2, 3), rng))
+    args = (x, out, arg) if op.startswith("max") else (x, out)
+    with pytest.raises((ValueError, TypeError), match=f"{op}: {match}"):
+        getattr(handler, op)(*args, **kwargs)
+    assert_unchanged(handler, out, outv, "out")
+    assert_unchanged(handler, arg, argv, "argmax")
+
+
+def test_maxpool_outputs_must_not_overlap(handler, rng):
+    x, _ = upload(handler, rand((2, 3, 4, 4), rng))
+    out, outv = upload(handler, rand((2, 3, 2, 2), rng))
+    with pytest.raises(ValueError, match="maxpool2d_forward: out must not overlap argmax"):
+        handler.maxpool2d_forward(x, out, out, 2)
+    assert_unchanged(handler, out, outv, "out")
+
+
+# ---------------------------------------------------------------- a small network
+def test_lenet_sized_step_runs_and_matches_float64(handler, rng):
+    """One forward and backward of a LeNet-like stack on 28x28 inputs: shapes
+    chain, and the handler agrees with itself in float64 terms (the adjoint
+    identity at realistic sizes)."""
+    x, xv = upload(handler, rand((16, 1, 28, 28), rng))
+    w1, w1v = upload(handler, rand((6, 1, 5, 5), rng, -0.3, 0.3))
+    h1 = handler.allocate((16, 6, 28, 28))
+    handler.conv2d_forward(x, w1, h1, 1, 2)
+    p1, a1 = handler.allocate((16, 6, 14, 14)), handler.allocate((16, 6, 14, 14))
+    handler.maxpool2d_forward(h1, p1, a1, 2)
+    w2, _ = upload(handler, rand((16, 6, 5, 5), rng, -0.3, 0.3))
+    h2 = handler.allocate((16, 16, 10, 10))
+    handler.conv2d_forward(p1, w2, h2)
+    p2 = handler.allocate((16, 16, 5, 5))
+    handler.avgpool2d_forward(h2, p2, 2)
+    g2 = handler.allocate((16, 16, 10, 10))
+    dp2, _ = upload(handler, rand((16, 16, 5, 5), rng))
+    handler.avgpool2d_backward(dp2, g2, 2)
+    gp1, gw2 = handler.allocate((16, 6, 14, 14)), handler.allocate((16, 6, 5, 5))
+    handler.conv2d_backward_data(g2, w2, gp1)
+    handler.conv2d_backward_filter(p1, g2, gw2)
+    gh1 = handler.allocate((16, 6, 28, 28))
+    handler.maxpool2d_backward(a1, gp1, gh1, 2)
+    gw1 = handler.allocate((6, 1, 5, 5))
+    handler.conv2d_backward_filter(x, gh1, gw1, 1, 2)
+    got = handler.get_numpy_copy(gw1).astype(np.float64)
+    # <conv(x, w1), gh1> = <w1, backward_filter(x, gh1)>
+    y = handler.get_numpy_copy(h1).astype(np.float64)
+    g = handler.get_numpy_copy(gh1).astype(np.float64)
+    lhs, rhs = np.vdot(y, g), np.vdot(w1v, got)
+    assert abs(lhs - rhs) <= 1e-4 * np.abs(g).sum() * np.abs(w1v).sum() + 1e-12
+    assert np.isfinite(got).all()

@@ -1,0 +1,126 @@
+"""Conv2D, MaxPool2D and AvgPool2D: finite-difference gradients (float64, per
+handler, as tests/test_layers_gradients.py), forward passes against direct
+float64 loops written here, and bad configurations."""
+import numpy as np
+import pytest
+
+from layers import AvgPool2D, Conv2D, MaxPool2D, ParameterSet
+from test_layers_gradients import away_from_zero, check_layer
+
+LAYERS = {
+    "conv-3x3-pad1": (lambda: Conv2D(2, 3, 3, padding=1), (2, 2, 5, 5)),
+    "conv-stride2-dil2-nonsquare": (
+        lambda: Conv2D(1, 2, (2, 3), stride=2, padding=(1, 0), dilation=(1, 2)), (1, 1, 6, 7)),
+    "conv-1x1": (lambda: Conv2D(3, 2, 1), (2, 3, 3, 2)),
+    "maxpool-2": (lambda: MaxPool2D(2), (2, 2, 4, 4)),
+    "maxpool-3-stride2-pad1": (lambda: MaxPool2D(3, stride=2, padding=1), (1, 2, 5, 5)),
+    "avgpool-2": (lambda: AvgPool2D(2), (2, 2, 4, 4)),
+    "avgpool-3-stride2-pad1": (lambda: AvgPool2D(3, stride=2, padding=1), (1, 2, 5, 5)),
+}
+
+
+@pytest.fixture
+def h64(handler):
+    if np.dtype(handler.dtype) != np.float64:
+        pytest.skip("gradient checks run on float64 handlers only")
+    return handler
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_conv_layer_gradients(h64, rng, name):
+    make, shape = LAYERS[name]
+    check_layer(h64, make(), away_from_zero(rng.uniform(-1, 1, shape)), rng)
+
+
+def _loop_conv(x, W, b, stride, pad, dil):
+    """y[n, k, p, q] = b[k] + sum over c, r, s of x[n, c, p*sh + r*dh - ph,
+    q*sw + s*dw - pw] * W[k, c, r, s], zero outside the image."""
+    n_, c_, hh, ww = x.shape
+    k_, _, rr, ss = W.shape
+    p_ = (hh + 2 * pad[0] - dil[0] * (rr - 1) - 1) // stride[0] + 1
+    q_ = (ww + 2 * pad[1] - dil[1] * (ss - 1) - 1) // stride[1] + 1
+    y = np.zeros((n_, k_, p_, q_))
+    for n in range(n_):
+        for k in range(k_):
+            for p in range(p_):
+                for q in range(q_):
+                    acc = b[k]
+                    for c in range(c_):
+                        for r in range(rr):
+                            for s in range(ss):
+                                i = p * stride[0] + r * dil[0] - pad[0]
+                                j = q * stride[1] + s * dil[1] - pad[1]
+                                if 0 <= i < hh and 0 <= j < ww:
+                                    acc += x[n, c, i, j] * W[k, c, r, s]
+                    y[n, k, p, q] = acc
+    return y
+
+
+def _loop_pool(x, kind, window, stride, pad):
+    n_, c_, hh, ww = x.shape
+    p_ = (hh + 2 * pad[0] - window[0]) // stride[0] + 1
+    q_ = (ww + 2 * pad[1] - window[1]) // stride[1] + 1
+    y = np.zeros((n_, c_, p_, q_))
+    for n in range(n_):
+        for c in range(c_):
+            for p in range(p_):
+                for q in range(q_):
+                    i0, j0 = p * stride[0] - pad[0], q * stride[1] - pad[1]
+                    vals = [x[n, c, i, j] for i in range(i0, i0 + window[0])
+                            for j in range(j0, j0 + window[1]) if 0 <= i < hh and 0 <= j < ww]
+                    y[n, c, p, q] = max(vals) if kind == "max" else sum(vals) / len(vals)
+    return y
+
+
+def _tol(h):
+    return 1e-12 if np.dtype(h.dtype) == np.float64 else 1e-5
+
+
+def test_conv2d_forward_against_loops(handler, rng):
+    layer = Conv2D(2, 3, (3, 2), stride=(2, 1), padding=(1, 1), dilation=(1, 2))
+    layer.bind(handler)
+    ps = ParameterSet(handler, [layer], seed=int(rng.integers(2**31)))
+    b_host = rng.standard_normal(3)
+    flat = ps.get().astype(np.float64)
+    _, _, off, _ = ps.entries[1]
+    flat[off:off + 3] = b_host
+    ps.set(flat)
+    x = rng.standard_normal((2, 2, 7, 6))
+    y = handler.get_numpy_copy(layer.forward(handler.create_from_numpy(x)))
+    W = ps.get().astype(np.float64)[:3 * 2 * 3 * 2].reshape(3, 2, 3, 2)
+    ref = _loop_conv(x, W, b_host, (2, 1), (1, 1), (1, 2))
+    np.testing.assert_allclose(y, ref, rtol=_tol(handler) * 10, atol=_tol(handler) * 10)
+
+
+@pytest.mark.parametrize("kind, cls", [("max", MaxPool2D), ("avg", AvgPool2D)])
+def test_pool_forward_against_loops(handler, rng, kind, cls):
+    layer = cls((3, 2), stride=(2, 1), padding=(1, 1))
+    layer.bind(handler)
+    x = rng.standard_normal((2, 3, 6, 5))
+    y = handler.get_numpy_copy(layer.forward(handler.create_from_numpy(x)))
+    ref = _loop_pool(x, kind, (3, 2), (2, 1), (1, 1))
+    np.testing.assert_allclose(y, ref, rtol=_tol(handler) * 10, atol=_tol(handler) * 10)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Conv2D(0, 3, 3), lambda: Conv2D(2, 3, 0), lambda: Conv2D(2, 3, 3, stride=0),
+    lambda: Conv2D(2, 3, 3, padding=-1), lambda: Conv2D(2, 3, (3, 3, 3)),
+    lambda: MaxPool2D(0), lambda: AvgPool2D(2, stride=(1, 0)),
+])
+def test_bad_configurations_raise(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_wrong_input_raises_naming_the_layer(handler, rng):
+    layer = Conv2D(2, 3, 3)
+    layer.bind(handler)
+    ParameterSet(handler, [layer], seed=0)
+    with pytest.raises(ValueError, match="Conv2D"):
+        layer.forward(handler.create_from_numpy(rng.standard_normal((1, 4, 5, 5))))   # channels
+    with pytest.raises(ValueError, match="Conv2D"):
+        layer.forward(handler.create_from_numpy(rng.standard_normal((1, 2, 2, 2))))   # too small
+    with pytest.raises(ValueError, match="MaxPool2D"):
+        pool = MaxPool2D(3)
+        pool.bind(handler)
+        pool.forward(handler.create_from_numpy(rng.standard_normal((1, 2, 2, 2))))
