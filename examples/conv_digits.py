@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from examples.digits import make_handler, plot_losses
+from examples.digits import epoch_printer, make_handler, plot_losses
 from layers import (
     SGD,
     Conv2D,
@@ -83,21 +83,9 @@ def main(argv=None):
     print(f"handler: {h!r}")
     print(f"data: {len(x_tr)} training and {len(x_te)} test images of 1x8x8; "
           f"model: {net}, {net.parameters.count} parameters")
-    def report(e):
-        line = (f"epoch {e['epoch']:3d}  train loss {e['train_loss']:.4f}  "
-                f"test loss {e['eval_loss']:.4f}  test accuracy {e['eval_accuracy']:.4f}  "
-                f"{e['seconds']:.3f} s")
-        if trainer.progress:
-            try:
-                from tqdm import tqdm
-                tqdm.write(line)
-                return
-            except ImportError:
-                pass
-        print(line)
-
     start = time.perf_counter()
-    history = trainer.fit(x_tr, y_tr, args.epochs, eval_data=(x_te, y_te), on_epoch=report)
+    history = trainer.fit(x_tr, y_tr, args.epochs, eval_data=(x_te, y_te),
+                          on_epoch=epoch_printer(trainer))
     seconds = time.perf_counter() - start
     acc = history.epochs[-1]["eval_accuracy"]
     steady = np.median([e["seconds"] for e in history.epochs])

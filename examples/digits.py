@@ -67,6 +67,24 @@ def build(h, hidden, seed):
                       SoftmaxCrossEntropy(), seed=seed)
 
 
+def epoch_printer(trainer):
+    """on_epoch(record) for ``Trainer.fit``: prints the epoch's losses, test
+    accuracy and time (above the progress bar when there is one)."""
+    def report(e):
+        line = (f"epoch {e['epoch']:3d}  train loss {e['train_loss']:.4f}  "
+                f"test loss {e['eval_loss']:.4f}  test accuracy {e['eval_accuracy']:.4f}  "
+                f"{e['seconds']:.3f} s")
+        if trainer.progress:
+            try:
+                from tqdm import tqdm
+                tqdm.write(line)
+                return
+            except ImportError:
+                pass
+        print(line)
+    return report
+
+
 def plot_losses(history, path, title):
     """Write the per-step and per-epoch training loss and the test loss as a PNG."""
     import matplotlib
@@ -119,21 +137,9 @@ def main(argv=None):
           f"{x_tr.shape[0]} steps x {x_tr.shape[2]} features; model: {net}, "
           f"{net.parameters.count} parameters")
 
-    def report(e):
-        line = (f"epoch {e['epoch']:3d}  train loss {e['train_loss']:.4f}  "
-                f"test loss {e['eval_loss']:.4f}  test accuracy {e['eval_accuracy']:.4f}  "
-                f"{e['seconds']:.3f} s")
-        if trainer.progress:
-            try:
-                from tqdm import tqdm
-                tqdm.write(line)
-                return
-            except ImportError:
-                pass
-        print(line)
-
     t0 = time.perf_counter()
-    history = trainer.fit(x_tr, y_tr, args.epochs, eval_data=(x_te, y_te), on_epoch=report)
+    history = trainer.fit(x_tr, y_tr, args.epochs, eval_data=(x_te, y_te),
+                          on_epoch=epoch_printer(trainer))
     total = time.perf_counter() - t0
     final = history.epochs[-1]
     per_epoch = np.mean([e["seconds"] for e in history.epochs])
