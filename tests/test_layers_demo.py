@@ -30,6 +30,31 @@ def test_digits_demo_reaches_target(tmp_path, capsys, which):
         assert png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("which", ["numpy", "pycuda"])
+def test_conv_digits_demo_reaches_target(tmp_path, capsys, which):
+    pytest.importorskip("sklearn", reason="the digits demo needs scikit-learn")
+    if which == "pycuda":
+        try:
+            from handlers import PyCudaHandler
+            PyCudaHandler()
+        except (ImportError, RuntimeError) as e:
+            pytest.skip(f"PyCudaHandler unavailable: {e}")
+    from examples import conv_digits
+    rc = conv_digits.main(["--handler", which, "--no-progress", "--plot", ""])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    name = "NumpyHandler" if which == "numpy" else "PyCudaHandler"
+    assert f"handler: {name}" in out and "test accuracy" in out and "met" in out
+
+
+def test_conv_benchmark_skips_or_runs(capsys):
+    """Without a GPU the conv suite says it skipped; with one it runs (quick)."""
+    from benchmarks import conv as conv_bench
+    assert conv_bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" in out or "checks:" in out
+
+
 def test_train_benchmark_small(capsys):
     """On a machine without a GPU the default run skips with a message; with
     ``--handler numpy`` the whole code path runs on tiny models."""
