@@ -81,7 +81,8 @@ def _load_cudnn():
                 errors.append(str(e))
         else:
             raise ImportError("PyCudaHandler: the conv2d ops need cuDNN 9 (pip install "
-                              "nvidia-cudnn-cu12 or a system libcudnn9); tried the nvidia.cudnn "
+                              "nvidia-cudnn-cu13, or nvidia-cudnn-cu12 for CUDA 12, or a system "
+                              "libcudnn9); tried the nvidia.cudnn "
                               "package and the soname libcudnn.so.9: " + "; ".join(errors))
         _cudnn = ext
     return _cudnn
