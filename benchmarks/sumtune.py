@@ -4,9 +4,14 @@ For each ``sum_t`` benchmark case, times the plan that each setting of
 ``PyCudaHandler._plan_sum``'s knobs (``row_warps``, ``col_split``,
 ``col_blocks``) produces, in TB/s and as a fraction of the copy bandwidth, so
 one GPU run shows which defaults to pick.  The handler's defaults are marked.
+Then the same for the one-kernel sum over a leading and a trailing run of
+axes (the conv bias gradient, ``_plan_mid``'s ``blocks_per_sm``), with the
+host's time to issue one call beside it: a row whose device time per call is
+below the host's is host-bound, and no kernel tuning helps it.
 """
 import argparse
 import itertools
+import time
 
 import numpy as np
 
@@ -16,6 +21,10 @@ from benchmarks.ops import LOOP, SUM_CASES, copy_bandwidth
 F32 = np.float32
 DEFAULTS = dict(row_warps=32, col_split=2, col_blocks=4)
 GRID = dict(row_warps=[16, 32, 64, 128], col_split=[1, 2, 4, 8], col_blocks=[2, 4, 8, 16])
+#: the one-kernel sums over a leading and a trailing run: (shape, axes)
+MID_CASES = [((64, 128, 32, 32), (0, 2, 3)), ((256, 64, 56, 56), (0, 2, 3)),
+             ((64, 512, 7, 7), (0, 2, 3))]
+MID_DEFAULT, MID_GRID = 8, [2, 4, 8, 16, 32]
 
 
 def main(argv=None):
@@ -56,4 +65,35 @@ def main(argv=None):
         print(f"\n{shape} axis {axis} (target {target:.0%} of copy):")
         for bw, kw, mark, err in sorted(results, key=lambda r: -r[0]):
             print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {kw}{mark}  max err {err:.1e}")
+    mid(h, timer, copy_bw, rng)
     return 0
+
+
+def mid(h, timer, copy_bw, rng, calls=2000):
+    """Sweep ``blocks_per_sm`` of the one-kernel sum (``_plan_mid``)."""
+    for shape, axes in MID_CASES:
+        host = rng.standard_normal(shape).astype(F32)
+        xs = [h.create_from_numpy(host), h.create_from_numpy(host)]
+        rshape = tuple(n for i, n in enumerate(shape) if i not in axes)
+        out = h.allocate(rshape)
+        ref = host.astype(np.float64).sum(axes)
+        nbytes = host.nbytes + int(np.prod(rshape)) * 4
+        key = (tuple(shape), axes, int(xs[0].gpudata) % 16 == 0)
+        h.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):          # the host's time to issue a call
+            h.sum_t(xs[0], axes, out)
+        host_us = (time.perf_counter() - t0) / calls * 1e6
+        h.synchronize()
+        print(f"\n{shape} over {axes}: host issue {host_us:.1f} us per call")
+        for bps in MID_GRID:
+            # axes (0, 2, 3): the leading run ends at axis 1, the trailing starts at 2
+            h._mid_plans[key] = h._plan_mid(shape, 1, 2, key[2], blocks_per_sm=bps)
+            h.sum_t(xs[0], axes, out)
+            err = np.abs(h.get_numpy_copy(out) - ref).max() / np.abs(ref).max()
+            ms = timer.time(lambda i: h.sum_t(xs[i % 2], axes, out), inner=LOOP)
+            bw = nbytes / (ms * 1e-3)
+            mark = " (default)" if bps == MID_DEFAULT else ""
+            print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {1e3 * ms:7.1f} us  "
+                  f"blocks_per_sm={bps}{mark}  rel err {err:.1e}")
+        del h._mid_plans[key]

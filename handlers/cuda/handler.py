@@ -789,21 +789,23 @@ class PyCudaHandler(Handler):
             self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
             src = dst.reshape(tuple(shape))
 
-    def _plan_mid(self, shape, lead, trail, aligned):
+    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=8):
         """The launch of sum_mid for sum_t over axes [0, lead) and [trail,
         ndim) of ``shape`` (the conv bias gradient) in one pass: (kernel, grid,
         trailing arguments, workspace bytes, counters), or False when the
         trailing run is too long for the kernel's 32-bit indices (the caller
-        then sums one run at a time)."""
+        then sums one run at a time).  ``blocks_per_sm``, the blocks the
+        chunking aims for per multiprocessor, is the knob ``python -m
+        benchmarks sumtune`` sweeps (8: a first guess, not yet tuned)."""
         A = math.prod(shape[:lead])
         M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
         vec = self._vec if aligned and inner % self._vec == 0 else 1
         packets = inner // vec
         if packets >= 2**31:
             return False
-        # About eight blocks per multiprocessor: the rows of A are split into
-        # chunks when M columns alone cannot fill the GPU.
-        chunks = max(1, min(A, -(-(self._sms * 8) // M)))
+        # The rows of A are split into chunks when M columns alone cannot
+        # fill the GPU with blocks_per_sm blocks per multiprocessor.
+        chunks = max(1, min(A, -(-(self._sms * blocks_per_sm) // M)))
         chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
         chunks = -(-A // chunk)
         fn = self._k["sum_mid_vec" if vec > 1 else "sum_mid"]
