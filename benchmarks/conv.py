@@ -169,13 +169,15 @@ def convolutions(h, torch, checks, reps):
                              [True, True, False])
             fns["torch"] = (timers["torch"], theirs)
         ms = interleaved(fns, reps=reps, inner=1)
+        passes = _per_pass(h, torch, timers, ours_args, torch_args, reps)
         t_ours = ms["ours"]["median"]
         t_torch = ms.get("torch", {}).get("median")
         ratio = t_torch / t_ours if t_torch else float("nan")
         rows.append([name, BATCH, t_ours, _nan(t_torch), ratio,
                      "yes" if t_torch and ratio >= CONV_TARGET else "NO"])
         out.append(dict(net=name, batch=BATCH, layers=[list(c) for c in layers],
-                        ours_ms=ms["ours"], torch_ms=ms.get("torch"), torch_over_ours=ratio))
+                        ours_ms=ms["ours"], torch_ms=ms.get("torch"), torch_over_ours=ratio,
+                        passes=passes))
         d = ours_args[0]
         errors = {"ours": _conv_error([h.get_numpy_copy(d[k]) for k in ("y", "dx", "dw")],
                                       refs[0])}
@@ -194,7 +196,45 @@ def convolutions(h, torch, checks, reps):
     print(f"\nConvolution forward + backward data + backward filter, float32, batch {BATCH} "
           f"(ms per pass over the layers); target: torch/ours >= {CONV_TARGET}")
     print_table(["net", "batch", "ours ms", "torch ms", "torch/ours", "ok"], rows)
+    print("\nthe same, per layer and pass (ms, LOOP calls back to back, per call)")
+    print_table(["net", "layer", "pass", "ours ms", "torch ms", "torch/ours"],
+                [[o["net"], p["layer"], p["pass"], p["ours_ms"], _nan(p["torch_ms"]),
+                  _nan(p["torch_ms"]) / p["ours_ms"]] for o in out for p in o["passes"]])
     return out
+
+
+def _per_pass(h, torch, timers, ours_args, torch_args, reps):
+    """Each layer's three passes timed apart, ours and PyTorch's (its
+    backward passes one at a time through ``output_mask``): where a net's
+    time goes."""
+    rows = []
+    for li, d in enumerate(ours_args):
+        p = (d["pad"], d["pad"])
+        ours = {"forward": lambda i, d=d, p=p: h.conv2d_forward(d["x"], d["w"], d["y"], 1, p, 1),
+                "backward data": lambda i, d=d, p=p: h.conv2d_backward_data(
+                    d["dy"], d["w"], d["dx"], 1, p, 1),
+                "backward filter": lambda i, d=d, p=p: h.conv2d_backward_filter(
+                    d["x"], d["dy"], d["dw"], 1, p, 1)}
+        theirs = {}
+        if torch is not None:
+            t, tp = torch_args[li], [d["pad"], d["pad"]]
+            bwd = torch.ops.aten.convolution_backward
+
+            def back(mask, t=t, tp=tp):
+                return lambda i: bwd(t["dy"], t["x"], t["w"], None, [1, 1], tp, [1, 1], False,
+                                     [0, 0], 1, mask)
+            theirs = {"forward": lambda i, t=t, tp=tp: torch.nn.functional.conv2d(
+                          t["x"], t["w"], None, 1, tp, 1),
+                      "backward data": back([True, False, False]),
+                      "backward filter": back([False, True, False])}
+        for name, fn in ours.items():
+            fns = {"ours": (timers["ours"], fn)}
+            if name in theirs:
+                fns["torch"] = (timers["torch"], theirs[name])
+            ms = interleaved(fns, reps=reps, inner=LOOP)
+            rows.append(dict(layer=li, **{"pass": name}, ours_ms=ms["ours"]["median"],
+                             torch_ms=ms.get("torch", {}).get("median")))
+    return rows
 
 
 def _conv_ref(x, w, pad):
