@@ -307,17 +307,22 @@ class NumpyHandler(Handler):
     # (BLAS); the adjoint (col2im) adds each kernel tap's slice back, one
     # strided add per tap, in a fixed order (deterministic, no scatter).
     def _conv2d(self, kind, a, b, out, stride, padding, dilation):
+        # One BLAS product over a (C*R*S, N*P*Q) matrix of the input's taps
+        # (_taps); the dy side is (K, N*P*Q).
         if kind == "forward":                       # a = x, b = w
-            cols = _windows(a, b.shape[2:], out.shape[2:], stride, padding, dilation, 0.0)
-            res = np.tensordot(cols, b, axes=([1, 4, 5], [1, 2, 3]))    # (N, P, Q, K)
-            np.copyto(out, res.transpose(0, 3, 1, 2))
+            k = b.shape[0]
+            cols = _taps(a, b.shape[2:], out.shape[2:], stride, padding, dilation)
+            res = b.reshape(k, -1) @ cols.reshape(-1, cols[0, 0, 0].size)
+            np.copyto(out, res.reshape((k, a.shape[0]) + out.shape[2:]).transpose(1, 0, 2, 3))
         elif kind == "backward_filter":             # a = x, b = dy
-            cols = _windows(a, out.shape[2:], b.shape[2:], stride, padding, dilation, 0.0)
-            np.copyto(out, np.tensordot(b, cols, axes=([0, 2, 3], [0, 2, 3])))
+            cols = _taps(a, out.shape[2:], b.shape[2:], stride, padding, dilation)
+            dy = b.transpose(1, 0, 2, 3).reshape(b.shape[1], -1)
+            np.copyto(out, (dy @ cols.reshape(-1, dy.shape[1]).T).reshape(out.shape))
         else:                                       # a = dy, b = w, out = dx
-            cols = np.tensordot(a, b, axes=([1], [0]))                  # (N, P, Q, C, R, S)
-            cols = cols.transpose(0, 3, 1, 2, 4, 5)
-            _col2im(cols, out, stride, padding, dilation)
+            k = b.shape[0]
+            dy = a.transpose(1, 0, 2, 3).reshape(k, -1)
+            cols = (b.reshape(k, -1).T @ dy).reshape(b.shape[1:] + (a.shape[0],) + a.shape[2:])
+            _untap(cols, out, stride, padding, dilation)
 
     def _pool2d(self, kind, src, dst, argmax, window, stride, padding):
         if kind == "max":
@@ -344,6 +349,38 @@ class NumpyHandler(Handler):
     def _probability_mask(self, mask, p):
         self._rng.random(out=mask, dtype=self.dtype)
         np.less(mask, p, out=mask)
+
+
+def _taps(x, kernel, out_hw, stride, padding, dilation):
+    """The (C, R, S, N, P, Q) array of x's kernel taps, zero-padded:
+    element [c, r, s, n, p, q] is x[n, c, p*sh - ph + r*dh, q*sw - pw + s*dw].
+    Copied tap by tap (R*S strided copies of whole planes), which NumPy does
+    much faster than one copy of a six-axis window view with short inner axes."""
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    (r_, s_), (p, q) = kernel, out_hw
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    xt = x.transpose(1, 0, 2, 3)
+    cols = np.empty((x.shape[1], r_, s_, x.shape[0], p, q), x.dtype)
+    for i in range(r_):
+        for j in range(s_):
+            cols[:, i, j] = xt[:, :, i * dh:i * dh + sh * (p - 1) + 1:sh,
+                               j * dw:j * dw + sw * (q - 1) + 1:sw]
+    return cols
+
+
+def _untap(cols, out, stride, padding, dilation):
+    """out = the adjoint of _taps: each element of cols (C, R, S, N, P, Q)
+    added to the input element it was copied from (padding dropped)."""
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    c, r_, s_, n, p, q = cols.shape
+    h, w = out.shape[2:]
+    acc = np.zeros((c, n, h + 2 * ph, w + 2 * pw), out.dtype)
+    for i in range(r_):
+        for j in range(s_):
+            acc[:, :, i * dh:i * dh + sh * (p - 1) + 1:sh,
+                j * dw:j * dw + sw * (q - 1) + 1:sw] += cols[:, i, j]
+    np.copyto(out, acc[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3))
 
 
 def _windows(x, kernel, out_hw, stride, padding, dilation, fill):
