@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--runs N] [mxb|ops|streams|upload|train|conv|report|all] [options]``.
+"""``python -m benchmarks [--runs N] [SUITE|all] [options]``; SUITE is one of SUITES below.
 
 Each suite is a module ``benchmarks.<name>`` with ``main(argv)``; options after
 the suite name go to it (``python -m benchmarks mxb --n 500``).  A suite's
@@ -18,7 +18,8 @@ import importlib
 import importlib.util
 import sys
 
-SUITES = ("mxb", "ops", "streams", "upload", "train", "conv", "report")   # all: in this order
+# all: in this order
+SUITES = ("mxb", "ops", "streams", "upload", "train", "conv", "fusion", "report")
 TOOLS = ("sumtune", "hostcost")   # diagnostics, run by name only
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR
 
-SUITES = ("ops", "streams", "upload", "train", "mxb", "conv")
+SUITES = ("ops", "streams", "upload", "train", "mxb", "conv", "fusion")
 
 # The targets, as the suites state and judge them (see each suite's docstring).
 OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
@@ -51,6 +51,7 @@ UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinn
 CONV_BIAS = 0.85            # conv: the bias gradient >= 85% of copy, faster than torch.sum
 CONV_SPEED = 0.95           # conv: PyTorch's time / ours >= 0.95 (forward + both backward)
 ADAM_BANDWIDTH = 0.85       # conv: Adam's update >= 85% of copy
+FUSED_BANDWIDTH = 0.85      # fusion: a fused user op >= 85% of copy
 
 PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "ops": ("ops-{m}-bandwidth.png", "mxb-{m}.png"),
@@ -58,6 +59,7 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "upload": ("upload-{m}.png",),
     "train": ("train-{m}.png",),
     "conv": (),
+    "fusion": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
 }
 
@@ -192,6 +194,12 @@ def verdicts(suites):
                 int(sec["b"] < f) + int(sec["c"] < f), 2)
     if "conv" in suites:
         out.extend(conv_verdicts(suites["conv"]["results"]))
+    if "fusion" in suites:
+        r = suites["fusion"]["results"]
+        frac = r["fraction_of_copy"]
+        add("fusion", f"a fused user op (GELU and its gradient) >= {FUSED_BANDWIDTH:.0%} of copy",
+            ", ".join(f"{k} {v:.1%}" for k, v in frac.items()),
+            int(frac["ours fused"] >= FUSED_BANDWIDTH), 1)
     if "mxb" in suites:
         r = suites["mxb"]["results"]
         ratio = mxb_ratio(r)

@@ -6,11 +6,12 @@ and raises an ``ImportError`` naming what is missing when pycuda is absent.
 from .base import Handler
 from .cuda.kernel_loader import CudaError
 from .debug_handler import DebugHandler, StreamHazardError
+from .fused import FusedOp, fused_op
 from .graphs import CaptureError, Graph
 from .numpy_handler import NumpyHandler
 
-__all__ = ["CaptureError", "CudaError", "DebugHandler", "Graph", "Handler", "NumpyHandler",
-           "PyCudaHandler", "StreamHazardError"]
+__all__ = ["CaptureError", "CudaError", "DebugHandler", "FusedOp", "Graph", "Handler",
+           "NumpyHandler", "PyCudaHandler", "StreamHazardError", "fused_op"]
 
 
 def __getattr__(name):

@@ -260,6 +260,11 @@ class Handler(ABC):
             self._closed_box[0] = True
             self._close()
 
+    def _run_fused(self, op, args, kwargs):
+        """A fused op's call (``handlers.fused.FusedOp``): the checks its
+        declaration derives, then ``_fused`` on this group."""
+        return op._method(self, *args, **kwargs)
+
     def _not_capturing(self, op):
         """Raise ``CaptureError`` if a capture is in progress (``op`` waits
         for the device or allocates, which a graph cannot record)."""
@@ -593,6 +598,8 @@ _BACKEND_HOOKS = [
     ("_is_fully_finite", "is_fully_finite's work."),
     ("_fill_gaussian", "fill_gaussian's work."),
     ("_probability_mask", "generate_probability_mask's work."),
+    ("_fused", "A user-defined fused op's work: (op, *args), op a handlers.fused.FusedOp "
+               "and args its parameters in order, scalars as floats or device scalars."),
     ("_conv2d", "The conv2d ops (kind 'forward', 'backward_data', 'backward_filter'), with "
                 "stride, padding and dilation as checked pairs."),
     ("_pool2d", "The pooling ops (kind 'max', 'avg', 'max_backward', 'avg_backward'): "

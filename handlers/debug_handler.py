@@ -537,9 +537,22 @@ class DebugHandler:
         with self._shared.lock:
             return self._locked_call(name, args, kwargs)
 
+    def _run_fused(self, op, args, kwargs):
+        """A fused op's call (``handlers.fused.FusedOp``), checked like a table
+        op: its reads, writes and aliasing come from its declaration's row."""
+        def inner_op(*a, **k):
+            return self._inner._run_fused(op, a, k)
+        with self._shared.lock:
+            return self._checked(op.name, op.row, inspect.signature(op._method), inner_op,
+                                 args, kwargs)
+
     def _locked_call(self, name, args, kwargs):
-        spec = OPS[name]
-        inner_op = getattr(self._inner, name)
+        return self._checked(name, OPS[name], _SIGNATURES[name], getattr(self._inner, name),
+                             args, kwargs)
+
+    def _checked(self, name, spec, signature, inner_op, args, kwargs):
+        # The checks and tracking of one op: ``spec`` its row, ``signature``
+        # its method's (self first), ``inner_op`` the inner handler's call.
         if spec.kind == "alloc":
             a = inner_op(*args, **kwargs)
             self._shared.tracker.fresh(a)
@@ -547,10 +560,13 @@ class DebugHandler:
                 self._check_finite(name, [("result", a)], produced=True)
             return a
         try:
-            bound = _SIGNATURES[name].bind(self, *args, **kwargs).arguments
+            bound = signature.bind(self, *args, **kwargs).arguments
         except TypeError:
             return inner_op(*args, **kwargs)   # wrong arity: the handler's own TypeError
-        arrays = [(n, bound[n]) for n in spec.arrays]
+        # Device scalars given as arrays are read when the op runs: inputs too.
+        scalars = [n for n in spec.device_scalars
+                   if isinstance(bound.get(n), self._inner.array_type)]
+        arrays = [(n, bound[n]) for n in spec.arrays + tuple(scalars)]
         try:
             check_arrays(self._inner, name, *(a for _, a in arrays))
         except (TypeError, ValueError):
@@ -572,7 +588,7 @@ class DebugHandler:
             return result
 
         unread = {n for n, pred in spec.unread_if.items() if pred(bound)}
-        reads = [n for n in spec.reads if n not in unread]
+        reads = [n for n in spec.reads + tuple(scalars) if n not in unread]
         accesses = ([(n, bound[n], ranges[n], False) for n in reads]
                     + [(n, bound[n], ranges[n], True) for n in spec.writes])
         tracker = self._shared.tracker

@@ -28,7 +28,7 @@ WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_extreme_t", "_e
               "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
               "_gather_rows", "_scatter_add_rows", "_normalize_rows", "_normalize_rows_backward",
               "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask",
-              "_conv2d", "_pool2d")
+              "_conv2d", "_pool2d", "_fused")
 #: What a capture shadows on each view: the work hooks and the ordering calls.
 SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
 

@@ -234,6 +234,9 @@ class NumpyHandler(Handler):
     def _elementwise(self, op, *args):
         op.numpy(self, *args)   # the row's NumPy expression, in place
 
+    def _fused(self, op, *args):
+        op.run_numpy(self, *args)   # the declaration's program, in this dtype
+
     def _broadcast_t(self, a, axis, out):
         np.copyto(out, a)
 

@@ -739,19 +739,27 @@ def _method_source(op):
     for v, w in itertools.combinations(op.writes, 2):   # several outputs: all disjoint
         body.append(f'if self._overlaps({v}, {w}):\n'
                     f'        fail_value("{name}", "{v} must not overlap {w}")')
-    for e in op.exact:
-        body.append(f'if self._overlaps({out}, {e}) and not self._same_memory({out}, {e}):\n'
-                    f'        fail_value("{name}", "{out} must be {e} or not overlap it")')
+    for w in op.writes:   # every output (a fused op may have several)
+        for e in op.exact:
+            body.append(f'if self._overlaps({w}, {e}) and not self._same_memory({w}, {e}):\n'
+                        f'        fail_value("{name}", "{w} must be {e} or not overlap it")')
     body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
     return f"def {name}(self, {sig}):\n    " + "\n    ".join(body) + "\n"
 
 
-def _method(op):
+#: The names a made method sees besides its parameters (``_method``); a
+#: parameter must not take one of them (``handlers.fused`` checks its names).
+METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_scalar",
+                          "check_flag", "check_arrays", "check_same_shape", "fail_value", "bool"})
+
+
+def _method(op, **extra):
     """Build the public method of a row (by source, so that it has the row's
-    real signature and no per-call overhead)."""
+    real signature and no per-call overhead).  ``extra`` adds names its
+    ``call`` uses (a fused op's declaration, ``FUSED``)."""
     namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
                  "check_flag": check_flag, "check_arrays": check_arrays,
-                 "check_same_shape": check_same_shape, "fail_value": fail_value}
+                 "check_same_shape": check_same_shape, "fail_value": fail_value, **extra}
     exec(compile(_method_source(op), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     if op.kernel and op.numpy:

@@ -92,8 +92,9 @@ CONV = {"reductions": [{"op": "sum_t (0, 2, 3) [bias gradient]", "fraction_of_co
                  {"net": "ResNet", "torch_over_ours": 0.9}],
         "step": {"ratios": {"ours": 1.1, "ours, captured": 0.9}},
         "adam": {"fraction_of_copy": 0.86}}
+FUSION = {"fraction_of_copy": {"ours fused": 0.8, "ours chain": 0.1, "torch": 0.5}}
 SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB,
-                 "conv": CONV}
+                 "conv": CONV, "fusion": FUSION}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -155,6 +156,7 @@ def test_verdicts_of_known_results(results):
     assert by["conv", "conv2d forward"] == (1, 2)       # 0.9x < 0.95x
     assert by["conv", "Adam's update"] == (1, 1)
     assert by["conv", "conv-net training"] == (1, 2)
+    assert by["fusion", "a fused"] == (0, 1)            # 80% < 85%
 
 
 def test_launch_bound_needs_host_issue_above_device_time():

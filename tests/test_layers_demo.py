@@ -55,6 +55,14 @@ def test_conv_benchmark_skips_or_runs(capsys):
     assert "skipped" in out or "checks:" in out
 
 
+def test_fusion_benchmark_skips_or_runs(capsys):
+    """Without a GPU the fusion suite says it skipped; with one it runs (quick)."""
+    from benchmarks import fusion
+    assert fusion.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" in out or "of copy" in out
+
+
 def test_train_benchmark_small(capsys):
     """On a machine without a GPU the default run skips with a message; with
     ``--handler numpy`` the whole code path runs on tiny models."""

@@ -28,8 +28,8 @@ from .. import optable
 from ..base import Handler
 from ..checks import fail_type
 from . import context as cuda_context
+from . import fused_source, kernel_loader, one_call
 from . import graph as cuda_graph
-from . import kernel_loader, one_call
 from . import transfer as cuda_transfer
 from .blas import make_gemm
 
@@ -881,6 +881,29 @@ class PyCudaHandler(Handler):
     def _elementwise(self, op, *args):
         n = args[op.out].size
         self._launch(op.kernel, n, *[a if type(a) is float else a.gpudata for a in args], n)
+
+    def _fused(self, op, *args):
+        # A fused op (handlers.fused): its kernel is generated, compiled and
+        # loaded at the first call (once per process; pycuda's disk cache
+        # skips nvcc in later processes), then kept under the op in _k.
+        out = args[op.row.out]
+        n = out.size
+        if not n:
+            return
+        if op not in self._k:
+            self._k[op] = kernel_loader.source_function(
+                fused_source.kernel_source(op, self.dtype, _BLOCK),
+                fused_source.kernel_name(op, self.dtype),
+                fused_source.kernel_format(op, self.dtype))
+        values = []
+        for p, a in zip(op.params, args):
+            if p not in op.scalars:
+                values.append(a.gpudata)
+            elif type(a) is float:
+                values += (0, a)                # a number: no address
+            else:
+                values += (a.gpudata, 0.0)      # a device scalar, read by the kernel
+        self._launch(op, n, *values, n, out.shape[-1] if out.shape else 1)
 
     def _broadcast_t(self, a, axis, out):
         s = out.shape

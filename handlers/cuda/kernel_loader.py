@@ -13,6 +13,7 @@ headers) and opens libcuda at run time.  PyCudaHandler requires it
 page-locking and the cuBLAS calls of the fast path all go through it, and
 every failure of the driver or cuBLAS is a :class:`CudaError`.
 """
+import hashlib
 import importlib
 import os
 
@@ -108,16 +109,25 @@ def events():
     return Events(require())
 
 
-def cubin(name):
-    """The compiled binary of ``kernels/<name>.cu`` (nvcc through pycuda, cached)."""
-    data = _cubins.get(name)
+def compile_source(source):
+    """The compiled binary of CUDA C++ ``source`` (text): nvcc through pycuda,
+    whose disk cache skips nvcc when the same source was compiled before,
+    with ``kernels/`` on the include path.  The one compile path: the
+    ``.cu`` files and generated sources (fused ops) both come through here.
+    Cached per process by the source's hash."""
+    key = hashlib.sha256(source.encode()).hexdigest()
+    data = _cubins.get(key)
     if data is None:
         from pycuda.compiler import compile as nvcc_compile
-        with open(os.path.join(KERNEL_DIR, name + ".cu")) as f:
-            source = f.read()
-        data = _cubins[name] = nvcc_compile(source, no_extern_c=True, options=["-std=c++17"],
-                                            include_dirs=[KERNEL_DIR])
+        data = _cubins[key] = nvcc_compile(source, no_extern_c=True, options=["-std=c++17"],
+                                           include_dirs=[KERNEL_DIR])
     return data
+
+
+def cubin(name):
+    """The compiled binary of ``kernels/<name>.cu`` (see :func:`compile_source`)."""
+    with open(os.path.join(KERNEL_DIR, name + ".cu")) as f:
+        return compile_source(f.read())
 
 
 def error_name(rc):
@@ -138,6 +148,17 @@ def module(name):
     if mod is None:
         mod = _modules[name] = require().module_load(cubin(name))
     return mod
+
+
+def source_function(source, name, arg_format):
+    """Return kernel ``name`` of the CUDA source text ``source`` (a generated
+    fused op) as a ``Kernel``; the module is compiled and loaded once per
+    process and source."""
+    key = "source:" + hashlib.sha256(source.encode()).hexdigest()
+    mod = _modules.get(key)
+    if mod is None:
+        mod = _modules[key] = require().module_load(compile_source(source))
+    return Kernel(name, arg_format, handle=require().module_function(mod, name))
 
 
 def function(file, name, suffix, arg_format):

@@ -1,0 +1,478 @@
+"""User-defined fused elementwise ops: declared once, run on every handler::
+
+    from handlers import fused_op
+    gelu = fused_op("gelu", inputs="x", outputs="y",
+                    body="y = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x ** 3)))")
+    gelu(h, x, y)                 # any handler, stream-group view or DebugHandler
+
+A declaration names its inputs (arrays and scalars), its outputs and a body of
+assignments over them.  :func:`fused_op` parses the body with :mod:`ast`
+(user text is never evaluated) into a small program of SSA statements, and
+from the declaration derives everything else, as the op table does for the
+contract's ops: an :class:`handlers.optable.Op` row (so the call is validated
+by the same generated checks, and DebugHandler knows its reads and writes),
+the NumPy evaluation (here) and the CUDA kernel
+(``handlers/cuda/fused_source.py``).  Both evaluate the same program, one
+operation of the program at a time, in the handler's dtype.
+
+Why an object called with the handler, not a handler method: a declaration is
+process-wide, like a kernel, and belongs to no handler; the same object works
+on every handler, view and wrapper, and adds no names to the contract.
+
+The language (:data:`FUNCTIONS` lists the calls):
+
+* statements ``name = expr`` (and ``name += expr`` etc.), on lines or
+  separated by ``;``.  A name assigned that is not an output is a temporary;
+  a name may be assigned again (each assignment is a new value).  An output
+  read before it is first assigned reads its old contents (``y = y + x``
+  accumulates), which makes it read-and-written (``y+=`` in the table);
+* numbers, the names of inputs, scalars, outputs and earlier temporaries;
+  ``+ - * / **`` and unary ``-``; ``x ** k`` with an integer literal
+  ``|k| <= 64`` is a product of squarings (the same on both backends), any
+  other exponent is ``pow``;
+* comparisons ``< <= > >= == !=`` (chains allowed), ``and``, ``or``, ``not``
+  and ``a if c else b``: a condition is true where it is not 0, so NaN is
+  true, as in ``where_t``; comparisons give 1.0 or 0.0 and are false on NaN
+  (but ``!=``, true);
+* ``max`` and ``min`` propagate NaN (as ``maximum_tt``, ``numpy.maximum``):
+  ``max(x, 0)`` of NaN is NaN.
+
+Errors in a declaration raise ``ValueError`` naming the op and, for the body,
+the line and column.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import keyword
+import math
+import re
+
+import numpy as np
+
+from . import optable
+from .checks import fail_value
+
+__all__ = ["FUNCTIONS", "FusedOp", "OPERATIONS", "fused_op"]
+
+#: The functions a body may call, with their number of arguments.
+FUNCTIONS = {"exp": 1, "expm1": 1, "log": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
+             "sigmoid": 1, "abs": 1, "erf": 1, "max": 2, "min": 2, "where": 3}
+#: Every operation of a parsed program: the functions plus the operators.
+#: Each evaluator (NumPy below, CUDA in fused_source) implements exactly these.
+OPERATIONS = frozenset(FUNCTIONS) | {"add", "sub", "mul", "div", "neg", "pow", "ipow",
+                                     "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
+#: The largest integer exponent taken as repeated multiplication.
+MAX_INT_POWER = 64
+
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
+_COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq",
+            ast.NotEq: "ne"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# ============================================================================ the program
+class Program:
+    """A parsed body.  Expressions are tuples: ``("num", value)``,
+    ``("ref", slot)``, ``("ipow", expr, k)`` or ``(operation, *exprs)``.
+    Slots: ``"in:x"`` an array input, ``"sc:s"`` a scalar, ``"old:y"`` the
+    old contents of output y, ``"t3:u"`` the value of statement 3 (which
+    assigns u).  ``statements`` is a list of (slot, expr); ``results`` maps
+    each output to the slot of its last assignment; ``reads_old`` are the
+    outputs whose old contents are read; ``text`` the statements as source."""
+
+    def __init__(self, statements, results, reads_old, text):
+        self.statements, self.results = statements, results
+        self.reads_old, self.text = reads_old, text
+
+
+class _Parser:
+    """Turns the body's syntax tree into a :class:`Program`, checking it."""
+
+    def __init__(self, op, arrays, scalars, outputs):
+        self.op = op
+        self.env = {n: f"in:{n}" for n in arrays}
+        self.env.update({n: f"sc:{n}" for n in scalars})
+        self.inputs = set(arrays) | set(scalars)
+        self.outputs = outputs
+        self.read = set()        # inputs, scalars and old outputs read
+        self.reads_old = []
+
+    def fail(self, node, msg, hint=""):
+        where = f" at line {node.lineno}, column {node.col_offset + 1}" if node else ""
+        fail_value(self.op, f"{msg}{where}{hint}")
+
+    def parse(self, body):
+        if not isinstance(body, str):
+            fail_value(self.op, f"body must be a str, got {type(body).__name__}")
+        try:
+            tree = ast.parse(body, mode="exec")
+        except SyntaxError as e:
+            fail_value(self.op, f"syntax error in the body at line {e.lineno}, column "
+                                f"{e.offset}: {e.msg}")
+        statements, text = [], []
+        for stmt in tree.body:
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+                target, value = stmt.target, ast.BinOp(
+                    ast.Name(stmt.target.id, ast.Load()), stmt.op, stmt.value)
+                ast.copy_location(value, stmt)
+                ast.copy_location(value.left, stmt.target)
+            elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                  and isinstance(stmt.targets[0], ast.Name)):
+                target, value = stmt.targets[0], stmt.value
+            else:
+                self.fail(stmt, f"unsupported statement {type(stmt).__name__}",
+                          " (only 'name = expression')")
+            name = target.id
+            if name in self.inputs:
+                self.fail(target, f"assignment to input {name!r}")
+            self.check_name(name, target)
+            expr = self.expr(value)
+            slot = f"t{len(statements)}:{name}"
+            statements.append((slot, expr))
+            text.append(f"{name} = {ast.unparse(value)}")
+            self.env[name] = slot
+        if not statements:
+            fail_value(self.op, "the body assigns nothing")
+        results = {}
+        for out in self.outputs:
+            slot = self.env.get(out)
+            if slot is None or not slot.startswith("t"):
+                fail_value(self.op, f"output {out!r} is never assigned")
+            results[out] = slot
+        unread = [n for n in sorted(self.inputs) if n not in self.read]
+        if unread:
+            # An input the body ignores is almost always a typo, and it would
+            # still be validated and tracked as read: refuse it.
+            fail_value(self.op, f"input {unread[0]!r} is never read by the body")
+        return Program(statements, results, tuple(self.reads_old), "; ".join(text))
+
+    def check_name(self, name, node):
+        if name in FUNCTIONS or name in optable.METHOD_NAMES or not _NAME.match(name):
+            self.fail(node, f"{name!r} cannot name a value (a function name, a reserved "
+                            f"name or not an ASCII identifier)")
+
+    def ref(self, node):
+        name = node.id
+        slot = self.env.get(name)
+        if slot is None and name in self.outputs:
+            slot = self.env[name] = f"old:{name}"   # read before assigned: the old value
+            self.reads_old.append(name)
+        if slot is None:
+            self.fail(node, f"unknown name {name!r}")
+        if not slot.startswith("t"):
+            self.read.add(name)
+        return ("ref", slot)
+
+    def expr(self, node):
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                self.fail(node, f"unsupported constant {v!r} (only real numbers)")
+            return ("num", float(v))
+        if isinstance(node, ast.Name):
+            return self.ref(node)
+        if isinstance(node, ast.UnaryOp):
+            a = self.expr(node.operand)
+            if isinstance(node.op, ast.USub):
+                return ("num", -a[1]) if a[0] == "num" else ("neg", a)
+            if isinstance(node.op, ast.UAdd):
+                return a
+            if isinstance(node.op, ast.Not):
+                return ("not", a)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            a, b = self.expr(node.left), self.expr(node.right)
+            if isinstance(node.op, ast.Pow) and b[0] == "num" and b[1].is_integer() \
+                    and abs(b[1]) <= MAX_INT_POWER:
+                return ("ipow", a, int(b[1]))
+            return (_BINARY[type(node.op)], a, b)
+        if isinstance(node, ast.BoolOp):
+            kind = "and" if isinstance(node.op, ast.And) else "or"
+            values = [self.expr(v) for v in node.values]
+            result = values[0]
+            for v in values[1:]:
+                result = (kind, result, v)
+            return result
+        if isinstance(node, ast.Compare):
+            terms = [self.expr(node.left)] + [self.expr(c) for c in node.comparators]
+            result = None
+            for op, a, b in zip(node.ops, terms, terms[1:]):
+                if type(op) not in _COMPARE:
+                    self.fail(node, f"unsupported comparison {type(op).__name__}")
+                term = (_COMPARE[type(op)], a, b)
+                result = term if result is None else ("and", result, term)
+            return result
+        if isinstance(node, ast.IfExp):
+            return ("where", self.expr(node.test), self.expr(node.body), self.expr(node.orelse))
+        if isinstance(node, ast.Call):
+            fn = node.func.id if isinstance(node.func, ast.Name) else None
+            if fn not in FUNCTIONS:
+                self.fail(node, f"unknown function {ast.unparse(node.func)!r}",
+                          f" (known: {', '.join(sorted(FUNCTIONS))})")
+            if node.keywords or len(node.args) != FUNCTIONS[fn] \
+                    or any(isinstance(a, ast.Starred) for a in node.args):
+                self.fail(node, f"{fn} takes {FUNCTIONS[fn]} positional argument(s)")
+            return (fn, *(self.expr(a) for a in node.args))
+        what = type(node.op).__name__ if isinstance(node, (ast.BinOp, ast.UnaryOp)) \
+            else type(node).__name__
+        self.fail(node, f"unsupported syntax {what} in {ast.unparse(node)!r}")
+
+
+# ============================================================================ the declaration
+class FusedOp:
+    """A user-defined fused elementwise op; make one with :func:`fused_op`.
+
+    Call it as ``op(h, *arrays_and_scalars, *outputs)`` with any handler,
+    stream-group view or DebugHandler ``h``: the arguments in the declared
+    order (``inputs``, then ``outputs``).  The call validates its arguments
+    like a contract op and issues the work on ``h``'s stream group (or
+    records it, inside a capture).  Attributes: ``name``, ``params`` (the
+    call's parameters), ``inputs``, ``rows``, ``scalars``,
+    ``device_scalars``, ``outputs``, ``program`` (the parsed body), ``row``
+    (the op-table row derived from the declaration) and ``digest`` (a hash of
+    the declaration, which names its kernels).
+    """
+
+    def __init__(self, name, inputs, outputs, body):
+        if not isinstance(name, str) or not _NAME.match(name) or keyword.iskeyword(name) \
+                or name in optable.METHOD_NAMES:
+            fail_value("fused_op", f"name must be an ASCII identifier, got {name!r}")
+        self.name = name
+        tokens = _tokens(name, "inputs", inputs)
+        out_tokens = _tokens(name, "outputs", outputs)
+        if not out_tokens:
+            fail_value(name, "declares no output")
+        arrays, rows, scalars, device, params = [], [], [], [], []
+        for tok in tokens:
+            kind, n = ("scalar", tok[1:]) if tok[0] in "#$" else ("array", tok)
+            if kind == "array" and ":" in tok:
+                n, mode = tok.split(":", 1)
+                if mode != "row":
+                    fail_value(name, f"unknown input mode {mode!r} in {tok!r} (only ':row')")
+                rows.append(n)
+            _check_declared(name, n, params)
+            params.append(n)
+            if kind == "array":
+                arrays.append(n)
+            else:
+                scalars.append(n)
+                if tok[0] == "$":
+                    device.append(n)
+        for n in out_tokens:
+            _check_declared(name, n, params)
+            params.append(n)
+        self.inputs, self.rows, self.scalars = tuple(arrays), tuple(rows), tuple(scalars)
+        self.device_scalars, self.outputs = tuple(device), tuple(out_tokens)
+        self.params = tuple(params)
+        self.program = _Parser(name, arrays, scalars, out_tokens).parse(body)
+        canonical = repr((name, tokens, out_tokens, self.program.statements,
+                          self.program.results))
+        self.digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        self.row = self._row()
+        self._method = optable._method(self.row, FUSED=self)
+        self._method.__qualname__ = f"FusedOp.{name}"
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter("h", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+            + list(inspect.signature(self._method).parameters.values())[1:])
+        self.__doc__ = self.row.doc
+
+    def _row(self):
+        """The op-table row of the declaration: parameters (outputs whose old
+        value the body reads are ``+=``), the aliasing rule (an output may be
+        an input's very memory, never a partial overlap of it; outputs must
+        not overlap one another nor a device scalar) and the shape rule."""
+        tokens = []
+        for p in self.params:
+            if p in self.scalars:
+                tokens.append(("$" if p in self.device_scalars else "#") + p)
+            elif p in self.outputs:
+                tokens.append(p + ("+=" if p in self.program.reads_old else "="))
+            else:
+                tokens.append(p)
+        ins = ", ".join(self._describe(p) for p in self.params if p not in self.outputs)
+        doc = (f"Fused op {self.name}: {self.program.text}.\n\n"
+               f"Inputs: {ins or 'none'}; outputs: {', '.join(self.outputs)}, all of one "
+               f"shape.  An output "
+               f"may be an input (the same memory); a partial overlap, or outputs that "
+               f"overlap each other, raise ValueError.")
+        return optable.Op(self.name, " ".join(tokens), exact=self.inputs, shape=self._shapes,
+                          call=f"_fused(FUSED, {', '.join(self.params)})", doc=doc)
+
+    def _describe(self, p):
+        if p in self.rows:
+            return f"{p} (a row: shape (n,) or (1, n), broadcast over the last axis)"
+        if p in self.device_scalars:
+            return f"{p} (a number or a device scalar)"
+        return f"{p} (a number)" if p in self.scalars else f"{p} (the outputs' shape)"
+
+    def _shapes(self, h, *args):
+        """The shape rule (called with the parameters but host scalars)."""
+        named = dict(zip([p for p in self.params if p not in self.scalars
+                          or p in self.device_scalars], args))
+        name, first = self.name, self.outputs[0]
+        shape = tuple(named[first].shape)
+        for p in self.params:
+            if p in self.scalars:
+                value = named.get(p, 0.0)
+                if type(value) is not float:   # a device scalar: not under any output
+                    for o in self.outputs[1:]:   # (check_array_scalar checked the first)
+                        if h._overlaps(value, named[o]):
+                            fail_value(name, f"{p} must not overlap the output {o}")
+                continue
+            s = tuple(named[p].shape)
+            if p in self.rows:
+                if not shape or not (1 <= len(s) <= len(shape) and s[-1] == shape[-1]
+                                     and all(d == 1 for d in s[:-1])):
+                    n = shape[-1] if shape else "n"
+                    fail_value(name, f"row input {p} must have shape ({n},) or (1, {n}) to "
+                                     f"broadcast over {first} {shape}, got {s}")
+            elif s != shape:
+                fail_value(name, f"shapes differ: {p} {s}, {first} {shape}")
+
+    def __call__(self, h, *args, **kwargs):
+        run = getattr(h, "_run_fused", None)
+        if run is None:
+            raise TypeError(f"{self.name}: expected a handler as the first argument, got "
+                            f"{type(h).__name__}")
+        return run(self, args, kwargs)
+
+    def __repr__(self):
+        return f"<FusedOp {self.name}{self.__signature__}: {self.program.text}>"
+
+    # ------------------------------------------------------------------ NumPy
+    def run_numpy(self, h, *args):
+        """Compute the op with NumPy on ``h``'s arrays ``args`` (validated, in
+        parameter order), in ``h``'s dtype, writing the outputs in place.
+        Every value is computed before any output is written, so an output
+        that is an input's memory does not change what later statements read
+        (as in the kernel, which loads an element's inputs before it stores)."""
+        t = h.dtype.type
+        env, given = {}, set()
+        for p, a in zip(self.params, args):
+            if p in self.scalars:   # a device scalar is read now, when the op runs
+                env[f"sc:{p}"] = t(a if type(a) is float else a.reshape(-1)[0])
+                continue
+            if p in self.outputs:
+                slot, value = f"old:{p}", a
+            else:
+                slot, value = f"in:{p}", a.reshape(-1) if p in self.rows else a
+            env[slot] = value
+            given.add(id(value))
+        with np.errstate(all="ignore"):
+            for slot, expr in self.program.statements:
+                env[slot] = _evaluate(expr, env, t)
+            values = [env[self.program.results[o]] for o in self.outputs]
+            # A result that is an argument itself (y = x) is copied before any
+            # output is written, in case that output is the argument's memory.
+            values = [v.copy() if id(v) in given else v for v in values]
+        for o, v in zip(self.outputs, values):
+            np.copyto(args[self.params.index(o)], v)
+
+
+def _evaluate(expr, env, t):
+    kind = expr[0]
+    if kind == "num":
+        return t(expr[1])
+    if kind == "ref":
+        return env[expr[1]]
+    if kind == "ipow":
+        return _ipow(_evaluate(expr[1], env, t), expr[2], t)
+    return NUMPY[kind](t, *(_evaluate(e, env, t) for e in expr[1:]))
+
+
+def _ipow(x, k, t):
+    """x ** k for an integer k by squaring: the same products, in the same
+    order, as ``sh::fx::ipow`` in kernels/fused.cuh."""
+    n = abs(k)
+    if n == 0:
+        return t(1)
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else result * base
+        n >>= 1
+        if n:
+            base = base * base
+    return t(1) / result if k < 0 else result
+
+
+def _truth(t, cond):
+    return np.where(cond, t(1), t(0))
+
+
+def _erf():
+    try:
+        from scipy.special import erf
+        return lambda t, a: np.asarray(erf(a), dtype=t)
+    except ImportError:   # NumPy has no erf ufunc; the math module's, element by element
+        one = np.frompyfunc(math.erf, 1, 1)
+        return lambda t, a: np.asarray(one(a), dtype=t)
+
+
+#: The NumPy evaluation of each operation, ``(dtype.type, *operands)``; the
+#: operands are arrays or scalars of the dtype, so the arithmetic stays in it.
+NUMPY = {
+    "add": lambda t, a, b: np.add(a, b), "sub": lambda t, a, b: np.subtract(a, b),
+    "mul": lambda t, a, b: np.multiply(a, b), "div": lambda t, a, b: np.divide(a, b),
+    "neg": lambda t, a: np.negative(a), "pow": lambda t, a, b: np.power(a, b),
+    "lt": lambda t, a, b: _truth(t, a < b), "le": lambda t, a, b: _truth(t, a <= b),
+    "gt": lambda t, a, b: _truth(t, a > b), "ge": lambda t, a, b: _truth(t, a >= b),
+    "eq": lambda t, a, b: _truth(t, a == b), "ne": lambda t, a, b: _truth(t, a != b),
+    "and": lambda t, a, b: _truth(t, (a != 0) & (b != 0)),
+    "or": lambda t, a, b: _truth(t, (a != 0) | (b != 0)),
+    "not": lambda t, a: _truth(t, a == 0),
+    "where": lambda t, c, a, b: np.where(c != 0, a, b).astype(t, copy=False),
+    "max": lambda t, a, b: np.maximum(a, b), "min": lambda t, a, b: np.minimum(a, b),
+    "exp": lambda t, a: np.exp(a), "expm1": lambda t, a: np.expm1(a),
+    "log": lambda t, a: np.log(a), "log1p": lambda t, a: np.log1p(a),
+    "sqrt": lambda t, a: np.sqrt(a), "rsqrt": lambda t, a: t(1) / np.sqrt(a),
+    "tanh": lambda t, a: np.tanh(a), "abs": lambda t, a: np.abs(a),
+    # 1 / (1 + exp(-x)), as the kernel: exp overflows to inf and gives 0, never NaN.
+    "sigmoid": lambda t, a: t(1) / (t(1) + np.exp(np.negative(a))),
+    "erf": _erf(),
+}
+
+
+def _tokens(op, what, spec):
+    if isinstance(spec, str):
+        return spec.replace(",", " ").split()
+    if isinstance(spec, (list, tuple)) and all(isinstance(s, str) for s in spec):
+        return [t for s in spec for t in s.replace(",", " ").split()]
+    fail_value(op, f"{what} must be a str of names (or a list of them), got {spec!r}")
+
+
+def _check_declared(op, name, seen):
+    if not _NAME.match(name) or keyword.iskeyword(name) or name in FUNCTIONS \
+            or name in optable.METHOD_NAMES:
+        fail_value(op, f"{name!r} cannot name a parameter (a function name, a reserved name "
+                       f"or not an ASCII identifier)")
+    if name in seen:
+        fail_value(op, f"{name!r} is declared twice")
+
+
+def fused_op(name, inputs, outputs, body):
+    """Declare a fused elementwise op and return it as a :class:`FusedOp`.
+
+    Args:
+        name: an identifier; it names the op in errors and its kernels.
+        inputs: the op's inputs in call order, a str of tokens separated by
+            spaces or commas: ``x`` an array of the outputs' shape, ``b:row``
+            an array of shape (n,) or (1, n) broadcast along the last axis of
+            outputs whose last dimension is n (a bias), ``#s`` a real number
+            (fixed when a capture records the call) and ``$s`` a real number
+            or a device scalar (a one-element array of the handler, read when
+            the op runs, so a replayed graph sees its current value).
+        outputs: the output names, after the inputs in the call.
+        body: assignments computing every output (see the module docstring
+            for the language).
+
+    Raises ValueError naming the op (and the line and column in the body)
+    for an unknown name or function, unsupported syntax, an output never
+    assigned, an input never read or an assignment to an input.
+
+    The op computes on NumPy with ufuncs in the handler's dtype and on a GPU
+    with one generated kernel per declaration and dtype, compiled once per
+    process (and cached on disk by pycuda).
+    """
+    return FusedOp(name, inputs, outputs, body)

@@ -1,0 +1,482 @@
+"""User-defined fused ops (``handlers.fused_op``), per handler and dtype.
+
+References are float64 NumPy written here, independently of the evaluator in
+handlers/fused.py, on fresh random inputs; outputs are poisoned with NaN
+first.  The CUDA source generator is tested on the CPU (its text, and with
+nvcc where it is installed, that every generated kernel compiles).
+"""
+import inspect
+import math
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from handlers import CaptureError, DebugHandler, FusedOp, StreamHazardError, fused_op
+from handlers.cuda import fused_source
+from handlers.fused import FUNCTIONS, OPERATIONS
+from helpers import poisoned, rand, shape_id, upload
+
+SHAPES = [(1,), (7,), (3, 257), (2, 3, 5), (1100, 1000)]   # the last: more than 2^20
+ROW_SHAPES = [(1, 1), (4, 7), (3, 257), (2, 3, 5)]
+
+GELU = fused_op("gelu_fwd", inputs="x", outputs="y",
+                body="y = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x ** 3)))")
+SUM_DIFF = fused_op("sum_diff", inputs="a b", outputs="p q",
+                    body="s = a + b\nd = a - b\np = s * d; q = s / d")
+AFFINE = fused_op("affine", inputs="x #alpha $beta", outputs="y", body="y = alpha * x + beta")
+BIAS_RELU = fused_op("bias_relu", inputs="x b:row", outputs="y", body="y = max(x + b, 0)")
+ACCUMULATE = fused_op("accumulate", inputs="x", outputs="y", body="y += 2 * x")
+
+
+def close(h, arr, ref, scale=1):
+    """Compare the handler array ``arr`` with the float64 ``ref`` (NaN where NaN)."""
+    got = h.get_numpy_copy(arr)
+    assert got.dtype == h.dtype
+    rtol, atol = (2e-5 * scale, 2e-6 * scale) if h.dtype == np.float32 else (1e-12, 1e-13)
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=atol,
+                               equal_nan=True)
+
+
+def gelu64(x):
+    return 0.5 * x * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+# ============================================================================ results
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+def test_unary(handler, rng, shape):
+    x, x64 = upload(handler, rand(shape, rng, -4, 4))
+    y = poisoned(handler, shape)
+    GELU(handler, x, y)
+    close(handler, y, gelu64(x64))
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=shape_id)
+def test_several_outputs_and_temporaries(handler, rng, shape):
+    (a, a64), (b, b64) = upload(handler, rand(shape, rng)), upload(handler, rand(shape, rng))
+    p, q = poisoned(handler, shape), poisoned(handler, shape)
+    SUM_DIFF(handler, a, b, p, q)
+    s, d = a64 + b64, a64 - b64
+    close(handler, p, s * d)
+    close(handler, q, s / d, scale=100)   # a - b may be small: s / d amplifies rounding
+
+
+def test_scalars_host_and_device(handler, rng):
+    x, x64 = upload(handler, rand((5, 9), rng))
+    y = poisoned(handler, (5, 9))
+    AFFINE(handler, x, 1.5, -0.25, y)
+    close(handler, y, 1.5 * x64 - 0.25)
+    beta = handler.create_from_numpy(np.array([3.0]))
+    AFFINE(handler, x, np.float32(2.0), beta, y)      # a device scalar, read when run
+    close(handler, y, 2.0 * x64 + 3.0)
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("form", ["flat", "kept"])
+def test_row_broadcast(handler, rng, shape, form):
+    n = shape[-1]
+    x, x64 = upload(handler, rand(shape, rng))
+    b, b64 = upload(handler, rand((n,) if form == "flat" else (1, n), rng))
+    y = poisoned(handler, shape)
+    BIAS_RELU(handler, x, b, y)
+    close(handler, y, np.maximum(x64 + b64.reshape(n), 0))
+
+
+def test_accumulating_output_reads_its_old_value(handler, rng):
+    assert ACCUMULATE.row.reads == ("x", "y") and ACCUMULATE.row.writes == ("y",)
+    (x, x64), (y, y64) = upload(handler, rand((4, 6), rng)), upload(handler, rand((4, 6), rng))
+    ACCUMULATE(handler, x, y)
+    close(handler, y, y64 + 2 * x64)
+
+
+def test_comparisons_logic_and_where(handler, rng):
+    op = fused_op("logic", "a b", "lt le gt ge eq ne both either neither pick chain", """
+lt = a < b; le = a <= b; gt = a > b; ge = a >= b; eq = a == b; ne = a != b
+both = a > 0 and b > 0; either = a > 0 or b > 0; neither = not (a > 0 or b > 0)
+pick = where(a - b, a, 2 * b)
+chain = 1 if -0.5 < a <= b else -1
+""")
+    av = rand((6, 11), rng)
+    bv = np.where(rng.random((6, 11)) < 0.2, av, rand((6, 11), rng))   # some equal pairs
+    (a, a64), (b, b64) = upload(handler, av), upload(handler, bv)
+    outs = [poisoned(handler, (6, 11)) for _ in op.outputs]
+    op(handler, a, b, *outs)
+    f = lambda c: c.astype(np.float64)   # noqa: E731
+    want = [f(a64 < b64), f(a64 <= b64), f(a64 > b64), f(a64 >= b64), f(a64 == b64),
+            f(a64 != b64), f((a64 > 0) & (b64 > 0)), f((a64 > 0) | (b64 > 0)),
+            f(~((a64 > 0) | (b64 > 0))), np.where(a64 != b64, a64, 2 * b64),
+            np.where((-0.5 < a64) & (a64 <= b64), 1.0, -1.0)]
+    for name, out, w in zip(op.outputs, outs, want):
+        np.testing.assert_array_equal(handler.get_numpy_copy(out).astype(np.float64), w,
+                                      err_msg=name)
+
+
+# float64 references of every function, and the input range each is tested on
+REFERENCES = {
+    "exp": (np.exp, (-5, 5)), "expm1": (np.expm1, (-1, 1)), "log": (np.log, (0.1, 5)),
+    "log1p": (np.log1p, (-0.5, 2)), "sqrt": (np.sqrt, (0.1, 5)),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), (0.1, 5)), "tanh": (np.tanh, (-3, 3)),
+    "sigmoid": (lambda x: 1 / (1 + np.exp(-x)), (-6, 6)), "abs": (np.abs, (-2, 2)),
+    "erf": (lambda x: np.vectorize(math.erf)(x), (-2, 2)),
+}
+
+
+@pytest.mark.parametrize("fn", sorted(REFERENCES))
+def test_each_function(handler, rng, fn):
+    ref, (lo, hi) = REFERENCES[fn]
+    op = fused_op(f"f_{fn}", "x", "y", f"y = {fn}(x)")
+    x, x64 = upload(handler, rand((3, 33), rng, lo, hi))
+    y = poisoned(handler, (3, 33))
+    op(handler, x, y)
+    close(handler, y, ref(x64), scale=2)
+
+
+def test_every_function_has_a_test():
+    assert set(REFERENCES) | {"max", "min", "where"} == set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("expr, ref", [
+    ("x ** 2", lambda x: x * x), ("x ** 3", lambda x: x ** 3), ("x ** -2", lambda x: x ** -2.0),
+    ("x ** 0", lambda x: np.ones_like(x)), ("x ** 7.0", lambda x: x ** 7),
+    ("x ** 2.5", lambda x: x ** 2.5), ("2 ** x", lambda x: 2.0 ** x),
+    ("-x ** 2", lambda x: -(x * x)), ("min(x, 1.25) / max(x, 0.5)",
+                                      lambda x: np.minimum(x, 1.25) / np.maximum(x, 0.5)),
+    ("1e300 * 1e300 * 0 + x", lambda x: x * np.nan),    # inf * 0 = NaN, in either dtype
+])
+def test_powers_and_constants(handler, rng, expr, ref):
+    op = fused_op("power", "x", "y", f"y = {expr}")
+    x, x64 = upload(handler, rand((4, 5), rng, 0.5, 2))
+    y = poisoned(handler, (4, 5))
+    op(handler, x, y)
+    close(handler, y, ref(x64), scale=4)
+
+
+def test_nan_and_inf_propagate(handler):
+    op = fused_op("edges", "x", "mx mn w gt ne e s p",
+                  "mx = max(x, 0); mn = min(0, x); w = where(x, 1, 2); gt = x > 0; "
+                  "ne = x != x; e = exp(x); s = sigmoid(x); p = x ** 2")
+    xv = np.array([np.nan, np.inf, -np.inf, 0.0, -1.0, 1000.0])
+    x, _ = upload(handler, xv)
+    outs = [poisoned(handler, xv.shape) for _ in op.outputs]
+    op(handler, x, *outs)
+    got = {n: handler.get_numpy_copy(o).astype(np.float64) for n, o in zip(op.outputs, outs)}
+    nan, inf = np.nan, np.inf
+    want = {"mx": [nan, inf, 0, 0, 0, 1000], "mn": [nan, 0, -inf, 0, -1, 0],
+            "w": [1, 1, 1, 2, 1, 1], "gt": [0, 1, 0, 0, 0, 1], "ne": [1, 0, 0, 0, 0, 0],
+            "e": [nan, inf, 0, 1, math.exp(-1), inf], "s": [nan, 1, 0, 0.5, 1 / (1 + math.e), 1],
+            "p": [nan, inf, inf, 0, 1, 1e6]}
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-6, equal_nan=True, err_msg=name)
+
+
+def test_float32_arithmetic_stays_float32(make_handler, handler_id):
+    # 1 + 2^-30 rounds to 1 in float32: a float64 intermediate would keep it.
+    h = make_handler(handler_id, dtype=np.float32)
+    op = fused_op("rounding", "x", "y", "y = (x + 9.313225746154785e-10) - x")
+    x = h.create_from_numpy(np.ones(8))
+    y = poisoned(h, (8,))
+    op(h, x, y)
+    assert (h.get_numpy_copy(y) == 0).all()
+
+
+# ============================================================================ aliasing
+def test_output_may_be_an_input(handler, rng):
+    (a, a64), (b, b64) = upload(handler, rand((5, 8), rng)), upload(handler, rand((5, 8), rng))
+    SUM_DIFF(handler, a, b, a, b)          # both outputs over the inputs: all read first
+    s, d = a64 + b64, a64 - b64
+    close(handler, a, s * d)
+    close(handler, b, s / d, scale=100)
+    x, x64 = upload(handler, rand((40,), rng))
+    same = handler.reshape_t(x, (5, 8))    # the same memory through another array object
+    y = poisoned(handler, (40,))
+    copy = fused_op("copy_twice", "x", "y z", "y = x; z = x")
+    copy(handler, x, handler.reshape_t(y, (40,)), handler.reshape_t(same, (40,)))
+    close(handler, y, x64)
+    close(handler, x, x64)
+
+
+def test_partial_overlaps_raise_and_write_nothing(handler, rng):
+    buf, buf64 = upload(handler, rand((12,), rng))
+    x, y = handler.view_t(buf, 0, (8,)), handler.view_t(buf, 2, (8,))
+    with pytest.raises(ValueError, match="gelu_fwd: y must be x or not overlap it"):
+        GELU(handler, x, y)
+    p, q = handler.view_t(buf, 0, (6,)), handler.view_t(buf, 4, (6,))
+    a, b = upload(handler, rand((6,), rng))[0], upload(handler, rand((6,), rng))[0]
+    with pytest.raises(ValueError, match="sum_diff: p must not overlap q"):
+        SUM_DIFF(handler, a, b, p, q)
+    with pytest.raises(ValueError, match="sum_diff: p must not overlap q"):
+        SUM_DIFF(handler, a, b, p, p)
+    ys, beta = upload(handler, rand((6,), rng))[0], None
+    beta = handler.view_t(ys, 0, (1,))
+    with pytest.raises(ValueError, match="affine: beta must not overlap"):
+        AFFINE(handler, a, 1.0, beta, ys)
+    np.testing.assert_array_equal(handler.get_numpy_copy(buf).astype(np.float64), buf64)
+
+
+# ============================================================================ bad calls
+def test_bad_calls(handler, rng):
+    x, _ = upload(handler, rand((3, 4), rng))
+    y = poisoned(handler, (3, 4))
+    with pytest.raises(ValueError, match=r"gelu_fwd: shapes differ: x \(3, 4\), y \(4, 3\)"):
+        GELU(handler, x, poisoned(handler, (4, 3)))
+    with pytest.raises(ValueError, match=r"bias_relu: row input b must have shape \(4,\) or "
+                                         r"\(1, 4\)"):
+        BIAS_RELU(handler, x, poisoned(handler, (3, 4)), y)
+    with pytest.raises(ValueError, match="row input b"):
+        BIAS_RELU(handler, x, poisoned(handler, (1, 3)), y)
+    with pytest.raises(TypeError, match="gelu_fwd: expected dtype"):
+        GELU(handler, x, handler.create_from_numpy(np.zeros((3, 4))).astype(
+            np.float64 if handler.dtype == np.float32 else np.float32))
+    with pytest.raises(TypeError, match="gelu_fwd"):
+        GELU(handler, [1.0, 2.0], y)
+    with pytest.raises(TypeError, match="affine: alpha must be a real number"):
+        AFFINE(handler, x, "2", 1.0, y)
+    with pytest.raises(TypeError):
+        GELU(handler, x)                               # missing the output
+    with pytest.raises(TypeError, match="gelu_fwd: expected a handler"):
+        GELU(x, x, y)
+    assert np.isnan(handler.get_numpy_copy(y)).all()   # nothing written
+
+
+def test_keyword_arguments_and_signature():
+    assert str(inspect.signature(AFFINE)) == "(h, x, alpha, beta, y)"
+    assert isinstance(AFFINE, FusedOp) and "alpha * x + beta" in AFFINE.__doc__
+    assert AFFINE.row.scalars == ("alpha", "beta") and AFFINE.row.device_scalars == ("beta",)
+
+
+def test_keywords_work(handler, rng):
+    x, x64 = upload(handler, rand((2, 3), rng))
+    y = poisoned(handler, (2, 3))
+    AFFINE(handler, x, beta=1.0, alpha=2.0, y=y)
+    close(handler, y, 2 * x64 + 1)
+
+
+# ============================================================================ declarations
+@pytest.mark.parametrize("inputs, outputs, body, message", [
+    ("x", "y", "y = x + z", r"unknown name 'z' at line 1, column 9"),
+    ("x", "y", "y = foo(x)", r"unknown function 'foo' at line 1, column 5"),
+    ("x", "y", "y = x[0]", r"unsupported syntax Subscript"),
+    ("x", "y", "y = x.real", r"unsupported syntax Attribute"),
+    ("x", "y", "y = x // 2", r"unsupported syntax FloorDiv"),
+    ("x", "y", "y = 'a'", r"unsupported constant 'a'"),
+    ("x", "y", "y = x\nif x: y = 1", r"unsupported statement If at line 2"),
+    ("x", "y", "y = (lambda: x)()", r"unknown function"),
+    ("x", "y z", "y = x", r"output 'z' is never assigned"),
+    ("x b", "y", "y = x", r"input 'b' is never read"),
+    ("x #s", "y", "y = x", r"input 's' is never read"),
+    ("x", "y", "x = 1; y = x", r"assignment to input 'x' at line 1, column 1"),
+    ("x", "y", "y = max(x)", r"max takes 2 positional argument\(s\)"),
+    ("x", "y", "y = exp(x=x)", r"exp takes 1"),
+    ("x", "y", "y = x +", r"syntax error in the body at line 1"),
+    ("x", "y", "", r"the body assigns nothing"),
+    ("x x", "y", "y = x", r"'x' is declared twice"),
+    ("x", "x", "x = 1", r"'x' is declared twice"),
+    ("exp", "y", "y = 1", r"'exp' cannot name a parameter"),
+    ("self", "y", "y = self", r"'self' cannot name a parameter"),
+    ("x:col", "y", "y = x", r"unknown input mode 'col'"),
+    ("x", "", "y = x", r"declares no output"),
+    ("x", "y", "tanh = x; y = tanh", r"'tanh' cannot name a value"),
+    ("x", "y", "y, z = x, x", r"unsupported statement"),
+    ("x", "y", "y = 1 < x is x", r"unsupported comparison Is"),
+])
+def test_bad_declarations(inputs, outputs, body, message):
+    with pytest.raises(ValueError, match="^bad: " + message):
+        fused_op("bad", inputs=inputs, outputs=outputs, body=body)
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="fused_op: name must be an ASCII identifier"):
+        fused_op("not ok", "x", "y", "y = x")
+    with pytest.raises(ValueError, match="fused_op: name"):
+        fused_op("class", "x", "y", "y = x")
+    with pytest.raises(ValueError, match="inputs must be a str"):
+        fused_op("op", 3, "y", "y = 1")
+
+
+def test_digest_follows_the_program_not_the_text():
+    a = fused_op("d", "x", "y", "y = x*2  # double")
+    b = fused_op("d", "x", "y", "\ny = (x * 2)\n")
+    c = fused_op("d", "x", "y", "y = x * 3")
+    assert a.digest == b.digest != c.digest
+
+
+# ============================================================================ streams, graphs
+def test_capture_replays_bit_for_bit(make_handler, handler_id, rng):
+    eager, captured = make_handler(handler_id), make_handler(handler_id)
+    xv, bv = rand((6, 10), rng), rand((10,), rng)
+
+    def step(h, x, b, y, z, beta):
+        BIAS_RELU(h, x, b, y)
+        AFFINE(h, y, 0.5, beta, z)
+        ACCUMULATE(h, z, y)
+
+    def arrays(h):
+        return (h.create_from_numpy(xv), h.create_from_numpy(bv), poisoned(h, (6, 10)),
+                poisoned(h, (6, 10)), h.create_from_numpy(np.array([1.0])))
+    ea, ca = arrays(eager), arrays(captured)
+    with captured.capture() as g:
+        step(captured, *ca)
+    assert np.isnan(captured.get_numpy_copy(ca[2])).all()   # recorded, not run
+    for beta in (1.0, -2.0):
+        eager.set_from_numpy(ea[4], np.array([beta]))
+        captured.set_from_numpy(ca[4], np.array([beta]))   # a device scalar: seen by replay
+        step(eager, *ea)
+        g.replay()
+        for e, c in zip(ea[2:4], ca[2:4]):
+            np.testing.assert_array_equal(captured.get_numpy_copy(c), eager.get_numpy_copy(e))
+    assert g.ops == 3
+
+
+def test_on_a_stream_group(handler, rng):
+    h1 = handler.with_streams(min(1, handler.num_stream_groups - 1))
+    x, x64 = upload(handler, rand((3, 5), rng))
+    y = poisoned(handler, (3, 5))
+    GELU(h1, x, y)
+    handler.wait_for(h1)
+    close(handler, y, gelu64(x64))
+
+
+def test_capture_refuses_an_unforked_group(handler, rng):
+    if handler.num_stream_groups < 2:
+        pytest.skip("needs 2 stream groups")
+    x = upload(handler, rand((3,), rng))[0]
+    y = poisoned(handler, (3,))
+    with pytest.raises(CaptureError, match="gelu_fwd: stream group 1"):
+        with handler.capture():
+            GELU(handler.with_streams(1), x, y)
+
+
+# ============================================================================ DebugHandler
+def test_debug_handler_tracks_reads_and_writes(handler, rng):
+    if handler.num_stream_groups < 3:
+        pytest.skip("needs 3 stream groups")
+    debug = DebugHandler(handler)
+    d1, d2 = debug.with_streams(1), debug.with_streams(2)
+    x, x64 = upload(handler, rand((3, 5), rng))
+    y = poisoned(handler, (3, 5))
+    GELU(d1, x, y)
+    with pytest.raises(StreamHazardError, match="gelu_fwd on stream group 2: read-after-write"):
+        GELU(d2, y, x)
+    d2.wait_for(d1)
+    beta = handler.create_from_numpy(np.array([0.5]))
+    AFFINE(d1, x, 1.0, beta, y)          # a device scalar is a read too
+    with pytest.raises(StreamHazardError, match="write-after-read .* by affine"):
+        debug.with_streams(2).fill(beta, 1.0)
+    debug.synchronize_all_streams()
+    close(handler, y, x64 + 0.5)
+
+
+def test_debug_handler_aliasing_and_finite(handler, rng):
+    debug = DebugHandler(handler, check_finite=True)
+    buf = upload(handler, rand((12,), rng))[0]
+    with pytest.raises(ValueError, match="partially overlaps"):
+        GELU(debug, handler.view_t(buf, 0, (8,)), handler.view_t(buf, 2, (8,)))
+    x = upload(handler, rand((4,), rng, 0.5, 1))[0]
+    y = upload(handler, rand((4,), rng))[0]
+    before = handler.get_numpy_copy(y)
+    log_neg = fused_op("log_neg", "x", "y", "y = log(-x)")
+    with pytest.raises(FloatingPointError, match="log_neg on stream group 0 produced NaN"):
+        log_neg(debug, x, y)
+    np.testing.assert_array_equal(handler.get_numpy_copy(y), before)   # put back
+    GELU(debug, x, y)
+    assert "y" in GELU.row.describe() and "reads x" in GELU.row.describe()
+
+
+# ============================================================================ CUDA source
+def signature_codes(source):
+    """Launch codes of the generated kernel's parameters, read from its text."""
+    params = re.search(r"__launch_bounds__\(\d+\) \w+\(\s*(.*?)\)\s*\{", source, re.S).group(1)
+    codes = {"const T*": "P", "T*": "P", "T": None, "long long": "q"}
+    out = ""
+    for p in params.split(","):
+        kind = p.strip().rsplit(" ", 1)[0]
+        out += codes[kind] or "T"
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_generated_source(dtype):
+    src = fused_source.kernel_source(AFFINE, dtype, 256)
+    ctype, code = ("float", "f") if dtype == np.float32 else ("double", "d")
+    name = fused_source.kernel_name(AFFINE, dtype)
+    assert name == f"fused_affine_{AFFINE.digest}_{'f32' if code == 'f' else 'f64'}"
+    assert f'extern "C" __global__ void __launch_bounds__(256) {name}(' in src
+    assert f"using T = {ctype};" in src and '#include "fused.cuh"' in src
+    assert "const T s_beta = sp_beta ? *sp_beta : sv_beta;" in src
+    assert "const T t0_y = ((s_alpha * v_x) + s_beta);" in src
+    assert "out_y[e] = r.y;" in src and "long long n, long long cols" in src
+    fmt = fused_source.kernel_format(AFFINE, dtype)
+    assert fmt == f"PP{code}P{code}Pqq"
+    assert signature_codes(src).replace("T", code) == fmt
+    gelu = fused_source.kernel_source(GELU, dtype, 256)
+    lit = "0.5f" if dtype == np.float32 else "0.5"
+    assert f"({lit} * v_x)" in gelu and "dm::tanh(" in gelu and "fx::ipow<3>(v_x)" in gelu
+    assert "in_b[c.d0]" in fused_source.kernel_source(BIAS_RELU, dtype, 256)
+    assert "const T o_y = out_y[e];" in fused_source.kernel_source(ACCUMULATE, dtype, 256)
+
+
+def test_literals_round_as_numpy():
+    assert fused_source.literal(0.1, np.float32) == "0.10000000149011612f"
+    assert float(fused_source.literal(0.1, np.float32)[:-1]) == float(np.float32(0.1))
+    assert fused_source.literal(0.1, np.float64) == "0.1"
+    assert fused_source.literal(float("inf"), np.float32) == "dm::infinity<T>()"
+
+
+def test_every_operation_has_a_cuda_form():
+    assert set(fused_source.CUDA) == OPERATIONS
+
+
+EVERYTHING = fused_op(
+    "everything", "x b:row #s $d", "y z",
+    "u = exp(x) + expm1(x) + log(abs(x)) + log1p(abs(x)) + sqrt(abs(x)) + rsqrt(abs(x))\n"
+    "u += tanh(x) + sigmoid(x) + erf(x) + max(x, b) + min(x, s) + where(x, b, d)\n"
+    "y = u ** 2 + u ** -3 + u ** 0.5 - -u / d\n"
+    "z = (x < b) + (x <= b) + (x > b) + (x >= b) + (x == b) + (x != b) + "
+    "(x and b) + (x or b) + (not x) + (1e999 if x else -1e999) + z")
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op", [GELU, SUM_DIFF, AFFINE, BIAS_RELU, ACCUMULATE, EVERYTHING],
+                         ids=lambda op: op.name)
+def test_generated_source_compiles(op, dtype, tmp_path):
+    """As tests/test_kernels_compile.py for the .cu files: nvcc accepts the
+    generated kernel, and a float kernel does no double arithmetic."""
+    src = tmp_path / "fused.cu"
+    src.write_text(fused_source.kernel_source(op, dtype, 256))
+    kernels = fused_source.__file__.rsplit("/", 1)[0] + "/kernels"
+    ptx = tmp_path / "fused.ptx"
+    cmd = [NVCC, "-arch=sm_90", "-std=c++17", "-I", kernels, "-ptx", "-o", str(ptx), str(src)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"nvcc failed:\n{result.stderr}\n{src.read_text()}"
+    text = ptx.read_text()
+    assert fused_source.kernel_name(op, dtype) in text
+    if dtype == np.float32:
+        assert ".f64" not in text, "the float kernel computes in double somewhere"
+
+
+def test_compile_source_is_cached_per_source(monkeypatch):
+    """Generated sources go through kernel_loader's one compile path (pycuda's
+    compiler, kernels/ on the include path), once per process and source."""
+    import sys
+    import types
+
+    from handlers.cuda import kernel_loader
+    calls = []
+
+    def fake_compile(source, **kw):
+        calls.append((source, kw))
+        return b"cubin"
+    compiler = types.SimpleNamespace(compile=fake_compile)
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.compiler", compiler)
+    monkeypatch.setattr(kernel_loader, "_cubins", {})
+    src = fused_source.kernel_source(GELU, np.float32, 256)
+    assert kernel_loader.compile_source(src) == b"cubin"
+    assert kernel_loader.compile_source(src) == b"cubin"
+    assert len(calls) == 1
+    assert calls[0][1]["include_dirs"] == [kernel_loader.KERNEL_DIR]
+    assert calls[0][1]["no_extern_c"] is True
