@@ -4,30 +4,72 @@ Layout, chosen so that every array an op touches is contiguous (handler ops
 take contiguous arrays only, and there is no strided view):
 
 * weights per gate k in (i, f, g, o): ``Wx[k]`` (F, H), ``Wh[k]`` (H, H),
-  ``b[k]`` (1, H);
+  ``b[k]`` (1, H), stored as ``Wx`` (4, F, H), ``Wh`` (4, H, H), ``b`` (4, 1, H);
 * gate buffer ``A`` (4, T, B, H): ``A[k]`` is the gate over all steps, a
   (T*B, H) matrix, and ``A[k, t]`` the gate at one step, a (B, H) matrix.
 
-With gates side by side in one (B, 4H) matrix a step would be one gemm instead
-of four, but the elementwise ops could not address one gate.
+Each step is two device calls forward and two backward, whatever H:
 
-Forward: the input projection of all steps is one gemm per gate, then each
-step adds ``h[t-1] @ Wh[k]`` and applies the gate functions.  Backward runs the
-recurrence back in time for the gate gradients ``dA``; then the weight
-gradients of the four gates are eight independent gemms and four bias sums over
-the whole sequence, issued on stream groups 1, 2, 3, ... while group 0 computes
-the input gradient.  The events around them order them after ``dA`` and the
-later work (the optimizer) after them.
+* forward: the input projection of all steps is one batched product (``x``
+  shared by the four gates' ``Wx[k]``); then per step one batched product
+  ``R = h[t-1] @ Wh`` (4, B, H) and one fused kernel (:data:`STEP`) that adds
+  the projections and the bias, applies the four gate functions, and writes the
+  gates (kept in ``A`` for backward), the cell state, its tanh and the hidden
+  state;
+* backward: per step one fused kernel (:data:`STEP_BACK`) that sums dL/dh from
+  the output and from step t+1, and writes the four gate gradients (into
+  ``dA`` for the weight gradients and into a (4, B, H) step buffer ``D``) and
+  dL/dc of the step before; then one batched product ``P = D @ Wh^T``, the
+  four parts of dL/dh[t-1] that the next kernel sums.
+
+The weight gradients are then three ops over the whole sequence (one batched
+product each for ``Wx`` and ``Wh``, one sum for ``b``) on stream groups 1, 2
+and 3 while group 0 computes the input gradient; events order them after
+``dA`` and the later work (the optimizer) after them.
 """
 from types import SimpleNamespace
+
+from handlers.fused import fused_op
 
 from . import init
 from .base import Layer
 from .params import index, view
 
 GATES = "ifgo"
-#: handler op of each gate's nonlinearity
-_GATE_OP = {"i": "sigmoid", "f": "sigmoid", "g": "tanh", "o": "sigmoid"}
+
+#: One forward step: gate pre-activations are the input projection x*, the
+#: recurrent part r* and the bias b*; cp is the previous cell state.
+STEP = fused_op(
+    "lstm_step", inputs="xi xf xg xo ri rf rg ro bi:row bf:row bg:row bo:row cp",
+    outputs="i f g o c tc hh", body="""
+i = sigmoid(xi + ri + bi)
+f = sigmoid(xf + rf + bf)
+g = tanh(xg + rg + bg)
+o = sigmoid(xo + ro + bo)
+c = f * cp + i * g
+tc = tanh(c)
+hh = o * tc
+""")
+
+#: One backward step: dy is dL/dh[t] from the output, p0..p3 its four parts
+#: from step t+1, dcn dL/dc[t] from step t+1; i f g o tc are the step's
+#: activations, cp the previous cell state.  The gate gradients are written
+#: twice (to dA[k, t] as a*, to the step buffer D as d*).
+STEP_BACK = fused_op(
+    "lstm_step_back", inputs="dy p0 p1 p2 p3 dcn i f g o tc cp",
+    outputs="ai af ag ao d0 d1 d2 d3 dcp", body="""
+dh = dy + p0 + p1 + p2 + p3
+dc = dcn + dh * o * (1 - tc * tc)
+ai = dc * g * i * (1 - i)
+af = dc * cp * f * (1 - f)
+ag = dc * i * (1 - g * g)
+ao = dh * tc * o * (1 - o)
+d0 = ai
+d1 = af
+d2 = ag
+d3 = ao
+dcp = dc * f
+""")
 
 
 class LSTM(Layer):
@@ -62,30 +104,33 @@ class LSTM(Layer):
 
     # ------------------------------------------------------------------ views
     def _param_views(self):
-        """Per-gate views of the parameters and gradients (made once)."""
-        h = self.h
-        return self.cached("params", lambda: SimpleNamespace(**{
-            name: [index(h, store[key], k) for k in range(4)]
-            for name, store, key in (("Wx", self.params, "Wx"), ("Wh", self.params, "Wh"),
-                                     ("b", self.params, "b"), ("dWx", self.grads, "Wx"),
-                                     ("dWh", self.grads, "Wh"), ("db", self.grads, "b"))}))
+        """Per-gate views of the parameters (made once)."""
+        h, H = self.h, self.n_hidden
+        return self.cached("params", lambda: SimpleNamespace(
+            Wx=[index(h, self.params["Wx"], k) for k in range(4)],
+            b=[index(h, self.params["b"], k) for k in range(4)],
+            db2=view(h, self.grads["b"], 0, (4, H))))
 
     def _bufs(self, T, B):
         """Buffers and their per-gate / per-step views for sequences (T, B)."""
         def build():
             h, F, H = self.h, self.n_in, self.n_hidden
-            A = h.allocate((4, T, B, H))       # gate activations (pre-activations at first)
+            A = h.allocate((4, T, B, H))       # gate activations (projections at first)
             dA = h.allocate((4, T, B, H))      # gradients of the gate pre-activations
             C = h.zeros((T + 1, B, H))         # cell states, C[0] = initial state 0
             Hs = h.zeros((T + 1, B, H))        # hidden states, Hs[0] = initial state 0
             TC = h.allocate((T, B, H))         # tanh of the cell states
+            R = h.allocate((4, B, H))          # the recurrent products of one step
+            D = h.allocate((4, B, H))          # the gate gradients of one step
+            P = h.zeros((4, B, H))             # the parts of dL/dh from the step after
+            zero = h.zeros((B, H))
             dX = h.allocate((T, B, F))
-            b = SimpleNamespace(
-                A=A, C=C, Hs=Hs, TC=TC, dX=dX,
-                dh=h.allocate((B, H)), dc=h.allocate((B, H)), tmp=h.allocate((B, H)),
-                dY_seq=None,
-                # whole-sequence matrices, for the gemms over all steps
-                A2=[view(h, A, k * T * B * H, (T * B, H)) for k in range(4)],
+            return SimpleNamespace(
+                A=A, C=C, Hs=Hs, TC=TC, R=R, D=D, P=P, zero=zero, dX=dX,
+                dc=h.allocate((B, H)), dY_seq=None,
+                # whole-sequence views, for the products over all steps
+                A3=view(h, A, 0, (4, T * B, H)),
+                dA3=view(h, dA, 0, (4, T * B, H)),
                 dA2=[view(h, dA, k * T * B * H, (T * B, H)) for k in range(4)],
                 Hprev2=view(h, Hs, 0, (T * B, H)),             # h[-1] .. h[T-2]
                 Y=view(h, Hs, B * H, (T, B, H)),               # h[0] .. h[T-1]
@@ -96,11 +141,13 @@ class LSTM(Layer):
                     for t in range(T)],
                 dAt=[[view(h, dA, (k * T + t) * B * H, (B, H)) for k in range(4)]
                      for t in range(T)],
+                Rk=[index(h, R, k) for k in range(4)],
+                Dk=[index(h, D, k) for k in range(4)],
+                Pk=[index(h, P, k) for k in range(4)],
                 Ct=[index(h, C, t) for t in range(T + 1)],
                 Ht=[index(h, Hs, t) for t in range(T + 1)],
                 TCt=[index(h, TC, t) for t in range(T)],
             )
-            return b
         return self.cached((T, B), build)
 
     # ---------------------------------------------------------------- forward
@@ -111,24 +158,15 @@ class LSTM(Layer):
         p = self._param_views()
         b = self._bufs(T, B)
         x2 = view(h, x, 0, (T * B, self.n_in))
-        for k in range(4):   # input projections of all steps at once, plus bias
-            h.dot_mm(x2, p.Wx[k], b.A2[k])
-            h.add_mv(b.A2[k], p.b[k], b.A2[k])
+        h.dot_mm(x2, self.params["Wx"], b.A3)      # input projections of all steps and gates
         for t in range(T):
             a = b.At[t]
-            if t > 0:        # h[-1] is 0: skip the recurrent gemms of the first step
-                for k in range(4):
-                    h.dot_add_mm(b.Ht[t], p.Wh[k], a[k])
-            for k, g in enumerate(GATES):
-                getattr(h, _GATE_OP[g])(a[k], a[k])     # in place: A keeps activations
-            i, f, g, o = a
-            if t == 0:                                  # c' = 0: c = i * g
-                h.mult_tt(i, g, b.Ct[1])
+            if t > 0:          # h[-1] is 0: the first step has no recurrent product
+                h.dot_mm(b.Ht[t], self.params["Wh"], b.R)
+                r = b.Rk
             else:
-                h.mult_tt(f, b.Ct[t], b.Ct[t + 1])      # c = f * c'
-                h.mult_add_tt(i, g, b.Ct[t + 1])        #   + i * g
-            h.tanh(b.Ct[t + 1], b.TCt[t])
-            h.mult_tt(o, b.TCt[t], b.Ht[t + 1])         # h = o * tanh(c)
+                r = [b.zero] * 4
+            STEP(h, *a, *r, *p.b, b.Ct[t], *a, b.Ct[t + 1], b.TCt[t], b.Ht[t + 1])
         self._x2, self._b, self._T, self._B = x2, b, T, B
         return b.Y if self.return_sequences else b.last
 
@@ -138,59 +176,42 @@ class LSTM(Layer):
         want = (T, self._B, self.n_hidden) if self.return_sequences else (self._B, self.n_hidden)
         if dy.shape != want:
             raise ValueError(f"{self!r}: dy must have the output's shape {want}, got {dy.shape}")
-        p = self._param_views()
         if self.return_sequences:
             dys = [index(h, dy, t) for t in range(T)] if b.dY_seq is not dy else b.dys
             b.dY_seq, b.dys = dy, dys
         for t in range(T - 1, -1, -1):
-            a, da = b.At[t], b.dAt[t]
-            i, f, g, o = a
-            # dL/dh[t]: from the output at t (sequences) and from step t+1
-            if t == T - 1:
-                dh = dys[t] if self.return_sequences else dy
+            last = t == T - 1
+            if self.return_sequences:
+                dy_t = dys[t]
             else:
-                dh = b.dh
-                if self.return_sequences:
-                    h.add_tt(dh, dys[t], dh)
-            h.mult_tt(dh, b.TCt[t], b.tmp)                 # do = dh * tanh(c)
-            h.sigmoid_deriv(o, o, b.tmp, da[3])
-            h.mult_tt(dh, o, b.tmp)                        # dc += dh * o * (1 - tanh(c)^2)
-            if t == T - 1:                                 # dc starts here
-                h.tanh_deriv(b.TCt[t], b.TCt[t], b.tmp, b.dc)
-            else:
-                h.tanh_deriv(b.TCt[t], b.TCt[t], b.tmp, b.tmp)
-                h.add_tt(b.dc, b.tmp, b.dc)
-            h.mult_tt(b.dc, g, b.tmp)                      # di = dc * g
-            h.sigmoid_deriv(i, i, b.tmp, da[0])
-            h.mult_tt(b.dc, i, b.tmp)                      # dg = dc * i
-            h.tanh_deriv(g, g, b.tmp, da[2])
-            h.mult_tt(b.dc, b.Ct[t], b.tmp)                # df = dc * c'
-            h.sigmoid_deriv(f, f, b.tmp, da[1])
+                dy_t = dy if last else b.zero
+            parts = [b.zero] * 4 if last else b.Pk     # dL/dh[t] from step t+1
+            dcn = b.zero if last else b.dc              # dL/dc[t] from step t+1
+            STEP_BACK(h, dy_t, *parts, dcn, *b.At[t], b.TCt[t], b.Ct[t],
+                      *b.dAt[t], *b.Dk, b.dc)
             if t > 0:
-                h.mult_tt(b.dc, f, b.dc)                   # dc' = dc * f
-                h.dot_mm(da[0], p.Wh[0], b.dh, transb=True)    # dh' = sum_k dA_k Wh_k^T
-                for k in range(1, 4):
-                    h.dot_add_mm(da[k], p.Wh[k], b.dh, transb=True)
-        self._weight_gradients(p, b)
+                h.dot_mm(b.D, self.params["Wh"], b.P, transb=True)   # parts of dL/dh[t-1]
+        self._weight_gradients(self._param_views(), b)
         if not self.input_grad:
             return None
         return b.dX
 
     def _weight_gradients(self, p, b):
-        """Weight and bias gradients of the four gates on side stream groups,
-        the input gradient on group 0 meanwhile; group 0 then waits for them."""
+        """Weight and bias gradients on side stream groups, the input
+        gradient on group 0 meanwhile; group 0 then waits for them."""
         h = self.h
         n = h.num_stream_groups
         ready = h.record_event()          # dA is complete on group 0
+        work = [lambda g: g.dot_mm(self._x2, b.dA3, self.grads["Wx"], transa=True),   # x^T dA
+                lambda g: g.dot_mm(b.Hprev2, b.dA3, self.grads["Wh"], transa=True),   # h'^T dA
+                lambda g: g.sum_t(b.dA3, 1, p.db2)]                                   # over T, B
         sides = {}
-        for k in range(4):
+        for k, fn in enumerate(work):
             g = h.with_streams(1 + k % (n - 1)) if n > 1 else h
             if g.group not in sides:
                 g.wait_event(ready)
                 sides[g.group] = g
-            g.dot_mm(self._x2, b.dA2[k], p.dWx[k], transa=True)     # dWx = x^T dA
-            g.dot_mm(b.Hprev2, b.dA2[k], p.dWh[k], transa=True)     # dWh = h_prev^T dA
-            g.sum_t(b.dA2[k], 0, p.db[k])                           # db = sum over T, B
+            fn(g)
         if self.input_grad:
             h.dot_mm(b.dA2[0], p.Wx[0], b.dX2, transb=True)         # dx = sum_k dA_k Wx_k^T
             for k in range(1, 4):
