@@ -45,6 +45,7 @@ STREAMS_GAIN = 1.3          # ... and >= 1.3x faster where one gemm leaves the G
 STREAMS_CAPTURED = 1.02     # streams: four groups captured at most 2% slower than one captured
 GRAPH_MLP = 0.80            # train: MLP captured <= 0.80 x PyTorch's graphed step
 GRAPH_LSTM = 0.90           # train: LSTM captured <= 0.90 x PyTorch's graphed cell
+CUDNN_LSTM = "torch.nn.LSTM (cuDNN)"   # train: issue 20's peer for the captured LSTM step
 REPLAY_HOST_US = 10.0       # train: host time to replay a captured step <= 10 us
 UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
 UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
@@ -274,6 +275,17 @@ def graph_verdicts(res):
                             result=f"{cap['ms']:.3f} ms, {ratio:.3f}x {best} "
                                    f"({torch[best]['ms']:.3f} ms)",
                             met=int(ratio <= target), total=1))
+        cudnn = torch.get(CUDNN_LSTM)
+        if model == "lstm" and cudnn is not None:   # issue 20: the fused LSTM against cuDNN's
+            for lab, what in ((CUDNN_LSTM, "eager"), (CUDNN_LSTM + ", graphed", "graphed")):
+                if lab in torch:
+                    ratio = cap["ms"] / torch[lab]["ms"]
+                    out.append(dict(
+                        suite="train", target=f"LSTM captured <= 1.0x cuDNN's torch.nn.LSTM "
+                                              f"{what}" + (" (stretch)" if what == "graphed"
+                                                           else ""),
+                        result=f"{cap['ms']:.3f} ms, {ratio:.3f}x ({torch[lab]['ms']:.3f} ms)",
+                        met=int(ratio <= 1.0), total=1))
         if cap.get("host_issue_ms") is not None:
             us = cap["host_issue_ms"] * 1e3
             out.append(dict(suite="train",

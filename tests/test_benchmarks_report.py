@@ -78,6 +78,7 @@ TRAIN = {"device": "Test GPU", "models": {"mlp": {
                       "device_ms": 3.0},
     "torch": {"PyTorch eager, graphed": {"ms": 3.5, "samples_per_s": 1143.0},
               "nn.LSTMCell loop, graphed": {"ms": 2.0, "samples_per_s": 2000.0},
+              "torch.nn.LSTM (cuDNN)": {"ms": 3.2, "samples_per_s": 1250.0},
               "torch.nn.LSTM (cuDNN), graphed": {"ms": 1.0, "samples_per_s": 4000.0}}}}}
 MXB = {"n": 8, "iters": 10, "dtype": "float32", "target_numpy_ratio": 1.1,
        "rows": [{"handler": "plain NumPy", "seconds": spread([1.0, 1.0]), "ratio_to_numpy": 1.0},
@@ -147,6 +148,9 @@ def test_verdicts_of_known_results(results):
     assert "nn.LSTMCell loop, graphed" in next(
         v["result"] for v in got if v["target"].startswith("LSTM captured"))
     assert by["train", "LSTM host"] == (0, 1)
+    cudnn = {v["target"]: v["met"] for v in got if "cuDNN's" in v["target"]}
+    assert cudnn == {"LSTM captured <= 1.0x cuDNN's torch.nn.LSTM eager": 1,     # 3.0 <= 3.2
+                     "LSTM captured <= 1.0x cuDNN's torch.nn.LSTM graphed (stretch)": 0}
     assert by["upload", "(b) prefetch"] == (1, 1)       # 0.105 <= 1.10 x B = 0.11
     assert by["upload", "(c) prefetch"] == (0, 1)       # 0.3 > 1.25 x max(0.1, 10 x 0.02)
     assert by["upload", "(b) and"] == (1, 2)           # (b) 0.105 < (f) 0.2 < (c) 0.3
