@@ -338,8 +338,8 @@ class NumpyHandler(Handler):
         elif kind == "avg_backward":
             counts = _pool_counts(dst.shape[2:], src.shape[2:], window, stride, padding)
             scaled = (src / counts)[:, :, :, :, None, None]
-            _col2im(np.broadcast_to(scaled, src.shape + tuple(window)), dst, stride, padding,
-                    (1, 1))
+            cols = np.broadcast_to(scaled, src.shape + tuple(window))    # (N, C, P, Q, R, S)
+            _untap(cols.transpose(1, 4, 5, 0, 2, 3), dst, stride, padding, (1, 1))
         else:
             _maxpool_backward(argmax, src, dst, window, stride, padding)
 
@@ -374,7 +374,8 @@ def _taps(x, kernel, out_hw, stride, padding, dilation):
 
 def _untap(cols, out, stride, padding, dilation):
     """out = the adjoint of _taps: each element of cols (C, R, S, N, P, Q)
-    added to the input element it was copied from (padding dropped)."""
+    added to the input element it was copied from (padding dropped).  Also
+    average pooling's backward (its cols a broadcast view)."""
     (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
     c, r_, s_, n, p, q = cols.shape
     h, w = out.shape[2:]
@@ -397,20 +398,6 @@ def _windows(x, kernel, out_hw, stride, padding, dilation, fill):
     span = (dh * (r - 1) + 1, dw * (s - 1) + 1)
     v = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
     return v[:, :, :sh * (p - 1) + 1:sh, :sw * (q - 1) + 1:sw, ::dh, ::dw]
-
-
-def _col2im(cols, out, stride, padding, dilation):
-    """out = the adjoint of _windows: each element of cols (N, C, P, Q, R, S)
-    added to the input element its window reads (padding dropped)."""
-    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
-    n, c, p, q, r, s = cols.shape
-    h, w = out.shape[2:]
-    acc = np.zeros((n, c, h + 2 * ph, w + 2 * pw), out.dtype)
-    for i in range(r):
-        for j in range(s):
-            acc[:, :, i * dh:i * dh + sh * (p - 1) + 1:sh,
-                j * dw:j * dw + sw * (q - 1) + 1:sw] += cols[:, :, :, :, i, j]
-    np.copyto(out, acc[:, :, ph:ph + h, pw:pw + w])
 
 
 def _pool_counts(in_hw, out_hw, window, stride, padding):
