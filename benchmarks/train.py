@@ -103,11 +103,14 @@ BUSY_N = 4096
 CHECK_TOL = 1e-3
 OURS = "ours"
 OURS_CAPTURED = "ours, captured"
+#: the LSTM layer before issue 20's fusion (benchmarks/unfused_lstm.py), eager
+OURS_UNFUSED = "ours, unfused LSTM"
 
 
 # -------------------------------------------------------------------- models
-def build(h, model, cfg, seed=0):
-    """(network, host batches (x, y) x 2, samples per step) of ``model``."""
+def build(h, model, cfg, seed=0, lstm=LSTM):
+    """(network, host batches (x, y) x 2, samples per step) of ``model``
+    (``lstm``: the LSTM layer class)."""
     rng = np.random.default_rng(seed)
     if model == "mlp":
         s = cfg["sizes"]
@@ -120,7 +123,7 @@ def build(h, model, cfg, seed=0):
         classes = s[-1]
     else:
         T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
-        layers = [LSTM(F, H, return_sequences=False), FullyConnected(H, cfg["classes"])]
+        layers = [lstm(F, H, return_sequences=False), FullyConnected(H, cfg["classes"])]
         n = B
         xs = [rng.standard_normal((T, B, F)) for _ in range(2)]
         classes = cfg["classes"]
@@ -633,6 +636,12 @@ def main(argv=None):
         cases, sides = {OURS: (timer, step)}, {}
         if gpu:
             sides[OURS] = our_side(h, step)
+        if model == "lstm":   # the same-run baseline of issue 20's eager target
+            from benchmarks.unfused_lstm import UnfusedLSTM
+            fn = handler_step(h, build(h, model, cfg, lstm=UnfusedLSTM)[0], batches)
+            cases[OURS_UNFUSED] = (timer, fn)
+            if gpu:
+                sides[OURS_UNFUSED] = our_side(h, fn)
         if gpu and args.graphs:
             fn = our_captured(h, handler_step(h, build(h, model, cfg)[0], batches))
             sides[OURS_CAPTURED] = our_side(h, fn)
@@ -659,9 +668,11 @@ def main(argv=None):
         entry = {"config": cfg, "samples": n, "ops_per_step": len(ops), "ours": figs[OURS]}
         if OURS_CAPTURED in figs:
             entry["ours_captured"] = figs[OURS_CAPTURED]
+        if OURS_UNFUSED in figs:
+            entry["ours_unfused"] = figs[OURS_UNFUSED]
         if torch is not None:
             entry["torch"] = {lab: f for lab, f in figs.items()
-                              if lab not in (OURS, OURS_CAPTURED)}
+                              if lab not in (OURS, OURS_CAPTURED, OURS_UNFUSED)}
         if sides:
             entry["issue_steps"] = k
 
@@ -669,7 +680,8 @@ def main(argv=None):
         for lab, f in figs.items():
             t = med(f["ms"])
             name = {OURS: type(h).__name__,
-                    OURS_CAPTURED: type(h).__name__ + ", captured"}.get(lab, lab)
+                    OURS_CAPTURED: type(h).__name__ + ", captured",
+                    OURS_UNFUSED: type(h).__name__ + ", unfused LSTM"}.get(lab, lab)
             if "host_issue_ms" in f:
                 hi, dv = med(f["host_issue_ms"]), med(f["device_ms"])
                 verdict = "launch-bound" if hi > dv else "device-bound"

@@ -533,6 +533,27 @@ class Handler(ABC):
         """True if the memory of arrays ``a`` and ``b`` may overlap."""
 
     @abstractmethod
+    def _span(self, a):
+        """(first byte, end byte) of the C-contiguous array ``a``'s memory;
+        (0, 0) for an empty array, which overlaps nothing."""
+
+    def _check_overlaps(self, op, names, disjoint, exact, *arrays):
+        """The overlap rules of an op with many of them (the made methods of
+        ``handlers.optable`` call this beyond a few rules): ``arrays`` named
+        ``names``; ``disjoint`` index pairs must not overlap at all, ``exact``
+        pairs may overlap only as the very same memory.  Raises ValueError
+        naming the first broken rule."""
+        spans = [self._span(a) for a in arrays]
+        for i, j in disjoint:
+            (a0, a1), (b0, b1) = spans[i], spans[j]
+            if a0 < b1 and b0 < a1:
+                fail_value(op, f"{names[i]} must not overlap {names[j]}")
+        for i, j in exact:
+            (a0, a1), (b0, b1) = spans[i], spans[j]
+            if a0 < b1 and b0 < a1 and (a0 != b0 or a1 != b1):
+                fail_value(op, f"{names[i]} must be {names[j]} or not overlap it")
+
+    @abstractmethod
     def _same_memory(self, a, b):
         """True if ``a`` and ``b`` (C-contiguous) are the very same memory:
         same start and same size, whether or not they are one object."""

@@ -125,6 +125,12 @@ class NumpyHandler(Handler):
     def _overlaps(self, a, b):
         return np.may_share_memory(a, b)
 
+    def _span(self, a):
+        if not a.size:
+            return 0, 0
+        start = a.__array_interface__["data"][0]
+        return start, start + a.nbytes
+
     def _same_memory(self, a, b):
         return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
                           and a.nbytes == b.nbytes)

@@ -732,20 +732,30 @@ def _method_source(op):
         args = ", ".join(p for p in op.params
                          if p not in op.scalars or p in op.device_scalars)
         body.append(f"{op.gives + ' = ' if op.gives else ''}OP.shape(self, {args})")
-    for w in op.writes:
-        for d in op.disjoint:
+    disjoint = [(w, d) for w in op.writes for d in op.disjoint]
+    disjoint += itertools.combinations(op.writes, 2)     # several outputs: all disjoint
+    exact = [(w, e) for w in op.writes for e in op.exact]   # every output (fused ops: several)
+    if len(disjoint) + len(exact) <= _INLINE_OVERLAP_CHECKS:
+        for w, d in disjoint:
             body.append(f'if self._overlaps({w}, {d}):\n'
                         f'        fail_value("{name}", "{w} must not overlap {d}")')
-    for v, w in itertools.combinations(op.writes, 2):   # several outputs: all disjoint
-        body.append(f'if self._overlaps({v}, {w}):\n'
-                    f'        fail_value("{name}", "{v} must not overlap {w}")')
-    for w in op.writes:   # every output (a fused op may have several)
-        for e in op.exact:
+        for w, e in exact:
             body.append(f'if self._overlaps({w}, {e}) and not self._same_memory({w}, {e}):\n'
                         f'        fail_value("{name}", "{w} must be {e} or not overlap it")')
+    else:   # many rules (fused ops): each array's memory range taken once
+        names = tuple(p for p in op.params if p in op.arrays)
+        at = {p: i for i, p in enumerate(names)}
+        pairs = [tuple((at[a], at[b]) for a, b in rule) for rule in (disjoint, exact)]
+        body.append(f'self._check_overlaps("{name}", {names!r}, {tuple(pairs[0])!r}, '
+                    f'{tuple(pairs[1])!r}, {", ".join(names)})')
     body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
     return f"def {name}(self, {sig}):\n    " + "\n    ".join(body) + "\n"
 
+
+#: Up to this many overlap rules are checked inline, pair by pair (the common
+#: ops: one or two rules, no call); more go to one ``Handler._check_overlaps``
+#: call that takes each array's memory range once (a fused LSTM step has 112).
+_INLINE_OVERLAP_CHECKS = 6
 
 #: The names a made method sees besides its parameters (``_method``); a
 #: parameter must not take one of them (``handlers.fused`` checks its names).

@@ -114,6 +114,7 @@ def test_work_hooks_cover_numpy_handler():
     not_work = {"_record_event", "_wait_event", "_synchronize", "_synchronize_all",
                 "_transfer", "_pin", "_empty_pinned", "_copy_async", "_allocate",
                 "_set_from_numpy", "_wrap", "_get_numpy_copy", "_overlaps", "_same_memory",
+                "_span",
                 "_is_fully_finite", "_scratch", "_add_product", "_valid_index"}
     hooks = {name for name, value in vars(NumpyHandler).items()
              if callable(value) and name.startswith("_") and not name.startswith("__")}

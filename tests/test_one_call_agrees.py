@@ -143,6 +143,7 @@ class _Recorder(Handler):
             self.launched = (kernel, self._grid(n), _packed(kernel, args, self.dtype.itemsize))
 
     _overlaps, _same_memory = PyCudaHandler._overlaps, PyCudaHandler._same_memory
+    _span = PyCudaHandler._span
 
 
 def _stub(name):

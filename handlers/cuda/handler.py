@@ -551,6 +551,12 @@ class PyCudaHandler(Handler):
         pa, pb = int(a.gpudata), int(b.gpudata)
         return pa < pb + b.nbytes and pb < pa + a.nbytes
 
+    def _span(self, a):
+        if not a.size:
+            return 0, 0
+        start = int(a.gpudata)
+        return start, start + a.nbytes
+
     def _same_memory(self, a, b):
         return a is b or (a.nbytes == b.nbytes and
                           (not a.size or int(a.gpudata) == int(b.gpudata)))
