@@ -329,3 +329,23 @@ def test_lstm_forward_against_a_float64_loop(handler, rng, shape):
     ref = _lstm_reference(x, got["Wx"], got["Wh"], got["b"])
     tol = 1e-12 if np.dtype(handler.dtype) == np.float64 else 2e-5
     np.testing.assert_allclose(y, ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("return_sequences", [True, False])
+def test_fused_lstm_equals_the_unfused_layer(handler, rng, return_sequences):
+    """The fused-step LSTM (issue 20) gives the loss and every gradient of the
+    layer it replaced, kept as benchmarks/unfused_lstm.py, to float tolerance."""
+    from benchmarks.unfused_lstm import UnfusedLSTM
+    x = handler.create_from_numpy(rng.standard_normal((6, 4, 5)))
+    shape = (6, 4, 3) if return_sequences else (4, 3)
+    t = handler.create_from_numpy(rng.standard_normal(shape))
+    got = []
+    for cls in (LSTM, UnfusedLSTM):
+        net = Sequential(handler, [cls(5, 7, return_sequences=return_sequences),
+                                   FullyConnected(7, 3)], SquaredError(), seed=3,
+                         input_grad=True)
+        loss = handler.get_numpy_copy(net.train_step(x, t))
+        got.append((loss, handler.get_numpy_copy(net.parameters.grads)))
+    tol = 1e-12 if np.dtype(handler.dtype) == np.float64 else 1e-5
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=tol, atol=tol)
+    np.testing.assert_allclose(got[0][1], got[1][1], rtol=tol, atol=tol * 10)
