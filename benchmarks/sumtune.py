@@ -88,7 +88,7 @@ def mid(h, timer, copy_bw, rng, calls=2000):
         print(f"\n{shape} over {axes}: host issue {host_us:.1f} us per call")
         for bps in MID_GRID:
             # axes (0, 2, 3): the leading run ends at axis 1, the trailing starts at 2
-            h._mid_plans[key] = h._plan_mid(shape, 1, 2, key[2], blocks_per_sm=bps)
+            h._sum_plans[key] = h._plan_mid(shape, 1, 2, key[2], blocks_per_sm=bps)
             h.sum_t(xs[0], axes, out)
             err = np.abs(h.get_numpy_copy(out) - ref).max() / np.abs(ref).max()
             ms = timer.time(lambda i: h.sum_t(xs[i % 2], axes, out), inner=LOOP)
@@ -96,4 +96,4 @@ def mid(h, timer, copy_bw, rng, calls=2000):
             mark = " (default)" if bps == MID_DEFAULT else ""
             print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {1e3 * ms:7.1f} us  "
                   f"blocks_per_sm={bps}{mark}  rel err {err:.1e}")
-        del h._mid_plans[key]
+        del h._sum_plans[key]

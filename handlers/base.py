@@ -550,13 +550,13 @@ class Handler(ABC):
                 fail_value(op, f"{names[i]} must not overlap {names[j]}")
         for i, j in exact:
             (a0, a1), (b0, b1) = spans[i], spans[j]
-            if a0 < b1 and b0 < a1 and (a0 != b0 or a1 != b1):
+            if a0 < b1 and b0 < a1 and spans[i] != spans[j]:
                 fail_value(op, f"{names[i]} must be {names[j]} or not overlap it")
 
-    @abstractmethod
     def _same_memory(self, a, b):
         """True if ``a`` and ``b`` (C-contiguous) are the very same memory:
         same start and same size, whether or not they are one object."""
+        return a is b or self._span(a) == self._span(b)
 
     @abstractmethod
     def _elementwise(self, op, *args):

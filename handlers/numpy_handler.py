@@ -131,10 +131,6 @@ class NumpyHandler(Handler):
         start = a.__array_interface__["data"][0]
         return start, start + a.nbytes
 
-    def _same_memory(self, a, b):
-        return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                          and a.nbytes == b.nbytes)
-
     # BLAS ------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
         if out.ndim == 3:   # a batch of products: matmul broadcasts a shared 2-D operand
@@ -312,12 +308,11 @@ class NumpyHandler(Handler):
         return np.isfinite(a).all()
 
     # convolution and pooling --------------------------------------------------
-    # im2col as a strided view of the zero-padded input, then one tensordot
-    # (BLAS); the adjoint (col2im) adds each kernel tap's slice back, one
-    # strided add per tap, in a fixed order (deterministic, no scatter).
+    # im2col tap by tap (_taps), then one BLAS product per pass; the adjoint
+    # (_untap) adds each kernel tap's slice back, one strided add per tap, in
+    # a fixed order (deterministic, no scatter).
     def _conv2d(self, kind, a, b, out, stride, padding, dilation):
-        # One BLAS product over a (C*R*S, N*P*Q) matrix of the input's taps
-        # (_taps); the dy side is (K, N*P*Q).
+        # The taps form a (C*R*S, N*P*Q) matrix; the dy side is (K, N*P*Q).
         if kind == "forward":                       # a = x, b = w
             k = b.shape[0]
             cols = _taps(a, b.shape[2:], out.shape[2:], stride, padding, dilation)

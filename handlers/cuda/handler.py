@@ -326,7 +326,6 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
-        self._mid_plans = {}   # sum_t over a leading and a trailing run: _plan_mid
         self._conv_plans = {}    # (kind, shapes, params) -> (cuDNN plan, workspace bytes, algo)
         self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
         self._grids = {}         # elements -> blocks, for _grid
@@ -557,10 +556,6 @@ class PyCudaHandler(Handler):
         start = int(a.gpudata)
         return start, start + a.nbytes
 
-    def _same_memory(self, a, b):
-        return a is b or (a.nbytes == b.nbytes and
-                          (not a.size or int(a.gpudata) == int(b.gpudata)))
-
     # BLAS ---------------------------------------------------------------------
     def _dot(self, a, b, out, transa, transb, beta):
         _enter()
@@ -595,24 +590,18 @@ class PyCudaHandler(Handler):
             if beta == 0.0:
                 self._fill(out, 0.0)
             return
-        lda, ldb = a.shape[-1], b.shape[-1]
         if len(b.shape) == 2 and not transa:
             # A stack of untransposed a times one shared b is one tall product,
-            # (batch * m, k) @ op(b), in C order: a single plain GEMM.
-            rows = batch * m
-            if rows * n <= _SMALL_GEMM_OUT and k <= _SMALL_GEMM_K:
-                self._run(self._k["small_gemm"], -(-rows * n // _BLOCK), a.gpudata, b.gpudata,
-                          out.gpudata, rows, n, k, False, transb, beta != 0.0)
-            else:
-                self._slot.gemm(int(transb), 0, n, rows, k, 1.0, b.gpudata, ldb, a.gpudata, lda,
-                                beta, out.gpudata, n)
-            return
+            # (batch * m, k) @ op(b), in C order: the 2-D path (and its choice
+            # of kernel) on 2-D views.
+            return self._dot(a.reshape(batch * m, k), b, out.reshape(batch * m, n), False,
+                             transb, beta)
         # As in _dot, each row-major product is the column-major op(b_i)^T op(a_i)^T:
         # operands swapped, flags kept.  Matrix i of an operand starts stride * i
         # elements in; a 2-D operand has stride 0, the same matrix for every i.
         self._slot.gemm.batched(int(transb), int(transa), n, m, k, 1.0,
-                                b.gpudata, ldb, k * n if len(b.shape) == 3 else 0,
-                                a.gpudata, lda, m * k if len(a.shape) == 3 else 0,
+                                b.gpudata, b.shape[-1], k * n if len(b.shape) == 3 else 0,
+                                a.gpudata, a.shape[-1], m * k if len(a.shape) == 3 else 0,
                                 beta, out.gpudata, n, m * n, batch)
 
     def _axpby(self, alpha, x, beta, y):
@@ -733,6 +722,11 @@ class PyCudaHandler(Handler):
         plan = self._sum_plans.get(key)
         if plan is None:
             plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
+        self._run_sum(plan, a, out)
+
+    def _run_sum(self, plan, a, out):
+        """Launch a sum planned by _plan_sum or _plan_mid: (launch, zero,
+        workspace elements, counters)."""
         first, zero, ws_elems, counters = plan
         if first is None:          # nothing to add up
             if zero:
@@ -770,20 +764,13 @@ class PyCudaHandler(Handler):
                 runs.append([ax, ax + 1])
         if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
             _enter()
-            key = (a.shape, axes, int(a.gpudata) % 16 == 0)
-            plan = self._mid_plans.get(key)
+            key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
+            plan = self._sum_plans.get(key)
             if plan is None:
-                plan = self._mid_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
+                plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
                                                              key[2])
             if plan:
-                fn, grid, args, ws_bytes, counters = plan
-                ws = cnt = 0
-                if counters:
-                    ws = self._slot.workspace(ws_bytes)
-                    cnt = self._slot.counters(counters)
-                _launch_kernel(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
-                               out.gpudata, cnt, *args)
-                return
+                return self._run_sum(plan, a, out)
         src = a
         for i, (lo, hi) in enumerate(reversed(runs)):
             merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
@@ -796,11 +783,10 @@ class PyCudaHandler(Handler):
             src = dst.reshape(tuple(shape))
 
     def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=8):
-        """The launch of sum_mid for sum_t over axes [0, lead) and [trail,
-        ndim) of ``shape`` (the conv bias gradient) in one pass: (kernel, grid,
-        trailing arguments, workspace bytes, counters), or False when the
-        trailing run is too long for the kernel's 32-bit indices (the caller
-        then sums one run at a time).  ``blocks_per_sm``, the blocks the
+        """The plan of sum_mid for sum_t over axes [0, lead) and [trail, ndim)
+        of ``shape`` (the conv bias gradient) in one pass, as _plan_sum's, or
+        False when the trailing run is too long for the kernel's 32-bit
+        indices (the caller then sums one run at a time).  ``blocks_per_sm``, the blocks the
         chunking aims for per multiprocessor, is the knob ``python -m
         benchmarks sumtune`` sweeps (8: a first guess, not yet tuned)."""
         A = math.prod(shape[:lead])
@@ -816,8 +802,8 @@ class PyCudaHandler(Handler):
         chunks = -(-A // chunk)
         fn = self._k["sum_mid_vec" if vec > 1 else "sum_mid"]
         grid = max(1, min(M * chunks, self._sms * 32))
-        ws_bytes = M * chunks * self.dtype.itemsize if chunks > 1 else 0
-        return fn, grid, (A, M, inner, chunk, chunks), ws_bytes, M if chunks > 1 else 0
+        first = (fn, grid, (A, M, inner, chunk, chunks))
+        return (first, False, M * chunks, M) if chunks > 1 else (first, False, 0, 0)
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
         """Choose kernel, grid and chunking for a sum over the middle axis of
