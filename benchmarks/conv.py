@@ -33,9 +33,9 @@ import numpy as np
 
 from benchmarks.common import Run, check_line, derive, gpu_name, print_table, rel_error
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
+from benchmarks.ops import LOOP, copy_spread
 
 F32 = np.float32
-LOOP = 10
 BIAS_TARGET, CONV_TARGET, ADAM_TARGET = 0.85, 0.95, 0.85
 #: float32 convolutions against float64: cuDNN's heuristics may choose FFT or
 #: Winograd algorithms (for PyTorch too), which lose more bits than a direct sum
@@ -48,17 +48,6 @@ BATCH = 64
 
 def _nan(x):
     return float("nan") if x is None else x
-
-
-def _copy_bw(h, n, reps):
-    """Device-to-device copy bandwidth of ``n`` float32 elements, bytes/s."""
-    import pycuda.driver as drv
-    src, dst = h.allocate((n,)), h.allocate((n,))
-    h.fill(src, 1.0)
-    ms = EventTimer("pycuda", h.stream).measure(
-        lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata, src.nbytes, h.stream),
-        reps=reps, inner=LOOP)
-    return derive(ms, lambda t: 2 * src.nbytes / (t * 1e-3))["median"]
 
 
 def _timers(h, torch):
@@ -411,7 +400,7 @@ def main(argv=None):
     reps = 5 if args.quick else 15
     checks = []
     results = {"gpu": run.device, "checks": checks}
-    copy_bw = _copy_bw(h, 1 << 25, reps)
+    copy_bw = copy_spread(h, 1 << 25, reps)["median"]
     results["copy_Bps"] = copy_bw
     results["reductions"] = reductions(h, torch, copy_bw, checks, reps)
     results["conv"] = convolutions(h, torch, checks, reps)

@@ -20,9 +20,9 @@ import numpy as np
 
 from benchmarks.common import Run, check_line, derive, gpu_name, print_table, rel_error
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
+from benchmarks.ops import LOOP, copy_spread
 
 F32 = np.float32
-LOOP = 10
 TARGET = 0.85
 C0, C1 = 0.7978845608028654, 0.044715     # sqrt(2/pi), the cubic's coefficient
 
@@ -120,13 +120,7 @@ def main(argv=None):
     what = f"GELU and its gradient on {n} elements"
     checks.append({"what": what, "errors": errors, "tol": 1e-5,
                    "ok": check_line(what, errors, 1e-5)})
-    import pycuda.driver as drv
-    src, dst = h.allocate((n,)), h.allocate((n,))
-    h.fill(src, 1.0)
-    copy_ms = ours.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata,
-                                                           src.nbytes, h.stream),
-                           reps=reps, inner=LOOP)["median"]
-    copy_bw = 2 * src.nbytes / (copy_ms * 1e-3)
+    copy_bw = copy_spread(h, n, reps)["median"]
     ms = interleaved(fns, reps=reps, inner=LOOP)
     nbytes = 4 * 4 * n
     bps = {k: derive(v, lambda t: nbytes / (t * 1e-3)) for k, v in ms.items()}

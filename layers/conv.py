@@ -7,6 +7,8 @@ Each is a thin layer over the contract's ops (``conv2d_forward``,
 (N, C, H, W); ``Flatten`` turns the last one's output into the (N, features)
 rows a ``FullyConnected`` layer takes.
 """
+from handlers.shape_rules import conv_out_size
+
 from . import init
 from .base import Layer
 from .params import view
@@ -19,10 +21,6 @@ def _pair(value, name, owner, low):
         raise ValueError(f"{owner}: {name} must be an int or a pair of ints >= {low}, "
                          f"got {value!r}")
     return pair
-
-
-def _out_size(size, k, stride, pad, dil=1):
-    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
 
 class Conv2D(Layer):
@@ -66,8 +64,8 @@ class Conv2D(Layer):
     def output_shape(self, shape):
         """The output shape for an input of ``shape`` (N, C, H, W)."""
         n, _, hgt, wid = shape
-        p = _out_size(hgt, self.kernel[0], self.stride[0], self.padding[0], self.dilation[0])
-        q = _out_size(wid, self.kernel[1], self.stride[1], self.padding[1], self.dilation[1])
+        p = conv_out_size(hgt, self.kernel[0], self.stride[0], self.padding[0], self.dilation[0])
+        q = conv_out_size(wid, self.kernel[1], self.stride[1], self.padding[1], self.dilation[1])
         return (n, self.c_out, p, q)
 
     def _bufs(self, shape):
@@ -130,8 +128,8 @@ class _Pool2D(Layer):
     def output_shape(self, shape):
         """The output shape for an input of ``shape`` (N, C, H, W)."""
         n, c, hgt, wid = shape
-        return (n, c, _out_size(hgt, self.window[0], self.stride[0], self.padding[0]),
-                _out_size(wid, self.window[1], self.stride[1], self.padding[1]))
+        return (n, c, conv_out_size(hgt, self.window[0], self.stride[0], self.padding[0], 1),
+                conv_out_size(wid, self.window[1], self.stride[1], self.padding[1], 1))
 
     def _bufs(self, shape):
         out = self.output_shape(shape)
