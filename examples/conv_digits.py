@@ -13,12 +13,12 @@ NumpyHandler (im2col and BLAS); ``--handler`` chooses explicitly.  Prints the
 handler, the time per epoch and the test accuracy, writes the loss curve as a
 PNG, and exits with status 1 if the test accuracy is below the target.
 """
-import argparse
 import sys
 import time
 
 import numpy as np
 
+from examples import digits
 from examples.digits import epoch_printer, make_handler, plot_losses
 from layers import (
     SGD,
@@ -36,18 +36,10 @@ from layers import (
 TARGET_ACCURACY = 0.95
 
 
-def load_images(seed, test_fraction=0.2):
-    """((x_train, y_train), (x_test, y_test)): x (n, 1, 8, 8) in [0, 1], y class
-    indices as floats (n, 1); the stratified split of ``examples.digits``."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    images = (digits.images.astype(np.float64) / 16.0)[:, None]     # (n, 1, 8, 8)
-    labels = digits.target.astype(np.float64).reshape(-1, 1)
-    x_tr, x_te, y_tr, y_te = train_test_split(images, labels, test_size=test_fraction,
-                                              random_state=seed, stratify=digits.target)
-    return (x_tr, y_tr), (x_te, y_te)
+def load_images(seed):
+    """``examples.digits.load_images`` with a channel axis: x (n, 1, 8, 8)."""
+    (x_tr, y_tr), (x_te, y_te) = digits.load_images(seed)
+    return (x_tr[:, None], y_tr), (x_te[:, None], y_te)
 
 
 def build(h, seed, width=8):
@@ -60,19 +52,8 @@ def build(h, seed, width=8):
 
 def main(argv=None):
     """Train, print the test accuracy; returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m examples.conv_digits", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--handler", choices=("auto", "numpy", "pycuda"), default="auto")
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--float64", action="store_true", help="float64 instead of float32")
-    p.add_argument("--plot", default="conv_digits_loss.png", help="PNG of the loss curve "
-                   "(default conv_digits_loss.png; '' for none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = p.parse_args(argv)
+    args = digits.demo_arguments("python -m examples.conv_digits", __doc__, 15, 0.05,
+                                 "conv_digits_loss.png").parse_args(argv)
 
     (x_tr, y_tr), (x_te, y_te) = load_images(args.seed)
     h = make_handler(args.handler, np.float64 if args.float64 else np.float32, args.seed)

@@ -26,13 +26,11 @@ from layers import LSTM, SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, T
 TARGET_ACCURACY = 0.95
 
 
-def load_data(seed, test_fraction=0.2):
-    """Return ((x_train, y_train), (x_test, y_test)).
-
-    x is time-major (8 steps, n, 8 features), pixels scaled to [0, 1]; y holds
-    the class indices as floats, shape (n, 1).  The split is stratified, so
-    both parts have every digit in the data set's proportions.
-    """
+def load_images(seed, test_fraction=0.2):
+    """Return ((x_train, y_train), (x_test, y_test)): x the images (n, 8, 8),
+    pixels scaled to [0, 1]; y the class indices as floats, shape (n, 1).  The
+    split is stratified, so both parts have every digit in the data set's
+    proportions (both demos use it)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -41,9 +39,35 @@ def load_data(seed, test_fraction=0.2):
     labels = digits.target.astype(np.float64).reshape(-1, 1)
     x_tr, x_te, y_tr, y_te = train_test_split(images, labels, test_size=test_fraction,
                                               random_state=seed, stratify=digits.target)
-    def time_major(a):   # (n, T, F) -> (T, n, F), what the LSTM reads
+    return (x_tr, y_tr), (x_te, y_te)
+
+
+def load_data(seed, test_fraction=0.2):
+    """``load_images`` with x time-major (8 steps, n, 8 features), what the
+    LSTM reads."""
+    (x_tr, y_tr), (x_te, y_te) = load_images(seed, test_fraction)
+
+    def time_major(a):   # (n, T, F) -> (T, n, F)
         return np.ascontiguousarray(a.transpose(1, 0, 2))
     return (time_major(x_tr), y_tr), (time_major(x_te), y_te)
+
+
+def demo_arguments(prog, doc, epochs, lr, plot):
+    """The options both demos take (their defaults differ); the caller adds
+    its own and parses."""
+    p = argparse.ArgumentParser(prog=prog, description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--handler", choices=("auto", "numpy", "pycuda"), default="auto")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--float64", action="store_true", help="float64 instead of float32")
+    p.add_argument("--plot", default=plot, help=f"PNG of the loss curve (default {plot}; "
+                                                "'' for none)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
 
 
 def make_handler(choice, dtype, seed):
@@ -111,19 +135,8 @@ def plot_losses(history, path, title):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m examples.digits", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--handler", choices=("auto", "numpy", "pycuda"), default="auto")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=32)
+    p = demo_arguments("python -m examples.digits", __doc__, 20, 0.2, "digits_loss.png")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.2)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--float64", action="store_true", help="float64 instead of float32")
-    p.add_argument("--plot", default="digits_loss.png", help="PNG of the loss curve "
-                   "(default digits_loss.png; '' for none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
 
     (x_tr, y_tr), (x_te, y_te) = load_data(args.seed)
