@@ -10,7 +10,10 @@ repeats, on 2^25 float32 elements:
   writer would otherwise issue (18 launches, three temporaries), and
   PyTorch's ``gelu(approximate="tanh")`` plus ``aten.gelu_backward``;
 * bandwidth counts the minimal bytes (x and dy read, y and dx written) against
-  the device copy bandwidth; target: the fused op >= 85% of copy.
+  the device copy bandwidth; target: the fused op >= 85% of copy;
+* beside them, the same generated kernel shape with no math (``y = x + dy``,
+  ``dx = x - dy``): what the kernel's memory traffic alone costs, so that the
+  gap between it and GELU is the math's.
 
 Checked: each result against float64 NumPy.
 """
@@ -38,6 +41,12 @@ def gelu_op():
     """The fused declaration (made on first use: importing handlers is cheap)."""
     from handlers import fused_op
     return fused_op("gelu_and_grad", inputs="x dy", outputs="y dx", body=BODY)
+
+
+def no_math_op():
+    """Two inputs, two outputs, an add and a subtract: the memory bound."""
+    from handlers import fused_op
+    return fused_op("add_and_sub", inputs="x dy", outputs="y dx", body="y = x + dy\ndx = x - dy")
 
 
 def reference(x, dy):
@@ -90,12 +99,13 @@ def main(argv=None):
     hosts = [(rng.standard_normal(n).astype(F32), rng.standard_normal(n).astype(F32))
              for _ in range(2)]
     dev = [tuple(h.create_from_numpy(a) for a in pair) for pair in hosts]
-    outs = {k: (h.allocate((n,)), h.allocate((n,))) for k in ("fused", "chain")}
+    outs = {k: (h.allocate((n,)), h.allocate((n,))) for k in ("fused", "chain", "no math")}
     tmp = [h.allocate((n,)) for _ in range(3)]
-    op = gelu_op()
+    op, plain = gelu_op(), no_math_op()
     ours = EventTimer("pycuda", h.stream)
     fns = {"ours fused": (ours, lambda i: op(h, *dev[i % 2], *outs["fused"])),
-           "ours chain": (ours, lambda i: chain(h, *dev[i % 2], *outs["chain"], *tmp))}
+           "ours chain": (ours, lambda i: chain(h, *dev[i % 2], *outs["chain"], *tmp)),
+           "ours fused, no math": (ours, lambda i: plain(h, *dev[i % 2], *outs["no math"]))}
     if torch is not None:
         tdev = [tuple(torch.from_numpy(a).cuda() for a in pair) for pair in hosts]
         gelu_bwd = torch.ops.aten.gelu_backward
@@ -120,6 +130,12 @@ def main(argv=None):
     what = f"GELU and its gradient on {n} elements"
     checks.append({"what": what, "errors": errors, "tol": 1e-5,
                    "ok": check_line(what, errors, 1e-5)})
+    x64, dy64 = (a.astype(np.float64) for a in hosts[0])
+    got = [h.get_numpy_copy(a) for a in outs["no math"]]
+    what = f"no-math fused op (x + dy, x - dy) on {n} elements"
+    err = {"ours fused, no math": max(rel_error(g, r) for g, r in zip(got, (x64 + dy64,
+                                                                           x64 - dy64)))}
+    checks.append({"what": what, "errors": err, "tol": 1e-5, "ok": check_line(what, err, 1e-5)})
     copy_bw = copy_spread(h, n, reps)["median"]
     ms = interleaved(fns, reps=reps, inner=LOOP)
     nbytes = 4 * 4 * n

@@ -546,6 +546,13 @@ class DebugHandler:
             return self._checked(op.name, op.row, inspect.signature(op._method), inner_op,
                                  args, kwargs)
 
+    def _bind_fused(self, op, args, kwargs):
+        """``FusedOp.bind``: the declaration's checks now (on the inner
+        handler, nothing runs), and every call checked and tracked as an
+        unbound call is."""
+        op._checks(self._inner, *args, **kwargs)
+        return functools.partial(self._run_fused, op, args, kwargs)
+
     def _locked_call(self, name, args, kwargs):
         return self._checked(name, OPS[name], _SIGNATURES[name], getattr(self._inner, name),
                              args, kwargs)

@@ -269,9 +269,15 @@ class FusedOp:
         canonical = repr((name, tokens, out_tokens, self.program.statements,
                           self.program.results))
         self.digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        # The parameters _shapes receives (all but the host scalars), and the
+        # arrays of the outputs' full shape among them.
+        self._checked = tuple(p for p in self.params
+                              if p not in self.scalars or p in self.device_scalars)
+        self._full = tuple(p for p in self.params if p not in self.scalars and p not in self.rows)
         self.row = self._row()
         self._method = optable._method(self.row, FUSED=self)
         self._method.__qualname__ = f"FusedOp.{name}"
+        self._checks = optable._method(self.row, checks_only=True, FUSED=self)
         self.__signature__ = inspect.Signature(
             [inspect.Parameter("h", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
             + list(inspect.signature(self._method).parameters.values())[1:])
@@ -308,10 +314,14 @@ class FusedOp:
 
     def _shapes(self, h, *args):
         """The shape rule (called with the parameters but host scalars)."""
-        named = dict(zip([p for p in self.params if p not in self.scalars
-                          or p in self.device_scalars], args))
+        named = dict(zip(self._checked, args))
         name, first = self.name, self.outputs[0]
         shape = tuple(named[first].shape)
+        # The common case first: every full-shape array has the first output's shape.
+        row = shape[-1:]
+        if all(named[p].shape == shape for p in self._full) and not self.device_scalars \
+                and (not self.rows or row and all(named[p].shape == row for p in self.rows)):
+            return
         for p in self.params:
             if p in self.scalars:
                 value = named.get(p, 0.0)
@@ -336,6 +346,23 @@ class FusedOp:
             raise TypeError(f"{self.name}: expected a handler as the first argument, got "
                             f"{type(h).__name__}")
         return run(self, args, kwargs)
+
+    def bind(self, h, *args, **kwargs):
+        """A prepared call: check the arguments now, once, and return a
+        function of no arguments that runs the op on them each time it is
+        called, as ``op(h, *args, **kwargs)`` would, on ``h``'s stream group.
+
+        Arrays keep their memory and shape for life, so checks passed once
+        hold for every later call; a number is fixed at bind time (a device
+        scalar is read by each run).  On ``PyCudaHandler`` a call is then one
+        kernel launch, without the per-call checks that cost more than the
+        launch for ops of many arrays (an LSTM step takes 20); ``DebugHandler``
+        still checks and tracks every call.  Works inside captures too."""
+        bind = getattr(h, "_bind_fused", None)
+        if bind is None:
+            raise TypeError(f"{self.name}.bind: expected a handler as the first argument, got "
+                            f"{type(h).__name__}")
+        return bind(self, args, kwargs)
 
     def __repr__(self):
         return f"<FusedOp {self.name}{self.__signature__}: {self.program.text}>"

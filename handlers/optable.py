@@ -703,9 +703,10 @@ KERNELS = {
 }
 
 
-def _method_source(op):
+def _method_source(op, checks_only=False):
     """The source of an op's public method: checks in a fixed order, then
-    the backend call (see :class:`Op`)."""
+    the backend call (see :class:`Op`); with ``checks_only``, the checks
+    alone, returning the call's arguments (scalars as floats) instead."""
     name, out = op.name, (op.writes or ("None",))[0]
     sig = ", ".join(f"{p}=False" if p in op.flags
                     else f"{p}={op.defaults[p]}" if p in op.defaults else p
@@ -748,7 +749,10 @@ def _method_source(op):
         pairs = [tuple((at[a], at[b]) for a, b in rule) for rule in (disjoint, exact)]
         body.append(f'self._check_overlaps("{name}", {names!r}, {tuple(pairs[0])!r}, '
                     f'{tuple(pairs[1])!r}, {", ".join(names)})')
-    body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
+    if checks_only:
+        body.append(f"return ({', '.join(op.params)},)")
+    else:
+        body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
     return f"def {name}(self, {sig}):\n    " + "\n    ".join(body) + "\n"
 
 
@@ -763,14 +767,15 @@ METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_sc
                           "check_flag", "check_arrays", "check_same_shape", "fail_value", "bool"})
 
 
-def _method(op, **extra):
+def _method(op, checks_only=False, **extra):
     """Build the public method of a row (by source, so that it has the row's
     real signature and no per-call overhead).  ``extra`` adds names its
-    ``call`` uses (a fused op's declaration, ``FUSED``)."""
+    ``call`` uses (a fused op's declaration, ``FUSED``); ``checks_only``
+    builds the checks alone (``_method_source``)."""
     namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
                  "check_flag": check_flag, "check_arrays": check_arrays,
                  "check_same_shape": check_same_shape, "fail_value": fail_value, **extra}
-    exec(compile(_method_source(op), f"<optable {op.name}>", "exec"), namespace)
+    exec(compile(_method_source(op, checks_only), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     if op.kernel and op.numpy:
         fn.__doc__ = f"{op.doc}\n\nShapes: all arrays of one shape. Aliasing: {op.aliasing()}"

@@ -26,6 +26,10 @@ The weight gradients are then three ops over the whole sequence (one batched
 product each for ``Wx`` and ``Wh``, one sum for ``b``) on stream groups 1, 2
 and 3 while group 0 computes the input gradient; events order them after
 ``dA`` and the later work (the optimizer) after them.
+
+The fused step calls are bound to their arrays once per sequence shape
+(:meth:`handlers.FusedOp.bind`; backward again when ``dy`` is a new array): the
+checks of 20 arguments would otherwise cost the host more than the launch.
 """
 from types import SimpleNamespace
 
@@ -127,7 +131,7 @@ class LSTM(Layer):
             dX = h.allocate((T, B, F))
             return SimpleNamespace(
                 A=A, C=C, Hs=Hs, TC=TC, R=R, D=D, P=P, zero=zero, dX=dX,
-                dc=h.allocate((B, H)), dY_seq=None,
+                dc=h.allocate((B, H)), steps=None, dY=None, back=None,
                 # whole-sequence views, for the products over all steps
                 A3=view(h, A, 0, (4, T * B, H)),
                 dA3=view(h, dA, 0, (4, T * B, H)),
@@ -159,14 +163,14 @@ class LSTM(Layer):
         b = self._bufs(T, B)
         x2 = view(h, x, 0, (T * B, self.n_in))
         h.dot_mm(x2, self.params["Wx"], b.A3)      # input projections of all steps and gates
+        if b.steps is None:   # h[-1] is 0: the first step has no recurrent product
+            b.steps = [STEP.bind(h, *b.At[t], *(b.Rk if t else [b.zero] * 4), *p.b, b.Ct[t],
+                                 *b.At[t], b.Ct[t + 1], b.TCt[t], b.Ht[t + 1])
+                       for t in range(T)]
         for t in range(T):
-            a = b.At[t]
-            if t > 0:          # h[-1] is 0: the first step has no recurrent product
+            if t > 0:
                 h.dot_mm(b.Ht[t], self.params["Wh"], b.R)
-                r = b.Rk
-            else:
-                r = [b.zero] * 4
-            STEP(h, *a, *r, *p.b, b.Ct[t], *a, b.Ct[t + 1], b.TCt[t], b.Ht[t + 1])
+            b.steps[t]()
         self._x2, self._b, self._T, self._B = x2, b, T, B
         return b.Y if self.return_sequences else b.last
 
@@ -176,25 +180,28 @@ class LSTM(Layer):
         want = (T, self._B, self.n_hidden) if self.return_sequences else (self._B, self.n_hidden)
         if dy.shape != want:
             raise ValueError(f"{self!r}: dy must have the output's shape {want}, got {dy.shape}")
-        if self.return_sequences:
-            dys = [index(h, dy, t) for t in range(T)] if b.dY_seq is not dy else b.dys
-            b.dY_seq, b.dys = dy, dys
+        if b.dY is not dy:    # the steps' calls, bound again for a new dy array
+            b.dY, b.back = dy, [self._bind_back(b, dy, t) for t in range(T)]
         for t in range(T - 1, -1, -1):
-            last = t == T - 1
-            if self.return_sequences:
-                dy_t = dys[t]
-            else:
-                dy_t = dy if last else b.zero
-            parts = [b.zero] * 4 if last else b.Pk     # dL/dh[t] from step t+1
-            dcn = b.zero if last else b.dc              # dL/dc[t] from step t+1
-            STEP_BACK(h, dy_t, *parts, dcn, *b.At[t], b.TCt[t], b.Ct[t],
-                      *b.dAt[t], *b.Dk, b.dc)
+            b.back[t]()
             if t > 0:
                 h.dot_mm(b.D, self.params["Wh"], b.P, transb=True)   # parts of dL/dh[t-1]
         self._weight_gradients(self._param_views(), b)
         if not self.input_grad:
             return None
         return b.dX
+
+    def _bind_back(self, b, dy, t):
+        """Step t's backward gate math (STEP_BACK) bound to its arrays."""
+        last = t == self._T - 1
+        if self.return_sequences:
+            dy_t = index(self.h, dy, t)
+        else:
+            dy_t = dy if last else b.zero
+        parts = [b.zero] * 4 if last else b.Pk     # dL/dh[t] from step t+1
+        dcn = b.zero if last else b.dc              # dL/dc[t] from step t+1
+        return STEP_BACK.bind(self.h, dy_t, *parts, dcn, *b.At[t], b.TCt[t], b.Ct[t],
+                              *b.dAt[t], *b.Dk, b.dc)
 
     def _weight_gradients(self, p, b):
         """Weight and bias gradients on side stream groups, the input

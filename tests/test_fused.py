@@ -20,7 +20,7 @@ from handlers.fused import FUNCTIONS, OPERATIONS
 from helpers import poisoned, rand, shape_id, upload
 
 SHAPES = [(1,), (7,), (3, 257), (2, 3, 5), (1100, 1000)]   # the last: more than 2^20
-ROW_SHAPES = [(1, 1), (4, 7), (3, 257), (2, 3, 5)]
+ROW_SHAPES = [(1, 1), (4, 7), (3, 257), (2, 3, 5), (3, 256), (5, 4, 8)]   # the last two: packets
 
 GELU = fused_op("gelu_fwd", inputs="x", outputs="y",
                 body="y = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x ** 3)))")
@@ -197,6 +197,24 @@ def test_output_may_be_an_input(handler, rng):
     close(handler, x, x64)
 
 
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (1, 0, 0), (0, 0, 3), (2, 2, 2)])
+def test_any_alignment(handler, rng, offsets):
+    """Arrays at any element offset: 16-byte aligned ones take the GPU's packet
+    path (with a tail of n % 4), any misaligned one the element loop."""
+    n = 1001
+    views = []
+    for k in offsets:
+        data, _ = upload(handler, rand((n + 3,), rng))
+        views.append(handler.view_t(data, k, (n,)))
+    a, b, p = views
+    a64, b64 = (handler.get_numpy_copy(v).astype(np.float64) for v in (a, b))
+    q = poisoned(handler, (n,))
+    SUM_DIFF(handler, a, b, p, q)
+    s, d = a64 + b64, a64 - b64
+    close(handler, p, s * d)
+    close(handler, q, s / d, scale=100)
+
+
 def test_partial_overlaps_raise_and_write_nothing(handler, rng):
     buf, buf64 = upload(handler, rand((12,), rng))
     x, y = handler.view_t(buf, 0, (8,)), handler.view_t(buf, 2, (8,))
@@ -348,6 +366,68 @@ def test_capture_refuses_an_unforked_group(handler, rng):
             GELU(handler.with_streams(1), x, y)
 
 
+# ============================================================================ bound calls
+def test_bound_call_equals_the_call(handler, rng):
+    """FusedOp.bind: each call runs the op on the bound arrays again, numbers
+    fixed at bind time, device scalars read by each run."""
+    (x, x64), (b, b64) = upload(handler, rand((5, 8), rng)), upload(handler, rand((8,), rng))
+    y, z = poisoned(handler, (5, 8)), poisoned(handler, (5, 8))
+    beta = handler.create_from_numpy(np.array([0.5]))
+    relu, affine = BIAS_RELU.bind(handler, x, b, y), AFFINE.bind(handler, y, 2, beta, z)
+    assert np.isnan(handler.get_numpy_copy(y)).all()      # binding runs nothing
+    for value in (0.5, -3.0):
+        handler.set_from_numpy(beta, np.array([value]))
+        relu()
+        affine()
+        close(handler, z, 2 * np.maximum(x64 + b64, 0) + value)
+    handler.set_from_numpy(x, -handler.get_numpy_copy(x))  # new contents, same arrays
+    relu()
+    close(handler, y, np.maximum(-x64 + b64, 0))
+    acc = ACCUMULATE.bind(handler, x, y)                  # += twice: reads its old value
+    acc()
+    acc()
+    close(handler, y, np.maximum(-x64 + b64, 0) - 4 * x64)
+
+
+def test_bind_checks_at_once(handler, rng):
+    x = upload(handler, rand((4, 6), rng))[0]
+    y = poisoned(handler, (4, 6))
+    with pytest.raises(ValueError, match=r"bias_relu: row input b must have shape \(6,\)"):
+        BIAS_RELU.bind(handler, x, handler.zeros((5,)), y)
+    with pytest.raises(ValueError, match="sum_diff: p must not overlap q"):
+        SUM_DIFF.bind(handler, x, x, y, y)
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        AFFINE.bind(handler, x, "2", 0.0, y)
+    with pytest.raises(TypeError, match="gelu_fwd.bind: expected a handler"):
+        GELU.bind(x, y)
+    assert np.isnan(handler.get_numpy_copy(y)).all()
+
+
+def test_bound_calls_are_captured(make_handler, handler_id, rng):
+    h = make_handler(handler_id)
+    xv = rand((6, 10), rng)
+    x, y = h.create_from_numpy(xv), poisoned(h, (6, 10))
+    gelu = GELU.bind(h, x, y)
+    with h.capture() as g:
+        gelu()
+    assert np.isnan(h.get_numpy_copy(y)).all()            # recorded, not run
+    g.replay()
+    close(h, y, gelu64(xv.astype(np.float64)))
+    h.fill(y, 0.0)
+    gelu()                                                # eager again after the capture
+    close(h, y, gelu64(xv.astype(np.float64)))
+    assert g.ops == 1
+
+
+def test_bound_call_on_a_stream_group(handler, rng):
+    h1 = handler.with_streams(min(1, handler.num_stream_groups - 1))
+    x, x64 = upload(handler, rand((3, 5), rng))
+    y = poisoned(handler, (3, 5))
+    GELU.bind(h1, x, y)()
+    handler.wait_for(h1)
+    close(handler, y, gelu64(x64))
+
+
 # ============================================================================ DebugHandler
 def test_debug_handler_tracks_reads_and_writes(handler, rng):
     if handler.num_stream_groups < 3:
@@ -366,6 +446,13 @@ def test_debug_handler_tracks_reads_and_writes(handler, rng):
         debug.with_streams(2).fill(beta, 1.0)
     debug.synchronize_all_streams()
     close(handler, y, x64 + 0.5)
+    bound = GELU.bind(d1, x, y)          # a bound call is checked and tracked at each call
+    bound()
+    with pytest.raises(StreamHazardError, match="gelu_fwd on stream group 2: read-after-write"):
+        GELU(d2, y, x)
+    with pytest.raises(ValueError, match="gelu_fwd: y must be x or not overlap it"):
+        GELU.bind(debug, handler.view_t(x, 0, (2,)), handler.view_t(x, 1, (2,)))
+    debug.synchronize_all_streams()
 
 
 def test_debug_handler_aliasing_and_finite(handler, rng):
@@ -414,7 +501,10 @@ def test_generated_source(dtype):
     lit = "0.5f" if dtype == np.float32 else "0.5"
     assert f"({lit} * v_x)" in gelu and "dm::tanh(" in gelu and "fx::ipow<3>(v_x)" in gelu
     assert "in_b[c.d0]" in fused_source.kernel_source(BIAS_RELU, dtype, 256)
-    assert "const T o_y = out_y[e];" in fused_source.kernel_source(ACCUMULATE, dtype, 256)
+    assert "load_packet(in_b, c.d0)" in fused_source.kernel_source(BIAS_RELU, dtype, 256)
+    acc = fused_source.kernel_source(ACCUMULATE, dtype, 256)
+    assert "const auto f = [&](const T v_x, const T o_y) -> Values {" in acc
+    assert "return f(in_x[e], out_y[e]);" in acc
 
 
 def test_literals_round_as_numpy():
@@ -422,6 +512,11 @@ def test_literals_round_as_numpy():
     assert float(fused_source.literal(0.1, np.float32)[:-1]) == float(np.float32(0.1))
     assert fused_source.literal(0.1, np.float64) == "0.1"
     assert fused_source.literal(float("inf"), np.float32) == "dm::infinity<T>()"
+    # beyond float32's range is infinite there, as np.float32(1e300) is
+    assert fused_source.literal(1e300, np.float32) == "dm::infinity<T>()"
+    assert fused_source.literal(-1e300, np.float32) == "(-dm::infinity<T>())"
+    assert fused_source.literal(1e300, np.float64) == "1e+300"
+    assert fused_source.literal(float("nan"), np.float64) == "dm::quiet_nan<T>()"
 
 
 def test_every_operation_has_a_cuda_form():

@@ -62,7 +62,7 @@ def test_pack_takes_objects_with_int_for_pointers():
     (b"i", (2**31,), OverflowError),          # out of range for int32
     (b"P", (-1,), OverflowError),             # negative pointer
     (b"q", ("3",), TypeError),                # not a number
-    (b"P" * 17, (0,) * 17, ValueError),       # more than the packer holds
+    (b"P" * 257, (0,) * 257, ValueError),     # more than the packer holds
     (3, (), TypeError),                       # format not bytes/str
 ])
 def test_pack_rejects_bad_arguments(fmt, args, error):

@@ -875,14 +875,17 @@ class PyCudaHandler(Handler):
         self._launch(op.kernel, n, *[a if type(a) is float else a.gpudata for a in args], n)
 
     def _fused(self, op, *args):
-        # A fused op (handlers.fused): its kernel is generated, compiled and
-        # loaded at the first call (once per process; pycuda's disk cache
-        # skips nvcc in later processes), then kept under the op in _k.
+        n, values = self._fused_arguments(op, args)
+        self._launch(op, n, *values)
+
+    def _fused_arguments(self, op, args):
+        """(elements, kernel arguments) of fused op ``op`` on the checked
+        ``args``.  Its kernel is generated, compiled and loaded at the first
+        call (once per process; pycuda's disk cache skips nvcc in later
+        processes), then kept under the op in _k."""
         out = args[op.row.out]
         n = out.size
-        if not n:
-            return
-        if op not in self._k:
+        if n and op not in self._k:
             self._k[op] = kernel_loader.source_function(
                 fused_source.kernel_source(op, self.dtype, _BLOCK),
                 fused_source.kernel_name(op, self.dtype),
@@ -895,7 +898,24 @@ class PyCudaHandler(Handler):
                 values += (0, a)                # a number: no address
             else:
                 values += (a.gpudata, 0.0)      # a device scalar, read by the kernel
-        self._launch(op, n, *values, n, out.shape[-1] if out.shape else 1)
+        return n, (*values, n, out.shape[-1] if out.shape else 1)
+
+    def _bind_fused(self, op, args, kwargs):
+        # The checks and the argument list once; each call is then a launch,
+        # or, while a capture records, the _fused hook that it shadows.
+        checked = op._checks(self, *args, **kwargs)
+        n, values = self._fused_arguments(op, checked)
+        if not n:
+            return lambda: None
+        kernel, grid, launch = self._k[op], self._grids.get(n) or self._grid(n), _launch_kernel
+        capturing = self._capture_box
+
+        def call():
+            if capturing[0] is None:
+                launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *values)
+            else:
+                self._fused(op, *checked)
+        return call
 
     def _broadcast_t(self, a, axis, out):
         s = out.shape
