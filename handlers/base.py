@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
+from . import dtypes
 from .checks import (
     check_arrays,
     check_shape_arg,
@@ -88,8 +89,11 @@ class Handler(ABC):
     be instantiated otherwise).
 
     Args:
-        dtype: ``np.float32`` (default) or ``np.float64``; every array the
-            handler creates or accepts has this dtype.
+        dtype: ``np.float32`` (default), ``np.float64``, and on handlers
+            that hold them (``supported_dtypes``) ``np.float16`` or
+            bfloat16 (``ml_dtypes.bfloat16`` or ``"bfloat16"``; see
+            :mod:`handlers.dtypes`); every array the handler creates or
+            accepts has this dtype.
         seed: seed of the handler's random generator; the same seed gives the
             same sequence of ``fill_gaussian`` and ``generate_probability_mask``
             results on the same handler class.
@@ -99,15 +103,22 @@ class Handler(ABC):
 
     #: The class of arrays this handler accepts and returns.
     array_type = None
+    #: The names of the formats this handler holds (``numpy.dtype.name``).
+    supported_dtypes = ("float32", "float64")
     #: True where replaying a captured step costs less host time than
     #: issuing its ops (a GPU handler); ``Trainer`` captures by default there.
     prefers_graphs = False
 
     def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
                  num_stream_groups: int = 4) -> None:
-        dt = np.dtype(dtype)
-        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"{type(self).__name__}: dtype must be float32 or float64, got {dt}")
+        name = type(self).__name__
+        try:
+            dt = dtypes.resolve(dtype)
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") from None
+        if dt.name not in self.supported_dtypes:
+            raise TypeError(f"{name} does not support {dt} yet; it takes "
+                            f"{', '.join(self.supported_dtypes)}")
         v = num_stream_groups
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{type(self).__name__}: num_stream_groups must be a positive int, "
@@ -397,7 +408,7 @@ class Handler(ABC):
                 arr = np.asarray(arr)
             else:
                 raise TypeError(f"{op}: expected a numpy.ndarray, got {type(arr).__name__}")
-        if arr.dtype.kind not in "fiub":
+        if not dtypes.is_real(arr.dtype):
             raise TypeError(f"{op}: expected a real numeric array, got dtype {arr.dtype}")
         # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         return np.asarray(arr, dtype=self.dtype, order="C")

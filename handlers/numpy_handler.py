@@ -6,10 +6,14 @@ scratch array cached per shape instead of allocating on every call.  Ops run at
 once, which is a valid schedule for every stream group, so events are complete
 when they are recorded.
 """
+import math
+
 import numpy as np
 
+from . import dtypes
 from .base import Handler
 from .checks import fail_type, fail_value
+from .graphs import WORK_HOOKS
 from .prefetch import Transfer
 
 
@@ -47,10 +51,19 @@ class NumpyHandler(Handler):
 
     array_type = np.ndarray
 
+    supported_dtypes = ("float32", "float64", "float16", "bfloat16")
+
     def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4):
         super().__init__(dtype, seed, num_stream_groups)
         self._rng = np.random.default_rng(seed)
         self._scratch_cache = {}
+        # Half formats compute in float32 and round once on store: every work
+        # hook runs on this float32 twin, which draws from the same generator
+        # (see _widened).  None for float32 and float64.
+        self._wide = None
+        if dtypes.is_half(self.dtype):
+            self._wide = NumpyHandler(np.float32, num_stream_groups=1)
+            self._wide._rng = self._rng
 
     def _scratch(self, shape):
         # One cached buffer per shape; ops run to completion before returning,
@@ -206,11 +219,24 @@ class NumpyHandler(Handler):
         step.fill(t)
 
     # reduction --------------------------------------------------------------
-    def _sum_t(self, a, axis, out):
+    def _sum_t(self, a, axis, out, scale=1.0):
+        # scale: mean_t's 1/n in a half format, applied before the one rounding
         if axis is None:
             np.sum(a, axis=None, out=out.reshape((1,) * a.ndim), keepdims=True)
         else:
             np.sum(a, axis=axis, out=out.reshape(_kept(a.shape, axis)), keepdims=True)
+        if scale != 1.0:
+            np.multiply(out, scale, out=out)
+
+    def _mean_t(self, a, axis, out):
+        # A half format rounds once: the sum and its scaling in one work hook
+        # (on the float32 twin); float32 and float64 as every handler does.
+        axes = range(a.ndim) if axis is None else axis if type(axis) is tuple else (axis,)
+        n = math.prod(a.shape[i] for i in axes)
+        if self._wide is None or n == 0:
+            super()._mean_t(a, axis, out)
+        else:
+            self._sum_t(a, axis, out, 1.0 / n)
 
     def _transpose_m(self, a, out):
         np.copyto(out, a.T)
@@ -479,3 +505,37 @@ def _kept(shape, axis):
     """``shape`` with 1 at ``axis`` (an int or a tuple of ints)."""
     axes = axis if type(axis) is tuple else (axis,)
     return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _widened(hook):
+    """``hook`` for every dtype: on a half-format handler it runs on the
+    float32 twin (``_wide``) over float32 copies of the half arrays, and each
+    copy that the hook changed is rounded back once into its array.  Copies are
+    made once per array object, so an array passed twice (an output that is
+    an input) is one copy; an input that is an output's memory through another
+    object is unchanged, so it is never written back over the result."""
+    def run(self, *args):
+        wide = self._wide
+        if wide is None:
+            return hook(self, *args)
+        dt, copies = self.dtype, {}
+
+        def widen(a):
+            if type(a) is np.ndarray and a.dtype == dt:
+                if id(a) not in copies:
+                    copies[id(a)] = (a, a.astype(np.float32))
+                return copies[id(a)][1]
+            return a
+        result = hook(wide, *[widen(a) for a in args])
+        for a, c in copies.values():
+            with np.errstate(over="ignore"):   # beyond the format's range: inf, as on store
+                new = c.astype(dt)
+            if not np.array_equal(new.view(np.uint16), a.view(np.uint16)):
+                np.copyto(a, new)
+        return result
+    run.__name__, run.__qualname__, run.__doc__ = hook.__name__, hook.__qualname__, hook.__doc__
+    return run
+
+
+for _name in WORK_HOOKS:
+    setattr(NumpyHandler, _name, _widened(getattr(NumpyHandler, _name)))

@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+from . import dtypes
 from .checks import check_arrays
 
 _POLL = 0.05   # seconds between checks of the stop flag while blocked
@@ -45,7 +46,7 @@ def as_batch(item, op="prefetch"):
             raise TypeError(f"{op}: a numpy.ma.MaskedArray's mask would be ignored; pass "
                             f"a.filled(value) or a.data")
         a = np.asarray(a)
-        if a.dtype.kind not in "fiub":
+        if not dtypes.is_real(a.dtype):
             raise TypeError(f"{op}: batches must hold real numeric arrays, got dtype {a.dtype}")
         if a.ndim == 0:
             raise ValueError(f"{op}: batch arrays must have rank >= 1, got shape ()")

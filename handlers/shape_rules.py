@@ -12,6 +12,7 @@ or a one-element array).
 """
 import numpy as np
 
+from . import dtypes
 from .checks import check_ndim, check_same_shape, fail_type, fail_value, normalize_axis
 
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
@@ -109,6 +110,15 @@ def _sum_shapes(a, axis, out, op="sum_t"):
     return axes[0] if len(axes) == 1 else axes
 
 
+def _exact_indices(h, op, n, what):
+    """Indices 0..n-1 are stored as floats of ``h.dtype``: raise unless all
+    are exact there (up to 2^24 in float32, 2048 in float16, 256 in bfloat16)."""
+    limit = dtypes.exact_integers(h.dtype)
+    if n - 1 > limit:
+        fail_value(op, f"{what} has {n} elements, too many for {h.dtype} indices (whole "
+                       f"numbers are exact in {h.dtype} up to {limit})")
+
+
 def extreme(op):
     """``max_t``, ``min_t``, ``argmax_t``: one axis (an int), of length >= 1;
     returns it in ``range(a.ndim)``."""
@@ -118,6 +128,8 @@ def extreme(op):
         axis = _sum_shapes(a, axis, out, op)   # rank, axis and out shape, as sum_t's
         if a.shape[axis] == 0:
             fail_value(op, f"axis {axis} of {a.shape} is empty: no extreme to take")
+        if op == "argmax_t":
+            _exact_indices(h, op, a.shape[axis], f"axis {axis} of {a.shape}")
         return axis
     return rule
 
@@ -349,10 +361,8 @@ def pool2d(op):
         if p < 1 or q < 1 or min(n, c) < 1:
             fail_value(op, f"no output: window {window} does not fit {big_name} {big.shape} "
                            f"with padding {padding}")
-        if op.startswith("max") and hh * ww > 2**24 and h.dtype.itemsize < 8:
-            # argmax holds indices as floats, exact up to 2**24 in float32
-            fail_value(op, f"a plane of {hh}x{ww} elements is too large for float32 argmax "
-                           f"indices (at most 2**24 elements)")
+        if op.startswith("max"):
+            _exact_indices(h, op, hh * ww, f"a plane of {hh}x{ww}")
         want = (n, c, p, q)
         for i, (name, a) in enumerate(zip(names, arrays)):
             if i != at and a.shape != want:

@@ -34,7 +34,12 @@ HANDLER_CONFIGS = {
     "pycuda-skcuda-f32": ("pycuda", {"dtype": np.float32, "blas": "scikit-cuda"}),
     "pycuda-nvmath-f32": ("pycuda", {"dtype": np.float32, "blas": "nvmath"}),
     "pycuda-f64": ("pycuda", {"dtype": np.float64}),
+    "numpy-f16": ("numpy", {"dtype": np.float16}),
+    "numpy-bf16": ("numpy", {"dtype": "bfloat16"}),
 }
+#: The half-format configurations run only in test modules that set
+#: ``HALF_FORMATS = True`` (their tolerances come from helpers.tolerance).
+HALF_IDS = ("numpy-f16", "numpy-bf16")
 
 #: handler id -> session handler, or the skip reason (str) when unavailable
 _SESSION_HANDLERS = {}
@@ -73,6 +78,8 @@ def selected_handler_ids(config):
 def pytest_generate_tests(metafunc):
     if "handler" in metafunc.fixturenames:
         ids = selected_handler_ids(metafunc.config)
+        if not getattr(metafunc.module, "HALF_FORMATS", False):
+            ids = [i for i in ids if i not in HALF_IDS]
         metafunc.parametrize("handler", ids, ids=ids, indirect=True)
 
 

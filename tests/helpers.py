@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 
+from handlers import dtypes
+
 
 def rand(shape, rng, low=-1.0, high=1.0):
     """Fresh float64 uniform data in [low, high), with no exact zeros."""
@@ -45,7 +47,28 @@ def tolerance(handler, n=1):
     eps * n; 5e-5 * sqrt(n) still keeps a 2x margin over that at n = 2**20 while
     staying well below the size of one dropped or doubled term.
     """
-    if np.dtype(handler.dtype) == np.float32:
+    dt = np.dtype(handler.dtype)
+    if dtypes.is_half(dt):
+        # Computed in float32 (its tolerance), then rounded once to the format:
+        # at most one unit roundoff more, relative, or half a subnormal step.
+        rt, at = tolerance_of(np.float32, n)
+        return rt + 1.01 * dtypes.unit_roundoff(dt), at + dtypes.smallest_subnormal(dt)
+    return tolerance_of(dt, n)
+
+
+def by_dtype(handler, f32, f64):
+    """A tolerance chosen per format: ``f32`` for float32, ``f64`` for
+    float64; a half format computes in float32 and rounds once, so ``f32``
+    plus one unit roundoff of the format."""
+    dt = np.dtype(handler.dtype)
+    if dtypes.is_half(dt):
+        return f32 + 1.01 * dtypes.unit_roundoff(dt)
+    return f32 if dt == np.float32 else f64
+
+
+def tolerance_of(dtype, n=1):
+    """``tolerance`` for float32 or float64 results."""
+    if np.dtype(dtype) == np.float32:
         return 1e-5, (1e-6 if n <= 1 else 5e-5 * math.sqrt(n))
     return 1e-12, 1e-12 * max(1.0, math.sqrt(n))
 
