@@ -327,7 +327,7 @@ class Trainer:
                             # Read the running loss without stalling the device:
                             # show the last finished copy, then start the next.
                             if pending is not None and pending[0].done():
-                                seen = host_log[:pending[1]]
+                                seen = host_log[:pending[1]].astype(np.float64)
                                 bar.set_postfix(
                                     loss=f"{np.average(seen, weights=sizes[:pending[1]]):.4f}")
                                 pending = None
@@ -337,7 +337,8 @@ class Trainer:
                     pending[0].result()           # host_log is reused next epoch
                 if checked < steps:
                     self._check_nonfinite(log, checked, steps, epoch, skipped)
-                losses = h.get_numpy_copy(log)     # waits for the epoch's device work
+                # waits for the epoch's device work; float64 from any format
+                losses = h.get_numpy_copy(log).astype(np.float64)
                 seconds = time.perf_counter() - t0
                 record = {"epoch": epoch,
                           "train_loss": self._epoch_loss(losses, sizes, skipped),
@@ -377,7 +378,7 @@ class Trainer:
         losses_ok = self.skip_nonfinite or h.is_fully_finite(view(h, log, start, (stop - start,)))
         if losses_ok and h.is_fully_finite(self.net.params):
             return
-        losses = h.get_numpy_copy(log)[start:stop]
+        losses = h.get_numpy_copy(log)[start:stop].astype(np.float64)
         bad = [] if self.skip_nonfinite else np.flatnonzero(~np.isfinite(losses))
         where = f"steps {start + 1}-{stop}" if stop - start > 1 else f"step {stop}"
         if len(bad):

@@ -180,3 +180,21 @@ def test_layers_train_in_a_half_format(h, rng):
         losses.append(float(h.get_numpy_copy(net.train_step(xd, yd))[0]))
         opt.step()
     assert np.isfinite(losses).all() and losses[-1] < 0.6 * losses[0], losses[::10]
+
+
+def test_trainer_bookkeeping_in_a_half_format(h, rng):
+    """Trainer.fit and evaluate in a half format: the host reads the losses
+    as float64, so the epoch means and the history are plain floats."""
+    from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Trainer
+    net = Sequential(h, [FullyConnected(5, 3)], SoftmaxCrossEntropy(), seed=2)
+    x = rng.standard_normal((50, 5))
+    y = rng.integers(0, 3, 50)
+    history = Trainer(net, SGD(net.parameters, lr=0.05), batch_size=16, seed=0,
+                      progress=False).fit(x, y, 2, eval_data=(x, y))
+    assert len(history.step_losses) == 2 * 4
+    assert all(type(v) is float and np.isfinite(v) for v in history.step_losses)
+    for e in history.epochs:
+        assert type(e["train_loss"]) is float and np.isfinite(e["eval_loss"])
+        # the epoch loss is the batch-size weighted mean of its steps (16, 16, 16, 2)
+        steps = history.step_losses[4 * (e["epoch"] - 1):4 * e["epoch"]]
+        assert e["train_loss"] == pytest.approx(np.average(steps, weights=[16, 16, 16, 2]))
