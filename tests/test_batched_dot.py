@@ -10,6 +10,9 @@ import pytest
 
 from helpers import assert_close, assert_unchanged, poisoned, rand_input
 
+#: these ops run on the float16 and bfloat16 NumpyHandler too (conftest)
+HALF_FORMATS = True
+
 # (B, m, k, n): B = 1, odd sizes, both sides of the small-product limits
 BATCHED = [(1, 1, 1, 1), (1, 7, 13, 5), (3, 5, 9, 7), (4, 16, 16, 16), (2, 65, 129, 63),
            (5, 1, 9, 4), (3, 64, 8, 65)]

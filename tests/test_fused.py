@@ -14,10 +14,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from handlers import CaptureError, DebugHandler, FusedOp, StreamHazardError, fused_op
+from handlers import CaptureError, DebugHandler, FusedOp, StreamHazardError, dtypes, fused_op
 from handlers.cuda import fused_source
 from handlers.fused import FUNCTIONS, OPERATIONS
-from helpers import poisoned, rand, shape_id, upload
+from helpers import as_handler_values, by_dtype, poisoned, rand, shape_id, upload
+
+#: these ops run on the float16 and bfloat16 NumpyHandler too (conftest)
+HALF_FORMATS = True
 
 SHAPES = [(1,), (7,), (3, 257), (2, 3, 5), (1100, 1000)]   # the last: more than 2^20
 ROW_SHAPES = [(1, 1), (4, 7), (3, 257), (2, 3, 5), (3, 256), (5, 4, 8)]   # the last two: packets
@@ -35,7 +38,10 @@ def close(h, arr, ref, scale=1):
     """Compare the handler array ``arr`` with the float64 ``ref`` (NaN where NaN)."""
     got = h.get_numpy_copy(arr)
     assert got.dtype == h.dtype
-    rtol, atol = (2e-5 * scale, 2e-6 * scale) if h.dtype == np.float32 else (1e-12, 1e-13)
+    rtol, atol = (1e-12, 1e-13) if h.dtype == np.float64 else (2e-5 * scale, 2e-6 * scale)
+    if dtypes.is_half(h.dtype):   # float32 arithmetic, then one rounding to the format
+        rtol += 1.01 * dtypes.unit_roundoff(h.dtype)
+        atol += dtypes.smallest_subnormal(h.dtype)
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=atol,
                                equal_nan=True)
 
@@ -167,8 +173,11 @@ def test_nan_and_inf_propagate(handler):
             "w": [1, 1, 1, 2, 1, 1], "gt": [0, 1, 0, 0, 0, 1], "ne": [1, 0, 0, 0, 0, 0],
             "e": [nan, inf, 0, 1, math.exp(-1), inf], "s": [nan, 1, 0, 0.5, 1 / (1 + math.e), 1],
             "p": [nan, inf, inf, 0, 1, 1e6]}
-    for name, w in want.items():
-        np.testing.assert_allclose(got[name], w, rtol=1e-6, equal_nan=True, err_msg=name)
+    for name, w in want.items():   # as the format holds them (1e6 is inf in float16)
+        with np.errstate(over="ignore"):
+            w = as_handler_values(handler, w)
+        np.testing.assert_allclose(got[name], w, rtol=by_dtype(handler, 1e-6, 1e-6),
+                                   equal_nan=True, err_msg=name)
 
 
 def test_float32_arithmetic_stays_float32(make_handler, handler_id):
@@ -379,14 +388,16 @@ def test_bound_call_equals_the_call(handler, rng):
         handler.set_from_numpy(beta, np.array([value]))
         relu()
         affine()
-        close(handler, z, 2 * np.maximum(x64 + b64, 0) + value)
+        y64 = as_handler_values(handler, np.maximum(x64 + b64, 0))   # y as stored
+        close(handler, z, 2 * y64 + value)
     handler.set_from_numpy(x, -handler.get_numpy_copy(x))  # new contents, same arrays
     relu()
-    close(handler, y, np.maximum(-x64 + b64, 0))
+    y64 = as_handler_values(handler, np.maximum(-x64 + b64, 0))
+    close(handler, y, y64)
     acc = ACCUMULATE.bind(handler, x, y)                  # += twice: reads its old value
     acc()
     acc()
-    close(handler, y, np.maximum(-x64 + b64, 0) - 4 * x64)
+    close(handler, y, as_handler_values(handler, y64 - 2 * x64) - 2 * x64)
 
 
 def test_bind_checks_at_once(handler, rng):
@@ -412,10 +423,11 @@ def test_bound_calls_are_captured(make_handler, handler_id, rng):
         gelu()
     assert np.isnan(h.get_numpy_copy(y)).all()            # recorded, not run
     g.replay()
-    close(h, y, gelu64(xv.astype(np.float64)))
+    x64 = h.get_numpy_copy(x).astype(np.float64)         # x as the handler holds it
+    close(h, y, gelu64(x64))
     h.fill(y, 0.0)
     gelu()                                                # eager again after the capture
-    close(h, y, gelu64(xv.astype(np.float64)))
+    close(h, y, gelu64(x64))
     assert g.ops == 1
 
 
