@@ -5,6 +5,7 @@ count ``n``, ``median``, ``min``, quartiles ``q1``/``q3`` and ``max``
 (:func:`spread`).  Ratios derived from figures are plain numbers computed
 from the medians.  :func:`med` reads either form.
 """
+import argparse
 import datetime
 import json
 import statistics
@@ -164,3 +165,15 @@ class Run:
         print("saved", path)
         return path
 
+
+
+def suite_parser(suite, doc, save=True):
+    """The argument parser of ``python -m benchmarks <suite>``: its module
+    docstring as the description (kept as written) and, for the suites that
+    save runs, ``--save``."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks {suite}", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if save:
+        parser.add_argument("--save", action="store_true",
+                            help="write a run under benchmarks/results/runs/")
+    return parser

@@ -27,11 +27,18 @@ data and timed in interleaved order (:func:`benchmarks.gpu.interleaved`),
 Every section checks each library's result against float64 NumPy (``checks``
 in the saved run).
 """
-import argparse
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, derive, gpu_name, print_table, rel_error
+from benchmarks.common import (
+    Run,
+    check_line,
+    derive,
+    gpu_name,
+    print_table,
+    rel_error,
+    suite_parser,
+)
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
 from benchmarks.ops import LOOP, copy_spread
 
@@ -258,6 +265,7 @@ def _conv_error(got, ref):
 
 def _lenet(h):
     """Our LeNet-5-style net for 1x28x28 inputs, and its PyTorch twin's builder."""
+    from benchmarks.train import LR, MOMENTUM
     from layers import (
         SGD,
         Conv2D,
@@ -272,18 +280,16 @@ def _lenet(h):
                          MaxPool2D(2), Flatten(), FullyConnected(256, 120), ReLU(),
                          FullyConnected(120, 84), ReLU(), FullyConnected(84, 10)],
                      SoftmaxCrossEntropy(), seed=0)
-    return net, SGD(net.parameters, lr=0.01, momentum=0.9)
+    return net, SGD(net.parameters, lr=LR, momentum=MOMENTUM)
 
 
 def _torch_lenet(torch):
+    from benchmarks.train import torch_sgd  # the same SGD as the train suite's peers
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
                           nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120),
                           nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10)).cuda()
-    try:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=True)
-    except (TypeError, RuntimeError, ValueError):
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    opt = torch_sgd(torch, model.parameters())
     loss_fn = nn.CrossEntropyLoss()
 
     def step(i, x=None, y=None):
@@ -385,11 +391,8 @@ def adam(h, torch, copy_bw, checks, reps):
 
 def main(argv=None):
     """Run the suite (options: ``--help``); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks conv", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("conv", __doc__)
     parser.add_argument("--quick", action="store_true", help="few repeats")
-    parser.add_argument("--save", action="store_true",
-                        help="write a run under benchmarks/results/runs/")
     args = parser.parse_args(argv)
     h = cuda_handler("conv", F32)
     if h is None:

@@ -17,11 +17,18 @@ repeats, on 2^25 float32 elements:
 
 Checked: each result against float64 NumPy.
 """
-import argparse
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, derive, gpu_name, print_table, rel_error
+from benchmarks.common import (
+    Run,
+    check_line,
+    derive,
+    gpu_name,
+    print_table,
+    rel_error,
+    suite_parser,
+)
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
 from benchmarks.ops import LOOP, copy_spread
 
@@ -82,11 +89,8 @@ def chain(h, x, dy, y, dx, t1, t2, t3):
 
 def main(argv=None):
     """Run the suite (options: ``--help``); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks fusion", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("fusion", __doc__)
     parser.add_argument("--quick", action="store_true", help="2^22 elements, few repeats")
-    parser.add_argument("--save", action="store_true",
-                        help="write a run under benchmarks/results/runs/")
     args = parser.parse_args(argv)
     h = cuda_handler("fusion", F32)
     if h is None:

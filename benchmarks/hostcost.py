@@ -9,12 +9,12 @@ through pycuda with pre-packed arguments; and, as floors, a raw
 record/wait calls that stream-group fork and join use.  A diagnostic for
 choosing what to make leaner, not a target.
 """
-import argparse
 import ctypes
 import struct
 
 import numpy as np
 
+from benchmarks.common import suite_parser
 from benchmarks.gpu import cuda_handler, host_overhead_us
 from benchmarks.ops import small_ops
 
@@ -280,8 +280,7 @@ def device_us(h, fn, big, out, calls=400):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks hostcost", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("hostcost", __doc__, save=False)
     parser.add_argument("--calls", type=int, default=10000)
     args = parser.parse_args(argv)
     h = cuda_handler("hostcost", F32, what="tool")

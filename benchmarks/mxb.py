@@ -5,12 +5,19 @@ each handler beside plain NumPy doing the same work in the same process.  The
 NumpyHandler's target is at most 1.10x plain NumPy: the handler layer must
 cost next to nothing.
 """
-import argparse
 import functools
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, gpu_name, median_times, print_table, rel_error
+from benchmarks.common import (
+    Run,
+    check_line,
+    gpu_name,
+    median_times,
+    print_table,
+    rel_error,
+    suite_parser,
+)
 from handlers import NumpyHandler
 
 TARGET = 1.10  # NumpyHandler time / plain NumPy time
@@ -50,15 +57,13 @@ def available_handlers(dtype=np.float32):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks mxb", description=__doc__)
+    p = suite_parser("mxb", __doc__)
     p.add_argument("--n", type=int, default=None, help="m, x and y are n x n (default 1000)")
     p.add_argument("--iters", type=int, default=None, help="loop iterations (default 500)")
     p.add_argument("--quick", action="store_true",
                    help=f"the demo's size: n {QUICK['n']} and {QUICK['iters']} iterations "
                         f"unless --n/--iters say otherwise (not with --save)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median counts")
-    p.add_argument("--save", action="store_true",
-                   help="write a run under benchmarks/results/runs/")
     args = p.parse_args(argv)
     if args.quick and args.save:
         p.error("--quick runs are not saved: the committed results are full-size runs")

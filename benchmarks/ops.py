@@ -22,7 +22,6 @@ host data and timed in interleaved order (:func:`benchmarks.gpu.interleaved`):
 Every section checks that each library computed the same result as NumPy in
 float64 (``checks`` in the saved run).
 """
-import argparse
 import collections
 
 import numpy as np
@@ -35,6 +34,7 @@ from benchmarks.common import (
     median_times,
     print_table,
     rel_error,
+    suite_parser,
 )
 from benchmarks.gpu import (
     EventTimer,
@@ -435,11 +435,8 @@ def mxb(h, n, iters, checks, reps):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks ops", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("ops", __doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, few calls")
-    parser.add_argument("--save", action="store_true",
-                        help="write a run under benchmarks/results/runs/")
     args = parser.parse_args(argv)
     h = cuda_handler("ops", F32, blas="scikit-cuda")
     if h is None:

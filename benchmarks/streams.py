@@ -69,12 +69,21 @@ and ``torch_graphed_four_us`` (None without PyTorch); plain numbers:
 ("host" or "GPU"); ``partly_idle`` (``idle_gain`` > 1.05).  A check is
 ``{"what", "errors": {variant: max relative error}, "tol", "ok"}``.
 """
-import argparse
 import math
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, derive, gpu_name, med, print_table, rel_error, spread
+from benchmarks.common import (
+    Run,
+    check_line,
+    derive,
+    gpu_name,
+    med,
+    print_table,
+    rel_error,
+    spread,
+    suite_parser,
+)
 from benchmarks.gpu import (
     EventTimer,
     cuda_handler,
@@ -231,10 +240,8 @@ def check_dw(dw_of, x_h, dg_h):
 
 def main(argv=None):
     """Run the sweep, print the table and the checks; 1 if a check failed."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks streams", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("streams", __doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--save", action="store_true")
     parser.add_argument("--blas", default="scikit-cuda", choices=("scikit-cuda", "nvmath"),
                         help="cuBLAS binding of the handler (default scikit-cuda)")
     args = parser.parse_args(argv)

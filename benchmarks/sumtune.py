@@ -9,12 +9,12 @@ axes (the conv bias gradient, ``_plan_mid``'s ``blocks_per_sm``), with the
 host's time to issue one call beside it: a row whose device time per call is
 below the host's is host-bound, and no kernel tuning helps it.
 """
-import argparse
 import itertools
 import time
 
 import numpy as np
 
+from benchmarks.common import suite_parser
 from benchmarks.gpu import EventTimer, cuda_handler
 from benchmarks.ops import LOOP, SUM_CASES, copy_bandwidth
 
@@ -28,9 +28,7 @@ MID_DEFAULT, MID_GRID = 8, [2, 4, 8, 16, 32]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks sumtune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+    suite_parser("sumtune", __doc__, save=False).parse_args(argv)
     h = cuda_handler("sumtune", F32)
     if h is None:
         return 0

@@ -74,8 +74,23 @@ from collections import namedtuple
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, gpu_name, med, print_table, rel_error, spread
-from benchmarks.gpu import EventTimer, interleaved, optional_peers, our_captured, torch_graphed
+from benchmarks.common import (
+    Run,
+    check_line,
+    gpu_name,
+    med,
+    print_table,
+    rel_error,
+    spread,
+    suite_parser,
+)
+from benchmarks.gpu import (
+    EventTimer,
+    interleaved,
+    optional_peers,
+    our_captured,
+    torch_graphed,
+)
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
@@ -598,8 +613,7 @@ def _figures(ms, n, issue=None, device=None, gapless=None):
 
 def main(argv=None):
     """Run the suite (options: ``--help``); returns the exit status."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = suite_parser("train", __doc__)
     p.add_argument("--handler", choices=("pycuda", "numpy"), default="pycuda",
                    help="pycuda (default; skips without a GPU) or numpy")
     p.add_argument("--models", default="mlp,lstm", help="comma separated: mlp, lstm")
@@ -608,8 +622,6 @@ def main(argv=None):
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="captured rows: ours (Handler.capture) and each PyTorch peer "
                         "graphed (torch.cuda.graph); on by default, GPU only")
-    p.add_argument("--save", action="store_true",
-                   help="write the run into benchmarks/results/runs/")
     args = p.parse_args(argv)
     h, timer, reason = make_handler(args.handler)
     if h is None:

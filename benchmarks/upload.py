@@ -58,12 +58,21 @@ download, wait: spread over the timed runs of host microseconds per step}}``;
 ``checks``: ``[{"what", "errors": {variant: max relative error}, "tol",
 "ok"}]``.
 """
-import argparse
 import time
 
 import numpy as np
 
-from benchmarks.common import Run, check_line, derive, gpu_name, med, print_table, rel_error, spread
+from benchmarks.common import (
+    Run,
+    check_line,
+    derive,
+    gpu_name,
+    med,
+    print_table,
+    rel_error,
+    spread,
+    suite_parser,
+)
 from benchmarks.gpu import EventTimer, cuda_handler, optional_peers
 
 F32 = np.float32
@@ -296,8 +305,7 @@ def torch_variants(t, m_h, b_h, xs, iters, depth):
 
 def main(argv=None):
     """Time the variants, print the table and the check; 1 if the check failed."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks upload", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = suite_parser("upload", __doc__)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--depth", type=int, default=3,
@@ -305,7 +313,6 @@ def main(argv=None):
                              "(f) and (g) (default 3: one more batch in flight than the "
                              "library default absorbs jitter between the upload and download "
                              "copy engines)")
-    parser.add_argument("--save", action="store_true")
     args = parser.parse_args(argv)
     run = Run("upload", gpu_name(), vars(args))
     h = cuda_handler("upload", F32)
