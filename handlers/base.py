@@ -51,6 +51,7 @@ from .checks import (
 )
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
 from .optable import OPS, install
+from .shape_rules import reduced_size
 
 #: Stands for a handler array in signatures.  It is an instance of the
 #: handler's ``array_type`` (``numpy.ndarray`` on NumpyHandler,
@@ -527,8 +528,7 @@ class Handler(ABC):
     def _mean_t(self, a, axis, out):
         """mean_t's work: the sum, then one scaling (NaN over an empty axis)."""
         self._sum_t(a, axis, out)
-        axes = range(len(a.shape)) if axis is None else axis if type(axis) is tuple else (axis,)
-        n = math.prod(a.shape[i] for i in axes)
+        n = reduced_size(a.shape, axis)
         if n == 0:
             self._fill(out, math.nan)
         elif n != 1:
@@ -562,18 +562,6 @@ class Handler(ABC):
         pairs may overlap only as the very same memory.  Raises ValueError
         naming the first broken rule."""
         spans = [self._span(a) for a in arrays]
-        # Fast path, taken when arguments are fine: sorted, the distinct
-        # ranges follow one another without overlap, so the only overlaps are
-        # the very same memory, which an exact pair may be and a disjoint pair
-        # may not (empty arrays span (0, 0) and overlap nothing).  A fused
-        # LSTM step has 112 rules, which pair by pair cost more than its launch.
-        distinct = sorted(set(spans))
-        if all(x[1] <= y[0] for x, y in zip(distinct, distinct[1:])):
-            if len(distinct) < len(spans):
-                for i, j in disjoint:
-                    if spans[i] == spans[j] and spans[i][1]:
-                        fail_value(op, f"{names[i]} must not overlap {names[j]}")
-            return
         for i, j in disjoint:
             (a0, a1), (b0, b1) = spans[i], spans[j]
             if a0 < b1 and b0 < a1:

@@ -543,8 +543,7 @@ class DebugHandler:
         def inner_op(*a, **k):
             return self._inner._run_fused(op, a, k)
         with self._shared.lock:
-            return self._checked(op.name, op.row, inspect.signature(op._method), inner_op,
-                                 args, kwargs)
+            return self._checked(op.name, op.row, op.method_signature, inner_op, args, kwargs)
 
     def _bind_fused(self, op, args, kwargs):
         """``FusedOp.bind``: the declaration's checks now (on the inner

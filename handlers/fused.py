@@ -269,18 +269,18 @@ class FusedOp:
         canonical = repr((name, tokens, out_tokens, self.program.statements,
                           self.program.results))
         self.digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
-        # The parameters _shapes receives (all but the host scalars), and the
-        # arrays of the outputs' full shape among them.
+        # The parameters _shapes receives: all but the host scalars.
         self._checked = tuple(p for p in self.params
                               if p not in self.scalars or p in self.device_scalars)
-        self._full = tuple(p for p in self.params if p not in self.scalars and p not in self.rows)
         self.row = self._row()
         self._method = optable._method(self.row, FUSED=self)
         self._method.__qualname__ = f"FusedOp.{name}"
         self._checks = optable._method(self.row, checks_only=True, FUSED=self)
+        #: the made method's signature (self first): DebugHandler binds calls with it
+        self.method_signature = inspect.signature(self._method)
         self.__signature__ = inspect.Signature(
             [inspect.Parameter("h", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-            + list(inspect.signature(self._method).parameters.values())[1:])
+            + list(self.method_signature.parameters.values())[1:])
         self.__doc__ = self.row.doc
 
     def _row(self):
@@ -317,11 +317,6 @@ class FusedOp:
         named = dict(zip(self._checked, args))
         name, first = self.name, self.outputs[0]
         shape = tuple(named[first].shape)
-        # The common case first: every full-shape array has the first output's shape.
-        row = shape[-1:]
-        if all(named[p].shape == shape for p in self._full) and not self.device_scalars \
-                and (not self.rows or row and all(named[p].shape == row for p in self.rows)):
-            return
         for p in self.params:
             if p in self.scalars:
                 value = named.get(p, 0.0)

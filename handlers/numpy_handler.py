@@ -6,8 +6,6 @@ scratch array cached per shape instead of allocating on every call.  Ops run at
 once, which is a valid schedule for every stream group, so events are complete
 when they are recorded.
 """
-import math
-
 import numpy as np
 
 from . import dtypes
@@ -15,6 +13,7 @@ from .base import Handler
 from .checks import fail_type, fail_value
 from .graphs import WORK_HOOKS
 from .prefetch import Transfer
+from .shape_rules import reduced_size
 
 
 class CompletedEvent:
@@ -231,8 +230,7 @@ class NumpyHandler(Handler):
     def _mean_t(self, a, axis, out):
         # A half format rounds once: the sum and its scaling in one work hook
         # (on the float32 twin); float32 and float64 as every handler does.
-        axes = range(a.ndim) if axis is None else axis if type(axis) is tuple else (axis,)
-        n = math.prod(a.shape[i] for i in axes)
+        n = reduced_size(a.shape, axis)
         if self._wide is None or n == 0:
             super()._mean_t(a, axis, out)
         else:

@@ -10,6 +10,8 @@ or None.  Rules take the handler first, then the op's arguments in signature
 order, minus its scalars (device scalars, ``$`` tokens, are passed: a float
 or a one-element array).
 """
+import math
+
 import numpy as np
 
 from . import dtypes
@@ -108,6 +110,13 @@ def _sum_shapes(a, axis, out, op="sum_t"):
         fail_value(op, f"out shape {out.shape} does not fit the reduction of "
                        f"{a.shape} over axis {axis}")
     return axes[0] if len(axes) == 1 else axes
+
+
+def reduced_size(shape, axis):
+    """The number of elements each result of a reduction of ``shape`` over
+    a checked ``axis`` (None, an int or a tuple of ints) adds up."""
+    axes = range(len(shape)) if axis is None else axis if type(axis) is tuple else (axis,)
+    return math.prod(shape[i] for i in axes)
 
 
 def _exact_indices(h, op, n, what):

@@ -907,7 +907,7 @@ class PyCudaHandler(Handler):
         n, values = self._fused_arguments(op, checked)
         if not n:
             return lambda: None
-        kernel, grid, launch = self._k[op], self._grids.get(n) or self._grid(n), _launch_kernel
+        kernel, grid, launch = self._k[op], self._grid(n), _launch_kernel
         capturing = self._capture_box
 
         def call():
