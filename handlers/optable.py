@@ -252,17 +252,24 @@ axis or with it kept as 1.  NaN wins: a slice holding NaN gives NaN (and
 empty.  ``out`` must not overlap ``a``."""
 
 
+def check_adam_hyperparameters(op, beta1, beta2, eps, weight_decay):
+    """Raise ValueError naming ``op`` unless 0 <= beta1, beta2 < 1, eps > 0
+    and weight_decay >= 0: ``adam_update``'s rule, which the optimizers
+    (``layers.Adam``) apply at construction too."""
+    for name, beta in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 <= beta < 1.0:
+            fail_value(op, f"{name} must be in [0, 1), got {beta}")
+    if not eps > 0.0:
+        fail_value(op, f"eps must be > 0, got {eps}")
+    if not weight_decay >= 0.0:
+        fail_value(op, f"weight_decay must be >= 0, got {weight_decay}")
+
+
 def _adam_rule(lr, beta1, beta2, eps, weight_decay):
     # lr as a device scalar is checked by whoever fills it (the optimizers).
     if type(lr) is float and lr < 0.0:
         fail_value("adam_update", f"lr must be >= 0, got {lr}")
-    for name, beta in (("beta1", beta1), ("beta2", beta2)):
-        if not 0.0 <= beta < 1.0:
-            fail_value("adam_update", f"{name} must be in [0, 1), got {beta}")
-    if not eps > 0.0:
-        fail_value("adam_update", f"eps must be > 0, got {eps}")
-    if not weight_decay >= 0.0:
-        fail_value("adam_update", f"weight_decay must be >= 0, got {weight_decay}")
+    check_adam_hyperparameters("adam_update", beta1, beta2, eps, weight_decay)
 
 
 def _eps_rule(eps):

@@ -1,4 +1,6 @@
 """Optimizers on the flat buffers: ``SGD`` with momentum, ``Adam`` and ``AdamW``."""
+from handlers.optable import check_adam_hyperparameters
+
 from .params import view
 
 
@@ -97,13 +99,7 @@ class Adam:
             beta1, beta2 = (float(b) for b in betas)
         except (TypeError, ValueError):
             raise ValueError(f"{name}: betas must be a pair of numbers, got {betas!r}") from None
-        for which, beta in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"{name}: {which} must be in [0, 1), got {beta}")
-        if not float(eps) > 0.0:
-            raise ValueError(f"{name}: eps must be > 0, got {eps}")
-        if not float(weight_decay) >= 0.0:
-            raise ValueError(f"{name}: weight_decay must be >= 0, got {weight_decay}")
+        check_adam_hyperparameters(name, beta1, beta2, float(eps), float(weight_decay))
         self.parameters = parameters
         self.betas, self.eps = (beta1, beta2), float(eps)
         self.weight_decay = float(weight_decay)
