@@ -31,37 +31,15 @@ class UnfusedLSTM(LSTM):
                                      ("dWh", self.grads, "Wh"), ("db", self.grads, "b"))}))
 
     def _bufs(self, T, B):
-        """Buffers and their per-gate / per-step views for sequences (T, B)."""
-        def build():
-            h, F, H = self.h, self.n_in, self.n_hidden
-            A = h.allocate((4, T, B, H))       # gate activations (pre-activations at first)
-            dA = h.allocate((4, T, B, H))      # gradients of the gate pre-activations
-            C = h.zeros((T + 1, B, H))         # cell states, C[0] = initial state 0
-            Hs = h.zeros((T + 1, B, H))        # hidden states, Hs[0] = initial state 0
-            TC = h.allocate((T, B, H))         # tanh of the cell states
-            dX = h.allocate((T, B, F))
-            b = SimpleNamespace(
-                A=A, C=C, Hs=Hs, TC=TC, dX=dX,
-                dh=h.allocate((B, H)), dc=h.allocate((B, H)), tmp=h.allocate((B, H)),
-                dY_seq=None,
-                # whole-sequence matrices, for the gemms over all steps
-                A2=[view(h, A, k * T * B * H, (T * B, H)) for k in range(4)],
-                dA2=[view(h, dA, k * T * B * H, (T * B, H)) for k in range(4)],
-                Hprev2=view(h, Hs, 0, (T * B, H)),             # h[-1] .. h[T-2]
-                Y=view(h, Hs, B * H, (T, B, H)),               # h[0] .. h[T-1]
-                last=index(h, Hs, T),
-                dX2=view(h, dX, 0, (T * B, F)),
-                # per-step views: [t][k] for gates, [t] for states
-                At=[[view(h, A, (k * T + t) * B * H, (B, H)) for k in range(4)]
-                    for t in range(T)],
-                dAt=[[view(h, dA, (k * T + t) * B * H, (B, H)) for k in range(4)]
-                     for t in range(T)],
-                Ct=[index(h, C, t) for t in range(T + 1)],
-                Ht=[index(h, Hs, t) for t in range(T + 1)],
-                TCt=[index(h, TC, t) for t in range(T)],
-            )
-            return b
-        return self.cached((T, B), build)
+        """The fused layer's buffers and views (:meth:`layers.LSTM._bufs`),
+        plus what the unfused steps use besides: each gate's whole-sequence
+        matrix ``A2[k]`` and two (B, H) temporaries."""
+        b = super()._bufs(T, B)
+        if not hasattr(b, "A2"):
+            h, H = self.h, self.n_hidden
+            b.A2 = [view(h, b.A, k * T * B * H, (T * B, H)) for k in range(4)]
+            b.dh, b.tmp, b.dY_seq = h.allocate((B, H)), h.allocate((B, H)), None
+        return b
 
     # ---------------------------------------------------------------- forward
     def forward(self, x, training=True):
