@@ -242,7 +242,7 @@ def _conv_ref(x, w, pad):
 
 
 def _algorithms(h):
-    """[pass, x shape, w shape, cuDNN algorithm number] of every convolution
+    """[pass, x shape, w shape, cuDNN engine index] of every convolution
     the handler planned so far (its plan cache; an aid for reading the run)."""
     names = ("forward", "backward_data", "backward_filter")
     return [[names[key[0]], list(key[1]), list(key[2]), plan[2]]
@@ -409,7 +409,7 @@ def main(argv=None):
     results["conv"] = convolutions(h, torch, checks, reps)
     results["conv_algorithms"] = _algorithms(h)
     for row in results["conv_algorithms"]:
-        print("cuDNN algorithm:", *row)
+        print("cuDNN engine:", *row)
     results["step"] = training_step(h, torch, reps)
     results["adam"] = adam(h, torch, copy_bw, checks, reps)
     bad = [c["what"] for c in checks if not c["ok"]]

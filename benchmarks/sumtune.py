@@ -8,6 +8,13 @@ Then the same for the one-kernel sum over a leading and a trailing run of
 axes (the conv bias gradient, ``_plan_mid``'s ``blocks_per_sm``), with the
 host's time to issue one call beside it: a row whose device time per call is
 below the host's is host-bound, and no kernel tuning helps it.
+
+Last, what bounds the bias gradient at (64, 128, 32, 32): the one-kernel sum,
+a device-to-device copy of the same bytes and PyTorch's full ``sum()`` are
+timed at five batch sizes, and each is fitted as a fixed cost per call plus
+bytes over a bandwidth.  A kernel that reads the input at the copy's
+bandwidth with the copy's fixed cost gives the best fraction of copy one can
+expect at that size.
 """
 import itertools
 import time
@@ -64,6 +71,7 @@ def main(argv=None):
         for bw, kw, mark, err in sorted(results, key=lambda r: -r[0]):
             print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {kw}{mark}  max err {err:.1e}")
     mid(h, timer, copy_bw, rng)
+    bound(h, timer, copy_bw, rng)
     return 0
 
 
@@ -95,3 +103,53 @@ def mid(h, timer, copy_bw, rng, calls=2000):
             print(f"  {bw / 1e12:6.3f} TB/s {bw / copy_bw:6.1%}  {1e3 * ms:7.1f} us  "
                   f"blocks_per_sm={bps}{mark}  rel err {err:.1e}")
         del h._sum_plans[key]
+
+
+def _fit(nbytes, us):
+    """Least-squares (fixed us, bytes/s) of ``us = fixed + nbytes / rate``."""
+    slope, fixed = np.polyfit(np.asarray(nbytes, float), np.asarray(us, float), 1)
+    return fixed, 1e6 / slope
+
+
+def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
+    """Fixed cost and bandwidth of the bias-gradient sum, a copy and
+    PyTorch's full sum over (batch, 128, 32, 32), and the fraction of copy
+    they imply for batch 64."""
+    import pycuda.driver as drv
+    try:
+        import torch
+        tt = EventTimer("torch", module=torch) if torch.cuda.is_available() else None
+    except ImportError:
+        torch = tt = None
+    rows = {"sum_t (0, 2, 3)": [], "copy (same bytes)": [], "torch x.sum()": []}
+    sizes = []
+    for b in batches:
+        shape = (b, 128, 32, 32)
+        xs = [h.create_from_numpy(rng.standard_normal(shape).astype(F32)) for _ in range(2)]
+        out, dst = h.allocate((128,)), h.allocate(shape)
+        nb = xs[0].nbytes
+        sizes.append(nb)
+        rows["sum_t (0, 2, 3)"].append(1e3 * timer.time(
+            lambda i: h.sum_t(xs[i % 2], (0, 2, 3), out), inner=LOOP))
+        rows["copy (same bytes)"].append(1e3 * timer.time(
+            lambda i: drv.memcpy_dtod_async(dst.gpudata, xs[i % 2].gpudata, nb, h.stream),
+            inner=LOOP))
+        if tt is not None:
+            txs = [torch.randn(shape, device="cuda") for _ in range(2)]
+            rows["torch x.sum()"].append(1e3 * tt.time(lambda i: txs[i % 2].sum(), inner=LOOP))
+
+    print(f"\nwhat bounds the bias gradient: us per call at batch {list(batches)} of "
+          f"(batch, 128, 32, 32), fitted as fixed us + bytes / rate")
+    fits = {}
+    for name, us in rows.items():
+        if not us:
+            continue
+        moved = [2 * n for n in sizes] if name.startswith("copy") else sizes
+        fits[name] = _fit(moved, us)
+        print(f"  {name:18s} " + " ".join(f"{u:7.2f}" for u in us)
+              + f"   fixed {fits[name][0]:5.2f} us, {fits[name][1] / 1e12:5.3f} TB/s")
+    fixed, rate = fits["copy (same bytes)"]
+    n64 = 64 * 128 * 32 * 32 * 4
+    best = (n64 + 128 * 4) / ((fixed + n64 / rate * 1e6) * 1e-6)
+    print(f"  a read of batch 64 at the copy's rate with the copy's fixed cost: "
+          f"{(fixed + n64 / rate * 1e6):.2f} us, {best / copy_bw:.1%} of copy")

@@ -1,16 +1,24 @@
-/* handlers.cuda._launch: 2-D convolutions through cuDNN's legacy API.
+/* handlers.cuda._launch: 2-D convolutions through cuDNN's backend (graph) API.
  *
  * Like the rest of the extension it builds without CUDA or cuDNN headers:
- * cudnn_load(path) dlopen's libcudnn.so.9 at run time, and the few types,
- * enum values and the one struct used here are declared below, checked
- * against cuDNN 9's headers (cudnn_graph.h, cudnn_cnn.h; see the values'
- * comments).  Handles, descriptors, plans and addresses are Python ints.
+ * cudnn_load(path) dlopen's libcudnn.so.9 at run time, and the few enum
+ * values used here are declared below, checked against cuDNN 9's
+ * cudnn_graph.h (see the values' comments).  Handles, plans and addresses
+ * are Python ints.
+ *
+ * Why the backend API rather than cudnnConvolutionForward and its kin: in
+ * cuDNN 9 the legacy entry points are a shim over this API that rebuilds its
+ * objects on every call.  On an H100 one legacy call of a LeNet-sized
+ * convolution cost 28-65 us of host time for 6-28 us of device work, so a
+ * small network was host-bound at twice PyTorch's time.
  *
  * A *plan* holds what one convolution of one geometry needs, made once and
- * cached by the caller: the tensor, filter and convolution descriptors and
- * the algorithm (from the _v7 heuristics, which only read tables on the host:
- * no device work, so planning is safe inside a stream capture), with its
- * workspace size.  Running a plan is one cuDNN call on the handle's stream.
+ * cached by the caller: the tensor, convolution and operation descriptors,
+ * the operation graph and the finalized execution plan of the engine chosen
+ * from cuDNN's heuristics, with its workspace size.  Running a plan is one
+ * cudnnBackendExecute on the handle's stream with a variant pack (the data
+ * addresses), which the plan keeps and rebuilds only when the addresses
+ * change.
  *
  * Every failing cuDNN call raises CudaError(call, cudnnGetErrorString, status)
  * through status_error().
@@ -24,86 +32,92 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Enum values of cuDNN 9 (the same since cuDNN 7 for these). */
+/* Enum values of cuDNN 9 (cudnn_graph.h). */
 enum {
     SH_CUDNN_STATUS_SUCCESS = 0,        /* cudnnStatus_t */
     SH_CUDNN_DATA_FLOAT = 0,            /* cudnnDataType_t */
     SH_CUDNN_DATA_DOUBLE = 1,
-    SH_CUDNN_TENSOR_NCHW = 0,           /* cudnnTensorFormat_t */
     SH_CUDNN_CROSS_CORRELATION = 1,     /* cudnnConvolutionMode_t (0 is CONVOLUTION) */
-    SH_CUDNN_TENSOR_OP_MATH = 1,        /* cudnnMathType_t: 0 DEFAULT, 1 TENSOR_OP, */
-    SH_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2,   /* 2 ..._ALLOW_CONVERSION, */
-    SH_CUDNN_FMA_MATH = 3,              /* 3 FMA (no TF32 for float data) */
-    SH_CUDNN_DETERMINISTIC = 1,         /* cudnnDeterminism_t (0 NON_DETERMINISTIC) */
-    /* Fallbacks when the heuristics offer nothing usable: deterministic,
-     * general algorithms with small workspaces. */
-    SH_CUDNN_FWD_ALGO_IMPLICIT_GEMM = 0,        /* cudnnConvolutionFwdAlgo_t */
-    SH_CUDNN_BWD_DATA_ALGO_1 = 1,               /* cudnnConvolutionBwdDataAlgo_t */
-    SH_CUDNN_BWD_FILTER_ALGO_1 = 1,             /* cudnnConvolutionBwdFilterAlgo_t */
+    /* cudnnBackendDescriptorType_t */
+    SH_DESC_CONVOLUTION = 1, SH_DESC_ENGINE = 2, SH_DESC_ENGINECFG = 3, SH_DESC_ENGINEHEUR = 4,
+    SH_DESC_EXECUTION_PLAN = 5, SH_DESC_OP_CONV_FORWARD = 10, SH_DESC_OP_CONV_BWD_FILTER = 11,
+    SH_DESC_OP_CONV_BWD_DATA = 12, SH_DESC_OPERATIONGRAPH = 15, SH_DESC_VARIANT_PACK = 16,
+    SH_DESC_TENSOR = 17,
+    /* cudnnBackendAttributeType_t */
+    SH_TYPE_HANDLE = 0, SH_TYPE_DATA_TYPE = 1, SH_TYPE_INT64 = 3, SH_TYPE_FLOAT = 4,
+    SH_TYPE_DOUBLE = 5, SH_TYPE_VOID_PTR = 6, SH_TYPE_CONVOLUTION_MODE = 7, SH_TYPE_HEUR_MODE = 8,
+    SH_TYPE_NUMERICAL_NOTE = 11, SH_TYPE_BACKEND_DESCRIPTOR = 15, SH_TYPE_BEHAVIOR_NOTE = 19,
+    /* cudnnBackendAttributeName_t */
+    SH_ATTR_CONVOLUTION_COMP_TYPE = 100, SH_ATTR_CONVOLUTION_CONV_MODE = 101,
+    SH_ATTR_CONVOLUTION_DILATIONS = 102, SH_ATTR_CONVOLUTION_FILTER_STRIDES = 103,
+    SH_ATTR_CONVOLUTION_POST_PADDINGS = 104, SH_ATTR_CONVOLUTION_PRE_PADDINGS = 105,
+    SH_ATTR_CONVOLUTION_SPATIAL_DIMS = 106,
+    SH_ATTR_ENGINEHEUR_MODE = 200, SH_ATTR_ENGINEHEUR_OPERATION_GRAPH = 201,
+    SH_ATTR_ENGINEHEUR_RESULTS = 202,
+    SH_ATTR_ENGINECFG_ENGINE = 300,
+    SH_ATTR_EXECUTION_PLAN_HANDLE = 400, SH_ATTR_EXECUTION_PLAN_ENGINE_CONFIG = 401,
+    SH_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE = 402,
+    /* the operations' alpha, beta, conv descriptor and three tensors, in the
+     * order forward (x w y), backward data (w dx dy), backward filter (dw x dy) */
+    SH_ATTR_OP_CONV_FORWARD_ALPHA = 700, SH_ATTR_OP_CONV_BWD_DATA_ALPHA = 706,
+    SH_ATTR_OP_CONV_BWD_FILTER_ALPHA = 712,
+    SH_ATTR_OPERATIONGRAPH_HANDLE = 800, SH_ATTR_OPERATIONGRAPH_OPS = 801,
+    SH_ATTR_TENSOR_BYTE_ALIGNMENT = 900, SH_ATTR_TENSOR_DATA_TYPE = 901,
+    SH_ATTR_TENSOR_DIMENSIONS = 902, SH_ATTR_TENSOR_STRIDES = 903,
+    SH_ATTR_TENSOR_UNIQUE_ID = 906,
+    SH_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000, SH_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
+    SH_ATTR_VARIANT_PACK_WORKSPACE = 1003,
+    SH_ATTR_ENGINE_GLOBAL_INDEX = 1301, SH_ATTR_ENGINE_NUMERICAL_NOTE = 1303,
+    SH_ATTR_ENGINE_BEHAVIOR_NOTE = 1305,
+    /* cudnnBackendNumericalNote_t */
+    SH_NOTE_TENSOR_CORE = 0, SH_NOTE_DOWN_CONVERT_INPUTS = 1,
+    SH_NOTE_REDUCED_PRECISION_REDUCTION = 2, SH_NOTE_NONDETERMINISTIC = 4,
+    SH_BEHAVIOR_RUNTIME_COMPILATION = 0,   /* cudnnBackendBehaviorNote_t */
+    SH_HEUR_MODE_FALLBACK = 2, SH_HEUR_MODE_A = 3,   /* cudnnBackendHeurMode_t */
 };
 
-/* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: one layout for the
- * three (the algo field's enum differs; every enum is an int). */
-typedef struct {
-    int algo;
-    int status;          /* cudnnStatus_t */
-    float time;
-    size_t memory;       /* workspace bytes */
-    int determinism;     /* cudnnDeterminism_t */
-    int mathType;        /* cudnnMathType_t */
-    int reserved[3];
-} algo_perf;
+/* The three tensors' unique ids in a plan's variant pack. */
+enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
 
-#define MAX_PERF 16      /* more than any *_ALGO_COUNT of cuDNN 9 (8, 6, 7) */
+#define MAX_NOTES 32     /* more than CUDNN_NUMERICAL_NOTE_TYPE_COUNT (10) */
 
 typedef int (*create_fn)(void **);
 typedef int (*destroy_fn)(void *);
 typedef int (*set_stream_fn)(void *, void *);
 typedef const char *(*error_string_fn)(int);
 typedef size_t (*version_fn)(void);
-typedef int (*set_tensor_fn)(void *, int, int, int, int, int, int);   /* desc, format, type, n,c,h,w */
-typedef int (*set_filter_fn)(void *, int, int, int, int, int, int);   /* desc, type, format, k,c,h,w */
-typedef int (*set_conv_fn)(void *, int, int, int, int, int, int, int, int);
-typedef int (*set_math_fn)(void *, int);
-/* Get*Algorithm_v7(handle, d1, d2, conv, d3, requested, *returned, *perf) */
-typedef int (*algo_fn)(void *, void *, void *, void *, void *, int, int *, algo_perf *);
-/* Get*WorkspaceSize(handle, d1, d2, conv, d3, algo, *bytes) */
-typedef int (*ws_fn)(void *, void *, void *, void *, void *, int, size_t *);
-/* Convolution*(handle, alpha, d1, p1, d2, p2, conv, algo, ws, ws bytes, beta, d3, p3) */
-typedef int (*run_fn)(void *, const void *, void *, const void *, void *, const void *, void *,
-                      int, void *, size_t, const void *, void *, void *);
+typedef int (*be_create_fn)(int, void **);
+typedef int (*be_finalize_fn)(void *);
+typedef int (*be_set_fn)(void *, int, int, int64_t, const void *);
+typedef int (*be_get_fn)(void *, int, int, int64_t, int64_t *, void *);
+typedef int (*be_execute_fn)(void *, void *, void *);
 
 static void *cudnn_lib;
-static create_fn cudnn_create, create_tensor, create_filter, create_conv;
-static destroy_fn cudnn_destroy, destroy_tensor, destroy_filter, destroy_conv;
+static create_fn cudnn_create;
+static destroy_fn cudnn_destroy, be_destroy;
 static set_stream_fn set_stream;
 static error_string_fn error_string;
 static version_fn get_version;
-static set_tensor_fn set_tensor;
-static set_filter_fn set_filter;
-static set_conv_fn set_conv;
-static set_math_fn set_math;
-static algo_fn algo_of[3];
-static ws_fn workspace_of[3];
-static run_fn run_of[3];
+static be_create_fn be_create;
+static be_finalize_fn be_finalize;
+static be_set_fn be_set;
+static be_get_fn be_get;
+static be_execute_fn be_execute;
 
 /* kind: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 backward
- * filter (x, dy -> dw).  The names of the calls, for errors. */
-static const char *const ALGO_NAMES[3] = {
-    "cudnnGetConvolutionForwardAlgorithm_v7", "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-    "cudnnGetConvolutionBackwardFilterAlgorithm_v7"};
-static const char *const WS_NAMES[3] = {
-    "cudnnGetConvolutionForwardWorkspaceSize", "cudnnGetConvolutionBackwardDataWorkspaceSize",
-    "cudnnGetConvolutionBackwardFilterWorkspaceSize"};
-static const char *const RUN_NAMES[3] = {
-    "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
-static const int FALLBACK[3] = {SH_CUDNN_FWD_ALGO_IMPLICIT_GEMM, SH_CUDNN_BWD_DATA_ALGO_1,
-                                SH_CUDNN_BWD_FILTER_ALGO_1};
+ * filter (x, dy -> dw). */
+static const int OP_DESC[3] = {SH_DESC_OP_CONV_FORWARD, SH_DESC_OP_CONV_BWD_DATA,
+                               SH_DESC_OP_CONV_BWD_FILTER};
+static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_BWD_DATA_ALPHA,
+                                SH_ATTR_OP_CONV_BWD_FILTER_ALPHA};
 
 typedef struct {
-    int kind, dbl, algo;
+    int kind, dbl;
+    long long engine;          /* the chosen engine's global index (for reports) */
     size_t workspace;
-    void *x, *y, *w, *conv;   /* x: (N,C,H,W) side, y: (N,K,P,Q) side, w: (K,C,R,S) */
+    void *x, *w, *y, *conv, *op, *graph, *cfg, *exec;
+    void *pack;                /* the variant pack of `ptrs`, or NULL */
+    void *ptrs[4];             /* x, w, y and workspace addresses of `pack` */
 } conv_plan;
 
 static PyObject *cudnn_error(const char *what, int status) {
@@ -194,21 +208,12 @@ static PyObject *py_cudnn_load(PyObject *self, PyObject *arg) {
     RESOLVE(set_stream, set_stream_fn, "cudnnSetStream");
     RESOLVE(error_string, error_string_fn, "cudnnGetErrorString");
     RESOLVE(get_version, version_fn, "cudnnGetVersion");
-    RESOLVE(create_tensor, create_fn, "cudnnCreateTensorDescriptor");
-    RESOLVE(destroy_tensor, destroy_fn, "cudnnDestroyTensorDescriptor");
-    RESOLVE(set_tensor, set_tensor_fn, "cudnnSetTensor4dDescriptor");
-    RESOLVE(create_filter, create_fn, "cudnnCreateFilterDescriptor");
-    RESOLVE(destroy_filter, destroy_fn, "cudnnDestroyFilterDescriptor");
-    RESOLVE(set_filter, set_filter_fn, "cudnnSetFilter4dDescriptor");
-    RESOLVE(create_conv, create_fn, "cudnnCreateConvolutionDescriptor");
-    RESOLVE(destroy_conv, destroy_fn, "cudnnDestroyConvolutionDescriptor");
-    RESOLVE(set_conv, set_conv_fn, "cudnnSetConvolution2dDescriptor");
-    RESOLVE(set_math, set_math_fn, "cudnnSetConvolutionMathType");
-    for (int k = 0; k < 3; ++k) {
-        RESOLVE(algo_of[k], algo_fn, ALGO_NAMES[k]);
-        RESOLVE(workspace_of[k], ws_fn, WS_NAMES[k]);
-        RESOLVE(run_of[k], run_fn, RUN_NAMES[k]);
-    }
+    RESOLVE(be_create, be_create_fn, "cudnnBackendCreateDescriptor");
+    RESOLVE(be_destroy, destroy_fn, "cudnnBackendDestroyDescriptor");
+    RESOLVE(be_finalize, be_finalize_fn, "cudnnBackendFinalize");
+    RESOLVE(be_set, be_set_fn, "cudnnBackendSetAttribute");
+    RESOLVE(be_get, be_get_fn, "cudnnBackendGetAttribute");
+    RESOLVE(be_execute, be_execute_fn, "cudnnBackendExecute");
     cudnn_lib = lib;
     Py_RETURN_NONE;
 fail:
@@ -262,126 +267,253 @@ static PyObject *py_cudnn_destroy(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static void plan_release_pack(conv_plan *p) {
+    if (p->pack) be_destroy(p->pack);
+    p->pack = NULL;
+}
+
 static void plan_free(conv_plan *p) {
     if (!p) return;
-    if (p->x) destroy_tensor(p->x);
-    if (p->y) destroy_tensor(p->y);
-    if (p->w) destroy_filter(p->w);
-    if (p->conv) destroy_conv(p->conv);
+    plan_release_pack(p);
+    void *descs[] = {p->exec, p->cfg, p->graph, p->op, p->conv, p->x, p->w, p->y};
+    for (size_t i = 0; i < sizeof descs / sizeof *descs; ++i)
+        if (descs[i]) be_destroy(descs[i]);
     free(p);
 }
 
-/* The workspace of algorithm `algo` for plan p, or (size_t)-1 where cuDNN
- * refuses it (that algorithm does not support this geometry). */
-static size_t algo_workspace(conv_plan *p, void *handle, int algo) {
-    size_t bytes = 0;
+/* A finalized NCHW tensor descriptor (dims d, packed strides) with id uid. */
+static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, int64_t align,
+                       const char **call) {
+    int64_t strides[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
     int st;
-    if (p->kind == 0)
-        st = workspace_of[0](handle, p->x, p->w, p->conv, p->y, algo, &bytes);
-    else if (p->kind == 1)
-        st = workspace_of[1](handle, p->w, p->y, p->conv, p->x, algo, &bytes);
-    else
-        st = workspace_of[2](handle, p->x, p->y, p->conv, p->w, algo, &bytes);
-    return st == SH_CUDNN_STATUS_SUCCESS ? bytes : (size_t)-1;
+    *call = "cudnnBackendCreateDescriptor(TENSOR)";
+    if ((st = be_create(SH_DESC_TENSOR, desc))) return st;
+    *call = "cudnnBackendSetAttribute(TENSOR)";
+    if ((st = be_set(*desc, SH_ATTR_TENSOR_DATA_TYPE, SH_TYPE_DATA_TYPE, 1, &type)) ||
+        (st = be_set(*desc, SH_ATTR_TENSOR_DIMENSIONS, SH_TYPE_INT64, 4, d)) ||
+        (st = be_set(*desc, SH_ATTR_TENSOR_STRIDES, SH_TYPE_INT64, 4, strides)) ||
+        (st = be_set(*desc, SH_ATTR_TENSOR_UNIQUE_ID, SH_TYPE_INT64, 1, &uid)) ||
+        (st = be_set(*desc, SH_ATTR_TENSOR_BYTE_ALIGNMENT, SH_TYPE_INT64, 1, &align)))
+        return st;
+    *call = "cudnnBackendFinalize(TENSOR)";
+    return be_finalize(*desc);
 }
 
-/* cudnn_conv_plan(handle, kind, double, ws_limit, n, c, h, w, k, r, s, p, q,
- * sh, sw, ph, pw, dh, dw) -> (plan, algo, workspace bytes).
+/* Whether engine configuration cfg may run this plan: none of its engine's
+ * numerical notes is refused (float data must not run on TF32 tensor cores or
+ * with down-converted inputs or reductions; the backward passes must be
+ * deterministic: engines that add with atomics are not), and, unless
+ * allow_rtc, it needs no runtime compilation (which can take seconds at
+ * first use).  Sets *engine to the engine's global index. */
+static int engine_usable(void *cfg, int kind, int allow_rtc, long long *engine) {
+    void *eng = NULL;
+    int ok = 0;
+    int64_t n = 0, index = -1;
+    int notes[MAX_NOTES];
+    if (be_create(SH_DESC_ENGINE, &eng)) return 0;
+    if (be_get(cfg, SH_ATTR_ENGINECFG_ENGINE, SH_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) || n != 1)
+        goto done;
+    n = 0;
+    if (be_get(eng, SH_ATTR_ENGINE_NUMERICAL_NOTE, SH_TYPE_NUMERICAL_NOTE, MAX_NOTES, &n, notes))
+        goto done;
+    for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
+        if (notes[i] == SH_NOTE_TENSOR_CORE || notes[i] == SH_NOTE_DOWN_CONVERT_INPUTS ||
+            notes[i] == SH_NOTE_REDUCED_PRECISION_REDUCTION ||
+            (kind != 0 && notes[i] == SH_NOTE_NONDETERMINISTIC))
+            goto done;
+    n = 0;
+    if (!allow_rtc &&
+        !be_get(eng, SH_ATTR_ENGINE_BEHAVIOR_NOTE, SH_TYPE_BEHAVIOR_NOTE, MAX_NOTES, &n, notes))
+        for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
+            if (notes[i] == SH_BEHAVIOR_RUNTIME_COMPILATION) goto done;
+    n = 0;
+    if (!be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) && n == 1)
+        *engine = index;
+    ok = 1;
+done:
+    be_destroy(eng);
+    return ok;
+}
+
+/* Try the engine configurations of heuristics `mode` in order (best first)
+ * and keep the first usable one that finalizes into an execution plan within
+ * ws_limit bytes of workspace (negative: no limit).  Returns a cuDNN status;
+ * *found is 1 when pl->cfg and pl->exec were set. */
+static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
+                         long long ws_limit, int *found, const char **call) {
+    void *heur = NULL, **cfgs = NULL;
+    int64_t count = 0;
+    int st;
+    *found = 0;
+    *call = "cudnnBackendCreateDescriptor(ENGINEHEUR)";
+    if ((st = be_create(SH_DESC_ENGINEHEUR, &heur))) return st;
+    *call = "cudnnBackendSetAttribute(ENGINEHEUR)";
+    if ((st = be_set(heur, SH_ATTR_ENGINEHEUR_OPERATION_GRAPH, SH_TYPE_BACKEND_DESCRIPTOR, 1,
+                     &pl->graph)) ||
+        (st = be_set(heur, SH_ATTR_ENGINEHEUR_MODE, SH_TYPE_HEUR_MODE, 1, &mode)))
+        goto out;
+    *call = "cudnnBackendFinalize(ENGINEHEUR)";
+    if ((st = be_finalize(heur))) goto out;
+    *call = "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)";
+    if ((st = be_get(heur, SH_ATTR_ENGINEHEUR_RESULTS, SH_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                     NULL)))
+        goto out;
+    if (count <= 0) goto out;
+    cfgs = calloc((size_t)count, sizeof *cfgs);
+    if (!cfgs) { st = -1; *call = "calloc"; goto out; }
+    int64_t made = 0;
+    for (; made < count; ++made)
+        if ((st = be_create(SH_DESC_ENGINECFG, &cfgs[made]))) goto out;
+    int64_t got = 0;
+    if ((st = be_get(heur, SH_ATTR_ENGINEHEUR_RESULTS, SH_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                     cfgs)))
+        goto out;
+    for (int64_t i = 0; i < got && i < count && !*found; ++i) {
+        long long engine = -1;
+        if (!engine_usable(cfgs[i], pl->kind, allow_rtc, &engine)) continue;
+        void *exec = NULL;
+        int64_t ws = 0, n = 0;
+        if (be_create(SH_DESC_EXECUTION_PLAN, &exec)) continue;
+        if (be_set(exec, SH_ATTR_EXECUTION_PLAN_HANDLE, SH_TYPE_HANDLE, 1, &handle) ||
+            be_set(exec, SH_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, SH_TYPE_BACKEND_DESCRIPTOR, 1,
+                   &cfgs[i]) ||
+            be_finalize(exec) ||
+            be_get(exec, SH_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, SH_TYPE_INT64, 1, &n, &ws) ||
+            ws < 0 || (ws_limit >= 0 && ws > ws_limit)) {
+            be_destroy(exec);
+            continue;
+        }
+        pl->exec = exec;
+        pl->cfg = cfgs[i];
+        cfgs[i] = NULL;        /* kept by the plan */
+        pl->workspace = (size_t)ws;
+        pl->engine = engine;
+        *found = 1;
+    }
+    st = SH_CUDNN_STATUS_SUCCESS;
+out:
+    if (cfgs)
+        for (int64_t i = 0; i < count; ++i)
+            if (cfgs[i]) be_destroy(cfgs[i]);
+    free(cfgs);
+    be_destroy(heur);
+    return st;
+}
+
+/* cudnn_conv_plan(handle, kind, double, ws_limit, align, n, c, h, w, k, r, s,
+ * p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace bytes).
  *
- * The algorithm: the first of the heuristics' list (best first) that
- * succeeded, uses no tensor-op math (float data must not run as TF32: the
- * descriptor is set to FMA math, and results that report tensor-op math are
- * skipped), is deterministic (the backward algorithms that add with atomics
- * are not), and needs at most ws_limit bytes of workspace; else the
- * deterministic fallback (IMPLICIT_GEMM, BWD_*_ALGO_1).  */
+ * The engine: the first of cuDNN's heuristics (mode A, best first) that
+ * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
+ * bytes of workspace; failing that the same over the fallback heuristics,
+ * then both again allowing runtime-compiled engines.  `align` is the byte
+ * alignment every address given to cudnn_conv_run will have (1 to 16): the
+ * caller keys its plans on it.  Planning is host work only, so it may run
+ * inside a stream capture. */
 static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     const char *what = "cudnn_conv_plan";
     void *handle;
-    int kind, dbl, n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw;
+    int kind, dbl, align, dims[15];
     long long ws_limit;
-    if (!nargs_is(what, nargs, 19) || !arg_pointer(what, "handle", args[0], &handle) ||
+    if (!nargs_is(what, nargs, 20) || !arg_pointer(what, "handle", args[0], &handle) ||
         !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "double", args[2], 0, &dbl))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
     if (ws_limit == -1 && PyErr_Occurred()) return NULL;
+    if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
     if (kind > 2) {
         PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2, got %d", what, kind);
         return NULL;
     }
-    int *dims[] = {&n, &c, &h, &w, &k, &r, &s, &p, &q, &sh, &sw, &ph, &pw, &dh, &dw};
     static const char *const names[] = {"n", "c", "h", "w", "k", "r", "s", "p", "q",
                                         "sh", "sw", "ph", "pw", "dh", "dw"};
     for (int i = 0; i < 15; ++i) {
         int lo = (i == 11 || i == 12) ? 0 : 1;   /* padding may be 0 */
-        if (!arg_int(what, names[i], args[4 + i], lo, dims[i])) return NULL;
+        if (!arg_int(what, names[i], args[5 + i], lo, &dims[i])) return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
+    const int64_t xd[4] = {dims[0], dims[1], dims[2], dims[3]};
+    const int64_t wd[4] = {dims[4], dims[1], dims[5], dims[6]};
+    const int64_t yd[4] = {dims[0], dims[4], dims[7], dims[8]};
+    const int64_t stride[2] = {dims[9], dims[10]}, pad[2] = {dims[11], dims[12]};
+    const int64_t dil[2] = {dims[13], dims[14]}, spatial = 2;
     conv_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
     pl->dbl = dbl != 0;
+    pl->engine = -1;
     int type = dbl ? SH_CUDNN_DATA_DOUBLE : SH_CUDNN_DATA_FLOAT;
+    int mode = SH_CUDNN_CROSS_CORRELATION;
+    int64_t al = align;
     int st;
-    const char *call;
+    const char *call = "";
 #define TRY(name, expr)                                                            \
     do {                                                                           \
         call = name;                                                               \
-        st = (expr);                                                               \
-        if (st != SH_CUDNN_STATUS_SUCCESS) goto fail;                              \
+        if ((st = (expr)) != SH_CUDNN_STATUS_SUCCESS) goto fail;                   \
     } while (0)
-    TRY("cudnnCreateTensorDescriptor", create_tensor(&pl->x));
-    TRY("cudnnCreateTensorDescriptor", create_tensor(&pl->y));
-    TRY("cudnnCreateFilterDescriptor", create_filter(&pl->w));
-    TRY("cudnnCreateConvolutionDescriptor", create_conv(&pl->conv));
-    TRY("cudnnSetTensor4dDescriptor", set_tensor(pl->x, SH_CUDNN_TENSOR_NCHW, type, n, c, h, w));
-    TRY("cudnnSetTensor4dDescriptor", set_tensor(pl->y, SH_CUDNN_TENSOR_NCHW, type, n, k, p, q));
-    TRY("cudnnSetFilter4dDescriptor", set_filter(pl->w, type, SH_CUDNN_TENSOR_NCHW, k, c, r, s));
-    /* computeType = the data type: float accumulates in float, double in double */
-    TRY("cudnnSetConvolution2dDescriptor",
-        set_conv(pl->conv, ph, pw, sh, sw, dh, dw, SH_CUDNN_CROSS_CORRELATION, type));
-    TRY("cudnnSetConvolutionMathType", set_math(pl->conv, SH_CUDNN_FMA_MATH));
-    algo_perf perf[MAX_PERF];
-    memset(perf, 0, sizeof perf);
-    int got = 0;
-    call = ALGO_NAMES[kind];
-    if (kind == 0)
-        st = algo_of[0](handle, pl->x, pl->w, pl->conv, pl->y, MAX_PERF, &got, perf);
-    else if (kind == 1)
-        st = algo_of[1](handle, pl->w, pl->y, pl->conv, pl->x, MAX_PERF, &got, perf);
-    else
-        st = algo_of[2](handle, pl->x, pl->y, pl->conv, pl->w, MAX_PERF, &got, perf);
-    if (st != SH_CUDNN_STATUS_SUCCESS) goto fail;
-    if (got > MAX_PERF) got = MAX_PERF;
-    pl->algo = -1;
-    for (int i = 0; i < got && pl->algo < 0; ++i) {
-        const algo_perf *a = &perf[i];
-        if (a->status != SH_CUDNN_STATUS_SUCCESS || a->mathType == SH_CUDNN_TENSOR_OP_MATH ||
-            a->mathType == SH_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-            (kind != 0 && a->determinism != SH_CUDNN_DETERMINISTIC))
-            continue;
-        size_t bytes = algo_workspace(pl, handle, a->algo);
-        if (bytes == (size_t)-1 || (ws_limit >= 0 && bytes > (unsigned long long)ws_limit))
-            continue;
-        pl->algo = a->algo;
-        pl->workspace = bytes;
-    }
-    if (pl->algo < 0) {
-        call = WS_NAMES[kind];
-        size_t bytes = 0;
-        int algo = FALLBACK[kind];
-        if (kind == 0)
-            st = workspace_of[0](handle, pl->x, pl->w, pl->conv, pl->y, algo, &bytes);
-        else if (kind == 1)
-            st = workspace_of[1](handle, pl->w, pl->y, pl->conv, pl->x, algo, &bytes);
-        else
-            st = workspace_of[2](handle, pl->x, pl->y, pl->conv, pl->w, algo, &bytes);
-        if (st != SH_CUDNN_STATUS_SUCCESS) goto fail;
-        pl->algo = algo;
-        pl->workspace = bytes;
+    if ((st = make_tensor(&pl->x, type, xd, UID_X, al, &call)) ||
+        (st = make_tensor(&pl->w, type, wd, UID_W, al, &call)) ||
+        (st = make_tensor(&pl->y, type, yd, UID_Y, al, &call)))
+        goto fail;
+    TRY("cudnnBackendCreateDescriptor(CONVOLUTION)", be_create(SH_DESC_CONVOLUTION, &pl->conv));
+    call = "cudnnBackendSetAttribute(CONVOLUTION)";
+    /* the compute type is the data type: float accumulates in float, double
+     * in double */
+    if ((st = be_set(pl->conv, SH_ATTR_CONVOLUTION_SPATIAL_DIMS, SH_TYPE_INT64, 1, &spatial)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_COMP_TYPE, SH_TYPE_DATA_TYPE, 1, &type)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_CONV_MODE, SH_TYPE_CONVOLUTION_MODE, 1,
+                     &mode)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_FILTER_STRIDES, SH_TYPE_INT64, 2, stride)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_PRE_PADDINGS, SH_TYPE_INT64, 2, pad)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_POST_PADDINGS, SH_TYPE_INT64, 2, pad)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_DILATIONS, SH_TYPE_INT64, 2, dil)))
+        goto fail;
+    TRY("cudnnBackendFinalize(CONVOLUTION)", be_finalize(pl->conv));
+    TRY("cudnnBackendCreateDescriptor(OPERATION_CONVOLUTION)", be_create(OP_DESC[kind], &pl->op));
+    /* Each operation's attributes follow its alpha: beta, conv, then the
+     * w-side, x-side and y-side tensors (cudnn_graph.h). */
+    const int base = OP_ALPHA[kind];
+    const float one_f = 1.0f, zero_f = 0.0f;
+    const double one_d = 1.0, zero_d = 0.0;
+    const int scalar = dbl ? SH_TYPE_DOUBLE : SH_TYPE_FLOAT;
+    call = "cudnnBackendSetAttribute(OPERATION_CONVOLUTION)";
+    if ((st = be_set(pl->op, base, scalar, 1, dbl ? (const void *)&one_d : (const void *)&one_f)) ||
+        (st = be_set(pl->op, base + 1, scalar, 1,
+                     dbl ? (const void *)&zero_d : (const void *)&zero_f)) ||
+        (st = be_set(pl->op, base + 2, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->conv)) ||
+        (st = be_set(pl->op, base + 3, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->w)) ||
+        (st = be_set(pl->op, base + 4, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->x)) ||
+        (st = be_set(pl->op, base + 5, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->y)))
+        goto fail;
+    TRY("cudnnBackendFinalize(OPERATION_CONVOLUTION)", be_finalize(pl->op));
+    TRY("cudnnBackendCreateDescriptor(OPERATIONGRAPH)",
+        be_create(SH_DESC_OPERATIONGRAPH, &pl->graph));
+    call = "cudnnBackendSetAttribute(OPERATIONGRAPH)";
+    if ((st = be_set(pl->graph, SH_ATTR_OPERATIONGRAPH_HANDLE, SH_TYPE_HANDLE, 1, &handle)) ||
+        (st = be_set(pl->graph, SH_ATTR_OPERATIONGRAPH_OPS, SH_TYPE_BACKEND_DESCRIPTOR, 1,
+                     &pl->op)))
+        goto fail;
+    TRY("cudnnBackendFinalize(OPERATIONGRAPH)", be_finalize(pl->graph));
+    int found = 0;
+    const int modes[2] = {SH_HEUR_MODE_A, SH_HEUR_MODE_FALLBACK};
+    for (int rtc = 0; rtc < 2 && !found; ++rtc)
+        for (int m = 0; m < 2 && !found; ++m)
+            if ((st = choose_engine(pl, handle, modes[m], rtc, ws_limit, &found, &call)) &&
+                m == 0)
+                st = SH_CUDNN_STATUS_SUCCESS;   /* mode A failed: try the fallback list */
+            else if (st)
+                goto fail;
+    if (!found) {
+        plan_free(pl);
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: cuDNN offers no deterministic, non-TF32 engine within %lld bytes of "
+                     "workspace for this convolution (kind %d)", what, ws_limit, kind);
+        return NULL;
     }
 #undef TRY
-    return Py_BuildValue("(NiK)", PyLong_FromVoidPtr(pl), pl->algo,
+    return Py_BuildValue("(NLK)", PyLong_FromVoidPtr(pl), pl->engine,
                          (unsigned long long)pl->workspace);
 fail:
     plan_free(pl);
@@ -392,7 +524,8 @@ fail:
  * convolution of a and b (alpha 1, beta 0: out is overwritten), on the
  * handle's stream.  (a, b, out) are (x, w, y) forward, (dy, w, dx) backward
  * data, (x, dy, dw) backward filter; `workspace` holds at least the plan's
- * workspace bytes (0 if it needs none). */
+ * workspace bytes (0 if it needs none).  The variant pack of the last
+ * addresses is kept: a training loop passes the same arrays every step. */
 static PyObject *py_cudnn_conv_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     const char *what = "cudnn_conv_run";
@@ -414,23 +547,31 @@ static PyObject *py_cudnn_conv_run(PyObject *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
-    /* alpha and beta are host scalars of the data's type (double for double
-     * data, float otherwise), as cuDNN reads them. */
-    const float one_f = 1.0f, zero_f = 0.0f;
-    const double one_d = 1.0, zero_d = 0.0;
-    const void *alpha = p->dbl ? (const void *)&one_d : (const void *)&one_f;
-    const void *beta = p->dbl ? (const void *)&zero_d : (const void *)&zero_f;
+    /* the addresses of the x, w and y tensors, by kind */
+    void *const ptrs[4] = {p->kind == 1 ? out : a, p->kind == 2 ? out : b,
+                           p->kind == 0 ? out : (p->kind == 1 ? a : b), ws};
     int st;
-    if (p->kind == 0)
-        st = run_of[0](handle, alpha, p->x, a, p->w, b, p->conv, p->algo, ws, p->workspace, beta,
-                       p->y, out);
-    else if (p->kind == 1)
-        st = run_of[1](handle, alpha, p->w, b, p->y, a, p->conv, p->algo, ws, p->workspace, beta,
-                       p->x, out);
-    else
-        st = run_of[2](handle, alpha, p->x, a, p->y, b, p->conv, p->algo, ws, p->workspace, beta,
-                       p->w, out);
-    if (st != SH_CUDNN_STATUS_SUCCESS) return cudnn_error(RUN_NAMES[p->kind], st);
+    const char *call = "cudnnBackendExecute";
+    if (!p->pack || memcmp(ptrs, p->ptrs, sizeof ptrs) != 0) {
+        static const int64_t uids[3] = {UID_X, UID_W, UID_Y};
+        plan_release_pack(p);
+        void *pack = NULL;
+        call = "cudnnBackendCreateDescriptor(VARIANT_PACK)";
+        if ((st = be_create(SH_DESC_VARIANT_PACK, &pack))) return cudnn_error(call, st);
+        call = "cudnnBackendSetAttribute(VARIANT_PACK)";
+        if ((st = be_set(pack, SH_ATTR_VARIANT_PACK_UNIQUE_IDS, SH_TYPE_INT64, 3, uids)) ||
+            (st = be_set(pack, SH_ATTR_VARIANT_PACK_DATA_POINTERS, SH_TYPE_VOID_PTR, 3, ptrs)) ||
+            (st = be_set(pack, SH_ATTR_VARIANT_PACK_WORKSPACE, SH_TYPE_VOID_PTR, 1, &ptrs[3])) ||
+            (call = "cudnnBackendFinalize(VARIANT_PACK)", st = be_finalize(pack))) {
+            be_destroy(pack);
+            return cudnn_error(call, st);
+        }
+        p->pack = pack;
+        memcpy(p->ptrs, ptrs, sizeof ptrs);
+        call = "cudnnBackendExecute";
+    }
+    st = be_execute(handle, p->exec, p->pack);
+    if (st != SH_CUDNN_STATUS_SUCCESS) return cudnn_error(call, st);
     Py_RETURN_NONE;
 }
 
@@ -459,8 +600,8 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, double, ws_limit, n, c, h, w, k, r, s, p, q, sh, sw, ph, "
-     "pw, dh, dw) -> (plan, algo, workspace bytes); kind 0 forward, 1 backward data, 2 "
+     "cudnn_conv_plan(handle, kind, double, ws_limit, align, n, c, h, w, k, r, s, p, q, sh, sw, "
+     "ph, pw, dh, dw) -> (plan, engine, workspace bytes); kind 0 forward, 1 backward data, 2 "
      "backward filter."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
      "cudnn_conv_run(plan, handle, a, b, out, workspace): run a plan on the handle's stream."},

@@ -326,7 +326,8 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._sum_plans = {}
-        self._conv_plans = {}    # (kind, shapes, params) -> (cuDNN plan, workspace bytes, algo)
+        # (kind, shapes, params, alignment) -> (cuDNN plan, workspace bytes, engine)
+        self._conv_plans = {}
         self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
         self._grids = {}         # elements -> blocks, for _grid
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
@@ -996,18 +997,22 @@ class PyCudaHandler(Handler):
                    (a.shape, out.shape, b.shape))[code]
         slot = self._slot
         handle = slot.cudnn or self._cudnn_handles()
-        key = (code, x, w, y, stride, padding, dilation)
+        # the largest power of two up to 16 that divides every address: cuDNN
+        # engines may rely on the alignment a plan declares
+        bits = int(a.gpudata) | int(b.gpudata) | int(out.gpudata) | 16
+        align = bits & -bits
+        key = (code, x, w, y, stride, padding, dilation, align)
         plan = self._conv_plans.get(key)
-        if plan is None:   # descriptors and algorithm: host work only (safe in a capture)
+        if plan is None:   # descriptors and engine: host work only (safe in a capture)
             # A stride past the padded input changes nothing (one output row)
             # but could overflow cuDNN's int: clamp it.
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
-            ptr, algo, nbytes = _cudnn.cudnn_conv_plan(
-                handle, code, int(self.dtype == np.float64), _CUDNN_WORKSPACE_LIMIT, *x, w[0],
-                w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
-            # the algorithm is kept for inspection only (benchmarks report it)
-            plan = self._conv_plans[key] = (ptr, nbytes, algo)
+            ptr, engine, nbytes = _cudnn.cudnn_conv_plan(
+                handle, code, int(self.dtype == np.float64), _CUDNN_WORKSPACE_LIMIT, align, *x,
+                w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
+            # the engine is kept for inspection only (benchmarks report it)
+            plan = self._conv_plans[key] = (ptr, nbytes, engine)
         ptr, nbytes, _ = plan
         ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
         _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
