@@ -234,6 +234,7 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
                              long long chunks) {
     using VT = typename Load<T, V>::type;
     __shared__ T warps[8];
+    __shared__ bool last;
     const unsigned int nvi = (unsigned int)(I / V);     // packets per run
     const long long tasks = M * chunks;
     for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
@@ -278,13 +279,22 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
             } else {
                 ws[task] = s;
                 __threadfence();   // the partial reaches L2 before the count does
-                if (atomicAdd(counters + m, 1u) == (unsigned int)(chunks - 1)) {
-                    counters[m] = 0u;
-                    __threadfence();
-                    T t = 0;
-                    for (long long k = 0; k < chunks; ++k) t += __ldcg(ws + m * chunks + k);
-                    out[m] = t;
-                }
+                last = atomicAdd(counters + m, 1u) == (unsigned int)(chunks - 1);
+            }
+        }
+        __syncthreads();
+        // The block that finished column m's last chunk adds its partials up.
+        // One warp loads them all at once (one thread adding them in a loop
+        // waits a memory round trip per chunk, at the very end of the call,
+        // when nothing else hides it).  The order depends only on `chunks`.
+        if (chunks > 1 && last && threadIdx.x < 32) {
+            __threadfence();
+            T t = 0;
+            for (long long k = threadIdx.x; k < chunks; k += 32) t += __ldcg(ws + m * chunks + k);
+            t = warp_sum(t);
+            if (threadIdx.x == 0) {
+                out[m] = t;
+                counters[m] = 0u;   // ready for the next launch on this stream
             }
         }
         __syncthreads();   // warps[] is reused by the next task
