@@ -242,8 +242,10 @@ def _conv_ref(x, w, pad):
 
 
 def _algorithms(h):
-    """[pass, x shape, w shape, cuDNN engine index] of every convolution
-    the handler planned so far (its plan cache; an aid for reading the run)."""
+    """[pass, shapes of its first two arrays (x and w forward, dy and w
+    backward data, x and dy backward filter), cuDNN engine index] of every
+    convolution the handler planned so far (its plan cache; an aid for
+    reading the run)."""
     names = ("forward", "backward_data", "backward_filter")
     return [[names[key[0]], list(key[1]), list(key[2]), plan[2]]
             for key, plan in getattr(h, "_conv_plans", {}).items()]

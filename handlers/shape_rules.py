@@ -274,12 +274,20 @@ def split_t(h, a, axis, out_a, out_b):
 
 
 # ---------------------------------------------------------------- convolution and pooling
+def _is_int(v):
+    """An int or NumPy integer, not a bool (``type(True) is bool``)."""
+    return type(v) is int or isinstance(v, np.integer)
+
+
 def _pair(op, name, value, low):
     """A conv/pool parameter as a pair of ints >= ``low``: an int (both
-    axes) or a pair (height, width).  TypeError for anything else."""
-    pair = (value, value) if not isinstance(value, (tuple, list)) else tuple(value)
-    if len(pair) != 2 or any(isinstance(v, (bool, np.bool_)) or
-                             not isinstance(v, (int, np.integer)) for v in pair):
+    axes) or a pair (height, width).  TypeError for anything else.  (Runs on
+    every convolution call: written without generators or formatting on the
+    good path.)"""
+    if type(value) is int and value >= low:   # the common case, accepted at once
+        return (value, value)
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(pair) != 2 or not (_is_int(pair[0]) and _is_int(pair[1])):
         fail_type(op, f"{name} must be an int or a pair of ints, got {value!r}")
     pair = (int(pair[0]), int(pair[1]))
     if pair[0] < low or pair[1] < low:
@@ -310,15 +318,17 @@ def _conv_geometry(op, x_shape, w_shape, y_shape, params, names):
     (sh, sw), (ph, pw), (dh, dw) = params
     n, c, h, wd = x_shape
     k, c2, r, s = w_shape
-    shapes = f"{names[0]} {x_shape}, {names[1]} {w_shape}, {names[2]} {y_shape}"
+
+    def shapes():   # for the messages: formatted only on failure
+        return f"{names[0]} {x_shape}, {names[1]} {w_shape}, {names[2]} {y_shape}"
     if c2 != c:
-        fail_value(op, f"channels differ: {names[0]} has {c}, {names[1]} has {c2} ({shapes})")
+        fail_value(op, f"channels differ: {names[0]} has {c}, {names[1]} has {c2} ({shapes()})")
     p, q = conv_out_size(h, r, sh, ph, dh), conv_out_size(wd, s, sw, pw, dw)
     if p < 1 or q < 1 or min(n, c, k, h, wd, r, s) < 1:
         fail_value(op, f"no output: the dilated {r}x{s} kernel (dilation {(dh, dw)}) does "
-                       f"not fit the padded input ({shapes}, padding {(ph, pw)})")
+                       f"not fit the padded input ({shapes()}, padding {(ph, pw)})")
     if y_shape != (n, k, p, q):
-        fail_value(op, f"{names[2]} must have shape {(n, k, p, q)}: {shapes}, stride "
+        fail_value(op, f"{names[2]} must have shape {(n, k, p, q)}: {shapes()}, stride "
                        f"{(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}")
 
 

@@ -991,19 +991,19 @@ class PyCudaHandler(Handler):
     def _conv2d(self, kind, a, b, out, stride, padding, dilation):
         _enter()
         code = self._CONV_KINDS[kind]
-        # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
-        # (a, out, b) backward filter.
-        x, w, y = ((a.shape, b.shape, out.shape), (out.shape, b.shape, a.shape),
-                   (a.shape, out.shape, b.shape))[code]
         slot = self._slot
         handle = slot.cudnn or self._cudnn_handles()
         # the largest power of two up to 16 that divides every address: cuDNN
         # engines may rely on the alignment a plan declares
         bits = int(a.gpudata) | int(b.gpudata) | int(out.gpudata) | 16
         align = bits & -bits
-        key = (code, x, w, y, stride, padding, dilation, align)
+        key = (code, a.shape, b.shape, out.shape, stride, padding, dilation, align)
         plan = self._conv_plans.get(key)
         if plan is None:   # descriptors and engine: host work only (safe in a capture)
+            # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
+            # (a, out, b) backward filter.
+            x, w, y = ((a.shape, b.shape, out.shape), (out.shape, b.shape, a.shape),
+                       (a.shape, out.shape, b.shape))[code]
             # A stride past the padded input changes nothing (one output row)
             # but could overflow cuDNN's int: clamp it.
             sh = min(stride[0], x[2] + 2 * padding[0])
