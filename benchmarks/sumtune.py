@@ -121,7 +121,8 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
         tt = EventTimer("torch", module=torch) if torch.cuda.is_available() else None
     except ImportError:
         torch = tt = None
-    rows = {"sum_t (0, 2, 3)": [], "copy (same bytes)": [], "torch x.sum()": []}
+    rows = {"sum_t (0, 2, 3)": [], "copy (same bytes)": [], "ours axpby (same)": [],
+            "torch x.sum()": []}
     sizes = []
     for b in batches:
         shape = (b, 128, 32, 32)
@@ -134,6 +135,10 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
         rows["copy (same bytes)"].append(1e3 * timer.time(
             lambda i: drv.memcpy_dtod_async(dst.gpudata, xs[i % 2].gpudata, nb, h.stream),
             inner=LOOP))
+        # our own elementwise kernel (y = 2x + 0.5y: x and y read, y written)
+        # as a second reference: is the fixed cost the sum's, or any kernel's?
+        rows["ours axpby (same)"].append(1e3 * timer.time(
+            lambda i: h.axpby(2.0, xs[i % 2], 0.5, dst), inner=LOOP))
         if tt is not None:
             txs = [torch.randn(shape, device="cuda") for _ in range(2)]
             rows["torch x.sum()"].append(1e3 * tt.time(lambda i: txs[i % 2].sum(), inner=LOOP))
@@ -144,7 +149,7 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
     for name, us in rows.items():
         if not us:
             continue
-        moved = [2 * n for n in sizes] if name.startswith("copy") else sizes
+        moved = [{"copy": 2, "ours": 3}.get(name.split()[0], 1) * n for n in sizes]
         fits[name] = _fit(moved, us)
         print(f"  {name:18s} " + " ".join(f"{u:7.2f}" for u in us)
               + f"   fixed {fits[name][0]:5.2f} us, {fits[name][1] / 1e12:5.3f} TB/s")
