@@ -136,6 +136,8 @@ class Handler(ABC):
         # progress (a graphs.Recording) and whether close() was called.
         self._capture_box = [None]
         self._closed_box = [False]
+        # format name -> the twin of that format (twin), shared by all twins
+        self._twins = {dt.name: self}
 
     def __repr__(self):
         return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
@@ -160,6 +162,42 @@ class Handler(ABC):
             view = root._make_view(int(k))
             root._views[int(k)] = view
         return view
+
+    def twin(self, dtype: DTypeLike) -> Handler:
+        """A handler of format ``dtype`` on this handler's device and memory,
+        which issues its ops on the same stream group as this one.
+
+        Twins exist for mixed precision: float32 master weights on the twin
+        of a bfloat16 handler, say, with ``cast_t`` carrying values between
+        the two formats.  Work on a twin is ordered with this handler's work
+        on the same group, as if one handler had issued both.  A handler's
+        twin of its own format is itself; twins are made once and cached, and
+        ``twin`` on a twin returns the same family.  Closing one closes all.
+        A capture (``capture``) records the ops of the handler it was begun on
+        only, not its twins'.  TypeError for a format the class does not hold
+        (``supported_dtypes``).
+        """
+        try:
+            dt = dtypes.resolve(dtype)
+        except TypeError as e:
+            raise TypeError(f"twin: {e}") from None
+        if dt.name not in self.supported_dtypes:
+            raise TypeError(f"twin: {type(self).__name__} does not support {dt} yet; it takes "
+                            f"{', '.join(self.supported_dtypes)}")
+        root = self._twins.get(dt.name)
+        if root is None:
+            self._not_capturing("twin")
+            root = self._views[0]._make_twin(dt)
+            root._twins = self._twins
+            root._closed_box = self._closed_box
+            self._twins[dt.name] = root
+        return root.with_streams(self.group)
+
+    def _make_twin(self, dtype):
+        """A new handler of ``dtype`` sharing this one's device and streams
+        (``twin`` then shares the twin registry and the closed state)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot make a twin of another format "
+                                  f"yet (one that shares its streams)")
 
     #: Attributes a stream-group view has of its own (the rest is the handler's).
     _VIEW_ATTRS = ("group",)
@@ -627,6 +665,7 @@ _BACKEND_HOOKS = [
     ("_split_t", "split_t's work, along a checked axis."),
     ("_broadcast_t", "broadcast_t's work."),
     ("_mv", "The *_mv ops."),
+    ("_cast_t", "cast_t's work: (src, dst), src of any format the class holds."),
     ("_softmax_m", "softmax_m's work."),
     ("_index_m_by_v", "index_m_by_v's work."),
     ("_binarize_v", "binarize_v's work."),

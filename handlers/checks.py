@@ -37,6 +37,21 @@ def check_arrays(handler, op, *arrays):
             fail_value(op, f"array of shape {a.shape} is not C-contiguous")
 
 
+def check_any_format(handler, op, a):
+    """Check array type and C-contiguity of ``a``, and that its format is one
+    ``handler``'s class holds (``supported_dtypes``), not necessarily the
+    handler's own (``cast_t``'s source)."""
+    array_type = handler.array_type
+    if not isinstance(a, array_type):
+        fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
+                      f"got {type(a).__module__}.{type(a).__name__}")
+    if getattr(a.dtype, "name", None) not in handler.supported_dtypes:
+        fail_type(op, f"expected a format {type(handler).__name__} holds "
+                      f"({', '.join(handler.supported_dtypes)}), got {a.dtype} (shape {a.shape})")
+    if not handler._c_contiguous(a):
+        fail_value(op, f"array of shape {a.shape} is not C-contiguous")
+
+
 def check_same_shape(handler, op, *arrays):
     """Check type/dtype/contiguity and that all arrays have one shape."""
     # Fast path: one test per array for the common case of exact types and C

@@ -39,7 +39,7 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from .base import Handler
-from .checks import check_arrays
+from .checks import check_any_format, check_arrays
 from .optable import OPS
 
 __all__ = ["OPS", "DebugEvent", "DebugHandler", "StreamHazardError", "byte_range"]
@@ -338,6 +338,9 @@ class _Shared:
         self.tracker = _Tracker(inner.num_stream_groups, inner.array_type)
         self.check_finite = check_finite
         self.views = {}
+        # format name -> the _Shared of the DebugHandler twins of that format,
+        # which share this tracker and lock (twins issue on the same groups)
+        self.twins = {inner.dtype.name: self}
         # One op at a time through the wrapper: the tracker's state is shared
         # by every view, and ops may come from several threads.
         self.lock = threading.RLock()
@@ -429,6 +432,24 @@ class DebugHandler:
             view = object.__new__(DebugHandler)
             view._inner, view._shared = inner_view, self._shared
             views[inner_view.group] = view
+        return view
+
+    def twin(self, dtype):
+        """The DebugHandler of ``inner.twin(dtype)``, cached: its ops are
+        checked by this wrapper's tracker, since a twin issues its work on
+        the same stream groups (see ``Handler.twin``)."""
+        inner = self._inner.twin(dtype)   # validates dtype
+        shared = self._shared.twins.get(inner.dtype.name)
+        if shared is None:
+            shared = object.__new__(_Shared)
+            shared.__dict__.update(self._shared.__dict__)   # tracker, lock, flags, twins
+            shared.views = {}
+            self._shared.twins[inner.dtype.name] = shared
+        view = shared.views.get(inner.group)
+        if view is None:
+            view = object.__new__(DebugHandler)
+            view._inner, view._shared = inner, shared
+            shared.views[inner.group] = view
         return view
 
     def __enter__(self):
@@ -573,8 +594,13 @@ class DebugHandler:
         scalars = [n for n in spec.device_scalars
                    if isinstance(bound.get(n), self._inner.array_type)]
         arrays = [(n, bound[n]) for n in spec.arrays + tuple(scalars)]
+
+        def check():
+            check_arrays(self._inner, name, *(a for n, a in arrays if n not in spec.any_format))
+            for n in spec.any_format:
+                check_any_format(self._inner, name, bound[n])
         try:
-            check_arrays(self._inner, name, *(a for _, a in arrays))
+            check()
         except (TypeError, ValueError):
             bad = True
         else:
@@ -583,7 +609,7 @@ class DebugHandler:
             # Let the handler raise its own error, with its own precedence
             # between the arguments; re-check in case it did not.
             inner_op(*args, **kwargs)
-            check_arrays(self._inner, name, *(a for _, a in arrays))
+            check()
         ranges = {n: byte_range(a) for n, a in arrays}
         self._check_aliasing(name, spec, bound, ranges)
 

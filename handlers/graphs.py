@@ -23,8 +23,8 @@ import types
 #: work.  A capture routes each call of one of these through its recording;
 #: an op whose work bypasses them would run eagerly instead of being recorded
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
-WORK_HOOKS = ("_fill", "_copy_to", "_dot", "_axpby", "_sum_t", "_extreme_t", "_elementwise",
-              "_adam_update",
+WORK_HOOKS = ("_fill", "_copy_to", "_cast_t", "_dot", "_axpby", "_sum_t", "_extreme_t",
+              "_elementwise", "_adam_update",
               "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
               "_gather_rows", "_scatter_add_rows", "_normalize_rows", "_normalize_rows_backward",
               "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask",

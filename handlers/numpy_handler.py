@@ -64,6 +64,20 @@ class NumpyHandler(Handler):
             self._wide = NumpyHandler(np.float32, num_stream_groups=1)
             self._wide._rng = self._rng
 
+    def _make_twin(self, dtype):
+        # Ops run to completion when issued, so any two handlers are ordered:
+        # a twin needs only the same group count (and its own generator).
+        return NumpyHandler(dtype, seed=self.seed, num_stream_groups=self.num_stream_groups)
+
+    def _cast_t(self, src, dst):
+        # Half sources are widened to float32 first, so that NumPy does not
+        # compute in them; a half dst arrives here as its float32 copy
+        # (_widened), rounded back once.
+        if src.dtype.itemsize < 4:
+            src = src.astype(np.float32)
+        with np.errstate(over="ignore"):   # beyond dst's range: inf, as on store
+            np.copyto(dst, src, casting="unsafe")
+
     def _scratch(self, shape):
         # One cached buffer per shape; ops run to completion before returning,
         # so one buffer per shape is never used by two ops at once.

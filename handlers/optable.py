@@ -18,16 +18,18 @@ NumPy expression.  From the table come:
 * the ops of the compiled one-call path (``one_call.py``);
 * DebugHandler's per-op effects (reads, writes, aliasing, NaN checks).
 
-Parameter tokens (the ``params`` string of a row), in signature order:
-``a`` an array the op reads; ``out=`` an array it writes; ``out+=`` one it
-reads and writes (accumulating and masked ops); ``x~`` an array it checks but
-never reads; ``#s`` a real scalar; ``$s`` a real scalar or a device scalar
-(a one-element array of the handler, read when the op runs); ``?f`` a bool
-flag, False by default; ``@axis`` a parameter left to the shape rule (an
-axis, a stride), and ``@stride:1`` one with a default value (a Python
-literal; parameters with defaults come last).  An elementwise kernel takes the
-parameters in the same order, arrays as pointers and scalars in the
-handler's precision, then the element count.
+Parameter tokens (the ``params`` string of a row), in signature order: ``a`` an
+array the op reads; ``out=`` an array it writes; ``out+=`` one it reads and
+writes (accumulating and masked ops); ``x~`` an array it checks but never
+reads; ``src^`` an array it reads that may be of another format than the
+handler's (``cast_t``: an array of a twin, see ``Handler.twin``); ``#s`` a real
+scalar; ``$s`` a real scalar or a device scalar (a one-element array of the
+handler, read when the op runs); ``?f`` a bool flag, False by default;
+``@axis`` a parameter left to the shape rule (an axis, a stride), and
+``@stride:1`` one with a default value (a Python literal; parameters with
+defaults come last). An elementwise kernel takes the parameters in the same
+order, arrays as pointers and scalars in the handler's precision, then the
+element count.
 
 Adding an elementwise op is one :func:`ew` row below, plus its functor and
 one ``SH_*`` line in ``kernels/elementwise.cu`` (docs: "Adding an op").
@@ -41,6 +43,7 @@ import numpy as np
 
 from . import shape_rules as rules
 from .checks import (
+    check_any_format,
     check_array_scalar,
     check_arrays,
     check_flag,
@@ -80,7 +83,8 @@ class Op:
     ``numpy``, a function ``(handler, *args)`` computing the op in place.
     """
 
-    __slots__ = ("blocking", "call", "check", "defaults", "device_scalars", "disjoint", "doc",
+    __slots__ = ("any_format", "blocking", "call", "check", "defaults", "device_scalars",
+                 "disjoint", "doc",
                  "exact", "finite", "flags", "gives", "kernel", "kind", "name", "numpy", "out",
                  "params", "reads", "scalars", "shape", "unread_if", "unused", "writes")
 
@@ -89,6 +93,7 @@ class Op:
                  gives=None, call=None, blocking=False):
         self.name, self.kind = name, kind
         self.params, reads, writes, unused, scalars, flags = [], [], [], [], [], []
+        any_format = []
         self.defaults = {}   # parameter -> its default, as source text (``@stride:1``)
         for token in params.split():
             if token[0] in "#$?@":
@@ -102,9 +107,12 @@ class Op:
                 elif token[0] == "?":
                     flags.append(arg)
                 continue
-            arg = token.rstrip("=+~")
+            arg = token.rstrip("=+~^")
             self.params.append(arg)
-            if token.endswith("+="):
+            if token.endswith("^"):
+                reads.append(arg)
+                any_format.append(arg)
+            elif token.endswith("+="):
                 reads.append(arg)
                 writes.append(arg)
             elif token.endswith("="):
@@ -116,6 +124,7 @@ class Op:
         self.params = tuple(self.params)
         self.reads, self.writes, self.unused = tuple(reads), tuple(writes), tuple(unused)
         self.scalars, self.flags = tuple(scalars), tuple(flags)
+        self.any_format = tuple(any_format)
         # Device scalars ($): the public method accepts one-element arrays too.
         self.device_scalars = tuple(t[1:] for t in params.split() if t[0] == "$")
         self.disjoint, self.exact = tuple(disjoint), tuple(exact)
@@ -323,7 +332,7 @@ OPS = {op.name: op for op in [
     # ---------------------------------------------------------------- streams and life
     *(Op(n, kind=_S) for n in ("with_streams", "record_event", "wait_event", "wait_for",
                                "synchronize", "synchronize_all_streams", "capture", "close",
-                               "pin", "prefetch", "empty_pinned")),
+                               "pin", "prefetch", "empty_pinned", "twin")),
     # ---------------------------------------------------------------- memory
     Op("allocate", kind="alloc", finite=False),   # undefined contents: may hold NaN
     Op("zeros", kind="alloc", finite=False),      # finite by construction
@@ -338,6 +347,18 @@ OPS = {op.name: op for op in [
     _op("set_from_numpy", "a="),
     _op("copy_to", "src dest=", shape="same", call="_copy_to(src, dest)",
         doc="Copy ``src`` into ``dest`` (same shape).  They must not partially overlap."),
+    _op("cast_t", "src^ dst=", disjoint=("src",), shape=rules.cast_t, call="_cast_t(src, dst)",
+        doc="""dst = src converted to this handler's format, rounded once.
+
+        ``src`` has ``dst``'s shape and may be of any format the handler's
+        class holds (``supported_dtypes``): an array of a twin of another
+        format (``h.twin(dtype)``, which shares this handler's streams), or of
+        this handler.  The conversion computes in float32 at least (float64
+        where either side is float64), so a half-format ``dst`` is rounded
+        once, as every op rounds on store; a value beyond ``dst``'s range
+        becomes inf.  Mixed-precision training uses it to refresh half
+        parameters from float32 master weights and to carry half gradients
+        into float32.  ``dst`` must not overlap ``src``."""),
     _op("fill", "a= #value", shape="any", call="_fill(a, value)",
         doc="Set every element of ``a`` to the scalar ``value``."),
     # ---------------------------------------------------------------- BLAS and reductions
@@ -705,6 +726,7 @@ KERNELS = {
     "extreme_join": ("extrema", "PPPqqi"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),
+    "cast_other": ("layout", "PPq"),
     "pool_fwd": ("pool", "PPPqqqqqiiiiiii"),
     "pool_bwd": ("pool", "PPPqqqqqiiiiiii"),
 }
@@ -731,7 +753,9 @@ def _method_source(op, checks_only=False):
                     f'        {f} = check_flag("{name}", "{f}", {f})')
     if op.check:
         body.append(f"OP.check({', '.join(op.scalars)})")
-    arrays = ", ".join(p for p in op.params if p in op.arrays)
+    arrays = ", ".join(p for p in op.params if p in op.arrays and p not in op.any_format)
+    for p in op.any_format:
+        body.append(f'check_any_format(self, "{name}", {p})')
     if op.shape == "same":
         body.append(f'check_same_shape(self, "{name}", {arrays})')
     else:
@@ -771,7 +795,8 @@ _INLINE_OVERLAP_CHECKS = 6
 #: The names a made method sees besides its parameters (``_method``); a
 #: parameter must not take one of them (``handlers.fused`` checks its names).
 METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_scalar",
-                          "check_flag", "check_arrays", "check_same_shape", "fail_value", "bool"})
+                          "check_flag", "check_arrays", "check_any_format", "check_same_shape",
+                          "fail_value", "bool"})
 
 
 def _method(op, checks_only=False, **extra):
@@ -781,6 +806,7 @@ def _method(op, checks_only=False, **extra):
     builds the checks alone (``_method_source``)."""
     namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
                  "check_flag": check_flag, "check_arrays": check_arrays,
+                 "check_any_format": check_any_format,
                  "check_same_shape": check_same_shape, "fail_value": fail_value, **extra}
     exec(compile(_method_source(op, checks_only), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]

@@ -402,3 +402,10 @@ def adam_update(h, g, lr, step, m, v, p, decoupled):
         for out, name in ((m, "m"), (v, "v"), (p, "p")):   # step: checked with the scalar
             if h._overlaps(lr, out):
                 fail_value("adam_update", f"lr must not overlap {name}")
+
+
+# ---------------------------------------------------------------- formats
+def cast_t(h, src, dst):
+    """``cast_t``: src and dst have one shape (their formats may differ)."""
+    if src.shape != dst.shape:
+        fail_value("cast_t", f"shapes differ: src {src.shape}, dst {dst.shape}")

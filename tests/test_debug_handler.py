@@ -23,7 +23,8 @@ from test_validation import CASES, OPS_BY_NAME, Call, method
 R, C = 5, 7
 S = (R, C)
 STREAM_OPS = {"with_streams", "record_event", "wait_event", "wait_for", "synchronize",
-              "synchronize_all_streams", "capture", "close"}   # graphs: test_graphs.py
+              "synchronize_all_streams", "capture", "close",
+              "twin"}   # graphs: test_graphs.py; twin: test_twin.py
 ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy", "create_from_device_array"}
 VIEW_OPS = {"reshape_t", "view_t"}   # no work: test_ops.py, and the hazard test below
 HAZARD_KINDS = ["read-after-write", "write-after-read", "write-after-write"]
@@ -78,7 +79,8 @@ def test_op_table_covers_every_public_op():
                           "event", "other", "array", "batches", "depth", "offset",
                    "obj", "fn", "stride", "padding", "dilation", "window",
                    "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled",   # adam_update
-                   "into"}   # prefetch's destinations: each counts as written when yielded
+                   "into",   # prefetch's destinations: each counts as written when yielded
+                   "dtype"}  # twin's format
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -135,6 +137,7 @@ RECIPES = {
     "set_from_numpy": [A(S), Host(S)],
     "copy_to": _same(2),
     "fill": [A(S), 0.25],
+    "cast_t": [A(S), A(S)],
     "dot_mm": [A((4, R)), A((C, 4)), A(S)],
     "dot_add_mm": [A((R, 4)), A((4, C)), A(S)],
     "axpby": [0.5, A(S), -1.5, A(S)],

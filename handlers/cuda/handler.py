@@ -655,6 +655,13 @@ class PyCudaHandler(Handler):
             launch = (fn.handle, grid, fn.fmt, args)
         self._sum_launches[key] = launch
 
+    def _cast_t(self, src, dst):
+        if src.dtype == self.dtype:
+            self._copy_to(src, dst)
+        elif dst.size:
+            _enter()
+            self._launch("cast_other", dst.size, src.gpudata, dst.gpudata, dst.size)
+
     def _transpose_m(self, a, out):
         rows, cols = a.shape
         tiles = -(-rows // 32) * -(-cols // 32)

@@ -29,8 +29,9 @@
 // supplies T.  __launch_bounds__(1024, 1) keeps every kernel within the
 // register budget of the largest block (64 registers per thread), so that
 // any block size launches.
-namespace sh_f32 { using T = float; }
-namespace sh_f64 { using T = double; }
+// Other is the other real format (cast_t's source of another format).
+namespace sh_f32 { using T = float; using Other = double; }
+namespace sh_f64 { using T = double; using Other = float; }
 
 #define SH_EXPORT(name, params, ...)                                             \
     namespace sh_f32 {                                                           \

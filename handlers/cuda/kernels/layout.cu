@@ -9,6 +9,9 @@
 //               matrix into another.  concat_t and split_t along an axis view
 //               their arrays as (outer, axis length * inner) and copy each
 //               piece's columns.  Grid-stride over rows * cols elements.
+//   cast_other  dst[i] = src[i] converted from the other real format
+//               (cast_t: float64 into float32 rounds once, the other way is
+//               exact).  Grid-stride over n elements.
 #include "common.cuh"
 
 namespace sh {
@@ -45,6 +48,11 @@ __device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long
     }
 }
 
+template <typename S, typename D>
+__device__ void cast_impl(const S* __restrict__ src, D* __restrict__ dst, long long n) {
+    for (long long e = grid_thread(); e < n; e += grid_stride()) dst[e] = static_cast<D>(src[e]);
+}
+
 }  // namespace sh
 
 SH_EXPORT(transpose, (const T* a, T* out, long long rows, long long cols),
@@ -52,3 +60,4 @@ SH_EXPORT(transpose, (const T* a, T* out, long long rows, long long cols),
 SH_EXPORT(copy2d, (const T* src, T* dst, long long rows, long long cols, long long src_ld,
                    long long src_off, long long dst_ld, long long dst_off),
           sh::copy2d_impl<T>(src, dst, rows, cols, src_ld, src_off, dst_ld, dst_off))
+SH_EXPORT(cast_other, (const Other* src, T* dst, long long n), sh::cast_impl<Other, T>(src, dst, n))

@@ -1,0 +1,140 @@
+"""Handler.twin (a handler of another format on the same streams) and cast_t.
+
+cast_t is checked bit for bit against NumPy conversions in float64: a value is
+held exactly in float64 whatever its format, so the reference rounds once from
+the exact value (through float32 where the destination is a half format, as
+the operation is defined).
+"""
+import numpy as np
+import pytest
+
+from handlers import DebugHandler, dtypes
+from handlers.debug_handler import StreamHazardError
+from helpers import rand
+
+HALF_FORMATS = True
+S = (7, 33)   # an odd size: no vector path hides a tail
+
+
+def _formats(h):
+    return [dtypes.resolve(name) for name in h.supported_dtypes]
+
+
+def _twin_or_skip(h, dt):
+    try:
+        return h.twin(dt)
+    except NotImplementedError as e:
+        pytest.skip(str(e))
+
+
+def _reference(values, src_dt, dst_dt):
+    """``values`` (float64) held in src_dt, then converted to dst_dt."""
+    held = np.asarray(values).astype(src_dt).astype(np.float64)
+    if dtypes.is_half(dst_dt):
+        held = held.astype(np.float32)
+    with np.errstate(over="ignore"):
+        return held.astype(dst_dt)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+
+
+def _same(got, want):
+    """Equal bit for bit, except that any NaN matches any NaN."""
+    got, want = np.asarray(got), np.asarray(want)
+    nan = np.isnan(want.astype(np.float64))
+    assert np.array_equal(np.isnan(got.astype(np.float64)), nan)
+    assert np.array_equal(_bits(got)[~nan], _bits(want)[~nan])
+
+
+def test_twin_of_own_format_is_the_handler(handler):
+    assert handler.twin(handler.dtype) is handler
+    view = handler.with_streams(handler.num_stream_groups - 1)
+    assert view.twin(handler.dtype) is view
+
+
+def test_twins_are_cached_share_groups_and_know_each_other(handler):
+    for dt in _formats(handler):
+        if dt == handler.dtype:
+            continue
+        t = _twin_or_skip(handler, dt)
+        assert t.dtype == dt and type(t) is type(handler)
+        assert handler.twin(dt) is t
+        assert t.twin(handler.dtype) is handler
+        assert t.num_stream_groups == handler.num_stream_groups
+        k = handler.num_stream_groups - 1
+        assert handler.with_streams(k).twin(dt).group == k
+        assert handler.with_streams(k).twin(dt) is t.with_streams(k)
+
+
+def test_twin_refuses_formats_the_class_does_not_hold(handler):
+    for bad in (np.int32, np.complex64, "float8"):
+        with pytest.raises(TypeError, match="twin"):
+            handler.twin(bad)
+
+
+@pytest.mark.parametrize("src_name", ["float16", "bfloat16", "float32", "float64"])
+def test_cast_t_rounds_once_from_every_format(handler, rng, src_name):
+    src_dt = dtypes.resolve(src_name)
+    if src_dt.name not in handler.supported_dtypes:
+        pytest.skip(f"{type(handler).__name__} does not hold {src_name}")
+    src_h = _twin_or_skip(handler, src_dt)
+    # ordinary values, values near the destination's and the source's range
+    # limits (overflow to inf, subnormals), and the specials
+    lim_dst, lim_src = dtypes.largest(handler.dtype), dtypes.largest(src_dt)
+    sub = dtypes.smallest_subnormal(handler.dtype)
+    values = rand(S, rng, -3.0, 3.0)
+    flat = values.reshape(-1)
+    specials = [lim_dst, -lim_dst, 0.999 * lim_dst, min(2 * lim_dst, lim_src), sub, 3 * sub,
+                0.4 * sub, 0.0, -0.0, np.inf, -np.inf, np.nan, lim_src, -lim_src]
+    flat[:len(specials)] = specials
+    with np.errstate(over="ignore"):   # a source format's own overflow: inf, held so
+        src = src_h.create_from_numpy(values)
+        want = _reference(values, src_dt, handler.dtype)
+    dst = handler.create_from_numpy(np.full(S, 7.0))
+    handler.cast_t(src, dst)
+    _same(handler.get_numpy_copy(dst), want)
+
+
+def test_cast_t_on_another_group_is_ordered_by_the_group(handler, rng):
+    others = [dt for dt in _formats(handler) if dt != handler.dtype]
+    src_h = _twin_or_skip(handler, others[0]).with_streams(1 % handler.num_stream_groups)
+    g = handler.with_streams(1 % handler.num_stream_groups)
+    values = rand(S, rng)
+    src = src_h.create_from_numpy(values)
+    dst = g.allocate(S)
+    src_h.mult_st(2.0, src, src)          # on the twin, then the cast: the same group
+    g.cast_t(src, dst)
+    handler.wait_for(g)
+    _same(handler.get_numpy_copy(dst), _reference(2 * np.asarray(values).astype(others[0])
+                                                  .astype(np.float64), others[0],
+                                                  handler.dtype))
+
+
+def test_cast_t_refuses_formats_the_class_does_not_hold(handler, rng):
+    if handler.array_type is not np.ndarray:
+        pytest.skip("builds NumPy arrays of formats no handler holds")
+    dst = handler.create_from_numpy(np.ones(S))
+    for bad in (np.int32, np.complex64, np.float128 if hasattr(np, "float128") else np.int8):
+        with pytest.raises(TypeError, match="cast_t: expected a format"):
+            handler.cast_t(np.ones(S, bad), dst)
+        np.testing.assert_array_equal(handler.get_numpy_copy(dst), 1.0)
+
+
+def test_debug_handler_twins_share_its_tracker(handler, rng):
+    others = [dt for dt in _formats(handler) if dt != handler.dtype]
+    _twin_or_skip(handler, others[0])
+    debug = DebugHandler(handler)
+    tw = debug.twin(others[0])
+    assert isinstance(tw, DebugHandler) and tw.dtype == others[0]
+    assert debug.twin(others[0]) is tw and tw.twin(handler.dtype) is debug
+    src = tw.create_from_numpy(rand(S, rng))
+    dst = debug.allocate(S)
+    debug.cast_t(src, dst)                 # same group: ordered
+    if handler.num_stream_groups < 2:
+        return
+    # read by the cast on group 0, then written on the twin's group 1 with
+    # nothing ordering the two: the shared tracker sees the hazard
+    with pytest.raises(StreamHazardError, match="write-after-read"):
+        tw.with_streams(1).fill(src, 0.5)
