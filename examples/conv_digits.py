@@ -60,8 +60,10 @@ def main(argv=None):
     net = build(h, args.seed)
     opt = SGD(net.parameters, lr=args.lr, momentum=args.momentum)
     trainer = Trainer(net, opt, batch_size=args.batch_size, seed=args.seed,
-                      progress=not args.no_progress, metrics={"accuracy": accuracy})
-    print(f"handler: {h!r}")
+                      progress=not args.no_progress, metrics={"accuracy": accuracy},
+                      precision=args.precision)
+    print(f"handler: {h!r}" + (f", computing in {net.h.dtype} (mixed precision)"
+                                if args.precision else ""))
     print(f"data: {len(x_tr)} training and {len(x_te)} test images of 1x8x8; "
           f"model: {net}, {net.parameters.count} parameters")
     start = time.perf_counter()
@@ -70,7 +72,8 @@ def main(argv=None):
     seconds = time.perf_counter() - start
     acc = history.epochs[-1]["eval_accuracy"]
     steady = np.median([e["seconds"] for e in history.epochs])
-    print(f"handler: {type(h).__name__} ({h.dtype.name}); {args.epochs} epochs in "
+    mixed = f", computing in {net.h.dtype.name}" if args.precision else ""
+    print(f"handler: {type(h).__name__} ({h.dtype.name}{mixed}); {args.epochs} epochs in "
           f"{seconds:.1f} s with evaluation, {steady:.3f} s per epoch (median)")
     print(f"test accuracy: {acc:.4f} (target >= {TARGET_ACCURACY}: "
           f"{'met' if acc >= TARGET_ACCURACY else 'MISSED'})")

@@ -5,6 +5,8 @@ that no output has to be downloaded.  Nothing here is on the training path.
 """
 import numpy as np
 
+from handlers import dtypes
+
 
 def accuracy(outputs, targets):
     """Fraction of rows whose largest output is the target class.
@@ -28,7 +30,9 @@ class DeviceAccuracy:
     (n, 1) or (n,), or one-hot rows (n, c) (c > 1), as ``accuracy`` takes
     them.  Ties and NaN as ``accuracy`` (the first largest, the first NaN).
     The scratch arrays are kept per shape, so counting batch after batch
-    allocates nothing after the first call.
+    allocates nothing after the first call.  The count is an array of
+    ``self.acc``: ``h`` itself, or for a half format its float32 twin
+    (``h.twin``), where counts stay exact beyond the format's integers.
 
     Args:
         h: the handler of the arrays.
@@ -36,6 +40,7 @@ class DeviceAccuracy:
 
     def __init__(self, h):
         self.h = h
+        self.acc = h.twin(dtypes.compute_dtype(h.dtype))
         self._buffers = {}
 
     @staticmethod
@@ -61,10 +66,13 @@ class DeviceAccuracy:
         n, c = outputs.shape
         key = (n, c, tuple(targets.shape))
         bufs = self._buffers.get(key)
-        if bufs is None:   # predicted class, target class, matches, count
-            bufs = self._buffers[key] = (h.allocate((n, 1)), h.allocate((n, 1)),
-                                         h.allocate((n, 1)), h.allocate((1,)))
-        pred, label, match, total = bufs
+        acc = self.acc
+        if bufs is None:   # predicted class, target class, matches (and widened), count
+            match = h.allocate((n, 1))
+            bufs = self._buffers[key] = (h.allocate((n, 1)), h.allocate((n, 1)), match,
+                                         match if acc is h else acc.allocate((n, 1)),
+                                         acc.allocate((1,)))
+        pred, label, match, wide, total = bufs
         h.argmax_t(outputs, 1, pred)
         if len(targets.shape) == 2 and targets.shape[1] == c and c > 1:
             h.argmax_t(targets, 1, label)    # one-hot rows
@@ -73,19 +81,25 @@ class DeviceAccuracy:
         else:
             label = h.reshape_t(targets, (n, 1))
         h.equal_tt(pred, label, match)
+        if wide is not match:
+            acc.cast_t(match, wide)          # 0 and 1: exact in any format
         out = total if out is None else out
-        h.sum_t(match, None, out)
+        acc.sum_t(wide, None, out)
         return out
 
 
 def device_accuracy(h, outputs, targets):
     """Fraction of rows whose largest output is the target class, computed
-    with handler ops: a new one-element array of ``h`` (fetch it with
-    ``h.get_numpy_copy``; nothing waits for the device before).  Shapes as
-    ``DeviceAccuracy``; NaN for 0 rows, as ``accuracy``."""
-    result = h.allocate((1,))
+    with handler ops: a new one-element array of ``h``, or for a half format
+    of its float32 twin (``DeviceAccuracy.acc``), which holds the fraction
+    unrounded.  Fetch it with that handler's ``get_numpy_copy``; nothing
+    waits for the device before.  Shapes as ``DeviceAccuracy``; NaN for 0
+    rows, as ``accuracy``."""
+    counter = DeviceAccuracy(h)
+    acc = counter.acc
+    result = acc.allocate((1,))
     if outputs.shape[0] == 0:
-        h.fill(result, float("nan"))
+        acc.fill(result, float("nan"))
         return result
-    h.mult_st(1.0 / outputs.shape[0], DeviceAccuracy(h).count(outputs, targets), result)
+    acc.mult_st(1.0 / outputs.shape[0], counter.count(outputs, targets), result)
     return result

@@ -1,4 +1,6 @@
 """``Sequential``: a chain of layers ending in a loss, over one flat parameter set."""
+from handlers import dtypes
+
 from .params import ParameterSet
 
 
@@ -25,8 +27,39 @@ class Sequential:
         for layer in self.layers + [loss]:
             layer.bind(h)
         self.parameters = ParameterSet(h, self.layers, seed)
+        #: (params, grads) of the compute format under mixed precision, else None
+        self.compute = None
         if self.layers:
             self.layers[0].input_grad = input_grad
+
+    def mixed_precision(self, dtype):
+        """Compute in ``dtype`` (float16 or bfloat16) and keep the parameters
+        in the network's own format as the master copy.
+
+        The layers move to ``h.twin(dtype)`` (``self.h`` becomes it; feed
+        inputs and targets of that handler), with their parameters and
+        gradients in half-format working buffers (``self.compute``), while
+        ``parameters`` (and ``params``, ``grads``) stay the master copy, in
+        float32 say, which the optimizer updates.  Each forward pass first
+        rounds the master parameters into the working copy (one ``cast_t``);
+        ``train_step`` ends by carrying the half gradients into the master
+        gradients (one ``cast_t``), so the optimizer, its state and its
+        update run in the master format.  Once per network: ValueError if
+        called again or for a format that is not a half format.
+        """
+        master = self.parameters.h
+        dt = dtypes.resolve(dtype)
+        if not dtypes.is_half(dt):
+            raise ValueError(f"mixed_precision: the compute format must be float16 or bfloat16, "
+                             f"got {dt}")
+        if self.compute is not None:
+            raise ValueError("mixed_precision: this network already computes in "
+                             f"{self.h.dtype}")
+        hc = master.twin(dt)
+        for layer in self.layers + [self.loss]:
+            layer.bind(hc)
+        self.compute = self.parameters.compute_copies(hc)
+        self.h = hc
 
     def __repr__(self):
         inner = ", ".join(repr(layer) for layer in self.layers)
@@ -44,6 +77,8 @@ class Sequential:
 
     def forward(self, x, training=False):
         """Output of the last layer for input ``x`` (no loss)."""
+        if self.compute is not None:   # the working copy of the master parameters
+            self.h.cast_t(self.parameters.params, self.compute[0])
         for layer in self.layers:
             x = layer.forward(x, training)
         return x
@@ -61,6 +96,8 @@ class Sequential:
         on the device: nothing here waits for the device)."""
         loss = self.loss.forward(self.forward(x, training=True), targets)
         self.backward(self.loss.backward())
+        if self.compute is not None:   # the gradients, into the master format
+            self.parameters.h.cast_t(self.compute[1], self.parameters.grads)
         return loss
 
     def evaluate_batch(self, x, targets):

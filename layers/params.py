@@ -83,6 +83,19 @@ class ParameterSet:
                 layer.init_params(rng, mine)
         h.set_from_numpy(self.params, host)
 
+    def compute_copies(self, hc):
+        """Half-format working copies for mixed precision: new flat
+        ``(params, grads)`` buffers of the twin handler ``hc``, in this set's
+        layout, and every layer's ``params`` and ``grads`` views moved into
+        them (the layers must already be bound to ``hc``).  This set's own
+        buffers stay the master copy, which the optimizer updates."""
+        size = self.params.shape[0]
+        params, grads = hc.zeros((size,)), hc.zeros((size,))
+        for layer, name, off, shape in self.entries:
+            layer.params[name] = view(hc, params, off, shape)
+            layer.grads[name] = view(hc, grads, off, shape)
+        return params, grads
+
     @property
     def count(self):
         """Number of parameter elements (without the alignment padding)."""

@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from handlers import CaptureError
+from handlers import CaptureError, dtypes
 
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
@@ -177,6 +177,14 @@ class Trainer:
             on every step (a host sync per step) and so cannot be captured
             (``graph=True`` raises ValueError).  Non-finite parameters (e.g.
             ``lr=nan``) still raise.
+        precision: None (default) trains in the network's format; "bf16"
+            (or "bfloat16") trains in mixed precision: the network computes
+            in bfloat16 on ``h.twin("bfloat16")`` while its parameters stay
+            the master copy in their own format (float32, say), which the
+            optimizer updates (``Sequential.mixed_precision``).  Steps run
+            eagerly (a capture does not record a twin's ops yet: ``graph=True``
+            raises ValueError).  "fp16" raises ValueError: float16 training
+            needs dynamic loss scaling, which is not built yet.
 
     ``fit`` and ``evaluate`` check their data before any step (TypeError or
     ValueError naming the argument): x and y must be ``numpy.ndarray`` arrays of
@@ -194,8 +202,9 @@ class Trainer:
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
                  log_every=10, progress=True, metrics=None, graph=None,
-                 check_every=50, on_nonfinite="raise"):
+                 check_every=50, on_nonfinite="raise", precision=None):
         self.net, self.optimizer = net, optimizer
+        self._mixed_precision(precision, graph)
         self.h = net.h
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.batch_axis = _check_int("batch_axis", batch_axis, 0)
@@ -212,9 +221,31 @@ class Trainer:
         self.progress = progress
         self.metrics = dict(metrics or {})
         if graph is None:
-            graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
+            graph = (getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
+                     and net.compute is None)
         self.graph = bool(graph)
         self._step = _Step(net, optimizer, self.graph, self.skip_nonfinite)
+
+    def _mixed_precision(self, precision, graph):
+        """Apply ``precision`` (see the class docstring) to the network."""
+        if precision is None:
+            return
+        names = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
+                 "float16": "float16"}
+        if precision not in names:
+            raise ValueError(f"Trainer: precision must be None, 'bf16' or 'fp16', "
+                             f"got {precision!r}")
+        if names[precision] == "float16":
+            raise ValueError("Trainer: precision='fp16' needs dynamic loss scaling, which is "
+                             "not built yet; use precision='bf16'")
+        if graph:
+            raise ValueError("Trainer: mixed precision trains eagerly (a capture does not "
+                             "record the master format's ops yet): pass graph=False or None")
+        if self.net.compute is None:
+            self.net.mixed_precision(names[precision])
+        elif self.net.h.dtype.name != names[precision]:
+            raise ValueError(f"Trainer: the network already computes in {self.net.h.dtype}, "
+                             f"not {names[precision]}")
 
     # ----------------------------------------------------------------- batches
     def _take(self, x, idx):
@@ -376,7 +407,7 @@ class Trainer:
         # Skipped steps hold their non-finite loss on purpose: check the
         # parameters only (a step that got through had finite values).
         losses_ok = self.skip_nonfinite or h.is_fully_finite(view(h, log, start, (stop - start,)))
-        if losses_ok and h.is_fully_finite(self.net.params):
+        if losses_ok and self.net.parameters.h.is_fully_finite(self.net.params):
             return
         losses = h.get_numpy_copy(log)[start:stop].astype(np.float64)
         bad = [] if self.skip_nonfinite else np.flatnonzero(~np.isfinite(losses))
@@ -409,28 +440,34 @@ class Trainer:
         """``evaluate`` on data already checked by ``_prepare``."""
         h, net = self.h, self.net
         n = x.shape[self.batch_axis]
-        total = h.zeros((1,))
+        # sums over batches in the compute format (float32 for a half format,
+        # whose integers and sums would not stay exact)
+        acc = h.twin(dtypes.compute_dtype(h.dtype))
+        total, batch_loss = acc.zeros((1,)), acc.zeros((1,))
         outputs = []
         # accuracy is counted on the device, batch by batch, where the shapes
         # allow (2-D outputs); the other metrics need the outputs on the host.
         on_device = {k for k, fn in self.metrics.items() if fn is accuracy}
-        counter, correct = (DeviceAccuracy(h), h.zeros((1,))) if on_device else (None, None)
+        counter, correct = (DeviceAccuracy(h), acc.zeros((1,))) if on_device else (None, None)
         first = True
         for xb, yb in h.prefetch(self.batches(x, y, False)):
             loss, out = net.evaluate_batch(xb, yb)
             nb = yb.shape[0]
-            h.axpby(float(nb), loss, 1.0, total)   # sum of per-sample losses, on the device
+            if acc is not h:
+                acc.cast_t(loss, batch_loss)
+                loss = batch_loss
+            acc.axpby(float(nb), loss, 1.0, total)   # sum of per-sample losses, on the device
             if first and on_device and not counter.supports(out, yb):
                 on_device = set()   # shapes hold for every batch: the host for all of them
             first = False
             if on_device:
-                h.axpby(1.0, counter.count(out, yb), 1.0, correct)
+                acc.axpby(1.0, counter.count(out, yb), 1.0, correct)
             if len(on_device) < len(self.metrics):
                 outputs.append(h.get_numpy_copy(out))
-        result = {"loss": float(h.get_numpy_copy(total)[0]) / n}
+        result = {"loss": float(acc.get_numpy_copy(total)[0]) / n}
         if self.metrics:
             fetched = np.concatenate(outputs) if len(outputs) else None
-            hits = float(h.get_numpy_copy(correct)[0]) if on_device else None
+            hits = float(acc.get_numpy_copy(correct)[0]) if on_device else None
             for name, fn in self.metrics.items():
                 if name in on_device:
                     result[name] = hits / n if n else float("nan")
@@ -483,8 +520,9 @@ class _Step:
         loss = self.net.train_step(xb, yb)
         h.copy_to(loss, out)
         # skip mode: two host reads per step, the price of deciding on the host
+        master = self.net.parameters.h   # the gradients' handler (a twin in mixed precision)
         if self.skip_nonfinite and not (h.is_fully_finite(loss)
-                                        and h.is_fully_finite(self.net.grads)):
+                                        and master.is_fully_finite(self.net.grads)):
             return False
         self.optimizer.step()
         return True

@@ -81,6 +81,14 @@ class _SkcudaGemm:
         if status:
             kernel_loader.check_blas(self._batched_name, status)
 
+    def set_math_mode(self, mode):
+        """cublasSetMathMode on this handle (``_TF32_MATH`` or ``_DEFAULT_MATH``)."""
+        fn = self._cublas._libcublas.cublasSetMathMode
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+        status = fn(ctypes.c_void_p(self.handle), mode)
+        if status:
+            raise RuntimeError(f"cublasSetMathMode failed with status {status}")
+
     def set_workspace(self, address, nbytes):
         symbol = ctypes.cast(self._cublas._libcublas.cublasSetWorkspace_v2, ctypes.c_void_p).value
         kernel_loader.require().blas_set_workspace(symbol, self.handle, int(address), nbytes)
@@ -140,6 +148,13 @@ class _NvmathGemm:
         raise kernel_loader.CudaError(fn.__name__, kernel_loader.CUBLAS_STATUS.get(
             status, "CUBLAS_STATUS_UNKNOWN"), status) from e
 
+    def set_math_mode(self, mode):
+        """cublasSetMathMode on this handle (``_TF32_MATH`` or ``_DEFAULT_MATH``)."""
+        try:
+            self._cublas.set_math_mode(self.handle, mode)
+        except self._error as e:
+            self._raise(self._cublas.set_math_mode, e)
+
     def set_workspace(self, address, nbytes):
         self._cublas.set_workspace(self.handle, address, nbytes)
 
@@ -147,14 +162,28 @@ class _NvmathGemm:
         self._cublas.destroy(self.handle)
 
 
-def make_gemm(backend, dtype, stream):
+#: cublasMath_t: CUBLAS_DEFAULT_MATH, and CUBLAS_TF32_TENSOR_OP_MATH (float32
+#: products on TF32 tensor cores: inputs rounded to 10 explicit mantissa bits)
+_DEFAULT_MATH, _TF32_MATH = 0, 3
+
+
+def make_gemm(backend, dtype, stream, tf32=False):
     """Return a GEMM callable for ``backend`` bound to ``stream`` (a pycuda Stream).
 
     ``transa``/``transb`` are 0 (no transpose) or 1 (transpose), as in
-    ``cublasOperation_t``.
+    ``cublasOperation_t``.  ``tf32`` sets the handle's math mode to
+    ``CUBLAS_TF32_TENSOR_OP_MATH`` (float32 only; every product on the
+    handle, the one-call C path's included, may then run on TF32 tensor
+    cores); otherwise the handle stays in cuBLAS's default mode, which never
+    uses TF32 unless the environment variable ``NVIDIA_TF32_OVERRIDE`` says
+    so.
     """
     if backend == "scikit-cuda":
-        return _SkcudaGemm(np.dtype(dtype), stream)
-    if backend == "nvmath":
-        return _NvmathGemm(np.dtype(dtype), stream)
-    raise ValueError(f"PyCudaHandler: blas must be one of {BACKENDS}, got {backend!r}")
+        gemm = _SkcudaGemm(np.dtype(dtype), stream)
+    elif backend == "nvmath":
+        gemm = _NvmathGemm(np.dtype(dtype), stream)
+    else:
+        raise ValueError(f"PyCudaHandler: blas must be one of {BACKENDS}, got {backend!r}")
+    if tf32:
+        gemm.set_math_mode(_TF32_MATH)
+    return gemm

@@ -111,11 +111,11 @@ class _Scratch:
 class _StreamSlot:
     """One stream with what belongs to it: a cuBLAS handle and scratch memory."""
 
-    def __init__(self, drv, pool, dtype, blas, blas_workspace):
+    def __init__(self, drv, pool, dtype, blas, blas_workspace, tf32=False):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
         self.handle = self.stream.handle   # the driver handle, for _launch_kernel and _ev
         self.event = _ev.new()
-        self.gemm = make_gemm(blas, dtype, self.stream)
+        self.gemm = make_gemm(blas, dtype, self.stream, tf32)
         # cuBLAS's scratch, ours rather than its own, so that it allocates
         # nothing while a graph is being captured.
         self.blas_work = pool.allocate(blas_workspace)
@@ -278,6 +278,13 @@ class PyCudaHandler(Handler):
         blas: ``"scikit-cuda"`` (default) or ``"nvmath"``: the cuBLAS binding.
         device: CUDA device index.
         num_stream_groups: see ``Handler``.
+        tf32: float32 handlers only (ValueError otherwise): let cuBLAS run
+            the float32 products (``dot_mm``, ``dot_add_mm``, batched) on
+            TF32 tensor cores, which round each input to 10 explicit mantissa
+            bits (a relative error of up to 2^-11 per input, against 2^-24)
+            and accumulate in float32.  Off by default: products are then
+            float32 throughout.  Convolutions and our own kernels never use
+            TF32 either way.  ``h.tf32`` says which.
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.
@@ -296,8 +303,14 @@ class PyCudaHandler(Handler):
     prefers_graphs = True
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
-                 num_stream_groups=4):
+                 num_stream_groups=4, tf32=False):
         super().__init__(dtype, seed, num_stream_groups)
+        if not isinstance(tf32, (bool, np.bool_)):
+            raise TypeError(f"PyCudaHandler: tf32 must be a bool, got {tf32!r}")
+        if tf32 and self.dtype != np.float32:
+            raise ValueError(f"PyCudaHandler: tf32 applies to float32 products, not {self.dtype}")
+        #: True if float32 products may run on TF32 tensor cores (see Args)
+        self.tf32 = bool(tf32)
         drv = cuda_context.load_driver()
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
@@ -317,7 +330,7 @@ class PyCudaHandler(Handler):
         major = self._device.compute_capability()[0]
         blas_ws = (32 if major >= 9 else 4) << 20
         # One stream (slot) per group: no op uses more than one.
-        self._slots = [_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws)
+        self._slots = [_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws, self.tf32)
                        for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
         self._slot = self._slots[0]

@@ -1,0 +1,142 @@
+"""Mixed precision: a network computing in bfloat16 on a twin handler while its
+master parameters, gradients and optimizer stay in float32 (or float64).
+
+Checked against NumPy: the working copy is the master rounded once, the master
+gradients are the half gradients exactly, an SGD step is float32 arithmetic on
+them, counts and sums of evaluation stay exact past the format's integers, and
+training in mixed precision reaches the accuracy of float32 training.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from handlers import NumpyHandler
+from layers import (
+    SGD,
+    FullyConnected,
+    Sequential,
+    SoftmaxCrossEntropy,
+    Tanh,
+    Trainer,
+    accuracy,
+)
+from layers.metrics import DeviceAccuracy, device_accuracy
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _mlp(h, seed=0):
+    return Sequential(h, [FullyConnected(6, 16), Tanh(), FullyConnected(16, 3)],
+                      SoftmaxCrossEntropy(), seed=seed)
+
+
+def _blobs(n, rng, spread=0.7):
+    """Three Gaussian blobs in 6-D: (x, labels as (n, 1) floats)."""
+    centers = rng.normal(0.0, 1.0, (3, 6))
+    labels = rng.integers(0, 3, n)
+    x = centers[labels] + rng.normal(0.0, spread, (n, 6))
+    return x, labels.astype(np.float64).reshape(-1, 1)
+
+
+@pytest.mark.parametrize("master", [np.float32, np.float64])
+def test_working_copy_and_gradients(master):
+    rng = np.random.default_rng(1)
+    h = NumpyHandler(master, seed=0)
+    net = _mlp(h)
+    before = h.get_numpy_copy(net.params).copy()
+    net.mixed_precision("bfloat16")
+    hc = net.h
+    assert hc.dtype == BF16 and hc is h.twin("bfloat16")
+    assert net.parameters.h is h and net.params.dtype == master
+    x, y = _blobs(10, rng)
+    net.train_step(hc.create_from_numpy(x), hc.create_from_numpy(y))
+    params16, grads16 = (hc.get_numpy_copy(a) for a in net.compute)
+    # the working copy is the master rounded once (through float32)
+    np.testing.assert_array_equal(params16.view(np.uint16),
+                                  before.astype(np.float32).astype(BF16).view(np.uint16))
+    np.testing.assert_array_equal(h.get_numpy_copy(net.params), before)   # untouched
+    # the master gradients hold the half gradients exactly
+    np.testing.assert_array_equal(h.get_numpy_copy(net.grads), grads16.astype(master))
+    assert np.abs(grads16.astype(np.float64)).max() > 0
+
+
+def test_sgd_step_updates_the_master_in_its_format():
+    rng = np.random.default_rng(2)
+    h = NumpyHandler(np.float32, seed=0)
+    net = _mlp(h)
+    opt = SGD(net.parameters, lr=0.1, momentum=0.0)
+    net.mixed_precision("bf16")
+    x, y = _blobs(8, rng)
+    p0 = h.get_numpy_copy(net.params).copy()
+    net.train_step(net.h.create_from_numpy(x), net.h.create_from_numpy(y))
+    g = h.get_numpy_copy(net.grads).copy()
+    opt.step()
+    want = p0 + (np.float32(-0.1) * g)   # axpby in float32: v = -lr g; p += v
+    np.testing.assert_array_equal(h.get_numpy_copy(net.params), want.astype(np.float32))
+    # the next forward rounds the new master into the working copy
+    net.forward(net.h.create_from_numpy(x))
+    np.testing.assert_array_equal(net.h.get_numpy_copy(net.compute[0]).view(np.uint16),
+                                  want.astype(np.float32).astype(BF16).view(np.uint16))
+
+
+def test_mixed_precision_refuses_bad_formats_and_a_second_call():
+    h = NumpyHandler(np.float32)
+    net = _mlp(h)
+    for bad in (np.float32, np.float64):
+        with pytest.raises(ValueError, match="float16 or bfloat16"):
+            net.mixed_precision(bad)
+    with pytest.raises(TypeError):
+        net.mixed_precision(np.int32)
+    net.mixed_precision("bfloat16")
+    with pytest.raises(ValueError, match="already computes in bfloat16"):
+        net.mixed_precision("float16")
+
+
+@pytest.mark.parametrize("kw, match", [({"precision": "fp16"}, "dynamic loss scaling"),
+                                       ({"precision": "half"}, "precision must be"),
+                                       ({"precision": "bf16", "graph": True}, "eagerly")])
+def test_trainer_refuses_what_it_cannot_do(kw, match):
+    h = NumpyHandler(np.float32)
+    net = _mlp(h)
+    with pytest.raises(ValueError, match=match):
+        Trainer(net, SGD(net.parameters), progress=False, **kw)
+    assert net.compute is None and net.h is h   # nothing changed
+
+
+def test_counts_and_sums_stay_exact_past_the_formats_integers():
+    # 600 rows, 300-odd correct: a bfloat16 count would round (8 significant bits)
+    rng = np.random.default_rng(3)
+    h = NumpyHandler("bfloat16")
+    outputs = rng.normal(size=(600, 4))
+    labels = rng.integers(0, 4, (600, 1)).astype(np.float64)
+    o, t = h.create_from_numpy(outputs), h.create_from_numpy(labels)
+    held = outputs.astype(BF16).astype(np.float64)
+    hits = int((held.argmax(axis=1) == labels[:, 0]).sum())
+    counter = DeviceAccuracy(h)
+    assert counter.acc.dtype == np.float32
+    assert counter.acc.get_numpy_copy(counter.count(o, t))[0] == hits
+    frac = counter.acc.get_numpy_copy(device_accuracy(h, o, t))[0]
+    assert frac == np.float32(np.float32(1 / 600) * np.float32(hits))
+
+
+def test_trainer_bf16_matches_float32_training_and_evaluates_exactly():
+    rng = np.random.default_rng(4)
+    xa, ya = _blobs(1100, rng, spread=1.2)   # overlapping: a loss far from 0
+    x, y, xt, yt = xa[:700], ya[:700], xa[700:], ya[700:]
+    results = {}
+    for precision in (None, "bf16"):
+        h = NumpyHandler(np.float32, seed=0)
+        net = _mlp(h)
+        tr = Trainer(net, SGD(net.parameters, lr=0.1), batch_size=50, seed=0, progress=False,
+                     metrics={"accuracy": accuracy}, precision=precision)
+        hist = tr.fit(x, y, 5)
+        assert hist.epochs[-1]["train_loss"] < hist.epochs[0]["train_loss"]
+        res = tr.evaluate(xt, yt)
+        # against the host: the outputs of the same inference forward passes
+        out = net.forward(net.h.create_from_numpy(xt))
+        assert res["accuracy"] == accuracy(net.h.get_numpy_copy(out), yt)
+        results[precision] = res
+        assert net.params.dtype == np.float32
+    assert abs(results["bf16"]["accuracy"] - results[None]["accuracy"]) <= 0.01
+    assert results[None]["accuracy"] > 0.6 and results[None]["loss"] > 0.1
+    assert abs(results["bf16"]["loss"] - results[None]["loss"]) <= 0.05 * results[None]["loss"]
