@@ -450,7 +450,8 @@ def _pool_counts(in_hw, out_hw, window, stride, padding):
 
 def _maxpool(x, out, argmax, window, stride, padding):
     """Max over each window (padding is -inf), NaN winning, and the index
-    h * W + w of the first maximum in row-major order (the first NaN)."""
+    r * window_w + s within the window of the first maximum in row-major order
+    (the first NaN)."""
     win = _windows(x, window, out.shape[2:], stride, padding, (1, 1), -np.inf)
     p, q = out.shape[2:]
     (wh, ww), (sh, sw), (ph, pw) = window, stride, padding
@@ -465,7 +466,7 @@ def _maxpool(x, out, argmax, window, stride, padding):
     r, s = np.divmod(first, ww)
     hh, wc = rows[np.arange(p)[:, None], r], cols[np.arange(q)[None, :], s]
     if not (ph or pw) or ((hh >= 0) & (hh < h) & (wc >= 0) & (wc < w)).all():
-        np.copyto(argmax, hh * w + wc)
+        np.copyto(argmax, first)
         return
     # The first element of each window that equals the maximum (or is NaN
     # where the maximum is), among the elements inside x.
@@ -475,25 +476,24 @@ def _maxpool(x, out, argmax, window, stride, padding):
     with np.errstate(invalid="ignore"):
         hit = (win == best) | (np.isnan(win) & np.isnan(best))
     hit &= inside
-    first = np.argmax(hit.reshape(hit.shape[:4] + (-1,)), axis=-1)   # first True
-    r, s = np.divmod(first, ww)
-    np.copyto(argmax, (rows[np.arange(p)[:, None], r] * w
-                       + cols[np.arange(q)[None, :], s]))
+    np.copyto(argmax, np.argmax(hit.reshape(hit.shape[:4] + (-1,)), axis=-1))   # first True
 
 
 def _maxpool_backward(argmax, dy, dx, window, stride, padding):
-    """dx[h, w] = the sum of dy over the windows whose argmax is h * W + w;
-    an argmax that names no element of its window adds nothing."""
+    """dx[h, w] = the sum of dy over the windows whose argmax names (h, w);
+    an argmax that names no element of x in its window (not a whole number
+    in [0, window size), or a padding position) adds nothing."""
     n, c, h, w = dx.shape
     p, q = dy.shape[2:]
     (wh, ww), (sh, sw), (ph, pw) = window, stride, padding
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(argmax) & (argmax >= 0) & (argmax < h * w) & (argmax == np.trunc(argmax))
-    idx = np.where(ok, argmax, 0).astype(np.intp)
-    r, s = np.divmod(idx, w)
-    r0 = (np.arange(p) * sh - ph)[:, None]
-    s0 = (np.arange(q) * sw - pw)[None, :]
-    ok &= (r >= r0) & (r < r0 + wh) & (s >= s0) & (s < s0 + ww)
+        ok = (np.isfinite(argmax) & (argmax >= 0) & (argmax < wh * ww)
+              & (argmax == np.trunc(argmax)))
+    r, s = np.divmod(np.where(ok, argmax, 0).astype(np.intp), ww)
+    r = r + (np.arange(p) * sh - ph)[:, None]     # the element's row and column in x
+    s = s + (np.arange(q) * sw - pw)[None, :]
+    ok &= (r >= 0) & (r < h) & (s >= 0) & (s < w)
+    idx = np.where(ok, r * w + s, 0)
     planes = np.arange(n * c).reshape(n, c, 1, 1) * (h * w)
     # bincount adds in index order: deterministic
     total = np.bincount((planes + idx)[ok], weights=dy[ok], minlength=n * c * h * w)

@@ -638,10 +638,12 @@ OPS = {op.name: op for op in [
         call='_pool2d("max", x, out, argmax, window, stride, padding)',
         doc=_POOL_DOC.format(
             what="Max pooling: out[n, c, p, q] = the largest x[n, c, h, w] in window\n"
-                 "(p, q), and argmax[n, c, p, q] its index h * W + w in the plane\n"
-                 "of x, stored as a float (the first of equals in row-major order;\n"
-                 "the first NaN if the window holds one).  Padding counts as -inf,\n"
-                 "so it is never the maximum: every window holds an element of x.",
+                 "(p, q), and argmax[n, c, p, q] its index r * window_w + s within the\n"
+                 "window (row r, column s, counted from the window's first corner,\n"
+                 "padding included), stored as a float (the first of equals in\n"
+                 "row-major order; the first NaN if the window holds one).  Padding\n"
+                 "counts as -inf, so it is never the maximum: every window holds an\n"
+                 "element of x.",
             arrays="x (N, C, H, W); out and argmax (N, C, P, Q).",
             alias="out and argmax must not overlap x or each other.")),
     _op("maxpool2d_backward", "argmax dy dx= @window @stride:None @padding:0",
@@ -650,10 +652,11 @@ OPS = {op.name: op for op in [
         call='_pool2d("max_backward", dy, dx, argmax, window, stride, padding)',
         doc=_POOL_DOC.format(
             what="Gradient of ``maxpool2d_forward``: dx[n, c, h, w] = the sum of\n"
-                 "dy[n, c, p, q] over the windows (p, q) whose argmax is h * W + w\n"
-                 "(overwrites dx).  Each element of dx gathers from the windows that\n"
-                 "contain it, so the result is deterministic.  argmax is the\n"
-                 "forward's, with the same window, stride and padding.",
+                 "dy[n, c, p, q] over the windows (p, q) whose argmax names (h, w)\n"
+                 "(overwrites dx; an argmax naming nothing in x adds nothing).  Each\n"
+                 "element of dx gathers from the windows that contain it, so the\n"
+                 "result is deterministic.  argmax is the forward's, with the same\n"
+                 "window, stride and padding.",
             arrays="argmax and dy (N, C, P, Q); dx (N, C, H, W).",
             alias="dx must not overlap argmax or dy.")),
     _op("avgpool2d_forward", "x out= @window @stride:None @padding:0",

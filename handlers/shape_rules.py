@@ -381,7 +381,7 @@ def pool2d(op):
             fail_value(op, f"no output: window {window} does not fit {big_name} {big.shape} "
                            f"with padding {padding}")
         if op.startswith("max"):
-            _exact_indices(h, op, hh * ww, f"a plane of {hh}x{ww}")
+            _exact_indices(h, op, window[0] * window[1], f"a window of {window[0]}x{window[1]}")
         want = (n, c, p, q)
         for i, (name, a) in enumerate(zip(names, arrays)):
             if i != at and a.shape != want:

@@ -12,7 +12,6 @@ import math
 import numpy as np
 import pytest
 
-from handlers import dtypes
 from helpers import (
     assert_close,
     assert_unchanged,
@@ -83,7 +82,7 @@ def ref_pool(x, window, stride, padding, kind):
                             count += 1
                             if best is None or (not math.isnan(best) and
                                                 (math.isnan(v) or v > best)):
-                                best, at = v, i * w_ + j
+                                best, at = v, r * ww + s   # the index within the window
                     out[n, c, p, q] = best if kind == "max" else total / count
                     arg[n, c, p, q] = at
     return out, arg
@@ -103,8 +102,8 @@ def ref_pool_backward(dy, arg, x_shape, window, stride, padding, kind):
                              for s in range(ww)]
                     cells = [(i, j) for i, j in cells if 0 <= i < h_ and 0 <= j < w_]
                     if kind == "max":
-                        i, j = divmod(int(arg[n, c, p, q]), w_)
-                        dx[n, c, i, j] += dy[n, c, p, q]
+                        r, s = divmod(int(arg[n, c, p, q]), ww)
+                        dx[n, c, p * sh - ph + r, q * sw - pw + s] += dy[n, c, p, q]
                     else:
                         for i, j in cells:
                             dx[n, c, i, j] += dy[n, c, p, q] / len(cells)
@@ -264,22 +263,23 @@ def test_maxpool2d_ties_nan_and_infinities(handler):
     got_out, got_arg = (handler.get_numpy_copy(a).astype(np.float64) for a in (out, arg))
     np.testing.assert_array_equal(got_out, [[[[3, 3, 3], [np.nan, 5, np.nan],
                                               [np.nan, np.nan, np.nan]]]])
-    np.testing.assert_array_equal(got_arg, [[[[1, 1, 2], [8, 10, 11], [8, 13, 11]]]])
+    # each index counts within its own 2x2 window: r * 2 + s
+    np.testing.assert_array_equal(got_arg, [[[[1, 0, 0], [2, 3, 3], [0, 2, 1]]]])
     # All -inf next to padding: the index is an element of x, never the padding.
     corner = handler.create_from_numpy(np.full((1, 1, 2, 2), -np.inf))
     out, arg = poisoned(handler, (1, 1, 3, 3)), poisoned(handler, (1, 1, 3, 3))
     handler.maxpool2d_forward(corner, out, arg, 2, 1, 1)
     np.testing.assert_array_equal(handler.get_numpy_copy(arg).astype(np.float64),
-                                  [[[[0, 0, 1], [0, 0, 1], [2, 2, 3]]]])
+                                  [[[[3, 2, 2], [1, 0, 0], [1, 0, 0]]]])
     np.testing.assert_array_equal(handler.get_numpy_copy(out).astype(np.float64),
                                   np.full((1, 1, 3, 3), -np.inf))
 
 
 def test_maxpool2d_backward_ignores_indices_outside_their_window(handler, rng):
     dy, dyv = upload(handler, rand((1, 1, 2, 2), rng))
-    # Window (0, 0) covers 0, 1, 4, 5 of a 4x4 plane: 2.0 (outside), NaN, -1
-    # and 4.5 name no element of their windows and add nothing.
-    arg = handler.create_from_numpy(np.array([[[[2.0, np.nan], [-1.0, 10.5]]]]))
+    # A 2x2 window has indices 0-3: 4.0 (past the window), NaN, -1 and 2.5
+    # name no element of their windows and add nothing.
+    arg = handler.create_from_numpy(np.array([[[[4.0, np.nan], [-1.0, 2.5]]]]))
     dx = poisoned(handler, (1, 1, 4, 4))
     handler.maxpool2d_backward(arg, dy, dx, 2)
     np.testing.assert_array_equal(handler.get_numpy_copy(dx), np.zeros((1, 1, 4, 4)))
@@ -366,11 +366,7 @@ def test_lenet_sized_step_runs_and_matches_float64(handler, rng):
     h1 = handler.allocate((16, 6, 28, 28))
     handler.conv2d_forward(x, w1, h1, 1, 2)
     p1, a1 = handler.allocate((16, 6, 14, 14)), handler.allocate((16, 6, 14, 14))
-    if 28 * 28 - 1 > dtypes.exact_integers(handler.dtype):
-        # bfloat16 cannot hold the plane's indices: max pooling refuses (documented)
-        with pytest.raises(ValueError, match="a plane of 28x28 has 784 elements"):
-            handler.maxpool2d_forward(h1, p1, a1, 2)
-        return
+    # indices within the 2x2 window: exact in every format (bfloat16 included)
     handler.maxpool2d_forward(h1, p1, a1, 2)
     w2, _ = upload(handler, rand((16, 6, 5, 5), rng, -0.3, 0.3))
     h2 = handler.allocate((16, 16, 10, 10))

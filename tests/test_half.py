@@ -6,6 +6,8 @@ reduction accumulates in float32, values beyond a format's range become
 infinite (and ``is_fully_finite`` says so), indices stored as floats stay
 exact or the op refuses, and arrays of another dtype are a TypeError.
 """
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -134,10 +136,16 @@ def test_indices_stay_exact_or_the_op_refuses(h):
     assert h.get_numpy_copy(out).astype(np.float64).tolist() == [n, n]
     with pytest.raises(ValueError, match=f"too many for {h.dtype} indices"):
         h.argmax_t(h.zeros((2, n + 2)), 1, out)
-    side = 64 if h.dtype == BF16 else 64          # a 64x64 plane: 4096 positions
-    x = h.zeros((1, 1, side, side))
-    with pytest.raises(ValueError, match=f"maxpool2d_forward: a plane of {side}x{side} has"):
-        h.maxpool2d_forward(x, h.zeros((1, 1, 1, 1)), h.zeros((1, 1, 1, 1)), side)
+    # max pooling stores indices within the window: any image size is exact,
+    # a window of more than n positions is refused
+    x = h.zeros((1, 1, 64, 64))
+    out, arg = poisoned(h, (1, 1, 4, 4)), poisoned(h, (1, 1, 4, 4))
+    h.maxpool2d_forward(x, out, arg, 16)            # 256 positions: exact in both
+    assert (h.get_numpy_copy(arg).astype(np.float64) == 0).all()
+    side = math.isqrt(n) + 1                        # side * side > n
+    with pytest.raises(ValueError, match=f"maxpool2d_forward: a window of {side}x{side} has"):
+        h.maxpool2d_forward(h.zeros((1, 1, side, side)), h.zeros((1, 1, 1, 1)),
+                            h.zeros((1, 1, 1, 1)), side)
 
 
 def test_random_ops_round_float32_draws(h):

@@ -1,12 +1,15 @@
 // 2-D max and average pooling over NCHW arrays, forward and backward.
 //
 //   pool_fwd    out[plane, p, q] = max or mean of the window (p, q) of x's
-//               plane; for max, argmax[plane, p, q] = h * W + w of the
-//               maximum, stored as a T.  Grid-stride over the planes * P * Q
-//               outputs; each thread reads its whole window.
+//               plane; for max, argmax[plane, p, q] = r * ww + s, the
+//               maximum's row and column within the window (counted from its
+//               first corner, padding included), stored as a T: an index
+//               that stays exact in a half format whatever the image size.
+//               Grid-stride over the planes * P * Q outputs; each thread
+//               reads its whole window.
 //   pool_bwd    dx[plane, h, w] = the sum, over the windows (p, q) that
 //               contain (h, w), of dy[plane, p, q] (max: where argmax[plane,
-//               p, q] is h * W + w; average: divided by the window's count).
+//               p, q] names (h, w); average: divided by the window's count).
 //               Grid-stride over the planes * H * W elements of dx: each
 //               element gathers from its windows in a fixed order, so there
 //               are no atomics and the result is deterministic.
@@ -60,17 +63,18 @@ __device__ void pool_fwd_impl(const T* __restrict__ x, T* __restrict__ out,
         window_range(q, sw, pw, ww, W, &w0, &w1);
         const T* src = x + plane * H * W;
         if (mode == 0) {
+            const long long r0 = p * sh - ph, c0 = q * sw - pw;   // the window's corner
             T best = src[h0 * W + w0];
-            long long at = h0 * W + w0;
+            long long at = (h0 - r0) * ww + (w0 - c0);
             bool nan = best != best;
             for (long long h = h0; h < h1 && !nan; ++h) {
                 for (long long w = w0; w < w1; ++w) {
                     const T v = src[h * W + w];
                     if (v != v) {          // the first NaN wins
-                        best = v, at = h * W + w, nan = true;
+                        best = v, at = (h - r0) * ww + (w - c0), nan = true;
                         break;
                     }
-                    if (v > best) best = v, at = h * W + w;   // strict: first of equals
+                    if (v > best) best = v, at = (h - r0) * ww + (w - c0);   // first of equals
                 }
             }
             out[e] = best;
@@ -97,12 +101,13 @@ __device__ void pool_bwd_impl(const T* __restrict__ dy, const T* __restrict__ ar
         windows_of(h, sh, ph, wh, P, &p0, &p1);
         windows_of(w, sw, pw, ww, Q, &q0, &q1);
         const long long base = plane * P * Q;
-        const T self = (T)(h * W + w);
         T sum = 0;
         for (long long p = p0; p <= p1; ++p) {
             for (long long q = q0; q <= q1; ++q) {
                 const long long o = base + p * Q + q;
                 if (mode == 0) {
+                    // (h, w)'s index within window (p, q)
+                    const T self = (T)((h - (p * sh - ph)) * ww + (w - (q * sw - pw)));
                     if (argmax[o] == self) sum += dy[o];
                 } else {
                     long long a0, a1, b0, b1;
