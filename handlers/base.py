@@ -449,8 +449,10 @@ class Handler(ABC):
                 raise TypeError(f"{op}: expected a numpy.ndarray, got {type(arr).__name__}")
         if not dtypes.is_real(arr.dtype):
             raise TypeError(f"{op}: expected a real numeric array, got dtype {arr.dtype}")
-        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
-        return np.asarray(arr, dtype=self.dtype, order="C")
+        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).  A
+        # number beyond the format's range becomes inf (documented), not a warning.
+        with np.errstate(over="ignore"):
+            return np.asarray(arr, dtype=self.dtype, order="C")
 
     # ------------------------------------------------------------------ input pipeline
     def prefetch(self, batches: Iterable[Any], depth: int = 2,

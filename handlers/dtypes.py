@@ -104,9 +104,19 @@ def largest(dtype):
     return float(np.finfo(dt).max)
 
 
+def _emin(dt):
+    """The exponent of ``dt``'s smallest normal number."""
+    return -126 if _is_bfloat16(dt) else {FLOAT16: -14, FLOAT32: -126, FLOAT64: -1022}[dt]
+
+
+def smallest_normal(dtype):
+    """The smallest positive normal number of ``dtype``: 2^-14 for float16,
+    2^-126 for bfloat16 and float32, 2^-1022 for float64."""
+    return 2.0 ** _emin(np.dtype(dtype))
+
+
 def smallest_subnormal(dtype):
     """The smallest positive number of ``dtype`` (the spacing of its
     subnormals): 2^-24 for float16, 2^-133 for bfloat16."""
     dt = np.dtype(dtype)
-    emin = -126 if _is_bfloat16(dt) else {FLOAT16: -14, FLOAT32: -126, FLOAT64: -1022}[dt]
-    return 2.0 ** (emin - (significand_bits(dt) - 1))
+    return 2.0 ** (_emin(dt) - (significand_bits(dt) - 1))

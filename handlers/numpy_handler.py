@@ -75,8 +75,7 @@ class NumpyHandler(Handler):
         # (_widened), rounded back once.
         if src.dtype.itemsize < 4:
             src = src.astype(np.float32)
-        with np.errstate(over="ignore"):   # beyond dst's range: inf, as on store
-            np.copyto(dst, src, casting="unsafe")
+        np.copyto(dst, src, casting="unsafe")   # beyond dst's range: inf, as on store
 
     def _scratch(self, shape):
         # One cached buffer per shape; ops run to completion before returning,
@@ -206,29 +205,28 @@ class NumpyHandler(Handler):
         c1, c2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
         pair = self._scratch((2,) + p.shape)
         grad, tmp = pair[0], pair[1]
-        with np.errstate(all="ignore"):
-            if decoupled:
-                np.multiply(p, 1.0 - lr * weight_decay, out=p)
-                np.copyto(grad, g)
-            elif weight_decay != 0.0:
-                np.multiply(p, weight_decay, out=grad)
-                np.add(grad, g, out=grad)
-            else:
-                np.copyto(grad, g)
-            np.multiply(m, beta1, out=m)
-            np.multiply(grad, 1.0 - beta1, out=tmp)
-            np.add(m, tmp, out=m)
-            np.multiply(v, beta2, out=v)
-            np.multiply(grad, grad, out=tmp)
-            np.multiply(tmp, 1.0 - beta2, out=tmp)
-            np.add(v, tmp, out=v)
-            np.divide(v, c2, out=tmp)
-            np.sqrt(tmp, out=tmp)
-            np.add(tmp, eps, out=tmp)        # eps after the square root, as in PyTorch
-            np.divide(m, c1, out=grad)
-            np.multiply(grad, lr, out=grad)
-            np.divide(grad, tmp, out=grad)
-            np.subtract(p, grad, out=p)
+        if decoupled:
+            np.multiply(p, 1.0 - lr * weight_decay, out=p)
+            np.copyto(grad, g)
+        elif weight_decay != 0.0:
+            np.multiply(p, weight_decay, out=grad)
+            np.add(grad, g, out=grad)
+        else:
+            np.copyto(grad, g)
+        np.multiply(m, beta1, out=m)
+        np.multiply(grad, 1.0 - beta1, out=tmp)
+        np.add(m, tmp, out=m)
+        np.multiply(v, beta2, out=v)
+        np.multiply(grad, grad, out=tmp)
+        np.multiply(tmp, 1.0 - beta2, out=tmp)
+        np.add(v, tmp, out=v)
+        np.divide(v, c2, out=tmp)
+        np.sqrt(tmp, out=tmp)
+        np.add(tmp, eps, out=tmp)        # eps after the square root, as in PyTorch
+        np.divide(m, c1, out=grad)
+        np.multiply(grad, lr, out=grad)
+        np.divide(grad, tmp, out=grad)
+        np.subtract(p, grad, out=p)
         step.fill(t)
 
     # reduction --------------------------------------------------------------
@@ -281,8 +279,7 @@ class NumpyHandler(Handler):
         np.copyto(out, a)
 
     def _mv(self, name, m, v, out, orientation):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            _BINARY[name](m, v, out=out)
+        _BINARY[name](m, v, out=out)
 
     # rows -----------------------------------------------------------------
     def _softmax_m(self, m, out):
@@ -327,10 +324,9 @@ class NumpyHandler(Handler):
         np.multiply(xhat, xhat, out=tmp)
         np.mean(tmp, axis=1, keepdims=True, out=rstd)    # the variance
         np.add(rstd, eps, out=rstd)
-        with np.errstate(divide="ignore", invalid="ignore"):   # var + eps = 0: inf, as on a GPU
-            np.sqrt(rstd, out=rstd)
-            np.divide(1.0, rstd, out=rstd)
-            np.multiply(xhat, rstd, out=xhat)
+        np.sqrt(rstd, out=rstd)
+        np.divide(1.0, rstd, out=rstd)
+        np.multiply(xhat, rstd, out=xhat)
 
     def _normalize_rows_backward(self, xhat, rstd, g, dx):
         means = self._scratch((2,) + rstd.shape)         # mean(g), mean(g * xhat)
@@ -520,13 +516,20 @@ def _kept(shape, axis):
 
 
 def _widened(hook):
-    """``hook`` for every dtype: on a half-format handler it runs on the
+    """``hook`` for every dtype, with NumPy's floating-point warnings off:
+    on a half-format handler it runs on the
     float32 twin (``_wide``) over float32 copies of the half arrays, and each
     copy that the hook changed is rounded back once into its array.  Copies are
     made once per array object, so an array passed twice (an output that is
     an input) is one copy; an input that is an output's memory through another
     object is unchanged, so it is never written back over the result."""
     def run(self, *args):
+        # NaN, inf and division by zero are results, as on the GPU, never
+        # NumPy warnings: every op runs with them off (this one place).
+        with np.errstate(all="ignore"):
+            return widened(self, *args)
+
+    def widened(self, *args):
         wide = self._wide
         if wide is None:
             return hook(self, *args)
@@ -540,8 +543,7 @@ def _widened(hook):
             return a
         result = hook(wide, *[widen(a) for a in args])
         for a, c in copies.values():
-            with np.errstate(over="ignore"):   # beyond the format's range: inf, as on store
-                new = c.astype(dt)
+            new = c.astype(dt)   # beyond the format's range: inf, as on store
             if not np.array_equal(new.view(np.uint16), a.view(np.uint16)):
                 np.copyto(a, new)
         return result

@@ -174,15 +174,6 @@ def _is_zero(value):
         return False
 
 
-def _quiet(fn):
-    """Wrap a NumPy expression so that it warns about nothing: NaN, inf and
-    division by zero are results here, as on the GPU."""
-    def run(h, *args):
-        with np.errstate(all="ignore"):
-            fn(h, *args)
-    return run
-
-
 def _add_product(h, fn, a, b, out):
     # out += fn(a, b), through the handler's scratch buffer of out's shape.
     tmp = h._scratch(out.shape)
@@ -315,10 +306,11 @@ padding < window, and P = (H + 2*ph - wh) // sh + 1 (Q likewise) >= 1.
 Windows may overlap (stride < window).  {alias}"""
 
 
-def ew(name, params, kernel, numpy, doc, check=None, quiet=False):
-    """A row of the elementwise family: same-shape arrays, one kernel."""
-    return Op(name, params, kernel=kernel, numpy=_quiet(numpy) if quiet else numpy, doc=doc,
-              check=check, shape="same")
+def ew(name, params, kernel, numpy, doc, check=None):
+    """A row of the elementwise family: same-shape arrays, one kernel.  (NaN,
+    inf and division by zero are results, never warnings: NumpyHandler runs
+    every op with NumPy's warnings off.)"""
+    return Op(name, params, kernel=kernel, numpy=numpy, doc=doc, check=check, shape="same")
 
 
 def _op(name, params, **kw):
@@ -426,7 +418,7 @@ OPS = {op.name: op for op in [
     ew("mult_tt", "a b out=", "binary_mul", lambda h, a, b, out: np.multiply(a, b, out=out),
        "out = a * b."),
     ew("divide_tt", "a b out=", "binary_div", lambda h, a, b, out: np.divide(a, b, out=out),
-       "out = a / b (IEEE division: x / 0 is inf or NaN).", quiet=True),
+       "out = a / b (IEEE division: x / 0 is inf or NaN)."),
     ew("mult_add_tt", "a b out+=", "binary_mul_add",
        lambda h, a, b, out: _add_product(h, np.multiply, a, b, out), "out += a * b."),
     ew("maximum_tt", "a b out=", "binary_max", _nan_aware(np.maximum),
@@ -435,9 +427,9 @@ OPS = {op.name: op for op in [
        "out = min(a, b), elementwise; NaN if either is NaN."),
     ew("greater_tt", "a b out=", "binary_greater",
        lambda h, a, b, out: np.greater(a, b, out=out),
-       "out = 1 where a > b, else 0 (0 where either is NaN).", quiet=True),
+       "out = 1 where a > b, else 0 (0 where either is NaN)."),
     ew("equal_tt", "a b out=", "binary_equal", lambda h, a, b, out: np.equal(a, b, out=out),
-       "out = 1 where a == b, else 0 (0 where either is NaN).", quiet=True),
+       "out = 1 where a == b, else 0 (0 where either is NaN)."),
     ew("add_st", "#s t out=", "scalar_add", lambda h, s, t, out: np.add(t, s, out=out),
        "out = t + s for a scalar s."),
     ew("mult_st", "#s t out=", "scalar_mul", lambda h, s, t, out: np.multiply(t, s, out=out),
@@ -445,8 +437,7 @@ OPS = {op.name: op for op in [
     ew("mult_add_st", "#s t out+=", "scalar_mul_add",
        lambda h, s, t, out: _add_product(h, np.multiply, t, s, out), "out += s * t."),
     ew("pow_st", "#s t out=", "scalar_pow", lambda h, s, t, out: np.power(t, s, out=out),
-       "out = t ** s for a scalar exponent s; NaN where t < 0 and s is not an integer.",
-       quiet=True),
+       "out = t ** s for a scalar exponent s; NaN where t < 0 and s is not an integer."),
     ew("where_t", "cond a b out=", "where",
        _where, "out = a where cond != 0, else b (NaN in cond counts as true)."),
     ew("abs_t", "a out=", "unary_abs", lambda h, a, out: np.abs(a, out=out),
@@ -456,13 +447,13 @@ OPS = {op.name: op for op in [
     ew("square_t", "a out=", "unary_square", lambda h, a, out: np.multiply(a, a, out=out),
        "out = a * a."),
     ew("sqrt_t", "a out=", "unary_sqrt", lambda h, a, out: np.sqrt(a, out=out),
-       "out = sqrt(a); NaN where a < 0.", quiet=True),
+       "out = sqrt(a); NaN where a < 0."),
     ew("rsqrt_t", "a out=", "unary_rsqrt", _rsqrt,
-       "out = 1 / sqrt(a); inf at 0, NaN where a < 0.", quiet=True),
+       "out = 1 / sqrt(a); inf at 0, NaN where a < 0."),
     ew("log_t", "a out=", "unary_log", lambda h, a, out: np.log(a, out=out),
-       "out = natural log of a; -inf at 0, NaN where a < 0.", quiet=True),
+       "out = natural log of a; -inf at 0, NaN where a < 0."),
     ew("exp_t", "a out=", "unary_exp", lambda h, a, out: np.exp(a, out=out),
-       "out = exp(a).", quiet=True),
+       "out = exp(a)."),
     ew("clip_t", "a #a_min #a_max out=", "clip",
        lambda h, a, a_min, a_max, out: np.clip(a, a_min, a_max, out=out),
        "out = min(max(a, a_min), a_max); requires a_min <= a_max.", check=_clip_rule),

@@ -40,6 +40,10 @@ def test_format_facts():
         assert dtypes.significand_bits(dt) == bits
         assert dtypes.unit_roundoff(dt) == 2.0 ** -bits
         assert dtypes.smallest_subnormal(dt) == 2.0 ** (emin - bits + 1)
+        tiny = dtypes.smallest_normal(dt)
+        assert tiny == 2.0 ** emin and float(np.array(tiny).astype(dt)) == tiny
+        if dt != BF16:
+            assert tiny == float(np.finfo(dt).smallest_normal)
         big = dtypes.largest(dt)
         assert np.isfinite(np.array(big).astype(dt)) and (2 - 2.0 ** (1 - bits)) * 2.0 ** (
             -emin + 1) == big

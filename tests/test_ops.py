@@ -477,6 +477,33 @@ def test_binary(handler, rng, op, where, shape):
         assert_unchanged(handler, b, rb, "b")
 
 
+LIMIT_OPS = {  # name: float64 reference of (a, b)
+    "add_tt": np.add, "subtract_tt": np.subtract, "mult_tt": np.multiply,
+    "divide_tt": np.divide, "maximum_tt": np.maximum, "minimum_tt": np.minimum,
+}
+
+
+@pytest.mark.parametrize("region", ["largest", "smallest-normal"])
+@pytest.mark.parametrize("op", list(LIMIT_OPS))
+def test_binary_near_the_formats_range_limits(handler, rng, op, region):
+    """Operands near the format's largest number (sums and products overflow
+    to inf) or its smallest normal one (products underflow through the
+    subnormals to 0): the result is the exact one rounded once to the format,
+    within half a subnormal step."""
+    dt = np.dtype(handler.dtype)
+    scale = dtypes.largest(dt) if region == "largest" else dtypes.smallest_normal(dt)
+    low, high = (0.25, 1.0) if region == "largest" else (1.0, 4.0)
+    signs = lambda: rng.choice([-1.0, 1.0], (257,))   # noqa: E731
+    a, ra = upload(handler, rand((257,), rng, low, high) * signs() * scale)
+    b, rb = upload(handler, rand((257,), rng, low, high) * signs() * scale)
+    out = poisoned(handler, (257,))
+    getattr(handler, op)(a, b, out)
+    with np.errstate(over="ignore", under="ignore"):
+        expected = as_handler_values(handler, LIMIT_OPS[op](ra, rb))
+    rt, _ = tolerance(handler)
+    assert_close(handler, out, expected, rtol=rt, atol=dtypes.smallest_subnormal(dt))
+
+
 def test_divide_tt_ieee(handler):
     a = handler.create_from_numpy(np.array([1.0, -1.0, 0.0, 3.0]))
     b = handler.create_from_numpy(np.array([0.0, 0.0, 0.0, -1.5]))
