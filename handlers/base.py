@@ -112,14 +112,7 @@ class Handler(ABC):
 
     def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
                  num_stream_groups: int = 4) -> None:
-        name = type(self).__name__
-        try:
-            dt = dtypes.resolve(dtype)
-        except TypeError as e:
-            raise TypeError(f"{name}: {e}") from None
-        if dt.name not in self.supported_dtypes:
-            raise TypeError(f"{name} does not support {dt} yet; it takes "
-                            f"{', '.join(self.supported_dtypes)}")
+        dt = self._held_format(type(self).__name__, dtype)
         v = num_stream_groups
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{type(self).__name__}: num_stream_groups must be a positive int, "
@@ -138,6 +131,19 @@ class Handler(ABC):
         self._closed_box = [False]
         # format name -> the twin of that format (twin), shared by all twins
         self._twins = {dt.name: self}
+
+    @classmethod
+    def _held_format(cls, who, dtype):
+        """``dtype`` resolved (``dtypes.resolve``), or TypeError naming ``who``
+        if it is not a format or not one the class holds (``supported_dtypes``)."""
+        try:
+            dt = dtypes.resolve(dtype)
+        except TypeError as e:
+            raise TypeError(f"{who}: {e}") from None
+        if dt.name not in cls.supported_dtypes:
+            raise TypeError(f"{who} does not support {dt} yet; it takes "
+                            f"{', '.join(cls.supported_dtypes)}")
+        return dt
 
     def __repr__(self):
         return f"{type(self).__name__}(dtype={self.dtype.name}, group={self.group})"
@@ -177,13 +183,7 @@ class Handler(ABC):
         only, not its twins'.  TypeError for a format the class does not hold
         (``supported_dtypes``).
         """
-        try:
-            dt = dtypes.resolve(dtype)
-        except TypeError as e:
-            raise TypeError(f"twin: {e}") from None
-        if dt.name not in self.supported_dtypes:
-            raise TypeError(f"twin: {type(self).__name__} does not support {dt} yet; it takes "
-                            f"{', '.join(self.supported_dtypes)}")
+        dt = self._held_format(f"twin: {type(self).__name__}", dtype)
         root = self._twins.get(dt.name)
         if root is None:
             self._not_capturing("twin")
