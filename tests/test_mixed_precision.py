@@ -13,7 +13,12 @@ import pytest
 from handlers import NumpyHandler
 from layers import (
     SGD,
+    Adam,
+    Conv2D,
+    Flatten,
     FullyConnected,
+    MaxPool2D,
+    ReLU,
     Sequential,
     SoftmaxCrossEntropy,
     Tanh,
@@ -140,3 +145,35 @@ def test_trainer_bf16_matches_float32_training_and_evaluates_exactly():
     assert abs(results["bf16"]["accuracy"] - results[None]["accuracy"]) <= 0.01
     assert results[None]["accuracy"] > 0.6 and results[None]["loss"] > 0.1
     assert abs(results["bf16"]["loss"] - results[None]["loss"]) <= 0.05 * results[None]["loss"]
+
+
+def test_adam_keeps_its_state_in_the_master_format():
+    rng = np.random.default_rng(6)
+    h = NumpyHandler(np.float32, seed=0)
+    net = _mlp(h)
+    opt = Adam(net.parameters, lr=1e-2)
+    x, y = _blobs(300, rng)
+    tr = Trainer(net, opt, batch_size=30, progress=False, precision="bf16")
+    hist = tr.fit(x, y, 3)
+    assert hist.epochs[-1]["train_loss"] < hist.epochs[0]["train_loss"]
+    assert opt.m.dtype == opt.v.dtype == np.float32 and opt.steps == 30
+    # the moments hold float32 values, not bfloat16 ones
+    m = h.get_numpy_copy(opt.m)
+    assert (m.astype(BF16).astype(np.float32) != m).any()
+
+
+def test_conv_net_on_28x28_images_trains_in_bfloat16():
+    """Max pooling over 28x28 planes: its indices count within the window,
+    so bfloat16 holds them (a plane index would pass 256)."""
+    rng = np.random.default_rng(7)
+    h = NumpyHandler(np.float32, seed=0)
+    net = Sequential(h, [Conv2D(1, 4, 3, padding=1), ReLU(), MaxPool2D(2), Flatten(),
+                         FullyConnected(4 * 14 * 14, 2)], SoftmaxCrossEntropy())
+    labels = rng.integers(0, 2, 64)
+    x = rng.normal(0.0, 0.3, (64, 1, 28, 28))
+    x[:, :, :14] += labels[:, None, None, None] * 1.0     # class 1: a bright top half
+    y = labels.reshape(-1, 1).astype(np.float64)
+    tr = Trainer(net, SGD(net.parameters, lr=0.05), batch_size=16, progress=False,
+                 metrics={"accuracy": accuracy}, precision="bf16")
+    tr.fit(x, y, 4)
+    assert tr.evaluate(x, y)["accuracy"] > 0.9
