@@ -179,9 +179,9 @@ class Handler(ABC):
         on the same group, as if one handler had issued both.  A handler's
         twin of its own format is itself; twins are made once and cached, and
         ``twin`` on a twin returns the same family.  Closing one closes all.
-        A capture (``capture``) records the ops of the handler it was begun on
-        only, not its twins'.  TypeError for a format the class does not hold
-        (``supported_dtypes``).
+        A capture begun on any of them records the work of all (one capture
+        at a time in a family).  TypeError for a format the class does not
+        hold (``supported_dtypes``).
         """
         dt = self._held_format(f"twin: {type(self).__name__}", dtype)
         root = self._twins.get(dt.name)
@@ -190,6 +190,7 @@ class Handler(ABC):
             root = self._views[0]._make_twin(dt)
             root._twins = self._twins
             root._closed_box = self._closed_box
+            root._capture_box = self._capture_box   # one capture covers the family
             self._twins[dt.name] = root
         return root.with_streams(self.group)
 

@@ -100,12 +100,16 @@ class Recording:
 
     # ------------------------------------------------------------- installation
     def install(self):
-        """Shadow the hooks and ordering calls of every view (all views are
-        created first, so one made during the capture is covered too)."""
-        root = self.root
-        for k in range(root.num_stream_groups):
-            root.with_streams(k)
-        for view in root._views.values():
+        """Shadow the hooks and ordering calls of every view of the handler and
+        of its twins (``Handler.twin``: they issue on the same groups), all
+        views created first, so one made during the capture is covered too."""
+        family = {id(t): t for t in self.root._twins.values()}.values()
+        views = []
+        for member in family:
+            for k in range(member.num_stream_groups):
+                member.with_streams(k)
+            views += member._views.values()
+        for view in views:
             attrs = {name: self._hook(view, name) for name in WORK_HOOKS}
             attrs.update(record_event=self._recorder(view), wait_event=self._waiter(view),
                          wait_for=self._joiner(view))
@@ -116,7 +120,7 @@ class Recording:
     def uninstall(self):
         """Remove what ``install`` put on the views."""
         for view, names in self.saved.items():
-            if view is self.root:
+            if view is view._views[0]:     # a handler itself: the hooks are in its dict
                 for name in names:
                     view.__dict__.pop(name, None)
             else:
@@ -136,7 +140,7 @@ class Recording:
         self.last_op[g] = op
 
     def _hook(self, view, name):
-        impl = getattr(type(self.root), name)   # the class method, not a view slot
+        impl = getattr(type(view._views[0]), name)   # the class method, not a view slot
         defer = view._graph_defers_calls
 
         def call(*args):
@@ -147,7 +151,7 @@ class Recording:
         return call
 
     def _recorder(self, view):
-        record = type(self.root).record_event
+        record = type(view._views[0]).record_event
 
         def record_event():
             g = view.group
@@ -168,7 +172,7 @@ class Recording:
                 mine[k] = n
 
     def _waiter(self, view):
-        wait = type(self.root).wait_event
+        wait = type(view._views[0]).wait_event
 
         def wait_event(event):
             if not isinstance(event, CapturedEvent) or event.recording is not self:
@@ -181,7 +185,7 @@ class Recording:
         return wait_event
 
     def _joiner(self, view):
-        wait_for = type(self.root).wait_for
+        wait_for = type(view._views[0]).wait_for
 
         def join(other):
             g = getattr(other, "group", None)

@@ -181,10 +181,10 @@ class Trainer:
             (or "bfloat16") trains in mixed precision: the network computes
             in bfloat16 on ``h.twin("bfloat16")`` while its parameters stay
             the master copy in their own format (float32, say), which the
-            optimizer updates (``Sequential.mixed_precision``).  Steps run
-            eagerly (a capture does not record a twin's ops yet: ``graph=True``
-            raises ValueError).  "fp16" raises ValueError: float16 training
-            needs dynamic loss scaling, which is not built yet.
+            optimizer updates (``Sequential.mixed_precision``).  A captured
+            step records the work of both formats (twins share a capture).
+            "fp16" raises ValueError: float16 training needs dynamic loss
+            scaling, which is not built yet.
 
     ``fit`` and ``evaluate`` check their data before any step (TypeError or
     ValueError naming the argument): x and y must be ``numpy.ndarray`` arrays of
@@ -204,7 +204,7 @@ class Trainer:
                  log_every=10, progress=True, metrics=None, graph=None,
                  check_every=50, on_nonfinite="raise", precision=None):
         self.net, self.optimizer = net, optimizer
-        self._mixed_precision(precision, graph)
+        self._mixed_precision(precision)
         self.h = net.h
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.batch_axis = _check_int("batch_axis", batch_axis, 0)
@@ -221,12 +221,11 @@ class Trainer:
         self.progress = progress
         self.metrics = dict(metrics or {})
         if graph is None:
-            graph = (getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
-                     and net.compute is None)
+            graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
         self.graph = bool(graph)
         self._step = _Step(net, optimizer, self.graph, self.skip_nonfinite)
 
-    def _mixed_precision(self, precision, graph):
+    def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
         if precision is None:
             return
@@ -238,9 +237,6 @@ class Trainer:
         if names[precision] == "float16":
             raise ValueError("Trainer: precision='fp16' needs dynamic loss scaling, which is "
                              "not built yet; use precision='bf16'")
-        if graph:
-            raise ValueError("Trainer: mixed precision trains eagerly (a capture does not "
-                             "record the master format's ops yet): pass graph=False or None")
         if self.net.compute is None:
             self.net.mixed_precision(names[precision])
         elif self.net.h.dtype.name != names[precision]:

@@ -8,7 +8,7 @@ the operation is defined).
 import numpy as np
 import pytest
 
-from handlers import DebugHandler, dtypes
+from handlers import CaptureError, DebugHandler, dtypes
 from handlers.debug_handler import StreamHazardError
 from helpers import rand
 
@@ -155,4 +155,25 @@ def test_cast_t_takes_an_array_of_another_handler_of_the_class(handler, handler_
     src_h.synchronize()
     dst = handler.create_from_numpy(np.full(S, 7.0))
     handler.cast_t(src, dst)
+    _same(handler.get_numpy_copy(dst), want)
+
+
+def test_a_capture_records_the_work_of_every_twin(handler, rng):
+    others = [dt for dt in _formats(handler) if dt != handler.dtype]
+    tw = _twin_or_skip(handler, others[0])
+    values = rand(S, rng)
+    src = tw.create_from_numpy(values)
+    dst = handler.create_from_numpy(np.zeros(S))
+    with tw.capture() as g:              # begun on the twin
+        tw.mult_st(2.0, src, src)
+        handler.cast_t(src, dst)
+        with pytest.raises(CaptureError, match="synchronize"):
+            handler.synchronize()        # the family's capture is in progress
+        with pytest.raises(CaptureError, match="already in progress"):
+            with handler.capture():
+                pass
+    held = np.asarray(values).astype(others[0]).astype(np.float64)
+    g.replay()
+    g.replay()
+    want = _reference(4 * held, others[0], handler.dtype)
     _same(handler.get_numpy_copy(dst), want)
