@@ -26,30 +26,39 @@ def check_arrays(handler, op, *arrays):
             break
     else:
         return
-    contiguous = handler._c_contiguous
     for a in arrays:
-        if not isinstance(a, array_type):
-            fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
-                          f"got {type(a).__module__}.{type(a).__name__}")
-        if a.dtype is not dtype and a.dtype != dtype:   # identity first: the common case
-            fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
-        if not contiguous(a):
-            fail_value(op, f"array of shape {a.shape} is not C-contiguous")
+        _check_one(handler, op, a, _own_format)
+
+
+def _own_format(handler, op, a):
+    dtype = handler.dtype
+    if a.dtype is not dtype and a.dtype != dtype:   # identity first: the common case
+        fail_type(op, f"expected dtype {dtype}, got {a.dtype} (shape {a.shape})")
+
+
+def _class_format(handler, op, a):
+    if getattr(a.dtype, "name", None) not in handler.supported_dtypes:
+        fail_type(op, f"expected a format {type(handler).__name__} holds "
+                      f"({', '.join(handler.supported_dtypes)}), got {a.dtype} (shape {a.shape})")
+
+
+def _check_one(handler, op, a, check_format):
+    """Array type, then ``check_format(handler, op, a)``, then C-contiguity:
+    the full checks, which raise the precise error."""
+    array_type = handler.array_type
+    if not isinstance(a, array_type):
+        fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
+                      f"got {type(a).__module__}.{type(a).__name__}")
+    check_format(handler, op, a)
+    if not handler._c_contiguous(a):
+        fail_value(op, f"array of shape {a.shape} is not C-contiguous")
 
 
 def check_any_format(handler, op, a):
     """Check array type and C-contiguity of ``a``, and that its format is one
     ``handler``'s class holds (``supported_dtypes``), not necessarily the
     handler's own (``cast_t``'s source)."""
-    array_type = handler.array_type
-    if not isinstance(a, array_type):
-        fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
-                      f"got {type(a).__module__}.{type(a).__name__}")
-    if getattr(a.dtype, "name", None) not in handler.supported_dtypes:
-        fail_type(op, f"expected a format {type(handler).__name__} holds "
-                      f"({', '.join(handler.supported_dtypes)}), got {a.dtype} (shape {a.shape})")
-    if not handler._c_contiguous(a):
-        fail_value(op, f"array of shape {a.shape} is not C-contiguous")
+    _check_one(handler, op, a, _class_format)
 
 
 def check_same_shape(handler, op, *arrays):
