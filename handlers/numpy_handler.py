@@ -293,8 +293,7 @@ class NumpyHandler(Handler):
     # indexing and masks -----------------------------------------------------
     def _valid_index(self, v, n):
         idx = v[:, 0]
-        with np.errstate(invalid="ignore"):
-            valid = (idx >= 0) & (idx < n)   # NaN compares False: invalid
+        valid = (idx >= 0) & (idx < n)   # NaN compares False: invalid
         return valid, idx[valid].astype(np.intp)
 
     def _index_m_by_v(self, m, v, out):
@@ -469,8 +468,7 @@ def _maxpool(x, out, argmax, window, stride, padding):
     inside = (((rows >= 0) & (rows < h))[:, None, :, None]
               & ((cols >= 0) & (cols < w))[None, :, None, :])        # (P, Q, wh, ww)
     best = out[:, :, :, :, None, None]
-    with np.errstate(invalid="ignore"):
-        hit = (win == best) | (np.isnan(win) & np.isnan(best))
+    hit = (win == best) | (np.isnan(win) & np.isnan(best))
     hit &= inside
     np.copyto(argmax, np.argmax(hit.reshape(hit.shape[:4] + (-1,)), axis=-1))   # first True
 
@@ -482,9 +480,7 @@ def _maxpool_backward(argmax, dy, dx, window, stride, padding):
     n, c, h, w = dx.shape
     p, q = dy.shape[2:]
     (wh, ww), (sh, sw), (ph, pw) = window, stride, padding
-    with np.errstate(invalid="ignore"):
-        ok = (np.isfinite(argmax) & (argmax >= 0) & (argmax < wh * ww)
-              & (argmax == np.trunc(argmax)))
+    ok = np.isfinite(argmax) & (argmax >= 0) & (argmax < wh * ww) & (argmax == np.trunc(argmax))
     r, s = np.divmod(np.where(ok, argmax, 0).astype(np.intp), ww)
     r = r + (np.arange(p) * sh - ph)[:, None]     # the element's row and column in x
     s = s + (np.arange(q) * sw - pw)[None, :]
@@ -500,8 +496,7 @@ def _row_ids(op, idx, vocab):
     """The rows ``idx`` names, as ints; raises ValueError, before the op
     writes anything, for the first index not in [0, vocab) (NaN included)."""
     v = idx.reshape(-1)
-    with np.errstate(invalid="ignore"):
-        bad = ~((v >= 0) & (v < vocab))      # NaN compares False: bad
+    bad = ~((v >= 0) & (v < vocab))      # NaN compares False: bad
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         fail_value(op, f"idx[{i}] = {v[i]!r} is not a row index of a table of {vocab} "
@@ -516,13 +511,14 @@ def _kept(shape, axis):
 
 
 def _widened(hook):
-    """``hook`` for every dtype, with NumPy's floating-point warnings off:
-    on a half-format handler it runs on the
+    """``hook`` for every dtype, with NumPy's floating-point warnings off (the
+    work hooks' helpers rely on it).  On a half-format handler it runs on the
     float32 twin (``_wide``) over float32 copies of the half arrays, and each
-    copy that the hook changed is rounded back once into its array.  Copies are
-    made once per array object, so an array passed twice (an output that is
-    an input) is one copy; an input that is an output's memory through another
-    object is unchanged, so it is never written back over the result."""
+    copy that the hook changed is rounded back once into its array.  Copies
+    are made once per array object, so an array passed twice (an output that
+    is an input) is one copy; an input that is an output's memory through
+    another object is unchanged, so it is never written back over the
+    result."""
     def run(self, *args):
         # NaN, inf and division by zero are results, as on the GPU, never
         # NumPy warnings: every op runs with them off (this one place).
