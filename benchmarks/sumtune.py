@@ -121,8 +121,9 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
         tt = EventTimer("torch", module=torch) if torch.cuda.is_available() else None
     except ImportError:
         torch = tt = None
-    rows = {"sum_t (0, 2, 3)": [], "copy (same bytes)": [], "ours axpby (same)": [],
-            "torch x.sum()": []}
+    # name: (bytes moved per input byte, us per call at each batch size)
+    rows = {"sum_t (0, 2, 3)": (1, []), "copy (same bytes)": (2, []),
+            "ours axpby (same)": (3, []), "torch x.sum()": (1, [])}
     sizes = []
     for b in batches:
         shape = (b, 128, 32, 32)
@@ -130,27 +131,26 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
         out, dst = h.allocate((128,)), h.allocate(shape)
         nb = xs[0].nbytes
         sizes.append(nb)
-        rows["sum_t (0, 2, 3)"].append(1e3 * timer.time(
+        rows["sum_t (0, 2, 3)"][1].append(1e3 * timer.time(
             lambda i: h.sum_t(xs[i % 2], (0, 2, 3), out), inner=LOOP))
-        rows["copy (same bytes)"].append(1e3 * timer.time(
+        rows["copy (same bytes)"][1].append(1e3 * timer.time(
             lambda i: drv.memcpy_dtod_async(dst.gpudata, xs[i % 2].gpudata, nb, h.stream),
             inner=LOOP))
         # our own elementwise kernel (y = 2x + 0.5y: x and y read, y written)
         # as a second reference: is the fixed cost the sum's, or any kernel's?
-        rows["ours axpby (same)"].append(1e3 * timer.time(
+        rows["ours axpby (same)"][1].append(1e3 * timer.time(
             lambda i: h.axpby(2.0, xs[i % 2], 0.5, dst), inner=LOOP))
         if tt is not None:
             txs = [torch.randn(shape, device="cuda") for _ in range(2)]
-            rows["torch x.sum()"].append(1e3 * tt.time(lambda i: txs[i % 2].sum(), inner=LOOP))
+            rows["torch x.sum()"][1].append(1e3 * tt.time(lambda i: txs[i % 2].sum(), inner=LOOP))
 
     print(f"\nwhat bounds the bias gradient: us per call at batch {list(batches)} of "
           f"(batch, 128, 32, 32), fitted as fixed us + bytes / rate")
     fits = {}
-    for name, us in rows.items():
+    for name, (factor, us) in rows.items():
         if not us:
             continue
-        moved = [{"copy": 2, "ours": 3}.get(name.split()[0], 1) * n for n in sizes]
-        fits[name] = _fit(moved, us)
+        fits[name] = _fit([factor * n for n in sizes], us)
         print(f"  {name:18s} " + " ".join(f"{u:7.2f}" for u in us)
               + f"   fixed {fits[name][0]:5.2f} us, {fits[name][1] / 1e12:5.3f} TB/s")
     fixed, rate = fits["copy (same bytes)"]

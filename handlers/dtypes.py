@@ -17,8 +17,8 @@ FLOAT32, FLOAT64, FLOAT16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype
 
 #: What each name accepted by :func:`resolve` means (besides NumPy's own names).
 _ALIASES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "f16": "float16",
-            "half": "float16", "float32": "float32", "f32": "float32", "float64": "float64",
-            "f64": "float64"}
+            "fp16": "float16", "half": "float16", "float32": "float32", "f32": "float32",
+            "float64": "float64", "f64": "float64"}
 
 
 def bfloat16():

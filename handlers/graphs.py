@@ -103,9 +103,8 @@ class Recording:
         """Shadow the hooks and ordering calls of every view of the handler and
         of its twins (``Handler.twin``: they issue on the same groups), all
         views created first, so one made during the capture is covered too."""
-        family = {id(t): t for t in self.root._twins.values()}.values()
         views = []
-        for member in family:
+        for member in self.root._twins.values():   # one handler per format
             for k in range(member.num_stream_groups):
                 member.with_streams(k)
             views += member._views.values()

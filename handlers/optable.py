@@ -345,10 +345,10 @@ OPS = {op.name: op for op in [
         ``src`` has ``dst``'s shape and may be of any format the handler's
         class holds (``supported_dtypes``): an array of a twin of another
         format (``h.twin(dtype)``, which shares this handler's streams), or of
-        this handler.  The conversion computes in float32 at least (float64
-        where either side is float64), so a half-format ``dst`` is rounded
-        once, as every op rounds on store; a value beyond ``dst``'s range
-        becomes inf.  Mixed-precision training uses it to refresh half
+        this handler.  Between float32 and float64 the conversion rounds
+        once; into a half format it rounds the float32 value once, as every
+        op rounds on store (so a float64 source rounds to float32 first); a
+        value beyond ``dst``'s range becomes inf.  Mixed-precision training uses it to refresh half
         parameters from float32 master weights and to carry half gradients
         into float32.  ``dst`` must not overlap ``src``."""),
     _op("fill", "a= #value", shape="any", call="_fill(a, value)",

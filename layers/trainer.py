@@ -229,19 +229,18 @@ class Trainer:
         """Apply ``precision`` (see the class docstring) to the network."""
         if precision is None:
             return
-        names = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
-                 "float16": "float16"}
-        if precision not in names:
+        if precision not in ("bf16", "bfloat16", "fp16", "float16"):
             raise ValueError(f"Trainer: precision must be None, 'bf16' or 'fp16', "
                              f"got {precision!r}")
-        if names[precision] == "float16":
+        dt = dtypes.resolve(precision)
+        if dt == np.float16:
             raise ValueError("Trainer: precision='fp16' needs dynamic loss scaling, which is "
                              "not built yet; use precision='bf16'")
         if self.net.compute is None:
-            self.net.mixed_precision(names[precision])
-        elif self.net.h.dtype.name != names[precision]:
+            self.net.mixed_precision(dt)
+        elif self.net.h.dtype != dt:
             raise ValueError(f"Trainer: the network already computes in {self.net.h.dtype}, "
-                             f"not {names[precision]}")
+                             f"not {dt}")
 
     # ----------------------------------------------------------------- batches
     def _take(self, x, idx):
