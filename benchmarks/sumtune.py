@@ -31,7 +31,7 @@ GRID = dict(row_warps=[16, 32, 64, 128], col_split=[1, 2, 4, 8], col_blocks=[2, 
 #: the one-kernel sums over a leading and a trailing run: (shape, axes)
 MID_CASES = [((64, 128, 32, 32), (0, 2, 3)), ((256, 64, 56, 56), (0, 2, 3)),
              ((64, 512, 7, 7), (0, 2, 3))]
-MID_DEFAULT, MID_GRID = 8, [2, 4, 8, 16, 32]
+MID_DEFAULT, MID_GRID = 1, [1, 2, 4, 8]
 
 
 def main(argv=None):

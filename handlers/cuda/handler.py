@@ -34,6 +34,7 @@ from . import transfer as cuda_transfer
 from .blas import make_gemm
 
 _BLOCK = 256
+_MID_BLOCK = 1024   # sum_mid's blocks (PyCudaHandler._plan_mid says why)
 _SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
 # Products with at most this many output elements and inner dimension run on
 # kernels/small_gemm.cu instead of cuBLAS, whose host work per call (~6 us on
@@ -664,7 +665,7 @@ class PyCudaHandler(Handler):
         first, _, _, counters = self._sum_plans[(a.shape, checked_axis, aligned)]
         launch = None
         if first is not None and not counters:
-            fn, grid, args = first
+            fn, grid, args, _ = first   # _plan_sum's: always _BLOCK threads, as OneCall launches
             launch = (fn.handle, grid, fn.fmt, args)
         self._sum_launches[key] = launch
 
@@ -753,12 +754,12 @@ class PyCudaHandler(Handler):
             if zero:
                 self._fill(out, 0.0)
             return
-        fn, grid, args = first
+        fn, grid, args, block = first
         ws = cnt = 0
         if counters:               # chunked: partials and per-stream counters
             ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
             cnt = self._slot.counters(counters)
-        _launch_kernel(fn.handle, self._slot.handle, grid, _BLOCK, fn.fmt, a.gpudata, ws,
+        _launch_kernel(fn.handle, self._slot.handle, grid, block, fn.fmt, a.gpudata, ws,
                        out.gpudata, cnt, *args)
 
     @staticmethod
@@ -803,27 +804,33 @@ class PyCudaHandler(Handler):
             self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
             src = dst.reshape(tuple(shape))
 
-    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=8):
+    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=1):
         """The plan of sum_mid for sum_t over axes [0, lead) and [trail, ndim)
         of ``shape`` (the conv bias gradient) in one pass, as _plan_sum's, or
         False when the trailing run is too long for the kernel's 32-bit
-        indices (the caller then sums one run at a time).  ``blocks_per_sm``, the blocks the
-        chunking aims for per multiprocessor, is the knob ``python -m
-        benchmarks sumtune`` sweeps (8: a first guess, not yet tuned)."""
+        indices (the caller then sums one run at a time).
+
+        Blocks of 1024 threads, ``blocks_per_sm`` of them per multiprocessor
+        (the knob ``python -m benchmarks sumtune`` sweeps): the rows of A are
+        split into chunks only as far as M columns alone leave multiprocessors
+        idle.  Few, large blocks beat many small ones here because a chunked
+        sum ends with a second stage (partials, a fence, an atomic, a last
+        block's reads) that a short call cannot hide: on an H200, (64, 128,
+        32, 32) took 10.7 us in a graph as 128 blocks of 1024 against 11.4 us
+        as 1024 blocks of 256 (8 per SM), where a plain contiguous read of the
+        same bytes took 10.0 us (a launch-shape sweep, November 2026)."""
         A = math.prod(shape[:lead])
         M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
         vec = self._vec if aligned and inner % self._vec == 0 else 1
         packets = inner // vec
         if packets >= 2**31:
             return False
-        # The rows of A are split into chunks when M columns alone cannot
-        # fill the GPU with blocks_per_sm blocks per multiprocessor.
-        chunks = max(1, min(A, -(-(self._sms * blocks_per_sm) // M)))
+        chunks = max(1, min(A, round(self._sms * blocks_per_sm / M)))
         chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
         chunks = -(-A // chunk)
         fn = self._k["sum_mid_vec" if vec > 1 else "sum_mid"]
         grid = max(1, min(M * chunks, self._sms * 32))
-        first = (fn, grid, (A, M, inner, chunk, chunks))
+        first = (fn, grid, (A, M, inner, chunk, chunks), _MID_BLOCK)
         return (first, False, M * chunks, M) if chunks > 1 else (first, False, 0, 0)
 
     def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
@@ -860,7 +867,7 @@ class PyCudaHandler(Handler):
 
             def grid(tasks):
                 return max(1, min(-(-tasks // 8), sms * 64))
-            first = (fn, grid(rows * chunks), (rows, n, chunk, chunks))
+            first = (fn, grid(rows * chunks), (rows, n, chunk, chunks), _BLOCK)
             if chunks == 1:
                 return first, False, 0, 0
             return first, False, rows * chunks, rows
@@ -883,7 +890,7 @@ class PyCudaHandler(Handler):
 
         def grid(tasks):
             return max(1, min(tasks, sms * 32))
-        first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx))
+        first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx), _BLOCK)
         if chunks == 1:
             return first, False, 0, 0
         return first, False, outer * chunks * inner, base

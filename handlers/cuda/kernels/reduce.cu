@@ -20,7 +20,8 @@
 // Summation order depends only on the shape, never on timing: results are
 // bit-for-bit reproducible on every stream.
 //
-// Launch: 1-D grid of 256-thread blocks; any grid size is correct.
+// Launch: 1-D grid of 256-thread blocks (sum_mid: 1024, see _plan_mid); any
+// grid size is correct.
 #include "common.cuh"
 
 namespace {
@@ -221,21 +222,23 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
 // Task t = m * chunks + c sums rows a in [c * chunk, (c + 1) * chunk) of
 // column m: len * I elements in len contiguous runs of I at a stride of M * I.
 // The block's threads stride over the task's V-wide packets (32-bit indices:
-// the host keeps len * I / V below 2^31), UNROLL_MID loads in flight each;
-// the block's partial sums are added in thread order.  With chunks > 1 the
-// last block of a column adds its chunks' partials in chunk order, so the
-// result depends only on the shape (as in sum_rows).
-constexpr int UNROLL_MID = 8;
-
+// the host keeps len * I / V below 2^31), 16 / V packets (16 elements) in
+// flight each; the block's partial sums are added in thread order.  With
+// chunks > 1 the last block of a column adds its chunks' partials in chunk
+// order, so the result depends only on the shape and the block size (as in
+// sum_rows).  Any block size that is a multiple of 32, up to 1024, is
+// correct; the host launches 1024 (_plan_mid says why).
 template <typename T, int V>
 __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
                              T* __restrict__ out, unsigned int* __restrict__ counters,
                              long long A, long long M, long long I, long long chunk,
                              long long chunks) {
     using VT = typename Load<T, V>::type;
-    __shared__ T warps[8];
+    constexpr int UNROLL = 16 / V;
+    __shared__ T warps[32];
     __shared__ bool last;
     const unsigned int nvi = (unsigned int)(I / V);     // packets per run
+    const unsigned int threads = blockDim.x;
     const long long tasks = M * chunks;
     for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
         const long long m = task / chunks, c = task - m * chunks;
@@ -246,22 +249,22 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
         const long long stride = M * I;                  // elements between runs
         T acc = 0;
         unsigned int j = threadIdx.x;
-        for (; j + (UNROLL_MID - 1) * blockDim.x < total; j += UNROLL_MID * blockDim.x) {
-            VT v[UNROLL_MID];
+        for (; j + (UNROLL - 1) * threads < total; j += UNROLL * threads) {
+            VT v[UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL_MID; ++u) {
-                const unsigned int k = j + u * blockDim.x;
+            for (int u = 0; u < UNROLL; ++u) {
+                const unsigned int k = j + u * threads;
                 const unsigned int r = k / nvi;
                 v[u] = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
             }
 #pragma unroll
-            for (int u = 0; u < UNROLL_MID; ++u) {
+            for (int u = 0; u < UNROLL; ++u) {
                 const T* e = reinterpret_cast<const T*>(&v[u]);
 #pragma unroll
                 for (int q = 0; q < V; ++q) acc += e[q];
             }
         }
-        for (; j < total; j += blockDim.x) {
+        for (; j < total; j += threads) {
             const unsigned int r = j / nvi;
             const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(j - r * nvi) * V);
             const T* e = reinterpret_cast<const T*>(&v0);
@@ -271,9 +274,11 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
         acc = warp_sum(acc);
         if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
         __syncthreads();
+        T s = 0;
+        if (threadIdx.x < 32) {   // one warp adds the warps' sums
+            s = warp_sum(threadIdx.x < (threads >> 5) ? warps[threadIdx.x] : T(0));
+        }
         if (threadIdx.x == 0) {
-            T s = 0;
-            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += warps[w];
             if (chunks == 1) {
                 out[m] = s;
             } else {
@@ -323,7 +328,7 @@ SH_EXPORT_COLS(double, 1, sum_cols_f64)
 SH_EXPORT_COLS(float, 4, sum_cols_vec_f32)
 SH_EXPORT_COLS(double, 2, sum_cols_vec_f64)
 #define SH_EXPORT_MID(T, V, NAME)                                                    \
-    extern "C" __global__ void __launch_bounds__(256)                                \
+    extern "C" __global__ void __launch_bounds__(1024)                               \
     NAME(const T* a, T* ws, T* out, unsigned int* counters, long long A, long long M, \
          long long I, long long chunk, long long chunks) {                           \
         sum_mid_impl<T, V>(a, ws, out, counters, A, M, I, chunk, chunks);            \
