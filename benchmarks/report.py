@@ -214,8 +214,6 @@ def conv_verdicts(r):
     """The conv suite's targets: the bias gradient, the convolutions, Adam."""
     out = []
     bias = [x for x in r.get("reductions", []) if x.get("target")]
-    # the same bytes summed whole (a contiguous read), in runs that have it
-    bound = [x for x in r.get("reductions", []) if x["op"].startswith("sum_t all")]
     for x in bias:
         tb = x.get("torch_Bps")
         faster = tb is None or x["ours_Bps"] > tb
@@ -223,9 +221,7 @@ def conv_verdicts(r):
                                              f"faster than torch.sum",
                         result=f"{x['fraction_of_copy']:.1%} of copy, "
                                + (f"torch.sum at {tb / x['ours_Bps']:.2f}x our bandwidth" if tb
-                                  else "no torch")
-                               + (f"; a contiguous read of the same bytes: "
-                                  f"{bound[0]['fraction_of_copy']:.1%} of copy" if bound else ""),
+                                  else "no torch"),
                         met=int(x["fraction_of_copy"] >= CONV_BIAS and faster), total=1))
     conv = r.get("conv", [])
     if conv:

@@ -66,10 +66,9 @@ def reduction(op):
     int in ``range(a.ndim)``, or a sorted tuple of two or more such ints."""
     def rule(h, a, axis, out):
         # The shape checks cost more than the launch's Python; a combination
-        # that passed them once needs only a lookup (plain ints and None only:
-        # True would hash like 1).
+        # that passed them once needs only a lookup.
         key = (a.shape, axis, out.shape)
-        plain = type(axis) is int or axis is None
+        plain = plain_axis(axis)
         checked = h._sum_shapes.get(key, _UNSEEN) if plain else _UNSEEN
         if checked is _UNSEEN:
             checked = _sum_shapes(a, axis, out, op)
@@ -77,6 +76,15 @@ def reduction(op):
                 h._sum_shapes[key] = checked
         return checked
     return rule
+
+
+def plain_axis(axis):
+    """True for an axis that may key a cache of checked combinations: None,
+    an int or a tuple of ints, none of them a bool (True would hash and
+    compare like 1, so a cached check of axis 1 would pass it)."""
+    if type(axis) is tuple:
+        return all(type(x) is int for x in axis)
+    return type(axis) is int or axis is None
 
 
 def _axes(op, axis, nd):

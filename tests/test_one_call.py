@@ -185,23 +185,29 @@ def _plan_key(a, axis, out):
 def test_sum_launches_a_stored_plan():
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
-    plans = {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+    plans = {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
     assert ops.sum(plans, a, 0, out) is True
     assert ops.last == (FUNCS[3], 9, BLOCK, (0x10000, 0, 0x20000, 0, 1, 6, 5, 1))
-    plans = {_plan_key(a, None, out): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1))}
+    plans = {_plan_key(a, None, out): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK)}
     assert ops.sum(plans, a, None, Arr((1,), gpudata=0x20000)) is False   # other out shape
     out1 = Arr((1,), gpudata=0x20000)
-    plans = {_plan_key(a, None, out1): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1))}
+    plans = {_plan_key(a, None, out1): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK)}
     assert ops.sum(plans, a, None, out1) is True
+    # a tuple of axes, with the plan's own block size (sum_mid's 1024)
+    b, outb = Arr((4, 6, 5), gpudata=0x10000), Arr((6,), gpudata=0x20000)
+    plans = {_plan_key(b, (0, 2), outb): (FUNCS[3], 6, b"PPPPqqqqq", (4, 6, 5, 4, 1), 1024)}
+    assert ops.sum(plans, b, (0, 2), outb) is True
+    assert ops.last == (FUNCS[3], 6, 1024, (0x10000, 0, 0x20000, 0, 4, 6, 5, 4, 1))
 
 
 @pytest.mark.parametrize("case", ["unknown", "stays in Python", "bool axis", "numpy axis",
-                                  "overlap", "other alignment", "bad out", "bad a"])
+                                  "bool in a tuple", "list axis", "overlap", "other alignment",
+                                  "bad out", "bad a"])
 def test_sum_declines(case):
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
-    axis = 1 if case == "bool axis" else 0
-    plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+    axis = {"bool axis": 1, "bool in a tuple": (0, 1)}.get(case, 0)
+    plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
     if case == "unknown":
         plans = {}
     elif case == "stays in Python":   # a known combination whose plan needs a workspace
@@ -210,9 +216,13 @@ def test_sum_declines(case):
         axis = True
     elif case == "numpy axis":
         axis = np.int64(0)
+    elif case == "bool in a tuple":   # (False, 1) == (0, 1): only the plan of (0, 1) is known
+        axis = (False, 1)
+    elif case == "list axis":
+        axis = [0]
     elif case == "overlap":
         out = Arr((5,), gpudata=0x10000 + 4 * 29)   # the last element of a
-        plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1))}
+        plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
     elif case == "other alignment":
         a = Arr((6, 5), gpudata=0x10004)
     elif case == "bad out":
@@ -227,9 +237,14 @@ def test_sum_rejects_a_malformed_plan():
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
     with pytest.raises(TypeError):
-        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, "PPPP", ())}, a, 0, out)
+        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, "PPPP", (), BLOCK)}, a, 0, out)
+    with pytest.raises(TypeError):   # no block size
+        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPP", ())}, a, 0, out)
     with pytest.raises(ValueError):
-        ops.sum({_plan_key(a, 0, out): (0, 9, b"PPPP", ())}, a, 0, out)
+        ops.sum({_plan_key(a, 0, out): (0, 9, b"PPPP", (), BLOCK)}, a, 0, out)
+    for block in (0, 48, 2048):
+        with pytest.raises(ValueError):
+            ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPP", (), block)}, a, 0, out)
     with pytest.raises(TypeError):
         ops.sum([], a, 0, out)
 
@@ -395,10 +410,12 @@ def test_gpu_declined_arrays_still_compute(gpu):
 
 @pytest.mark.parametrize("shape,axis", [((1000,), 0), ((1000,), None), ((37, 53), -1),
                                         ((37, 53), 0), ((2, 3, 4, 5), 2), ((64, 4096), 0),
-                                        ((3, 70000), 1)])
+                                        ((3, 70000), 1), ((8, 200, 4, 4), (0, 2, 3)),
+                                        ((64, 12, 8, 8), (0, 2, 3)), ((3, 5, 7), (0, 2)),
+                                        ((3, 5, 7, 2), (1, 2))])
 def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     from handlers.base import Handler
-    rng = np.random.default_rng(len(shape) * 100 + (axis or 0))
+    rng = np.random.default_rng(len(shape) * 100 + (axis if type(axis) is int else 7))
     x = rng.uniform(-1, 1, shape)
     a = gpu.create_from_numpy(x)
     want = x.sum(axis=axis)
@@ -406,9 +423,11 @@ def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     gpu.sum_t(a, axis, out)        # the first call checks, plans and remembers
     Handler.sum_t(gpu, a, axis, ref)
     served = gpu._one_call.sum(gpu._sum_launches, a, axis, out)
-    chunked = gpu._sum_plans[(a.shape, axis % len(shape) if axis is not None else None,
-                              int(a.gpudata) % 16 == 0)][3]
-    assert served is (not chunked)   # plans with a workspace stay in Python
+    checked = axis % len(shape) if type(axis) is int else axis
+    # One plan for the whole sum (int axes; tuples that sum_mid does in one
+    # pass) without a workspace is served; others stay in Python.
+    plan = gpu._sum_plans.get((a.shape, checked, int(a.gpudata) % 16 == 0))
+    assert served is bool(plan and not plan[3])
     gpu.sum_t(a, axis, out)
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
     tol = 1e-4 if gpu.dtype == np.float32 else 1e-10

@@ -245,7 +245,7 @@ static int scalar_arg(OneCall *self, PyObject *o, Arg *arg) {
     return 1;
 }
 
-static PyObject *record_dry(OneCall *self, void *fn, long long grid, Arg *args,
+static PyObject *record_dry(OneCall *self, void *fn, long long grid, unsigned block, Arg *args,
                             Py_ssize_t nargs) {
     PyObject *values = PyTuple_New(nargs);
     if (!values) return NULL;
@@ -264,21 +264,22 @@ static PyObject *record_dry(OneCall *self, void *fn, long long grid, Arg *args,
         }
         PyTuple_SET_ITEM(values, i, v);
     }
-    PyObject *last = Py_BuildValue("(NLIN)", PyLong_FromVoidPtr(fn), grid, self->block, values);
+    PyObject *last = Py_BuildValue("(NLIN)", PyLong_FromVoidPtr(fn), grid, block, values);
     if (!last) return NULL;
     Py_XSETREF(self->last, last);
     Py_RETURN_TRUE;
 }
 
-/* Launch fn with `grid` blocks on this group's stream (or, dry, record the
- * launch); returns True.  Every launch of this type goes through here. */
-static PyObject *launch_args(OneCall *self, void *fn, long long grid, Arg *args,
+/* Launch fn with `grid` blocks of `block` threads on this group's stream (or,
+ * dry, record the launch); returns True.  Every launch of this type goes
+ * through here. */
+static PyObject *launch_args(OneCall *self, void *fn, long long grid, unsigned block, Arg *args,
                              Py_ssize_t nargs) {
-    if (self->dry) return record_dry(self, fn, grid, args, nargs);
+    if (self->dry) return record_dry(self, fn, grid, block, args, nargs);
     if (!loaded("OneCall")) return NULL;
     void *params[MAX_PARAMS];
     for (Py_ssize_t k = 0; k < nargs; ++k) params[k] = &args[k].v;
-    int rc = cu_launch(fn, (unsigned)grid, 1, 1, self->block, 1, 1, 0, self->stream, params,
+    int rc = cu_launch(fn, (unsigned)grid, 1, 1, block, 1, 1, 0, self->stream, params,
                        NULL);
     if (rc) return driver_error("cuLaunchKernel", rc);
     Py_RETURN_TRUE;
@@ -299,7 +300,7 @@ static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t na
     args[nargs].v.q = n;
     long long grid = (n + self->per_block - 1) / self->per_block;
     if (grid > self->max_blocks) grid = self->max_blocks;
-    return launch_args(self, self->fns[i], grid, args, nargs + 1);
+    return launch_args(self, self->fns[i], grid, self->block, args, nargs + 1);
 }
 
 /* run and scalar: args are (index, scalars..., arrays...), the kernel takes
@@ -350,29 +351,33 @@ static int overlap(const Arg *x, long long nx, const Arg *y, long long ny, int i
     return nx && ny && px < py + (uintptr_t)ny * itemsize && py < px + (uintptr_t)nx * itemsize;
 }
 
-/* The kernel arguments of a sum plan (function, grid, fmt, trailing): a, a
- * null workspace, out, null counters, then the trailing ints as fmt says
+/* The kernel arguments of a sum plan (function, grid, fmt, trailing, block):
+ * a, a null workspace, out, null counters, then the trailing ints as fmt says
  * ("PPPP" then 'q' or 'i' for each).  Returns the argument count, or -1 with
  * an exception set for a malformed plan. */
 static Py_ssize_t sum_args(PyObject *plan, const Arg *a, const Arg *out, Arg *args, void **fn,
-                           long long *grid) {
+                           long long *grid, unsigned *block) {
     PyObject *fmt, *trailing;
-    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 4 ||
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 5 ||
         !PyBytes_Check(fmt = PyTuple_GET_ITEM(plan, 2)) ||
         !PyTuple_CheckExact(trailing = PyTuple_GET_ITEM(plan, 3)) ||
         PyBytes_GET_SIZE(fmt) != 4 + PyTuple_GET_SIZE(trailing) ||
         PyBytes_GET_SIZE(fmt) > MAX_PARAMS || memcmp(PyBytes_AS_STRING(fmt), "PPPP", 4)) {
         PyErr_SetString(PyExc_TypeError,
-                        "sum: a plan is (function, grid, fmt: bytes 'PPPP...', args)");
+                        "sum: a plan is (function, grid, fmt: bytes 'PPPP...', args, block)");
         return -1;
     }
     *fn = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
     *grid = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 1));
+    long long threads = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 4));
     if (PyErr_Occurred()) return -1;
-    if (!*fn || *grid < 1) {
-        PyErr_SetString(PyExc_ValueError, "sum: null function or empty grid in a plan");
+    if (!*fn || *grid < 1 || threads < 32 || threads > 1024 || threads % 32) {
+        PyErr_SetString(PyExc_ValueError,
+                        "sum: null function, empty grid or a block size that is not a "
+                        "multiple of 32 up to 1024 in a plan");
         return -1;
     }
+    *block = (unsigned)threads;
     args[0] = *a;
     args[2] = *out;
     args[1].code = args[3].code = 'P';
@@ -399,17 +404,23 @@ static Py_ssize_t sum_args(PyObject *plan, const Arg *a, const Arg *out, Arg *ar
 /* sum(plans, a, axis, out) -> bool: sum_t's launch for a combination that
  * the Python path has checked and planned before.  `plans` maps (a.shape,
  * axis, out.shape, a's address 16-byte aligned) to (function, grid, fmt,
- * trailing args) of a kernel taking (a, workspace, out, counters,
+ * trailing args, block) of a kernel taking (a, workspace, out, counters,
  * trailing...), or to None for a combination that stays in Python (its plan
  * needs a workspace).  Declines an unknown combination, an axis other than
- * None or an int (a bool would hash like one), and overlapping a and out. */
+ * None, an int or a tuple of ints (a bool would hash like one), and
+ * overlapping a and out. */
 static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "sum(plans: dict, a, axis, out)");
         return NULL;
     }
     PyObject *axis = args[2];
-    if (axis != Py_None && !PyLong_CheckExact(axis)) Py_RETURN_FALSE;
+    if (PyTuple_CheckExact(axis)) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(axis); ++k)
+            if (!PyLong_CheckExact(PyTuple_GET_ITEM(axis, k))) Py_RETURN_FALSE;
+    } else if (axis != Py_None && !PyLong_CheckExact(axis)) {
+        Py_RETURN_FALSE;
+    }
     PyObject *sa, *sta, *so, *sto;
     long long na, no;
     Arg pa, po;
@@ -441,13 +452,14 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
     Arg kargs[MAX_PARAMS];
     void *fn;
     long long grid;
+    unsigned block;
     Py_ssize_t n;
     if (plan == Py_None)
         result = Py_NewRef(Py_False);
-    else if ((n = sum_args(plan, &pa, &po, kargs, &fn, &grid)) < 0)
+    else if ((n = sum_args(plan, &pa, &po, kargs, &fn, &grid, &block)) < 0)
         result = NULL;
     else
-        result = launch_args(self, fn, grid, kargs, n);
+        result = launch_args(self, fn, grid, block, kargs, n);
     Py_DECREF(plan);
     return result;
 }
@@ -531,8 +543,8 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
             kargs[6 + i].code = 'i';
             kargs[6 + i].v.i = flags[i];
         }
-        return launch_args(self, self->small_fn, (m * n + self->block - 1) / self->block, kargs,
-                           9);
+        return launch_args(self, self->small_fn, (m * n + self->block - 1) / self->block,
+                           self->block, kargs, 9);
     }
     if (!self->gemm) Py_RETURN_FALSE;
     /* Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:

@@ -648,7 +648,7 @@ class PyCudaHandler(Handler):
         if self._one_call.sum(self._sum_launches, a, axis, out):
             return
         Handler.sum_t(self, a, axis, out)   # checks (raising on bad input), plans, launches
-        if type(axis) is int or axis is None:
+        if shape_rules.plain_axis(axis):
             self._remember_sum(a, axis, out)
 
     sum_t.__doc__ = Handler.sum_t.__doc__
@@ -662,11 +662,13 @@ class PyCudaHandler(Handler):
         if key in self._sum_launches:
             return
         checked_axis = self._sum_shapes[(a.shape, axis, out.shape)]
-        first, _, _, counters = self._sum_plans[(a.shape, checked_axis, aligned)]
+        # One plan for the whole sum: an int axis, None, or a tuple summed by
+        # sum_mid in one pass (other tuples take several passes: no plan here).
+        plan = self._sum_plans.get((a.shape, checked_axis, aligned))
         launch = None
-        if first is not None and not counters:
-            fn, grid, args, _ = first   # _plan_sum's: always _BLOCK threads, as OneCall launches
-            launch = (fn.handle, grid, fn.fmt, args)
+        if plan and plan[0] is not None and not plan[3]:
+            fn, grid, args, block = plan[0]
+            launch = (fn.handle, grid, fn.fmt, args, block)
         self._sum_launches[key] = launch
 
     def _cast_t(self, src, dst):
