@@ -24,7 +24,7 @@ import weakref
 
 import numpy as np
 
-from .. import optable
+from .. import optable, shape_rules
 from ..base import Handler
 from ..checks import fail_type
 from . import context as cuda_context
