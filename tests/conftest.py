@@ -36,10 +36,12 @@ HANDLER_CONFIGS = {
     "pycuda-f64": ("pycuda", {"dtype": np.float64}),
     "numpy-f16": ("numpy", {"dtype": np.float16}),
     "numpy-bf16": ("numpy", {"dtype": "bfloat16"}),
+    "pycuda-f16": ("pycuda", {"dtype": np.float16}),
+    "pycuda-bf16": ("pycuda", {"dtype": "bfloat16"}),
 }
 #: The half-format configurations run only in test modules that set
 #: ``HALF_FORMATS = True`` (their tolerances come from helpers.tolerance).
-HALF_IDS = ("numpy-f16", "numpy-bf16")
+HALF_IDS = ("numpy-f16", "numpy-bf16", "pycuda-f16", "pycuda-bf16")
 
 #: handler id -> session handler, or the skip reason (str) when unavailable
 _SESSION_HANDLERS = {}

@@ -161,7 +161,7 @@ def test_rejects_misuse_with_errors():
     with pytest.raises(TypeError):
         ops.axpby(0, 1.0, x, 1.0)
     with pytest.raises(ValueError):
-        _launch.OneCall(7, Arr, np.dtype(np.float32), 2, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
+        _launch.OneCall(7, Arr, np.dtype(np.float32), 3, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
     with pytest.raises(ValueError):
         _launch.OneCall(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, [0])
 
@@ -255,7 +255,7 @@ GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K = 0x5000, 0x6000, 0x8000, 4096, 128
 def _dot_ops(itemsize=4, gemm=GEMM):
     dtype = np.float32 if itemsize == 4 else np.float64
     ops = _ops(itemsize, dtype)
-    ops.set_dot(gemm, CUBLAS if gemm else 0, SMALL, SMALL_OUT, SMALL_K)
+    ops.set_dot(gemm, CUBLAS if gemm else 0, SMALL, SMALL_OUT, SMALL_K, int(itemsize == 8))
     return ops, dtype
 
 

@@ -37,6 +37,8 @@ enum {
     SH_CUDNN_STATUS_SUCCESS = 0,        /* cudnnStatus_t */
     SH_CUDNN_DATA_FLOAT = 0,            /* cudnnDataType_t */
     SH_CUDNN_DATA_DOUBLE = 1,
+    SH_CUDNN_DATA_HALF = 2,
+    SH_CUDNN_DATA_BFLOAT16 = 9,
     SH_CUDNN_CROSS_CORRELATION = 1,     /* cudnnConvolutionMode_t (0 is CONVOLUTION) */
     /* cudnnBackendDescriptorType_t */
     SH_DESC_CONVOLUTION = 1, SH_DESC_ENGINE = 2, SH_DESC_ENGINECFG = 3, SH_DESC_ENGINEHEUR = 4,
@@ -112,7 +114,7 @@ static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_B
                                 SH_ATTR_OP_CONV_BWD_FILTER_ALPHA};
 
 typedef struct {
-    int kind, dbl;
+    int kind, half;            /* half: a half format (tensor-core engines allowed) */
     long long engine;          /* the chosen engine's global index (for reports) */
     size_t workspace;
     void *x, *w, *y, *conv, *op, *graph, *cfg, *exec;
@@ -305,7 +307,7 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
  * deterministic: engines that add with atomics are not), and, unless
  * allow_rtc, it needs no runtime compilation (which can take seconds at
  * first use).  Sets *engine to the engine's global index. */
-static int engine_usable(void *cfg, int kind, int allow_rtc, long long *engine) {
+static int engine_usable(void *cfg, int kind, int half, int allow_rtc, long long *engine) {
     void *eng = NULL;
     int ok = 0;
     int64_t n = 0, index = -1;
@@ -317,7 +319,7 @@ static int engine_usable(void *cfg, int kind, int allow_rtc, long long *engine) 
     if (be_get(eng, SH_ATTR_ENGINE_NUMERICAL_NOTE, SH_TYPE_NUMERICAL_NOTE, MAX_NOTES, &n, notes))
         goto done;
     for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
-        if (notes[i] == SH_NOTE_TENSOR_CORE || notes[i] == SH_NOTE_DOWN_CONVERT_INPUTS ||
+        if ((notes[i] == SH_NOTE_TENSOR_CORE && !half) || notes[i] == SH_NOTE_DOWN_CONVERT_INPUTS ||
             notes[i] == SH_NOTE_REDUCED_PRECISION_REDUCTION ||
             (kind != 0 && notes[i] == SH_NOTE_NONDETERMINISTIC))
             goto done;
@@ -370,7 +372,7 @@ static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
         goto out;
     for (int64_t i = 0; i < got && i < count && !*found; ++i) {
         long long engine = -1;
-        if (!engine_usable(cfgs[i], pl->kind, allow_rtc, &engine)) continue;
+        if (!engine_usable(cfgs[i], pl->kind, pl->half, allow_rtc, &engine)) continue;
         void *exec = NULL;
         int64_t ws = 0, n = 0;
         if (be_create(SH_DESC_EXECUTION_PLAN, &exec)) continue;
@@ -400,8 +402,9 @@ out:
     return st;
 }
 
-/* cudnn_conv_plan(handle, kind, double, ws_limit, align, n, c, h, w, k, r, s,
+/* cudnn_conv_plan(handle, kind, format, ws_limit, align, n, c, h, w, k, r, s,
  * p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace bytes).
+ * `format`: 0 float, 1 double, 2 bfloat16, 3 float16 (blas.KINDS' numbers).
  *
  * The engine: the first of cuDNN's heuristics (mode A, best first) that
  * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
@@ -414,16 +417,17 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     (void)self;
     const char *what = "cudnn_conv_plan";
     void *handle;
-    int kind, dbl, align, dims[15];
+    int kind, format, align, dims[15];
     long long ws_limit;
     if (!nargs_is(what, nargs, 20) || !arg_pointer(what, "handle", args[0], &handle) ||
-        !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "double", args[2], 0, &dbl))
+        !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "format", args[2], 0, &format))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
     if (ws_limit == -1 && PyErr_Occurred()) return NULL;
     if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
-    if (kind > 2) {
-        PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2, got %d", what, kind);
+    if (kind > 2 || format > 3) {
+        PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
+                     what, kind, format);
         return NULL;
     }
     static const char *const names[] = {"n", "c", "h", "w", "k", "r", "s", "p", "q",
@@ -441,9 +445,15 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     conv_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
-    pl->dbl = dbl != 0;
+    /* format: 0 float, 1 double, 2 bfloat16, 3 float16.  The half formats
+     * compute in float (and take float alpha and beta); tensor-core engines
+     * are theirs to use, since their inputs are half already. */
+    static const int types[4] = {SH_CUDNN_DATA_FLOAT, SH_CUDNN_DATA_DOUBLE,
+                                 SH_CUDNN_DATA_BFLOAT16, SH_CUDNN_DATA_HALF};
+    const int dbl = format == 1;
+    pl->half = format >= 2;
     pl->engine = -1;
-    int type = dbl ? SH_CUDNN_DATA_DOUBLE : SH_CUDNN_DATA_FLOAT;
+    int type = types[format], comp = pl->half ? SH_CUDNN_DATA_FLOAT : type;
     int mode = SH_CUDNN_CROSS_CORRELATION;
     int64_t al = align;
     int st;
@@ -459,10 +469,10 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         goto fail;
     TRY("cudnnBackendCreateDescriptor(CONVOLUTION)", be_create(SH_DESC_CONVOLUTION, &pl->conv));
     call = "cudnnBackendSetAttribute(CONVOLUTION)";
-    /* the compute type is the data type: float accumulates in float, double
-     * in double */
+    /* the compute type: float accumulates in float, double in double, the
+     * half formats in float */
     if ((st = be_set(pl->conv, SH_ATTR_CONVOLUTION_SPATIAL_DIMS, SH_TYPE_INT64, 1, &spatial)) ||
-        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_COMP_TYPE, SH_TYPE_DATA_TYPE, 1, &type)) ||
+        (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_COMP_TYPE, SH_TYPE_DATA_TYPE, 1, &comp)) ||
         (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_CONV_MODE, SH_TYPE_CONVOLUTION_MODE, 1,
                      &mode)) ||
         (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_FILTER_STRIDES, SH_TYPE_INT64, 2, stride)) ||
@@ -600,7 +610,7 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, double, ws_limit, align, n, c, h, w, k, r, s, p, q, sh, sw, "
+     "cudnn_conv_plan(handle, kind, format, ws_limit, align, n, c, h, w, k, r, s, p, q, sh, sw, "
      "ph, pw, dh, dw) -> (plan, engine, workspace bytes); kind 0 forward, 1 backward data, 2 "
      "backward filter."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),

@@ -44,6 +44,20 @@ typedef int (*dgemm_batched_fn)(void *, int, int, int, int, int, const double *,
                                 int, long long, const void *, int, long long, const double *,
                                 void *, int, long long, int);
 
+/* cublasGemmEx / cublasGemmStridedBatchedEx (the half formats): each
+ * matrix's cudaDataType_t after its pointer, the compute type and algorithm
+ * last; alpha and beta are floats (CUBLAS_COMPUTE_32F). */
+typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const void *, int, int,
+                          const void *, int, int, const void *, void *, int, int, int, int);
+typedef int (*gemm_batched_ex_fn)(void *, int, int, int, int, int, const void *, const void *,
+                                  int, int, long long, const void *, int, int, long long,
+                                  const void *, void *, int, int, long long, int, int, int);
+/* cudaDataType_t of the half formats, by GEMM kind (2: bfloat16, 3: float16),
+ * and cuBLAS's float32 compute type and default algorithm. */
+static int half_type(int kind) { return kind == GEMM_BF16 ? 14 /* CUDA_R_16BF */ : 2 /* CUDA_R_16F */; }
+#define CUBLAS_COMPUTE_32F 68
+#define CUBLAS_GEMM_DEFAULT (-1)
+
 typedef int (*event_create_fn)(void **, unsigned);
 typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
 typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
@@ -325,19 +339,26 @@ static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m, int n, int k,
+int call_gemm(void *symbol, void *handle, int kind, int transa, int transb, int m, int n, int k,
               double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
               int ldc) {
-    if (dbl)
+    if (kind == GEMM_DOUBLE)
         return ((dgemm_fn)symbol)(handle, transa, transb, m, n, k, &alpha, a, lda, b, ldb, &beta,
                                   c, ldc);
     float fa = (float)alpha, fb = (float)beta;
-    return ((sgemm_fn)symbol)(handle, transa, transb, m, n, k, &fa, a, lda, b, ldb, &fb, c, ldc);
+    if (kind == GEMM_FLOAT)
+        return ((sgemm_fn)symbol)(handle, transa, transb, m, n, k, &fa, a, lda, b, ldb, &fb, c,
+                                  ldc);
+    int t = half_type(kind);
+    return ((gemm_ex_fn)symbol)(handle, transa, transb, m, n, k, &fa, a, t, lda, b, t, ldb, &fb,
+                                c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 /* gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
- * ldc, double): call cublas[SD]gemm_v2 at address `symbol` in host pointer
- * mode; returns the cublasStatus_t (0 on success). */
+ * ldc, kind): call the GEMM at address `symbol` in host pointer mode:
+ * cublas[SD]gemm_v2 for kind 0 (float) and 1 (double), cublasGemmEx with
+ * float compute for 2 (bfloat16) and 3 (float16); returns the
+ * cublasStatus_t (0 on success). */
 static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 16) {
@@ -356,21 +377,22 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     double beta = PyFloat_AsDouble(args[12]);
     void *c = PyLong_AsVoidPtr(args[13]);
     int ldc = (int)PyLong_AsLong(args[14]);
-    int dbl = PyObject_IsTrue(args[15]);
+    long kind = PyLong_AsLong(args[15]);
     if (PyErr_Occurred()) return NULL;
-    if (!sym) {
-        PyErr_SetString(PyExc_ValueError, "gemm: null symbol");
+    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16) {
+        PyErr_SetString(PyExc_ValueError, "gemm: null symbol or a kind not in 0..3");
         return NULL;
     }
-    int status = call_gemm(sym, handle, dbl, ints[0], ints[1], ints[2], ints[3], ints[4], alpha,
+    int status = call_gemm(sym, handle, (int)kind, ints[0], ints[1], ints[2], ints[3], ints[4], alpha,
                            a, lda, b, ldb, beta, c, ldc);
     return PyLong_FromLong(status);
 }
 
 /* gemm_batched(symbol, handle, transa, transb, m, n, k, alpha, A, lda, strideA,
- * B, ldb, strideB, beta, C, ldc, strideC, batch, double): call
- * cublas[SD]gemmStridedBatched at address `symbol` in host pointer mode
- * (strides in elements; 0 shares one matrix across the batch); returns the
+ * B, ldb, strideB, beta, C, ldc, strideC, batch, kind): call
+ * cublas[SD]gemmStridedBatched (kind 0, 1) or cublasGemmStridedBatchedEx
+ * (kind 2, 3; see gemm) at address `symbol` in host pointer mode (strides in
+ * elements; 0 shares one matrix across the batch); returns the
  * cublasStatus_t (0 on success). */
 static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -394,21 +416,27 @@ static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize
     int ldc = (int)PyLong_AsLong(args[16]);
     long long sc = PyLong_AsLongLong(args[17]);
     int batch = (int)PyLong_AsLong(args[18]);
-    int dbl = PyObject_IsTrue(args[19]);
+    long kind = PyLong_AsLong(args[19]);
     if (PyErr_Occurred()) return NULL;
-    if (!sym) {
-        PyErr_SetString(PyExc_ValueError, "gemm_batched: null symbol");
+    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16) {
+        PyErr_SetString(PyExc_ValueError, "gemm_batched: null symbol or a kind not in 0..3");
         return NULL;
     }
     int status;
-    if (dbl) {
+    if (kind == GEMM_DOUBLE) {
         status = ((dgemm_batched_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
                                          &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc,
                                          batch);
-    } else {
+    } else if (kind == GEMM_FLOAT) {
         float fa = (float)alpha, fb = (float)beta;
         status = ((sgemm_batched_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
                                          &fa, a, lda, sa, b, ldb, sb, &fb, c, ldc, sc, batch);
+    } else {
+        float fa = (float)alpha, fb = (float)beta;
+        int t = half_type((int)kind);
+        status = ((gemm_batched_ex_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
+                                           &fa, a, t, lda, sa, b, t, ldb, sb, &fb, c, t, ldc, sc,
+                                           batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
     return PyLong_FromLong(status);
 }

@@ -10,9 +10,13 @@ typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
                          unsigned, void *, void **, void **);
 extern launch_fn cu_launch;
 
-/* cublas[SD]gemm_v2 at `symbol` (double if dbl) in host pointer mode;
- * returns the cublasStatus_t. */
-int call_gemm(void *symbol, void *handle, int dbl, int transa, int transb, int m, int n, int k,
+/* GEMM kinds: which cuBLAS entry point `symbol` is and how it is called. */
+enum { GEMM_FLOAT = 0, GEMM_DOUBLE = 1, GEMM_BF16 = 2, GEMM_F16 = 3 };
+
+/* The GEMM at `symbol` in host pointer mode: cublasSgemm_v2 (GEMM_FLOAT),
+ * cublasDgemm_v2 (GEMM_DOUBLE) or cublasGemmEx with float compute
+ * (GEMM_BF16, GEMM_F16); returns the cublasStatus_t. */
+int call_gemm(void *symbol, void *handle, int kind, int transa, int transb, int m, int n, int k,
               double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
               int ldc);
 

@@ -33,13 +33,14 @@ typedef struct {
     long long per_block;    /* elements one block covers: block * per-thread vector */
     long long max_blocks;
     unsigned block;
-    int itemsize;           /* 4: scalars are passed as float, 8: as double */
+    int itemsize;           /* 2 or 4: scalars are passed as float, 8: as double */
     int dry;
     Py_ssize_t nfn;
     void **fns;
     PyObject *last;         /* dry: (function, grid, block, args) of the last call */
     /* dot: set by set_dot */
-    void *gemm;             /* cublas[SD]gemm_v2, or NULL: cuBLAS-sized products decline */
+    void *gemm;             /* the cuBLAS GEMM, or NULL: cuBLAS-sized products decline */
+    int gemm_kind;          /* how to call it (GEMM_FLOAT, ... in _launch.h) */
     void *cublas;           /* the group's cuBLAS handle, bound to its stream */
     void *small_fn;         /* small_gemm kernel */
     long long small_out, small_k;
@@ -72,8 +73,8 @@ static int one_call_init(OneCall *self, PyObject *args, PyObject *kwds) {
                                      &dtype, &itemsize, &block, &per_block, &max_blocks,
                                      &functions, &dry))
         return -1;
-    if (itemsize != 4 && itemsize != 8) {
-        PyErr_SetString(PyExc_ValueError, "OneCall: itemsize must be 4 or 8");
+    if (itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "OneCall: itemsize must be 2, 4 or 8");
         return -1;
     }
     if (block < 1 || per_block < 1 || max_blocks < 1) {
@@ -238,7 +239,7 @@ static int scalar_arg(OneCall *self, PyObject *o, Arg *arg) {
         return 0;
     }
     arg->code = 's';
-    if (self->itemsize == 4)
+    if (self->itemsize != 8)   /* the half formats compute (and take scalars) in float */
         arg->v.f = (float)v;
     else
         arg->v.d = v;
@@ -256,7 +257,7 @@ static PyObject *record_dry(OneCall *self, void *fn, long long grid, unsigned bl
             case 'q': v = PyLong_FromLongLong(args[i].v.q); break;
             case 'i': v = PyLong_FromLong(args[i].v.i); break;
             default:
-                v = PyFloat_FromDouble(self->itemsize == 4 ? args[i].v.f : args[i].v.d);
+                v = PyFloat_FromDouble(self->itemsize != 8 ? args[i].v.f : args[i].v.d);
         }
         if (!v) {
             Py_DECREF(values);
@@ -464,16 +465,24 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* set_dot(gemm, cublas, small_gemm, small_out, small_k): what dot() calls. */
+/* set_dot(gemm, cublas, small_gemm, small_out, small_k, kind): what dot()
+ * calls; kind is the GEMM kind of call_gemm (_launch.h). */
 static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "set_dot(gemm, cublas, small_gemm, small_out, small_k)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_dot(gemm, cublas, small_gemm, small_out, small_k, kind)");
         return NULL;
     }
     void *gemm = PyLong_AsVoidPtr(args[0]), *cublas = PyLong_AsVoidPtr(args[1]);
     void *small = PyLong_AsVoidPtr(args[2]);
     long long small_out = PyLong_AsLongLong(args[3]), small_k = PyLong_AsLongLong(args[4]);
+    long kind = PyLong_AsLong(args[5]);
     if (PyErr_Occurred()) return NULL;
+    if (kind < GEMM_FLOAT || kind > GEMM_F16) {
+        PyErr_SetString(PyExc_ValueError, "set_dot: kind must be in 0..3");
+        return NULL;
+    }
+    self->gemm_kind = (int)kind;
     self->gemm = gemm;
     self->cublas = cublas;
     self->small_fn = small;
@@ -560,11 +569,14 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
         Py_RETURN_TRUE;
     }
     if (!loaded("OneCall.dot")) return NULL;
-    int status = call_gemm(self->gemm, self->cublas, self->itemsize == 8, tb, ta, (int)n, (int)m,
+    int status = call_gemm(self->gemm, self->cublas, self->gemm_kind, tb, ta, (int)n, (int)m,
                            (int)k, 1.0, ptr[1].v.p, ldb, ptr[0].v.p, lda, beta, ptr[2].v.p,
                            (int)n);
-    if (status) return blas_error(self->itemsize == 8 ? "cublasDgemm_v2" : "cublasSgemm_v2",
-                                  status);
+    if (status) {
+        static const char *names[] = {"cublasSgemm_v2", "cublasDgemm_v2", "cublasGemmEx",
+                                      "cublasGemmEx"};
+        return blas_error(names[self->gemm_kind], status);
+    }
     Py_RETURN_TRUE;
 }
 
@@ -589,7 +601,7 @@ static PyMethodDef one_call_methods[] = {
      "dot(a, b, out, transa, transb, beta) -> bool: dot_mm (beta 0.0) or dot_add_mm "
      "(beta 1.0), see the source."},
     {"set_dot", FASTCALL(one_call_set_dot),
-     "set_dot(gemm, cublas, small_gemm, small_out, small_k): the cuBLAS GEMM symbol (0: "
+     "set_dot(gemm, cublas, small_gemm, small_out, small_k, kind): the cuBLAS GEMM symbol (0: "
      "none), the group's cuBLAS handle and the small-product kernel that dot() uses."},
     {"axpby", FASTCALL(one_call_axpby),
      "axpby(index, alpha, x, beta, y) -> bool: as run, for (alpha, x, beta, y, n)."},

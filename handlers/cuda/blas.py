@@ -6,14 +6,21 @@ cuBLAS's column-major convention, bound to its own cuBLAS handle whose stream
 is set once, at creation; so a handle per stream never needs re-binding.
 ``gemm.batched(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
 strideB, beta, C, ldc, strideC, batch)`` is the strided-batched form
-(``cublas[SD]gemmStridedBatched``): ``batch`` products, matrix i of each
-operand ``stride`` elements after matrix i - 1 (stride 0: one matrix shared
-by the whole batch).  ``gemm.set_workspace(address, nbytes)`` gives the handle scratch memory of
+(``cublas[SD]gemmStridedBatched``, ``cublasGemmStridedBatchedEx``): ``batch``
+products, matrix i of each operand ``stride`` elements after matrix i - 1
+(stride 0: one matrix shared by the whole batch).
+``gemm.set_workspace(address, nbytes)`` gives the handle scratch memory of
 ours (after the stream is set: setting a stream resets the workspace), so
 cuBLAS allocates none of its own, which a graph capture could not record.
 Scalars are passed in host pointer mode.  ``gemm.handle`` is the cuBLAS
-handle and ``gemm.c_symbol`` the address of the ``cublas[SD]gemm_v2`` it
-calls, for the C path of ``handlers.cuda.one_call`` (0 where not known).  Backends:
+handle, ``gemm.c_symbol`` the address of the GEMM it calls, for the C path of
+``handlers.cuda.one_call`` (0 where not known), and ``gemm.kind`` how that
+path calls it (:data:`KINDS`).
+
+The half formats go through ``cublasGemmEx`` (and its strided-batched form)
+with float32 compute (``CUBLAS_COMPUTE_32F``): the products run on tensor
+cores, accumulate in float32 and round once into the output's format, as the
+contract asks; alpha and beta are float32.  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
@@ -30,9 +37,21 @@ import warnings
 
 import numpy as np
 
+from .. import dtypes
 from . import kernel_loader
 
 BACKENDS = ("scikit-cuda", "nvmath")
+#: The GEMM kind of each format (GEMM_FLOAT... in ``_launch.h``).
+KINDS = {"f32": 0, "f64": 1, "bf16": 2, "f16": 3}
+#: cudaDataType_t of the half kinds; cublasComputeType_t CUBLAS_COMPUTE_32F;
+#: cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT (the same numbers as _launch.c's).
+_HALF_TYPE = {2: 14, 3: 2}
+_COMPUTE_32F, _GEMM_DEFAULT = 68, -1
+#: cuBLAS's entry points per kind: plain, strided-batched.
+_ENTRY = {0: ("cublasSgemm_v2", "cublasSgemmStridedBatched"),
+          1: ("cublasDgemm_v2", "cublasDgemmStridedBatched"),
+          2: ("cublasGemmEx", "cublasGemmStridedBatchedEx"),
+          3: ("cublasGemmEx", "cublasGemmStridedBatchedEx")}
 
 
 def _import_skcuda_cublas():
@@ -54,22 +73,20 @@ class _SkcudaGemm:
         self.handle = cublas.cublasCreate()
         cublas.cublasSetStream(self.handle, stream.handle)
         lib = cublas._libcublas
-        self._fn = lib.cublasSgemm_v2 if dtype == np.float32 else lib.cublasDgemm_v2
-        self._double = dtype == np.float64
-        self._symbol = ctypes.cast(self._fn, ctypes.c_void_p).value
-        self._name = "cublasDgemm_v2" if self._double else "cublasSgemm_v2"
+        self.kind = KINDS[dtypes.short_name(dtype)]
+        # scikit-cuda may not wrap the strided-batched or Ex GEMMs, but its
+        # loaded libcublas exports them; ctypes resolves a symbol on first access.
+        self._name, self._batched_name = _ENTRY[self.kind]
+        self._symbol = ctypes.cast(getattr(lib, self._name), ctypes.c_void_p).value
         self._c_gemm = kernel_loader.require().gemm
         self.c_symbol = self._symbol
-        # scikit-cuda may not wrap the strided-batched GEMM, but its loaded
-        # libcublas exports it; ctypes resolves the symbol on first access.
-        name = "cublasDgemmStridedBatched" if self._double else "cublasSgemmStridedBatched"
-        self._batched_symbol = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-        self._batched_name = name
+        self._batched_symbol = ctypes.cast(getattr(lib, self._batched_name),
+                                           ctypes.c_void_p).value
         self._c_batched = kernel_loader.require().gemm_batched
 
     def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
         status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
-                              int(A), lda, int(B), ldb, beta, int(C), ldc, self._double)
+                              int(A), lda, int(B), ldb, beta, int(C), ldc, self.kind)
         if status:
             kernel_loader.check_blas(self._name, status)
 
@@ -77,7 +94,7 @@ class _SkcudaGemm:
                 batch):
         status = self._c_batched(self._batched_symbol, self.handle, transa, transb, m, n, k,
                                  alpha, int(A), lda, sA, int(B), ldb, sB, beta, int(C), ldc, sC,
-                                 batch, self._double)
+                                 batch, self.kind)
         if status:
             kernel_loader.check_blas(self._batched_name, status)
 
@@ -113,11 +130,14 @@ class _NvmathGemm:
         self.handle = cublas.create()
         cublas.set_stream(self.handle, stream.handle)
         cublas.set_pointer_mode(self.handle, int(cublas.PointerMode.HOST))
-        self._fn = cublas.sgemm if dtype == np.float32 else cublas.dgemm
-        self._batched_fn = (cublas.sgemm_strided_batched if dtype == np.float32
-                            else cublas.dgemm_strided_batched)
-        # alpha and beta live in one host array; cuBLAS reads them during the call.
-        self._scalars = np.zeros(2, dtype)
+        self.kind = KINDS[dtypes.short_name(dtype)]
+        self._fn, self._batched_fn = {
+            0: (cublas.sgemm, cublas.sgemm_strided_batched),
+            1: (cublas.dgemm, cublas.dgemm_strided_batched),
+        }.get(self.kind) or self._ex(cublas, _HALF_TYPE[self.kind])
+        # alpha and beta live in one host array (float32 for the half
+        # formats' float compute); cuBLAS reads them during the call.
+        self._scalars = np.zeros(2, dtypes.compute_dtype(dtype))
         self._palpha = self._scalars.ctypes.data
         self._pbeta = self._palpha + self._scalars.itemsize
 
@@ -141,6 +161,21 @@ class _NvmathGemm:
                              int(B), ldb, sB, self._pbeta, int(C), ldc, sC, batch)
         except self._error as e:
             self._raise(self._batched_fn, e)
+
+    @staticmethod
+    def _ex(cublas, t):
+        """The GemmEx pair with the plain GEMMs' signatures, for data type ``t``."""
+        def gemm_ex(handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+            cublas.gemm_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, B, t, ldb, beta, C, t, ldc,
+                           _COMPUTE_32F, _GEMM_DEFAULT)
+
+        def gemm_batched_ex(handle, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C,
+                            ldc, sC, batch):
+            cublas.gemm_strided_batched_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, sA, B, t,
+                                           ldb, sB, beta, C, t, ldc, sC, batch, _COMPUTE_32F,
+                                           _GEMM_DEFAULT)
+        gemm_ex.__name__, gemm_batched_ex.__name__ = _ENTRY[2]
+        return gemm_ex, gemm_batched_ex
 
     @staticmethod
     def _raise(fn, e):

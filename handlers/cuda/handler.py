@@ -24,14 +24,14 @@ import weakref
 
 import numpy as np
 
-from .. import optable, shape_rules
+from .. import dtypes, optable, shape_rules
 from ..base import Handler
 from ..checks import fail_type
 from . import context as cuda_context
 from . import fused_source, kernel_loader, one_call
 from . import graph as cuda_graph
 from . import transfer as cuda_transfer
-from .blas import make_gemm
+from .blas import KINDS, make_gemm
 
 _BLOCK = 256
 _MID_BLOCK = 1024   # sum_mid's blocks (PyCudaHandler._plan_mid says why)
@@ -274,7 +274,13 @@ class PyCudaHandler(Handler):
     """Handler whose arrays are C-contiguous ``GPUArray`` on one CUDA device.
 
     Args:
-        dtype: ``np.float32`` or ``np.float64``.
+        dtype: ``np.float32``, ``np.float64``, ``np.float16`` or bfloat16
+            (``"bfloat16"`` or ``ml_dtypes.bfloat16``).  The half formats
+            are stored in 16 bits and computed in float32: each op rounds
+            once on store, reductions accumulate in float32, products run
+            on tensor cores through ``cublasGemmEx`` with float32
+            accumulation, and convolutions on cuDNN engines that compute in
+            float32.
         seed: seed of the counter-based random generator (random if None).
         blas: ``"scikit-cuda"`` (default) or ``"nvmath"``: the cuBLAS binding.
         device: CUDA device index.
@@ -302,6 +308,7 @@ class PyCudaHandler(Handler):
 
     array_type = None  # set in __init__ once pycuda is importable
     prefers_graphs = True
+    supported_dtypes = ("float32", "float64", "float16", "bfloat16")
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
                  num_stream_groups=4, tf32=False):
@@ -335,7 +342,11 @@ class PyCudaHandler(Handler):
                        for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
         self._slot = self._slots[0]
-        self._vec = 4 if self.dtype == np.float32 else 2
+        self._vec = 16 // self.dtype.itemsize   # elements per 16-byte packet
+        #: the format's number for the C code (cuBLAS kinds, cuDNN formats)
+        self._format = KINDS[dtypes.short_name(self.dtype)]
+        #: bytes of the compute format (float32 for the halves: sum partials)
+        self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
         self._max_blocks = 16 * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
@@ -378,8 +389,10 @@ class PyCudaHandler(Handler):
     # kernels ------------------------------------------------------------------
     def _load_kernels(self):
         # Every kernel of the op table, with its argument format for this dtype.
-        suf = "f32" if self.dtype == np.float32 else "f64"
-        T = "f" if self.dtype == np.float32 else "d"
+        # Scalars (T in a format) are passed in the compute format: float for
+        # the halves and float32, double for float64.
+        suf = dtypes.short_name(self.dtype)
+        T = "d" if self.dtype == np.float64 else "f"
         self._k = {name: kernel_loader.function(file, name, suf, fmt.replace("T", T))
                    for name, (file, fmt) in optable.KERNELS.items()}
 
@@ -671,10 +684,20 @@ class PyCudaHandler(Handler):
             launch = (fn.handle, grid, fn.fmt, args, block)
         self._sum_launches[key] = launch
 
+    #: the source format of each format's cast_other kernel (layout.cu's Other)
+    _CAST_SOURCE = {"f32": "float64", "f64": "float32", "bf16": "float32", "f16": "float32"}
+
     def _cast_t(self, src, dst):
         if src.dtype == self.dtype:
             self._copy_to(src, dst)
-        elif dst.size:
+            return
+        source = self._CAST_SOURCE[dtypes.short_name(self.dtype)]
+        if src.dtype.name != source:
+            raise NotImplementedError(
+                f"PyCudaHandler({self.dtype.name}).cast_t: the GPU casts into {self.dtype.name} "
+                f"from {source} only, not from {src.dtype.name} (NumpyHandler casts between "
+                f"any two formats)")
+        if dst.size:
             _enter()
             self._launch("cast_other", dst.size, src.gpudata, dst.gpudata, dst.size)
 
@@ -759,7 +782,7 @@ class PyCudaHandler(Handler):
         fn, grid, args, block = first
         ws = cnt = 0
         if counters:               # chunked: partials and per-stream counters
-            ws = self._slot.workspace(ws_elems * self.dtype.itemsize)
+            ws = self._slot.workspace(ws_elems * self._compute_itemsize)   # float partials
             cnt = self._slot.counters(counters)
         _launch_kernel(fn.handle, self._slot.handle, grid, block, fn.fmt, a.gpudata, ws,
                        out.gpudata, cnt, *args)
@@ -864,7 +887,7 @@ class PyCudaHandler(Handler):
             if n > 2048:   # split long rows so that about one wave of warps runs
                 chunks = min(-(-n // 2048), max(1, -(-(sms * row_warps) // rows)))
             chunk = -(-n // chunks)
-            chunk += -chunk % 4          # keep chunk starts 16-byte aligned
+            chunk += -chunk % max(4, self._vec)   # keep chunk starts 16-byte aligned
             chunks = -(-n // chunk)
 
             def grid(tasks):
@@ -1038,7 +1061,7 @@ class PyCudaHandler(Handler):
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
             ptr, engine, nbytes = _cudnn.cudnn_conv_plan(
-                handle, code, int(self.dtype == np.float64), _CUDNN_WORKSPACE_LIMIT, align, *x,
+                handle, code, self._format, _CUDNN_WORKSPACE_LIMIT, align, *x,
                 w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
             # the engine is kept for inspection only (benchmarks report it)
             plan = self._conv_plans[key] = (ptr, nbytes, engine)

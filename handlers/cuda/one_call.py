@@ -65,7 +65,7 @@ def make(handler, slot, block, small_out, small_k, dry=False):
                   [handler._k[name].handle for name in KERNELS], dry=dry)
     gemm = slot.gemm
     ops.set_dot(gemm.c_symbol, gemm.handle if gemm.c_symbol else 0,
-                handler._k["small_gemm"].handle, small_out, small_k)
+                handler._k["small_gemm"].handle, small_out, small_k, gemm.kind)
     return ops
 
 

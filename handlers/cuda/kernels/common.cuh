@@ -2,50 +2,89 @@
 // (reduce.cu uses only the packet traits, VecTraits and kVec).
 //
 // What is here:
-//   * SH_EXPORT: emits the two extern "C" kernels name_f32 / name_f64 around
-//     one templated body, so float and double share every line of code;
+//   * SH_EXPORT: emits the four extern "C" kernels name_f32 / name_f64 /
+//     name_bf16 / name_f16 around one templated body, so every format shares
+//     every line of code;
+//   * storage and compute types: a kernel stores T and computes in C
+//     (compute_t<T>): float for the half formats, T itself otherwise.  Values
+//     are widened with ld() as they are loaded and rounded once with st<T>()
+//     as they are stored, so a half op is float math rounded once;
 //   * grid-stride indexing in 64-bit (arrays may exceed 2^31 elements);
 //   * MixedRadix: the (row, column, ...) digits of a flat index that
 //     advances by a fixed grid stride, without a 64-bit division per element,
 //     and batched_loop, a grid-stride loop that keeps several loads in
 //     flight per thread;
-//   * 16-byte packets (float4 / double2) with their load/store helpers and
-//     the alignment tests that decide whether a packet path may run;
+//   * 16-byte packets (float4 / double2 / 8 halves) with their load/store
+//     helpers, which widen and round as ld and st do, and the alignment tests
+//     that decide whether a packet path may run;
 //   * math overloads for float and double (expf vs exp, ...).
 //
 // Launch convention of every kernel that includes this file: a 1-D grid of
 // 1-D blocks.  Kernels are correct for any grid size and any block size up
 // to 1024 (unless the kernel's own comment says otherwise); the host
 // launches 256 threads per block and min(ceil(n / (256 * VEC)), 16 * SMs)
-// blocks, where VEC = kVec<T> (4 for float, 2 for double).
+// blocks, where VEC = kVec<T> (4 for float, 2 for double, 8 for the halves).
 #ifndef STREAMHANDLERS_KERNELS_COMMON_CUH
 #define STREAMHANDLERS_KERNELS_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
-// Each exported kernel is written once, in terms of a type T, and emitted
-// twice.  extern "C" gives the unmangled names pycuda looks up; a function
-// with C linkage keeps its plain name inside a namespace, and the namespace
-// supplies T.  __launch_bounds__(1024, 1) keeps every kernel within the
-// register budget of the largest block (64 registers per thread), so that
-// any block size launches.
-// Other is the other real format (cast_t's source of another format).
-namespace sh_f32 { using T = float; using Other = double; }
-namespace sh_f64 { using T = double; using Other = float; }
+// Each exported kernel is written once, in terms of types T and C, and
+// emitted four times.  extern "C" gives the unmangled names pycuda looks up;
+// a function with C linkage keeps its plain name inside a namespace, and the
+// namespace supplies the types.  __launch_bounds__(1024, 1) keeps every
+// kernel within the register budget of the largest block (64 registers per
+// thread), so that any block size launches.
+//   T      the storage format of the handler's arrays;
+//   C      the format of arithmetic and of scalar arguments: float for the
+//          half formats (cuda_bf16.h and cuda_fp16.h define half arithmetic
+//          operators; kernels never use them, they widen first);
+//   Other  cast_t's source of another format.
+namespace sh_f32 { using T = float; using C = float; using Other = double; }
+namespace sh_f64 { using T = double; using C = double; using Other = float; }
+namespace sh_bf16 { using T = __nv_bfloat16; using C = float; using Other = float; }
+namespace sh_f16 { using T = __half; using C = float; using Other = float; }
 
-#define SH_EXPORT(name, params, ...)                                             \
-    namespace sh_f32 {                                                           \
-    extern "C" __global__ void __launch_bounds__(1024, 1) name##_f32 params {    \
-        __VA_ARGS__;                                                             \
-    }                                                                            \
-    }                                                                            \
-    namespace sh_f64 {                                                           \
-    extern "C" __global__ void __launch_bounds__(1024, 1) name##_f64 params {    \
+#define SH_EXPORT_ONE(ns, suffix, name, params, ...)                             \
+    namespace ns {                                                               \
+    extern "C" __global__ void __launch_bounds__(1024, 1) name##suffix params {  \
         __VA_ARGS__;                                                             \
     }                                                                            \
     }
+#define SH_EXPORT(name, params, ...)                                             \
+    SH_EXPORT_ONE(sh_f32, _f32, name, params, __VA_ARGS__)                       \
+    SH_EXPORT_ONE(sh_f64, _f64, name, params, __VA_ARGS__)                       \
+    SH_EXPORT_ONE(sh_bf16, _bf16, name, params, __VA_ARGS__)                     \
+    SH_EXPORT_ONE(sh_f16, _f16, name, params, __VA_ARGS__)
 
 namespace sh {
+
+// ------------------------------------------------------------- formats
+
+template <typename T> struct Compute { using type = T; };
+template <> struct Compute<__nv_bfloat16> { using type = float; };
+template <> struct Compute<__half> { using type = float; };
+// The format a kernel computes in for storage format T.
+template <typename T> using compute_t = typename Compute<T>::type;
+
+// ld: a stored value in the compute format (exact: float holds every half).
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ double ld(double x) { return x; }
+__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
+
+// st<T>: a computed value in storage format T, rounded once to nearest even
+// (overflow gives inf, NaN stays NaN).
+template <typename T> __device__ __forceinline__ T st(compute_t<T> x);
+template <> __device__ __forceinline__ float st<float>(float x) { return x; }
+template <> __device__ __forceinline__ double st<double>(double x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
 
 // ------------------------------------------------------------- indexing
 
@@ -127,17 +166,19 @@ __device__ __forceinline__ void batched_loop(long long lo, long long hi, Counter
 template <typename T> struct VecTraits;
 template <> struct VecTraits<float>  { using type = float4;  static constexpr int width = 4; };
 template <> struct VecTraits<double> { using type = double2; static constexpr int width = 2; };
+template <> struct VecTraits<__nv_bfloat16> { using type = uint4; static constexpr int width = 8; };
+template <> struct VecTraits<__half> { using type = uint4; static constexpr int width = 8; };
 
 // Elements per 16-byte packet.
 template <typename T> constexpr int kVec = VecTraits<T>::width;
 
 // N values of one thread, as an array so that code can loop over them; a
-// Packet holds the contents of one 16-byte vector.
+// Packet holds the contents of one 16-byte vector of T, in the compute format.
 template <typename T, int N>
 struct Lanes { T v[N]; };
 
 template <typename T>
-using Packet = Lanes<T, kVec<T>>;
+using Packet = Lanes<compute_t<T>, kVec<T>>;
 
 // Offset of p from the previous 16-byte boundary, in bytes.
 __device__ __forceinline__ unsigned misalignment16(const void* p) {
@@ -168,8 +209,55 @@ __device__ __forceinline__ void store_packet(double* p, long long i, const Packe
     reinterpret_cast<double2*>(p)[i] = make_double2(v.v[0], v.v[1]);
 }
 
+// The half formats: eight values, widened in pairs on load, rounded in pairs
+// on store.
+__device__ __forceinline__ Packet<__nv_bfloat16> load_packet(const __nv_bfloat16* p,
+                                                             long long i) {
+    const uint4 raw = reinterpret_cast<const uint4*>(p)[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    Packet<__nv_bfloat16> r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __bfloat1622float2(h[k]);
+        r.v[2 * k] = f.x;
+        r.v[2 * k + 1] = f.y;
+    }
+    return r;
+}
+
+__device__ __forceinline__ Packet<__half> load_packet(const __half* p, long long i) {
+    const uint4 raw = reinterpret_cast<const uint4*>(p)[i];
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+    Packet<__half> r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __half22float2(h[k]);
+        r.v[2 * k] = f.x;
+        r.v[2 * k + 1] = f.y;
+    }
+    return r;
+}
+
+__device__ __forceinline__ void store_packet(__nv_bfloat16* p, long long i,
+                                             const Packet<__nv_bfloat16>& v) {
+    uint4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v.v[2 * k], v.v[2 * k + 1]);
+    reinterpret_cast<uint4*>(p)[i] = raw;
+}
+
+__device__ __forceinline__ void store_packet(__half* p, long long i, const Packet<__half>& v) {
+    uint4 raw;
+    __half2* h = reinterpret_cast<__half2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(v.v[2 * k], v.v[2 * k + 1]);
+    reinterpret_cast<uint4*>(p)[i] = raw;
+}
+
+// A packet of T holding x (a compute-format value) in every lane.
 template <typename T>
-__device__ __forceinline__ Packet<T> splat(T x) {
+__device__ __forceinline__ Packet<T> splat(compute_t<T> x) {
     Packet<T> r;
 #pragma unroll
     for (int k = 0; k < kVec<T>; ++k) r.v[k] = x;

@@ -2,15 +2,17 @@
 // activation derivatives, matrix-vector broadcasts, broadcast along an axis,
 // masked copies and the finiteness test.
 //
-// Every kernel exists as name_f32 (float) and name_f64 (double); scalars are
-// passed as T, sizes as long long.  Launch: a 1-D grid of 1-D blocks of any
-// size (grid-stride loops); the host uses 256 threads per block and
-// min(ceil(n / (256 * VEC)), 16 * SMs) blocks, VEC = 4 for float, 2 for double.
+// Every kernel exists as name_f32 (float), name_f64 (double), name_bf16 and
+// name_f16 (computing in float, rounding once on store); scalars are passed
+// in the compute format C, sizes as long long.  Launch: a 1-D grid of 1-D
+// blocks of any size (grid-stride loops); the host uses 256 threads per block
+// and min(ceil(n / (256 * VEC)), 16 * SMs) blocks, VEC = 4 for float, 2 for
+// double, 8 for the halves.
 //
 // Memory access: each input element is read once and each output element is
 // written once.  When all pointers of a call sit at the same offset from a
 // 16-byte boundary (in particular when all are 16-byte aligned) the bulk moves
-// in 16-byte packets (float4 / double2) and a scalar loop finishes the few
+// in 16-byte packets (float4 / double2 / 8 halves) and a scalar loop finishes the few
 // elements before the first boundary and after the last full packet; any
 // other mix of alignments takes a scalar loop throughout.
 //
@@ -40,12 +42,13 @@ __device__ __forceinline__ void apply_lanes(const Op& op, Lanes<T, N>& r, const 
     }
 }
 
-// Elements i, i + stride, ..., i + (N - 1) * stride of p.
+// Elements i, i + stride, ..., i + (N - 1) * stride of p, in the compute format.
 template <int N, typename T>
-__device__ __forceinline__ Lanes<T, N> gather(const T* p, long long i, long long stride) {
-    Lanes<T, N> r;
+__device__ __forceinline__ Lanes<compute_t<T>, N> gather(const T* p, long long i,
+                                                         long long stride) {
+    Lanes<compute_t<T>, N> r;
 #pragma unroll
-    for (int k = 0; k < N; ++k) r.v[k] = p[i + k * stride];
+    for (int k = 0; k < N; ++k) r.v[k] = ld(p[i + k * stride]);
     return r;
 }
 
@@ -60,15 +63,15 @@ __device__ __forceinline__ void map_scalar(const Op& op, T* out, long long lo, l
     const long long stride = grid_stride();
     long long i = lo + grid_thread();
     for (; i + (kUnroll - 1) * stride < hi; i += kUnroll * stride) {
-        Lanes<T, kUnroll> r;
+        Lanes<compute_t<T>, kUnroll> r;
         if constexpr (ReadOut) r = gather<kUnroll>(out, i, stride);
         apply_lanes<ReadOut>(op, r, gather<kUnroll>(in, i, stride)...);
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) out[i + k * stride] = r.v[k];
+        for (int k = 0; k < kUnroll; ++k) out[i + k * stride] = st<T>(r.v[k]);
     }
     for (; i < hi; i += stride) {
-        if constexpr (ReadOut) out[i] = op(in[i]..., out[i]);
-        else out[i] = op(in[i]...);
+        if constexpr (ReadOut) out[i] = st<T>(op(ld(in[i])..., ld(out[i])));
+        else out[i] = st<T>(op(ld(in[i])...));
     }
 }
 
@@ -252,11 +255,11 @@ template <typename T> struct AddIf {
 
 // ------------------------------------------------------------- axpby
 
-template <typename T>
-__device__ __forceinline__ void axpby(T alpha, const T* x, T beta, T* y, long long n) {
+template <typename T, typename C = compute_t<T>>
+__device__ __forceinline__ void axpby(C alpha, const T* x, C beta, T* y, long long n) {
     // The branch is uniform over the launch; with beta == 0 y is not read.
-    if (beta == T(0)) map<false>(Scale<T>{alpha}, y, n, x);
-    else map<true>(Axpby<T>{alpha, beta}, y, n, x);
+    if (beta == C(0)) map<false>(Scale<C>{alpha}, y, n, x);
+    else map<true>(Axpby<C>{alpha, beta}, y, n, x);
 }
 
 // ------------------------------------------------------------- matrix op vector
@@ -285,8 +288,8 @@ __device__ __forceinline__ void mv_scalar(const Op& op, const T* m, const T* v, 
     MixedRadix ij(lo + grid_thread(), grid_stride(), cols, rows);  // d1 = row, d0 = column
     batched_loop<kBatch<T>>(
         lo, hi, ij,
-        [&](long long e, const MixedRadix& c) { return op(m[e], v[ByCol ? c.d1 : c.d0]); },
-        [&](long long e, T x) { out[e] = x; });
+        [&](long long e, const MixedRadix& c) { return op(ld(m[e]), ld(v[ByCol ? c.d1 : c.d0])); },
+        [&](long long e, compute_t<T> x) { out[e] = st<T>(x); });
 }
 
 template <bool ByCol, typename T, typename Op>
@@ -313,7 +316,7 @@ __device__ __forceinline__ void mv_apply(const Op& op, const T* m, const T* v, T
             0, npk, ij,
             [&](long long p, const MixedRadix& c) {
                 Packet<T> x = load_packet(m, p);
-                const Packet<T> y = ByCol ? splat(v[c.d1]) : load_packet(v, c.d0);
+                const Packet<T> y = ByCol ? splat<T>(ld(v[c.d1])) : load_packet(v, c.d0);
 #pragma unroll
                 for (int k = 0; k < W; ++k) x.v[k] = op(x.v[k], y.v[k]);
                 return x;
@@ -330,7 +333,7 @@ __device__ __forceinline__ void mv_apply(const Op& op, const T* m, const T* v, T
             for (int k = 0; k < W; ++k) {
                 long long i = c.d1, j = c.d0 + k;
                 if (j >= cols) { j -= cols; ++i; }  // at most once: k < W <= cols
-                x.v[k] = op(x.v[k], v[ByCol ? i : j]);
+                x.v[k] = op(x.v[k], ld(v[ByCol ? i : j]));
             }
             return x;
         },
@@ -370,7 +373,7 @@ __device__ __forceinline__ void broadcast(const T* a, T* out, long long outer, l
         MixedRadix ok(grid_thread(), grid_stride(), n / W, outer);  // d1 = o
         batched_loop<4>(
             0, outer * (n / W), ok,
-            [&](long long, const MixedRadix& c) { return splat(a[c.d1]); },
+            [&](long long, const MixedRadix& c) { return splat<T>(ld(a[c.d1])); },
             [&](long long p, const Packet<T>& x) { store_packet(out, p, x); });
     } else {
         broadcast_units(a, out, outer, n, inner);
@@ -389,14 +392,14 @@ __device__ __forceinline__ void all_finite(const T* a, long long n, unsigned int
     long long head = mis % sizeof(T) ? n : (long long)(((16u - mis) & 15u) / sizeof(T));
     if (head > n) head = n;
     const long long npk = (n - head) / kVec<T>;
-    for (long long i = start; i < head; i += stride) ok &= dm::isfinite(a[i]);
+    for (long long i = start; i < head; i += stride) ok &= dm::isfinite(ld(a[i]));
     for (long long p = start; p < npk; p += stride) {
         const Packet<T> x = load_packet(a + head, p);
 #pragma unroll
         for (int k = 0; k < kVec<T>; ++k) ok &= dm::isfinite(x.v[k]);
     }
     for (long long i = head + npk * kVec<T> + start; i < n; i += stride)
-        ok &= dm::isfinite(a[i]);
+        ok &= dm::isfinite(ld(a[i]));
     // Every writer stores the same value, so a plain store suffices.
     if (!ok) *flag = 1u;
 }
@@ -405,21 +408,21 @@ __device__ __forceinline__ void all_finite(const T* a, long long n, unsigned int
 
 // ------------------------------------------------------------- exported kernels
 
-SH_EXPORT(fill, (T* out, T value, long long n),
-          sh::map<false>(sh::Fill<T>{value}, out, n))
+SH_EXPORT(fill, (T* out, C value, long long n),
+          sh::map<false>(sh::Fill<C>{value}, out, n))
 
-SH_EXPORT(axpby, (T alpha, const T* x, T beta, T* y, long long n),
+SH_EXPORT(axpby, (C alpha, const T* x, C beta, T* y, long long n),
           sh::axpby(alpha, x, beta, y, n))
 
 // axpby with device scalars: alpha (beta) is read from alpha_p (beta_p) when
 // that is not null, so a captured graph sees the value it holds at replay.
 SH_EXPORT(axpby_dev,
-          (const T* alpha_p, T alpha, const T* x, const T* beta_p, T beta, T* y, long long n),
-          sh::axpby(alpha_p ? *alpha_p : alpha, x, beta_p ? *beta_p : beta, y, n))
+          (const T* alpha_p, C alpha, const T* x, const T* beta_p, C beta, T* y, long long n),
+          sh::axpby(alpha_p ? sh::ld(*alpha_p) : alpha, x, beta_p ? sh::ld(*beta_p) : beta, y, n))
 
 #define SH_BINARY(name, Op)                                                   \
     SH_EXPORT(name, (const T* a, const T* b, T* out, long long n),            \
-              sh::map<false>(sh::Op<T>{}, out, n, a, b))
+              sh::map<false>(sh::Op<C>{}, out, n, a, b))
 SH_BINARY(binary_add, Add)
 SH_BINARY(binary_sub, Sub)
 SH_BINARY(binary_mul, Mul)
@@ -430,23 +433,23 @@ SH_BINARY(binary_greater, Greater)
 SH_BINARY(binary_equal, Equal)
 
 SH_EXPORT(where, (const T* cond, const T* a, const T* b, T* out, long long n),
-          sh::map<false>(sh::Where<T>{}, out, n, cond, a, b))
+          sh::map<false>(sh::Where<C>{}, out, n, cond, a, b))
 
 SH_EXPORT(binary_mul_add, (const T* a, const T* b, T* out, long long n),
-          sh::map<true>(sh::MulAdd<T>{}, out, n, a, b))
+          sh::map<true>(sh::MulAdd<C>{}, out, n, a, b))
 
-SH_EXPORT(scalar_add, (T s, const T* t, T* out, long long n),
-          sh::map<false>(sh::AddScalar<T>{s}, out, n, t))
-SH_EXPORT(scalar_mul, (T s, const T* t, T* out, long long n),
-          sh::map<false>(sh::MulScalar<T>{s}, out, n, t))
-SH_EXPORT(scalar_mul_add, (T s, const T* t, T* out, long long n),
-          sh::map<true>(sh::MulAddScalar<T>{s}, out, n, t))
-SH_EXPORT(scalar_pow, (T s, const T* t, T* out, long long n),
-          sh::map<false>(sh::PowScalar<T>{s}, out, n, t))
+SH_EXPORT(scalar_add, (C s, const T* t, T* out, long long n),
+          sh::map<false>(sh::AddScalar<C>{s}, out, n, t))
+SH_EXPORT(scalar_mul, (C s, const T* t, T* out, long long n),
+          sh::map<false>(sh::MulScalar<C>{s}, out, n, t))
+SH_EXPORT(scalar_mul_add, (C s, const T* t, T* out, long long n),
+          sh::map<true>(sh::MulAddScalar<C>{s}, out, n, t))
+SH_EXPORT(scalar_pow, (C s, const T* t, T* out, long long n),
+          sh::map<false>(sh::PowScalar<C>{s}, out, n, t))
 
 #define SH_UNARY(name, Op)                                                    \
     SH_EXPORT(name, (const T* a, T* out, long long n),                        \
-              sh::map<false>(sh::Op<T>{}, out, n, a))
+              sh::map<false>(sh::Op<C>{}, out, n, a))
 SH_UNARY(unary_abs, Abs)
 SH_UNARY(unary_sign, Sign)
 SH_UNARY(unary_sqrt, Sqrt)
@@ -459,22 +462,22 @@ SH_UNARY(unary_tanh, Tanh)
 SH_UNARY(unary_relu, Relu)
 SH_UNARY(unary_elu, Elu)
 
-SH_EXPORT(clip, (const T* a, T lo, T hi, T* out, long long n),
-          sh::map<false>(sh::Clip<T>{lo, hi}, out, n, a))
+SH_EXPORT(clip, (const T* a, C lo, C hi, T* out, long long n),
+          sh::map<false>(sh::Clip<C>{lo, hi}, out, n, a))
 
 // All four take (x, y, dy, dx); each reads only what its formula uses.
 SH_EXPORT(deriv_sigmoid, (const T* x, const T* y, const T* dy, T* dx, long long n),
-          (void)x; sh::map<false>(sh::SigmoidDeriv<T>{}, dx, n, y, dy))
+          (void)x; sh::map<false>(sh::SigmoidDeriv<C>{}, dx, n, y, dy))
 SH_EXPORT(deriv_tanh, (const T* x, const T* y, const T* dy, T* dx, long long n),
-          (void)x; sh::map<false>(sh::TanhDeriv<T>{}, dx, n, y, dy))
+          (void)x; sh::map<false>(sh::TanhDeriv<C>{}, dx, n, y, dy))
 SH_EXPORT(deriv_relu, (const T* x, const T* y, const T* dy, T* dx, long long n),
-          (void)y; sh::map<false>(sh::ReluDeriv<T>{}, dx, n, x, dy))
+          (void)y; sh::map<false>(sh::ReluDeriv<C>{}, dx, n, x, dy))
 SH_EXPORT(deriv_elu, (const T* x, const T* y, const T* dy, T* dx, long long n),
-          sh::map<false>(sh::EluDeriv<T>{}, dx, n, x, y, dy))
+          sh::map<false>(sh::EluDeriv<C>{}, dx, n, x, y, dy))
 
 #define SH_MV(name, Op, by_col)                                               \
     SH_EXPORT(name, (const T* m, const T* v, T* out, long long rows, long long cols), \
-              sh::mv_apply<by_col>(sh::Op<T>{}, m, v, out, rows, cols))
+              sh::mv_apply<by_col>(sh::Op<C>{}, m, v, out, rows, cols))
 SH_MV(mv_add_row, Add, false)
 SH_MV(mv_sub_row, Sub, false)
 SH_MV(mv_mul_row, Mul, false)
@@ -488,11 +491,11 @@ SH_EXPORT(broadcast, (const T* a, T* out, long long outer, long long n, long lon
           sh::broadcast(a, out, outer, n, inner))
 
 SH_EXPORT(copy_if, (const T* src, T* dest, const T* cond, long long n),
-          sh::map<true>(sh::CopyIf<T>{}, dest, n, src, cond))
-SH_EXPORT(fill_if, (T* mem, T val, const T* cond, long long n),
-          sh::map<true>(sh::FillIf<T>{val}, mem, n, cond))
+          sh::map<true>(sh::CopyIf<C>{}, dest, n, src, cond))
+SH_EXPORT(fill_if, (T* mem, C val, const T* cond, long long n),
+          sh::map<true>(sh::FillIf<C>{val}, mem, n, cond))
 SH_EXPORT(add_if, (const T* a, T* out, const T* cond, long long n),
-          sh::map<true>(sh::AddIf<T>{}, out, n, a, cond))
+          sh::map<true>(sh::AddIf<C>{}, out, n, a, cond))
 
 SH_EXPORT(all_finite, (const T* a, long long n, unsigned int* flag),
           sh::all_finite(a, n, flag))

@@ -7,6 +7,12 @@
 // NaN, and argmax the index of its first NaN.  Among equal values the first
 // index wins.  Results do not depend on the grid.
 //
+// Half formats (bf16, f16): values are compared widened to float (ld, exact)
+// and kept in their storage format, so max and min return the chosen element
+// bit for bit (NaN payloads included) and the workspace wv holds elements of
+// T.  argmax stores st<T>(index): the host checks beforehand that every
+// index is exact in T (up to 256 for bf16, 2048 for f16).
+//
 //   extreme_rows  inner == 1: one warp per row, lanes striding along it, then
 //                 a shuffle reduction of (value, index) pairs.
 //   extreme_cols  inner > 1: one thread per output column and chunk of n,
@@ -22,18 +28,20 @@
 namespace sh {
 
 // Is (v, i) a better pick than (w, j) for `kind`?  NaN beats numbers; ties
-// go to the smaller index.
-template <typename T>
-__device__ __forceinline__ bool better(int kind, T v, long long i, T w, long long j) {
+// go to the smaller index.  v and w are compute-format values.
+template <typename C>
+__device__ __forceinline__ bool better(int kind, C v, long long i, C w, long long j) {
     const bool vn = v != v, wn = w != w;
     if (vn || wn) return vn && (!wn || i < j);
     if (v == w) return i < j;
     return kind == 1 ? v < w : v > w;
 }
 
+// The output for pick (v, i): the element v itself, or for argmax its index
+// rounded to T.
 template <typename T>
 __device__ __forceinline__ T result(int kind, T v, long long i) {
-    return kind == 2 ? (T)i : v;
+    return kind == 2 ? st<T>((compute_t<T>)i) : v;
 }
 
 template <typename T>
@@ -49,12 +57,12 @@ __device__ void extreme_rows_impl(const T* __restrict__ a, T* __restrict__ out,
         T best = p[best_i];
         for (long long k = best_i + 32; k < n; k += 32) {
             const T v = p[k];
-            if (better(kind, v, k, best, best_i)) { best = v; best_i = k; }
+            if (better(kind, ld(v), k, ld(best), best_i)) { best = v; best_i = k; }
         }
         for (int o = 16; o > 0; o >>= 1) {
             const T w = __shfl_down_sync(0xffffffffu, best, o);
             const long long j = __shfl_down_sync(0xffffffffu, best_i, o);
-            if (better(kind, w, j, best, best_i)) { best = w; best_i = j; }
+            if (better(kind, ld(w), j, ld(best), best_i)) { best = w; best_i = j; }
         }
         if (lane == 0) out[row] = result(kind, best, best_i);
     }
@@ -79,7 +87,7 @@ __device__ void extreme_cols_impl(const T* __restrict__ a, T* __restrict__ out,
         long long best_i = begin;
         for (long long k = begin + 1; k < end; ++k) {
             const T v = p[k * inner];
-            if (better(kind, v, k, best, best_i)) { best = v; best_i = k; }
+            if (better(kind, ld(v), k, ld(best), best_i)) { best = v; best_i = k; }
         }
         if (chunks == 1) {
             out[t] = result(kind, best, best_i);
@@ -101,7 +109,7 @@ __device__ void extreme_join_impl(const T* __restrict__ wv, const long long* __r
         for (long long ch = 1; ch < chunks; ++ch) {
             const T v = wv[ch * cols + c];
             const long long i = wi[ch * cols + c];
-            if (better(kind, v, i, best, best_i)) { best = v; best_i = i; }
+            if (better(kind, ld(v), i, ld(best), best_i)) { best = v; best_i = i; }
         }
         out[c] = result(kind, best, best_i);
     }

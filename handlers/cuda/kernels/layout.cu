@@ -10,8 +10,13 @@
 //               their arrays as (outer, axis length * inner) and copy each
 //               piece's columns.  Grid-stride over rows * cols elements.
 //   cast_other  dst[i] = src[i] converted from the other real format
-//               (cast_t: float64 into float32 rounds once, the other way is
-//               exact).  Grid-stride over n elements.
+//               `Other` (cast_t: float64 into float32 rounds once, float32
+//               into float64 is exact; the half formats take float32, widened
+//               with ld() and rounded once to T with st<T>()).  Grid-stride
+//               over n elements.
+//
+// transpose and copy2d move elements without arithmetic, so they copy T as
+// stored in every format (2-byte elements for the halves).
 #include "common.cuh"
 
 namespace sh {
@@ -48,9 +53,12 @@ __device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long
     }
 }
 
+// S -> D through D's compute format: one rounding, by st<D> for the halves
+// (D's compute format is S itself there) and by the cast for float64 -> float32.
 template <typename S, typename D>
 __device__ void cast_impl(const S* __restrict__ src, D* __restrict__ dst, long long n) {
-    for (long long e = grid_thread(); e < n; e += grid_stride()) dst[e] = static_cast<D>(src[e]);
+    for (long long e = grid_thread(); e < n; e += grid_stride())
+        dst[e] = st<D>(static_cast<compute_t<D>>(ld(src[e])));
 }
 
 }  // namespace sh

@@ -14,11 +14,21 @@
 // is done, after it read *step, so the block that sees gridDim.x - 1 knows
 // that no block will read *step any more; it then stores t and puts the
 // counter back to zero for the next launch on the stream.
+//
+// Formats: g, m, v, p, *lr_p and *step are arrays of the handler's format T;
+// the scalars (lr, beta1, beta2, eps, weight_decay) and all the arithmetic
+// are in the compute format C (float for the halves).  Each element's update
+// runs in C on the widened g, m, v and p, and the new m, v and p are each
+// rounded once to T as they are stored (the new p uses the unrounded new m
+// and v).  The step counter is read widened and stored as st<T>(t).
 #include "common.cuh"
+
+#include <type_traits>
 
 namespace sh {
 
 // Per-launch coefficients, computed once per block by thread 0.
+// T here is the compute format.
 template <typename T>
 struct AdamCoeffs {
     T lr, beta1, beta2, eps;
@@ -40,27 +50,29 @@ struct AdamCoeffs {
 
 // g, m, v and p never overlap (the op's rule), hence __restrict__: the
 // compiler may then keep the next trip's loads in flight across the stores.
-template <typename T>
-__device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, T lr, T beta1,
-                                     T beta2, T eps, T wd, T* step, T* __restrict__ m,
-                                     T* __restrict__ v, T* __restrict__ p, long long n,
-                                     int decoupled, unsigned int* done) {
-    __shared__ AdamCoeffs<T> shared;
+// `shared` is the block's __shared__ copy of the coefficients, declared by
+// the caller (see adam below).
+template <typename T, typename C>
+__device__ __forceinline__ void adam_body(AdamCoeffs<C>& shared, const T* __restrict__ g,
+                                          const T* lr_p, C lr, C beta1, C beta2, C eps, C wd,
+                                          T* step, T* __restrict__ m, T* __restrict__ v,
+                                          T* __restrict__ p, long long n, int decoupled,
+                                          unsigned int* done) {
     if (threadIdx.x == 0) {
-        AdamCoeffs<T> c;
-        c.t = *step + T(1);
-        c.lr = lr_p ? *lr_p : lr;
+        AdamCoeffs<C> c;
+        c.t = ld(*step) + C(1);
+        c.lr = lr_p ? ld(*lr_p) : lr;
         c.beta1 = beta1;
         c.beta2 = beta2;
         c.eps = eps;
-        c.decay = decoupled ? T(1) - c.lr * wd : T(1);
-        c.l2 = decoupled ? T(0) : wd;
-        c.c1 = T(1) - dm::pow(beta1, c.t);
-        c.c2 = T(1) - dm::pow(beta2, c.t);
+        c.decay = decoupled ? C(1) - c.lr * wd : C(1);
+        c.l2 = decoupled ? C(0) : wd;
+        c.c1 = C(1) - dm::pow(beta1, c.t);
+        c.c2 = C(1) - dm::pow(beta2, c.t);
         shared = c;
     }
     __syncthreads();
-    const AdamCoeffs<T> c = shared;
+    const AdamCoeffs<C> c = shared;
     const long long stride = grid_stride();
     long long scalar_from = 0;
     // The flat buffers are 16-byte aligned (the parameter layout keeps them
@@ -79,27 +91,48 @@ __device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, T l
         scalar_from = packets * kVec<T>;
     }
     for (long long i = scalar_from + grid_thread(); i < n; i += stride) {
-        T mi = m[i], vi = v[i], pi = p[i];
-        c.apply(g[i], mi, vi, pi);
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi;
+        C mi = ld(m[i]), vi = ld(v[i]), pi = ld(p[i]);
+        c.apply(ld(g[i]), mi, vi, pi);
+        m[i] = st<T>(mi);
+        v[i] = st<T>(vi);
+        p[i] = st<T>(pi);
     }
     // Advance the step counter once every block has read it (see the top).
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         if (atomicAdd(done, 1u) == gridDim.x - 1) {
-            *step = c.t;
+            *step = st<T>(c.t);
             *done = 0u;
         }
     }
 }
 
+// The entry points, which only declare the shared coefficients.  Two
+// templates: float and double take their scalars as T, and their shared
+// block keeps the name it had before the half formats came (named after
+// this function's signature), so that those kernels compile as before; the
+// half formats take their scalars as float (C).
+template <typename T>
+__device__ __forceinline__ void adam(const T* g, const T* lr_p, T lr, T beta1, T beta2, T eps,
+                                     T wd, T* step, T* m, T* v, T* p, long long n,
+                                     int decoupled, unsigned int* done) {
+    __shared__ AdamCoeffs<T> shared;
+    adam_body(shared, g, lr_p, lr, beta1, beta2, eps, wd, step, m, v, p, n, decoupled, done);
+}
+
+template <typename T, typename = std::enable_if_t<sizeof(T) == 2>>
+__device__ __forceinline__ void adam(const T* g, const T* lr_p, float lr, float beta1,
+                                     float beta2, float eps, float wd, T* step, T* m, T* v,
+                                     T* p, long long n, int decoupled, unsigned int* done) {
+    __shared__ AdamCoeffs<float> shared;
+    adam_body(shared, g, lr_p, lr, beta1, beta2, eps, wd, step, m, v, p, n, decoupled, done);
+}
+
 }  // namespace sh
 
 SH_EXPORT(adam,
-          (const T* g, const T* lr_p, T lr, T beta1, T beta2, T eps, T weight_decay, T* step,
+          (const T* g, const T* lr_p, C lr, C beta1, C beta2, C eps, C weight_decay, T* step,
            T* m, T* v, T* p, long long n, int decoupled, unsigned int* done),
           sh::adam(g, lr_p, lr, beta1, beta2, eps, weight_decay, step, m, v, p, n, decoupled,
                    done))

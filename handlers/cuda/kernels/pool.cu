@@ -4,7 +4,8 @@
 //               plane; for max, argmax[plane, p, q] = r * ww + s, the
 //               maximum's row and column within the window (counted from its
 //               first corner, padding included), stored as a T: an index
-//               that stays exact in a half format whatever the image size.
+//               that stays exact in a half format whatever the image size
+//               (the host refuses windows whose indices would not be).
 //               Grid-stride over the planes * P * Q outputs; each thread
 //               reads its whole window.
 //   pool_bwd    dx[plane, h, w] = the sum, over the windows (p, q) that
@@ -25,6 +26,12 @@
 // within the window, the first NaN if the window holds one (NaN wins).
 // Average: the sum over the clipped window divided by its size (padding
 // excluded, cuDNN's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING).
+//
+// Formats: values are widened with ld() as they are read and compared or
+// summed in the compute format C (float for the halves), and each output is
+// rounded once with st<T>() (exact for max, whose output is an input
+// element).  The backward pass matches argmax against (h, w)'s index in C:
+// both are exact integers there.
 //
 // Launch: 1-D grid of 1-D blocks, any sizes.
 #include "common.cuh"
@@ -49,7 +56,7 @@ __device__ __forceinline__ void windows_of(long long h, int stride, int pad, int
     *lo = hp >= win ? (hp - win) / stride + 1 : 0;
 }
 
-template <typename T>
+template <typename T, typename C = compute_t<T>>
 __device__ void pool_fwd_impl(const T* __restrict__ x, T* __restrict__ out,
                               T* __restrict__ argmax, long long planes, long long H,
                               long long W, long long P, long long Q, int wh, int ww, int sh,
@@ -64,12 +71,12 @@ __device__ void pool_fwd_impl(const T* __restrict__ x, T* __restrict__ out,
         const T* src = x + plane * H * W;
         if (mode == 0) {
             const long long r0 = p * sh - ph, c0 = q * sw - pw;   // the window's corner
-            T best = src[h0 * W + w0];
+            C best = ld(src[h0 * W + w0]);
             long long at = (h0 - r0) * ww + (w0 - c0);
             bool nan = best != best;
             for (long long h = h0; h < h1 && !nan; ++h) {
                 for (long long w = w0; w < w1; ++w) {
-                    const T v = src[h * W + w];
+                    const C v = ld(src[h * W + w]);
                     if (v != v) {          // the first NaN wins
                         best = v, at = (h - r0) * ww + (w - c0), nan = true;
                         break;
@@ -77,18 +84,18 @@ __device__ void pool_fwd_impl(const T* __restrict__ x, T* __restrict__ out,
                     if (v > best) best = v, at = (h - r0) * ww + (w - c0);   // first of equals
                 }
             }
-            out[e] = best;
-            argmax[e] = (T)at;
+            out[e] = st<T>(best);
+            argmax[e] = st<T>((C)at);
         } else {
-            T sum = 0;
+            C sum = 0;
             for (long long h = h0; h < h1; ++h)
-                for (long long w = w0; w < w1; ++w) sum += src[h * W + w];
-            out[e] = sum / (T)((h1 - h0) * (w1 - w0));
+                for (long long w = w0; w < w1; ++w) sum += ld(src[h * W + w]);
+            out[e] = st<T>(sum / (C)((h1 - h0) * (w1 - w0)));
         }
     }
 }
 
-template <typename T>
+template <typename T, typename C = compute_t<T>>
 __device__ void pool_bwd_impl(const T* __restrict__ dy, const T* __restrict__ argmax,
                               T* __restrict__ dx, long long planes, long long H, long long W,
                               long long P, long long Q, int wh, int ww, int sh, int sw, int ph,
@@ -101,23 +108,23 @@ __device__ void pool_bwd_impl(const T* __restrict__ dy, const T* __restrict__ ar
         windows_of(h, sh, ph, wh, P, &p0, &p1);
         windows_of(w, sw, pw, ww, Q, &q0, &q1);
         const long long base = plane * P * Q;
-        T sum = 0;
+        C sum = 0;
         for (long long p = p0; p <= p1; ++p) {
             for (long long q = q0; q <= q1; ++q) {
                 const long long o = base + p * Q + q;
                 if (mode == 0) {
                     // (h, w)'s index within window (p, q)
-                    const T self = (T)((h - (p * sh - ph)) * ww + (w - (q * sw - pw)));
-                    if (argmax[o] == self) sum += dy[o];
+                    const C self = (C)((h - (p * sh - ph)) * ww + (w - (q * sw - pw)));
+                    if (ld(argmax[o]) == self) sum += ld(dy[o]);
                 } else {
                     long long a0, a1, b0, b1;
                     window_range(p, sh, ph, wh, H, &a0, &a1);
                     window_range(q, sw, pw, ww, W, &b0, &b1);
-                    sum += dy[o] / (T)((a1 - a0) * (b1 - b0));
+                    sum += ld(dy[o]) / (C)((a1 - a0) * (b1 - b0));
                 }
             }
         }
-        dx[e] = sum;
+        dx[e] = st<T>(sum);
     }
 }
 

@@ -3,16 +3,22 @@
 // (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
 // SC 2011), written out below.
 //
-// Every kernel exists as name_f32 (float) and name_f64 (double).  Launch: a
-// 1-D grid of 1-D blocks of any size (grid-stride loop); the host uses 256
-// threads per block and min(ceil(n / (256 * VEC)), 16 * SMs) blocks.
+// Every kernel exists as name_f32 (float), name_f64 (double), name_bf16 and
+// name_f16; mean, stddev and p are passed in the compute format C (float for
+// the halves).  Launch: a 1-D grid of 1-D blocks of any size (grid-stride
+// loop); the host uses 256 threads per block and min(ceil(n / (256 * VEC)),
+// 16 * SMs) blocks.
 //
 // Reproducibility: element i of a call gets the value numbered offset + i of
 // the stream selected by (seed, kernel, dtype), whatever the launch shape.
 // Value number k comes from Philox block k / VEC, lane k % VEC, where one
 // Philox block (four 32-bit words, key = seed, counter = (k / VEC, tag)) makes
-// one 16-byte packet: 4 floats or 2 doubles.  The host advances offset by n
-// after each call, so successive calls continue the stream.
+// one 16-byte packet: 4 floats or 2 doubles.  The half formats draw exactly
+// the float values (block k / 4, lane k % 4: two blocks per packet of 8) and
+// round each once on store, so value k of a bfloat16 or float16 stream is
+// value k of the float32 stream of the same (seed, kernel), rounded to
+// nearest even.  The host advances offset by n after each call, so
+// successive calls continue the stream.
 #include "common.cuh"
 
 namespace sh {
@@ -110,6 +116,23 @@ template <> struct Gaussian<double> {
     }
 };
 
+// The half formats (T = __nv_bfloat16 or __half): a packet of 8 holds the
+// float generator's values of two consecutive blocks, in float (they are
+// rounded as they are stored).
+template <typename T> struct Gaussian {
+    static_assert(kVec<T> == 8, "the half formats only");
+    float mean, stddev;
+    __device__ Packet<T> operator()(const Philox4x32Block& b0,
+                                    const Philox4x32Block& b1) const {
+        const Gaussian<float> f{mean, stddev};
+        const Packet<float> lo = f(b0), hi = f(b1);
+        Packet<T> z;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) z.v[k] = lo.v[k], z.v[4 + k] = hi.v[k];
+        return z;
+    }
+};
+
 // u < p with u in [0, 1): p = 0 gives all zeros, p = 1 all ones.
 template <typename T> struct Bernoulli;
 
@@ -133,6 +156,21 @@ template <> struct Bernoulli<double> {
     }
 };
 
+// The half formats, as Gaussian's: the float masks of two blocks.
+template <typename T> struct Bernoulli {
+    static_assert(kVec<T> == 8, "the half formats only");
+    float p;
+    __device__ Packet<T> operator()(const Philox4x32Block& b0,
+                                    const Philox4x32Block& b1) const {
+        const Bernoulli<float> f{p};
+        const Packet<float> lo = f(b0), hi = f(b1);
+        Packet<T> m;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) m.v[k] = lo.v[k], m.v[4 + k] = hi.v[k];
+        return m;
+    }
+};
+
 // Tags in the counter's third word keep the kernels' streams apart, should
 // the host ever hand both the same (seed, offset).
 enum : unsigned { kTagGaussian = 1u, kTagBernoulli = 2u };
@@ -143,7 +181,9 @@ enum : unsigned { kTagGaussian = 1u, kTagBernoulli = 2u };
 // g0 = offset / VEC) covers out[g * VEC - lead, (g + 1) * VEC - lead), lead =
 // offset % VEC; lanes falling before out[0] or past out[n - 1] are dropped.
 // When out[-lead] would sit on a 16-byte boundary, every full block is one
-// aligned packet store; otherwise the lanes are stored one by one.
+// aligned packet store; otherwise the lanes are stored one by one.  For the
+// half formats, "block" g here is the pair of Philox blocks 2 (g0 + g) and
+// 2 (g0 + g) + 1 (see the top), and values are rounded to T as stored.
 template <typename T, typename Gen>
 __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out, long long n,
                                             unsigned long long seed,
@@ -160,16 +200,24 @@ __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out
     const long long stride = grid_stride();
     for (long long g = grid_thread(); g < nblocks; g += stride) {
         const unsigned long long ctr = g0 + (unsigned long long)g;
-        const Packet<T> r =
-            gen(philox4x32_10(Philox4x32Block{{(unsigned)ctr, (unsigned)(ctr >> 32), tag, 0u}},
-                              k0, k1));
+        Packet<T> r;
+        if constexpr (W == 8) {   // the half formats: two float blocks
+            const unsigned long long c0 = 2 * ctr, c1 = c0 + 1;
+            r = gen(philox4x32_10(Philox4x32Block{{(unsigned)c0, (unsigned)(c0 >> 32), tag, 0u}},
+                                  k0, k1),
+                    philox4x32_10(Philox4x32Block{{(unsigned)c1, (unsigned)(c1 >> 32), tag, 0u}},
+                                  k0, k1));
+        } else {
+            r = gen(philox4x32_10(Philox4x32Block{{(unsigned)ctr, (unsigned)(ctr >> 32), tag, 0u}},
+                                  k0, k1));
+        }
         const long long e = g * W - lead;  // index in out of lane 0
         if (packets && e >= 0 && e + W <= n) {
             store_packet(out + e, 0, r);
         } else {
 #pragma unroll
             for (int k = 0; k < W; ++k)
-                if (e + k >= 0 && e + k < n) out[e + k] = r.v[k];
+                if (e + k >= 0 && e + k < n) out[e + k] = st<T>(r.v[k]);
         }
     }
 }
@@ -183,12 +231,12 @@ __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out
 // there (the host sets it before a replay, rng_advance moves it after), so
 // replays continue the sequence instead of repeating the capture's values.
 SH_EXPORT(fill_gaussian,
-          (T* out, long long n, T mean, T stddev, unsigned long long seed,
+          (T* out, long long n, C mean, C stddev, unsigned long long seed,
            unsigned long long offset, const unsigned long long* base),
           sh::fill_random(sh::Gaussian<T>{mean, stddev}, sh::kTagGaussian, out, n, seed,
                           offset + (base ? *base : 0ull)))
 SH_EXPORT(probability_mask,
-          (T* mask, long long n, T p, unsigned long long seed, unsigned long long offset,
+          (T* mask, long long n, C p, unsigned long long seed, unsigned long long offset,
            const unsigned long long* base),
           sh::fill_random(sh::Bernoulli<T>{p}, sh::kTagBernoulli, mask, n, seed,
                           offset + (base ? *base : 0ull)))

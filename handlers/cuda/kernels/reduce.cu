@@ -20,18 +20,61 @@
 // Summation order depends only on the shape, never on timing: results are
 // bit-for-bit reproducible on every stream.
 //
+// Half formats (bf16, f16): every sum accumulates in float (C =
+// compute_t<T>), the workspace partials are float too, and the result is
+// rounded once, as it is stored.
+//
 // Launch: 1-D grid of 256-thread blocks (sum_mid: 1024, see _plan_mid); any
 // grid size is correct.
 #include "common.cuh"
 
+#include <type_traits>
+
+namespace sh {
+
+// Is T one of the half formats (stored in 2 bytes, computed in float)?
+template <typename T>
+constexpr bool is_half_v =
+    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+// Eight float partials of a half tile (sum_cols_vec's second stage): the
+// 32 bytes that match a 16-byte packet of 8 halves, as two 16-byte loads.
+struct Float8 { float4 lo, hi; };
+
+// The eight values of a 16-byte packet of halves (its raw bytes), widened
+// in pairs.
+template <typename T>
+__device__ __forceinline__ Lanes<float, 8> widen8(uint4 raw) {
+    static_assert(is_half_v<T>, "a packet of 8 halves");
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const T2* h = reinterpret_cast<const T2*>(&raw);
+    Lanes<float, 8> r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        float2 f;
+        if constexpr (std::is_same_v<T, __half>) f = __half22float2(h[k]);
+        else f = __bfloat1622float2(h[k]);
+        r.v[2 * k] = f.x;
+        r.v[2 * k + 1] = f.y;
+    }
+    return r;
+}
+
+}  // namespace sh
+
 namespace {
 
+using sh::compute_t;
 using sh::kVec;
+using sh::ld;
+using sh::st;
 using sh::VecTraits;
 
-// The V-wide load type of sum_cols: the scalar for V == 1, else the packet.
+// The V-wide load type of sum_cols: the scalar for V == 1, else the packet
+// (16 bytes; the float partials of a half tile: 32 bytes).
 template <typename T, int V> struct Load { using type = typename VecTraits<T>::type; };
 template <typename T> struct Load<T, 1> { using type = T; };
+template <> struct Load<float, 8> { using type = sh::Float8; };
 
 // Loads in flight per thread in sum_cols; the host rounds chunks to match
 // (PyCudaHandler._SUM_UNROLL).  16 beat 8 and 12 on an H200 (median of five
@@ -46,6 +89,38 @@ constexpr int UNROLL = SH_SUM_UNROLL;
 __device__ __forceinline__ float hsum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 __device__ __forceinline__ double hsum(double2 v) { return v.x + v.y; }
 
+// Value j of `raw`, a load of several S (a scalar, a packet, a Float8), in
+// the compute format.
+template <typename S, typename R>
+__device__ __forceinline__ compute_t<S> elem(const R& raw, int j) {
+    return ld(reinterpret_cast<const S*>(&raw)[j]);
+}
+
+// The sum of one 16-byte packet of T, in the compute format.  (v by value:
+// a reference changes the float and double kernels' PTX.)
+template <typename T, typename VT>
+__device__ __forceinline__ compute_t<T> packet_sum(VT v) {
+    if constexpr (sh::is_half_v<T>) {
+        const sh::Lanes<float, 8> e = sh::widen8<T>(v);
+        return ((e.v[0] + e.v[1]) + (e.v[2] + e.v[3])) + ((e.v[4] + e.v[5]) + (e.v[6] + e.v[7]));
+    } else {
+        return hsum(v);
+    }
+}
+
+// The workspace of partial sums holds compute_t<T> values; sum_cols_impl
+// and sum_mid_impl take it as T* (sum_cols_impl says why) and the exported
+// kernels as compute_t<T>*: these convert between the two (the identity for
+// float and double).
+template <typename T>
+__device__ __forceinline__ compute_t<T>* ws_of(T* ws) {
+    return reinterpret_cast<compute_t<T>*>(ws);
+}
+template <typename T>
+__device__ __forceinline__ T* ws_as(compute_t<T>* ws) {
+    return reinterpret_cast<T*>(ws);
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
@@ -57,10 +132,11 @@ __device__ __forceinline__ T warp_sum(T v) {
 // a row's last chunk adds the row's partials up in chunk order and resets the
 // counter for the next launch on this stream.
 template <typename T>
-__device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
+__device__ void sum_rows_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
                               T* __restrict__ out, unsigned int* __restrict__ counters,
                               long long rows, long long n, long long chunk,
                               long long chunks) {
+    using C = compute_t<T>;
     using VT = typename VecTraits<T>::type;
     constexpr int V = kVec<T>;
     const int lane = threadIdx.x & 31;
@@ -72,11 +148,11 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
         const long long begin = (task - row * chunks) * chunk;
         const long long len = begin < n ? min(chunk, n - begin) : 0;
         const T* p = a + row * n + begin;
-        T acc = 0;
+        C acc = 0;
         // Peel the first elements until p is 16-byte aligned.
         const int mis = (int)(((uintptr_t)p % 16) / sizeof(T));
         const long long head = min((long long)(mis ? V - mis : 0), len);
-        if (lane < head) acc += p[lane];
+        if (lane < head) acc += ld(p[lane]);
         const VT* q = reinterpret_cast<const VT*>(p + head);
         const long long nv = (len - head) / V;
         // Four independent 16-byte loads in flight per lane, the last trip
@@ -88,12 +164,13 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
             const VT v1 = i + 32 < nv ? q[i + 32] : zero;
             const VT v2 = i + 64 < nv ? q[i + 64] : zero;
             const VT v3 = i + 96 < nv ? q[i + 96] : zero;
-            acc += (hsum(v0) + hsum(v1)) + (hsum(v2) + hsum(v3));
+            acc += (packet_sum<T>(v0) + packet_sum<T>(v1)) +
+                   (packet_sum<T>(v2) + packet_sum<T>(v3));
         }
-        for (long long k = head + nv * V + lane; k < len; k += 32) acc += p[k];
+        for (long long k = head + nv * V + lane; k < len; k += 32) acc += ld(p[k]);
         acc = warp_sum(acc);
         if (chunks == 1) {
-            if (lane == 0) out[row] = acc;
+            if (lane == 0) out[row] = st<T>(acc);
             continue;
         }
         unsigned int done = 0;
@@ -106,11 +183,11 @@ __device__ void sum_rows_impl(const T* __restrict__ a, T* __restrict__ ws,
         if (done != (unsigned int)(chunks - 1)) continue;
         if (lane == 0) counters[row] = 0u;
         __threadfence();       // order the other warps' partials before our reads
-        const T* part = ws + row * chunks;
-        T s = 0;
+        const C* part = ws + row * chunks;
+        C s = 0;
         for (long long k = lane; k < chunks; k += 32) s += __ldcg(part + k);   // L2: other SMs wrote them
         s = warp_sum(s);
-        if (lane == 0) out[row] = s;
+        if (lane == 0) out[row] = st<T>(s);
     }
 }
 
@@ -120,46 +197,59 @@ __device__ __forceinline__ VT load(const VT* p) {
     else return *p;
 }
 
+// Eight float partials (32 bytes, 16-byte aligned) as two 16-byte loads.
+template <bool CG>
+__device__ __forceinline__ sh::Float8 load(const sh::Float8* p) {
+    const float4* q = reinterpret_cast<const float4*>(p);
+    return {load<CG>(q), load<CG>(q + 1)};
+}
+
 // Sums rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V) of
 // the (rows, inner) slab at src into dst[c] (c < inner), in a fixed order.
 // blockDim.x == 256 == tx * ty; thread (x, y) sums V adjacent columns over
 // rows y, y + ty, ...; the ty partial sums are then added in y order.  The
-// caller synchronizes before `part` is used again.
-template <typename T, int V, bool CG>
-__device__ void tile_sum(const T* __restrict__ src, T* __restrict__ dst, long long inner,
+// caller synchronizes before `part` is used again.  S is the format of src
+// (the input T, or the compute format of the partials), D that of dst (T,
+// or the partials'); the sums are in the compute format C and rounded to D
+// as they are stored.
+template <typename S, typename D, int V, bool CG>
+__device__ void tile_sum(const S* __restrict__ src, D* __restrict__ dst, long long inner,
                          long long col0, long long r_begin, long long r_end, int tx,
-                         T* part) {
-    using VT = typename Load<T, V>::type;
+                         compute_t<S>* part) {
+    using C = compute_t<S>;
+    using VT = typename Load<S, V>::type;
+    // Loads in flight per thread: UNROLL, but UNROLL / 4 for the 32-byte
+    // loads of a half tile's float partials (the second stage; more spill
+    // registers next to the eight float sums).
+    constexpr int U = sizeof(VT) > 16 ? (UNROLL + 3) / 4 : UNROLL;
     const int ty = blockDim.x / tx;
     const int x = threadIdx.x % tx, y = threadIdx.x / tx;
     const int tile_cols = tx * V;
     const long long col = col0 + (long long)x * V;
-    T acc[V];
+    C acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = 0;
     if (col < inner) {
-        const T* base = src + col;
+        const S* base = src + col;
         long long r = r_begin + y;
-        // UNROLL independent loads in flight per thread: the loop is bound by
+        // U independent loads in flight per thread: the loop is bound by
         // memory latency, not arithmetic (the host picks chunks that are
         // multiples of UNROLL * ty, so the tail loop rarely runs).
-        for (; r + (UNROLL - 1) * ty < r_end; r += UNROLL * ty) {
-            VT v[UNROLL];
+        for (; r + (U - 1) * ty < r_end; r += U * ty) {
+            VT v[U];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
+            for (int u = 0; u < U; ++u)
                 v[u] = load<CG>(reinterpret_cast<const VT*>(base + (r + u * ty) * inner));
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const T* e = reinterpret_cast<const T*>(&v[u]);
+            for (int u = 0; u < U; ++u) {
 #pragma unroll
-                for (int j = 0; j < V; ++j) acc[j] += e[j];
+                for (int j = 0; j < V; ++j) acc[j] += elem<S>(v[u], j);
             }
         }
         for (; r < r_end; r += ty) {
             const VT v0 = load<CG>(reinterpret_cast<const VT*>(base + r * inner));
-            const T* e = reinterpret_cast<const T*>(&v0);
 #pragma unroll
-            for (int j = 0; j < V; ++j) acc[j] += e[j];
+            for (int j = 0; j < V; ++j) acc[j] += elem<S>(v0, j);
         }
     }
 #pragma unroll
@@ -167,9 +257,9 @@ __device__ void tile_sum(const T* __restrict__ src, T* __restrict__ dst, long lo
     __syncthreads();
     if (threadIdx.x < tile_cols) {
         const long long c = col0 + threadIdx.x;
-        T s = 0;
+        C s = 0;
         for (int k = 0; k < ty; ++k) s += part[k * tile_cols + threadIdx.x];
-        if (c < inner) dst[c] = s;
+        if (c < inner) dst[c] = st<D>(s);
     }
 }
 
@@ -179,12 +269,19 @@ __device__ void tile_sum(const T* __restrict__ src, T* __restrict__ dst, long lo
 // adds the tile's partials up in chunk order and resets the counter to 0 for
 // the next launch on this stream.  The order never depends on which block
 // comes last, so results stay bit-for-bit reproducible.
+//
+// ws holds compute_t<T> values (float for the half formats) although its
+// parameter is declared T*: the names of the kernel's shared arrays derive
+// from this signature, and keeping it keeps the float and double kernels'
+// PTX identical.  ws_of() gives it its real type.
 template <typename T, int V>
-__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
+__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
                               T* __restrict__ out, unsigned int* __restrict__ counters,
                               long long outer, long long n, long long inner,
                               long long chunk, long long chunks, int tx) {
-    __shared__ T part[256 * V];
+    using C = compute_t<T>;
+    C* const ws = ws_of(ws_);
+    __shared__ C part[256 * V];
     __shared__ bool last;
     const long long tile_cols = (long long)tx * V;
     const long long tiles = (inner + tile_cols - 1) / tile_cols;
@@ -195,13 +292,13 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
         const long long tile = rem / chunks, ch = rem - (rem / chunks) * chunks;
         const long long col0 = tile * tile_cols;
         if (chunks == 1) {
-            tile_sum<T, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n, tx,
-                                  part);
+            tile_sum<T, T, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n,
+                                     tx, part);
             __syncthreads();
             continue;
         }
-        tile_sum<T, V, false>(a + o * n * inner, ws + (o * chunks + ch) * inner, inner, col0,
-                              ch * chunk, min(n, (ch + 1) * chunk), tx, part);
+        tile_sum<T, C, V, false>(a + o * n * inner, ws + (o * chunks + ch) * inner, inner,
+                                 col0, ch * chunk, min(n, (ch + 1) * chunk), tx, part);
         __threadfence();   // this block's partials reach L2 before the count does
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -211,8 +308,8 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
         }
         __syncthreads();
         if (last) {
-            tile_sum<T, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
-                                 chunks, tx, part);
+            tile_sum<C, T, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
+                                    chunks, tx, part);
         }
         __syncthreads();
     }
@@ -228,14 +325,18 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws,
 // order, so the result depends only on the shape and the block size (as in
 // sum_rows).  Any block size that is a multiple of 32, up to 1024, is
 // correct; the host launches 1024 (_plan_mid says why).
+// ws holds compute_t<T> values, declared T* as in sum_cols_impl (which says
+// why).
 template <typename T, int V>
-__device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
+__device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
                              T* __restrict__ out, unsigned int* __restrict__ counters,
                              long long A, long long M, long long I, long long chunk,
                              long long chunks) {
+    using C = compute_t<T>;
+    C* const ws = ws_of(ws_);
     using VT = typename Load<T, V>::type;
     constexpr int UNROLL = 16 / V;
-    __shared__ T warps[32];
+    __shared__ C warps[32];
     __shared__ bool last;
     const unsigned int nvi = (unsigned int)(I / V);     // packets per run
     const unsigned int threads = blockDim.x;
@@ -247,7 +348,7 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
         const unsigned int total = (unsigned int)(len * nvi);
         const T* base = a + (a0 * M + m) * I;
         const long long stride = M * I;                  // elements between runs
-        T acc = 0;
+        C acc = 0;
         unsigned int j = threadIdx.x;
         for (; j + (UNROLL - 1) * threads < total; j += UNROLL * threads) {
             VT v[UNROLL];
@@ -259,28 +360,26 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
             }
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
-                const T* e = reinterpret_cast<const T*>(&v[u]);
 #pragma unroll
-                for (int q = 0; q < V; ++q) acc += e[q];
+                for (int q = 0; q < V; ++q) acc += elem<T>(v[u], q);
             }
         }
         for (; j < total; j += threads) {
             const unsigned int r = j / nvi;
             const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(j - r * nvi) * V);
-            const T* e = reinterpret_cast<const T*>(&v0);
 #pragma unroll
-            for (int q = 0; q < V; ++q) acc += e[q];
+            for (int q = 0; q < V; ++q) acc += elem<T>(v0, q);
         }
         acc = warp_sum(acc);
         if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
         __syncthreads();
-        T s = 0;
+        C s = 0;
         if (threadIdx.x < 32) {   // one warp adds the warps' sums
-            s = warp_sum(threadIdx.x < (threads >> 5) ? warps[threadIdx.x] : T(0));
+            s = warp_sum(threadIdx.x < (threads >> 5) ? warps[threadIdx.x] : C(0));
         }
         if (threadIdx.x == 0) {
             if (chunks == 1) {
-                out[m] = s;
+                out[m] = st<T>(s);
             } else {
                 ws[task] = s;
                 __threadfence();   // the partial reaches L2 before the count does
@@ -294,11 +393,11 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
         // when nothing else hides it).  The order depends only on `chunks`.
         if (chunks > 1 && last && threadIdx.x < 32) {
             __threadfence();
-            T t = 0;
+            C t = 0;
             for (long long k = threadIdx.x; k < chunks; k += 32) t += __ldcg(ws + m * chunks + k);
             t = warp_sum(t);
             if (threadIdx.x == 0) {
-                out[m] = t;
+                out[m] = st<T>(t);
                 counters[m] = 0u;   // ready for the next launch on this stream
             }
         }
@@ -308,17 +407,22 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws,
 
 }  // namespace
 
+// The exported kernels: ws, the workspace of partial sums, holds compute_t<T>
+// (float for the half formats: the host sizes it with 4-byte elements).
+// The half formats' vec kernels read 16-byte packets of 8 halves.
 #define SH_EXPORT_ROWS(T, SUF)                                                       \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    sum_rows_##SUF(const T* a, T* ws, T* out, unsigned int* counters, long long rows, \
-                   long long n, long long chunk, long long chunks) {                 \
+    sum_rows_##SUF(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters, \
+                   long long rows, long long n, long long chunk, long long chunks) { \
         sum_rows_impl<T>(a, ws, out, counters, rows, n, chunk, chunks);              \
     }
 #define SH_EXPORT_COLS(T, V, NAME)                                                   \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    NAME(const T* a, T* ws, T* out, unsigned int* counters, long long outer,         \
-         long long n, long long inner, long long chunk, long long chunks, int tx) {  \
-        sum_cols_impl<T, V>(a, ws, out, counters, outer, n, inner, chunk, chunks, tx); \
+    NAME(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters,           \
+         long long outer, long long n, long long inner, long long chunk,             \
+         long long chunks, int tx) {                                                 \
+        sum_cols_impl<T, V>(a, ws_as<T>(ws), out, counters, outer, n, inner, chunk,   \
+                            chunks, tx);                                             \
     }
 
 SH_EXPORT_ROWS(float, f32)
@@ -327,14 +431,24 @@ SH_EXPORT_COLS(float, 1, sum_cols_f32)
 SH_EXPORT_COLS(double, 1, sum_cols_f64)
 SH_EXPORT_COLS(float, 4, sum_cols_vec_f32)
 SH_EXPORT_COLS(double, 2, sum_cols_vec_f64)
+SH_EXPORT_ROWS(__nv_bfloat16, bf16)
+SH_EXPORT_ROWS(__half, f16)
+SH_EXPORT_COLS(__nv_bfloat16, 1, sum_cols_bf16)
+SH_EXPORT_COLS(__half, 1, sum_cols_f16)
+SH_EXPORT_COLS(__nv_bfloat16, 8, sum_cols_vec_bf16)
+SH_EXPORT_COLS(__half, 8, sum_cols_vec_f16)
 #define SH_EXPORT_MID(T, V, NAME)                                                    \
     extern "C" __global__ void __launch_bounds__(1024)                               \
-    NAME(const T* a, T* ws, T* out, unsigned int* counters, long long A, long long M, \
-         long long I, long long chunk, long long chunks) {                           \
-        sum_mid_impl<T, V>(a, ws, out, counters, A, M, I, chunk, chunks);            \
+    NAME(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters,           \
+         long long A, long long M, long long I, long long chunk, long long chunks) { \
+        sum_mid_impl<T, V>(a, ws_as<T>(ws), out, counters, A, M, I, chunk, chunks);  \
     }
 
 SH_EXPORT_MID(float, 1, sum_mid_f32)
 SH_EXPORT_MID(double, 1, sum_mid_f64)
 SH_EXPORT_MID(float, 4, sum_mid_vec_f32)
 SH_EXPORT_MID(double, 2, sum_mid_vec_f64)
+SH_EXPORT_MID(__nv_bfloat16, 1, sum_mid_bf16)
+SH_EXPORT_MID(__half, 1, sum_mid_f16)
+SH_EXPORT_MID(__nv_bfloat16, 8, sum_mid_vec_bf16)
+SH_EXPORT_MID(__half, 8, sum_mid_vec_f16)

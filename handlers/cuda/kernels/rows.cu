@@ -2,8 +2,12 @@
 // float-coded indices, one-hot encoding, and gathering rows of a table by such
 // indices and the gradient of that (scatter-add).
 //
-// Every kernel exists as name_f32 (float) and name_f64 (double); sizes are
-// long long.  Launch: 1-D grid of 1-D blocks.
+// Every kernel exists as name_f32 (float), name_f64 (double), name_bf16 and
+// name_f16.  The half formats compute in float (C = compute_t<T>): values are
+// widened with ld() as they are loaded, reductions (row max, sums, means,
+// variances) are carried in float, in registers, shuffles and shared memory,
+// and each result is rounded once with st<T>() as it is stored.  Scalars
+// (eps) are passed in C, sizes as long long.  Launch: 1-D grid of 1-D blocks.
 //   softmax_rows   grid-stride over rows (rows go to lane groups or to whole
 //                  blocks, see below), so any grid size works; the block
 //                  size must be a multiple of 32, at most 1024.  The host
@@ -18,7 +22,9 @@
 //   normalize_rows(_backward)  a warp per row, grid-stride; block a multiple of 32.
 //
 // An index v[i] is valid when 0 <= v[i] < cols, tested on the floating-point
-// value (NaN fails both tests), and is then truncated toward zero.
+// value widened to C (NaN fails both tests), and is then truncated toward
+// zero.  Index arrays have the handler's format T: bfloat16 holds every whole
+// number only up to 256, float16 up to 2048 (float32 up to 2^24).
 #include "common.cuh"
 
 namespace sh {
@@ -89,6 +95,7 @@ __device__ __forceinline__ T group_reduce(T v, Op op, int width) {
 template <typename T>
 __device__ __forceinline__ void softmax_groups(const T* m, T* out, long long rows,
                                                long long cols) {
+    using C = compute_t<T>;
     constexpr int R = kSoftmaxRegs;
     int width = 1;
     while ((long long)width * R < cols) width <<= 1;
@@ -97,7 +104,7 @@ __device__ __forceinline__ void softmax_groups(const T* m, T* out, long long row
     const long long per_warp = 32 / width;  // rows per warp and trip
     const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const long long nwarps = (long long)gridDim.x * (blockDim.x >> 5);
-    const T ninf = -dm::infinity<T>();
+    const C ninf = -dm::infinity<C>();
     // The trip count depends only on the warp, so all its lanes stay in the
     // loop together; groups past the last row compute on padding.
     for (long long base = warp * per_warp; base < rows; base += nwarps * per_warp) {
@@ -105,16 +112,16 @@ __device__ __forceinline__ void softmax_groups(const T* m, T* out, long long row
         const bool live = r < rows;
         const T* x = m + (live ? r : 0) * cols;
         T* y = out + (live ? r : 0) * cols;
-        T v[R];
-        T mx = ninf;
+        C v[R];
+        C mx = ninf;
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const long long j = sub + (long long)k * width;
-            v[k] = live && j < cols ? x[j] : ninf;
+            v[k] = live && j < cols ? ld(x[j]) : ninf;
             mx = dm::fmax(mx, v[k]);
         }
         mx = group_reduce(mx, MaxOp{}, width);
-        T s = T(0);
+        C s = C(0);
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             // Padding holds -inf: exp(-inf - mx) = 0 adds nothing.
@@ -127,7 +134,7 @@ __device__ __forceinline__ void softmax_groups(const T* m, T* out, long long row
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const long long j = sub + (long long)k * width;
-            if (live && j < cols) y[j] = v[k] / s;
+            if (live && j < cols) y[j] = st<T>(v[k] / s);
         }
     }
 }
@@ -135,22 +142,23 @@ __device__ __forceinline__ void softmax_groups(const T* m, T* out, long long row
 // One block per row, the row in registers.
 template <typename T>
 __device__ __forceinline__ void softmax_block_cached(const T* m, T* out, long long rows,
-                                                     long long cols, T* scratch) {
+                                                     long long cols, compute_t<T>* scratch) {
+    using C = compute_t<T>;
     constexpr int R = kSoftmaxRegs;
-    const T ninf = -dm::infinity<T>();
+    const C ninf = -dm::infinity<C>();
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* x = m + r * cols;
         T* y = out + r * cols;
-        T v[R];
-        T mx = ninf;
+        C v[R];
+        C mx = ninf;
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const long long j = threadIdx.x + (long long)k * blockDim.x;
-            v[k] = j < cols ? x[j] : ninf;
+            v[k] = j < cols ? ld(x[j]) : ninf;
             mx = dm::fmax(mx, v[k]);
         }
         mx = block_reduce(mx, MaxOp{}, ninf, scratch);
-        T s = T(0);
+        C s = C(0);
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             if ((long long)k * blockDim.x < cols) {
@@ -158,17 +166,18 @@ __device__ __forceinline__ void softmax_block_cached(const T* m, T* out, long lo
                 s += v[k];
             }
         }
-        s = block_reduce(s, SumOp{}, T(0), scratch);
+        s = block_reduce(s, SumOp{}, C(0), scratch);
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const long long j = threadIdx.x + (long long)k * blockDim.x;
-            if (j < cols) y[j] = v[k] / s;
+            if (j < cols) y[j] = st<T>(v[k] / s);
         }
     }
 }
 
-// Calls f(x[j]) for this thread's share of the row x[0, cols), by packets
-// when the row is 16-byte aligned and cols % VEC == 0.
+// Calls f(x[j]) (widened to the compute format) for this thread's share of
+// the row x[0, cols), by packets when the row is 16-byte aligned and
+// cols % VEC == 0.
 template <typename T, typename F>
 __device__ __forceinline__ void visit_row(const T* x, long long cols, bool packets, F f) {
     if (packets) {
@@ -178,25 +187,26 @@ __device__ __forceinline__ void visit_row(const T* x, long long cols, bool packe
             for (int k = 0; k < kVec<T>; ++k) f(v.v[k]);
         }
     } else {
-        for (long long j = threadIdx.x; j < cols; j += blockDim.x) f(x[j]);
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) f(ld(x[j]));
     }
 }
 
 template <typename T>
 __device__ __forceinline__ void softmax_three_pass(const T* m, T* out, long long rows,
-                                                   long long cols, T* scratch) {
-    const T ninf = -dm::infinity<T>();
+                                                   long long cols, compute_t<T>* scratch) {
+    using C = compute_t<T>;
+    const C ninf = -dm::infinity<C>();
     // Every row starts on a boundary if the first does and cols % VEC == 0.
     const bool packets = cols % kVec<T> == 0 && is_aligned16(m) && is_aligned16(out);
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* x = m + r * cols;
         T* y = out + r * cols;
-        T mx = ninf;
-        visit_row(x, cols, packets, [&](T v) { mx = dm::fmax(mx, v); });
+        C mx = ninf;
+        visit_row(x, cols, packets, [&](C v) { mx = dm::fmax(mx, v); });
         mx = block_reduce(mx, MaxOp{}, ninf, scratch);
-        T s = T(0);
-        visit_row(x, cols, packets, [&](T v) { s += dm::exp(v - mx); });
-        s = block_reduce(s, SumOp{}, T(0), scratch);
+        C s = C(0);
+        visit_row(x, cols, packets, [&](C v) { s += dm::exp(v - mx); });
+        s = block_reduce(s, SumOp{}, C(0), scratch);
         if (packets) {
             for (long long p = threadIdx.x; p < cols / kVec<T>; p += blockDim.x) {
                 Packet<T> v = load_packet(x, p);
@@ -206,14 +216,14 @@ __device__ __forceinline__ void softmax_three_pass(const T* m, T* out, long long
             }
         } else {
             for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-                y[j] = dm::exp(x[j] - mx) / s;
+                y[j] = st<T>(dm::exp(ld(x[j]) - mx) / s);
         }
     }
 }
 
 template <typename T>
 __device__ __forceinline__ void softmax_rows(const T* m, T* out, long long rows, long long cols) {
-    __shared__ T scratch[32];
+    __shared__ compute_t<T> scratch[32];  // partial max / sum per warp, in C
     if (cols <= 32 * kSoftmaxRegs)
         softmax_groups(m, out, rows, cols);
     else if (cols <= (long long)blockDim.x * kSoftmaxRegs)
@@ -224,11 +234,12 @@ __device__ __forceinline__ void softmax_rows(const T* m, T* out, long long rows,
 
 // ------------------------------------------------------------- indexing
 
-// True when x is a valid index into [0, cols); then *j is its truncation.
-// The integer test after the float one guards against T(cols) rounding up.
-template <typename T>
-__device__ __forceinline__ bool valid_index(T x, long long cols, long long* j) {
-    if (!(x >= T(0) && x < T(cols))) return false;
+// True when x (an index widened to C with ld) is a valid index into
+// [0, cols); then *j is its truncation.  The integer test after the float one
+// guards against C(cols) rounding up.
+template <typename C>
+__device__ __forceinline__ bool valid_index(C x, long long cols, long long* j) {
+    if (!(x >= C(0) && x < C(cols))) return false;
     *j = (long long)x;
     return *j < cols;
 }
@@ -240,13 +251,16 @@ __device__ __forceinline__ void index_m_by_v(const T* m, const T* v, T* out, lon
     const long long stride = grid_stride();
     for (long long i = grid_thread(); i < rows; i += stride) {
         long long j;
-        out[i] = valid_index(v[i], cols, &j) ? m[i * cols + j] : dm::quiet_nan<T>();
+        // The element is copied as stored (no widening needed); NaN is rounded from C.
+        out[i] = valid_index(ld(v[i]), cols, &j) ? m[i * cols + j]
+                                                 : st<T>(dm::quiet_nan<compute_t<T>>());
     }
 }
 
 // What binarize_v's batched loop carries from its load to its store: the
-// row's index value and the (packet) column.  The arithmetic waits for the
-// store step, so that all loads of a batch are in flight together.
+// row's index value (as stored, widened in the store step) and the (packet)
+// column.  The arithmetic waits for the store step, so that all loads of a
+// batch are in flight together.
 template <typename T>
 struct RowPick {
     T index;
@@ -258,6 +272,7 @@ struct RowPick {
 // straddles rows and goes out as one 16-byte store.
 template <typename T>
 __device__ __forceinline__ void binarize_v(const T* v, T* out, long long rows, long long cols) {
+    using C = compute_t<T>;
     constexpr int W = kVec<T>;
     const long long total = rows * cols;
     if (total <= 0) return;
@@ -267,17 +282,17 @@ __device__ __forceinline__ void binarize_v(const T* v, T* out, long long rows, l
         MixedRadix ij(start, stride, cols / W, rows);  // d1 = row, d0 = packet column
         batched_loop<4>(0, total / W, ij, pick, [&](long long p, const RowPick<T>& x) {
             long long hot;
-            if (!valid_index(x.index, cols, &hot)) hot = -1;
+            if (!valid_index(ld(x.index), cols, &hot)) hot = -1;
             Packet<T> r;
 #pragma unroll
-            for (int k = 0; k < W; ++k) r.v[k] = x.col * W + k == hot ? T(1) : T(0);
+            for (int k = 0; k < W; ++k) r.v[k] = x.col * W + k == hot ? C(1) : C(0);
             store_packet(out, p, r);
         });
     } else {
         MixedRadix ij(start, stride, cols, rows);  // d1 = row, d0 = column
         batched_loop<4>(0, total, ij, pick, [&](long long e, const RowPick<T>& x) {
             long long hot;
-            out[e] = valid_index(x.index, cols, &hot) && hot == x.col ? T(1) : T(0);
+            out[e] = st<T>(valid_index(ld(x.index), cols, &hot) && hot == x.col ? C(1) : C(0));
         });
     }
 }
@@ -288,7 +303,8 @@ __device__ __forceinline__ void binarize_v(const T* v, T* out, long long rows, l
 // valid_index with cols = vocab.  Neither kernel touches memory outside
 // table, rows and idx, whatever idx holds.
 
-// out[i, :] = table[idx[i], :], NaN for an invalid index.  Grid-stride over
+// out[i, :] = table[idx[i], :], NaN for an invalid index.  Elements are
+// copied as stored (T, no widening: a copy is exact).  Grid-stride over
 // the n * d elements of out; any grid and block size.  out must not overlap
 // table or idx (the op table's rule), so loads may be batched ahead of stores.
 template <typename T>
@@ -301,8 +317,9 @@ __device__ __forceinline__ void gather_rows(const T* __restrict__ table,
     batched_loop<4>(0, total, ij,
                     [&](long long, const MixedRadix& c) {
                         long long j;
-                        return valid_index(idx[c.d1], vocab, &j) ? table[j * d + c.d0]
-                                                                 : dm::quiet_nan<T>();
+                        return valid_index(ld(idx[c.d1]), vocab, &j)
+                                   ? table[j * d + c.d0]
+                                   : st<T>(dm::quiet_nan<compute_t<T>>());
                     },
                     [&](long long e, T x) { out[e] = x; });
 }
@@ -320,32 +337,41 @@ __device__ __forceinline__ void gather_rows(const T* __restrict__ table,
 // of a warp take adjacent columns: every access of a step is coalesced.
 // Grid: at least ceil(d / blockDim.x) blocks (extra threads exit).  out must
 // not overlap a or idx.
+// Half formats: each addition is computed in float and rounded to T as it is
+// stored, i.e. one rounding per index (as NumPy's ufunc.at on float16 does:
+// float has more than 2p + 2 bits, so each stored sum is the correctly
+// rounded half sum).  A row hit k times thus carries up to k roundings of
+// the format; the sums are not carried in float across indices.
 template <typename T>
 __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,
                                                  const T* __restrict__ idx, T* out, long long n,
                                                  long long vocab, long long d) {
+    using C = compute_t<T>;
     constexpr int kBatch = 8;
     const long long c = grid_thread();
     if (c >= d) return;
     for (long long i0 = 0; i0 < n; i0 += kBatch) {
         long long row[kBatch];
-        T add[kBatch];
+        C add[kBatch];
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
             const long long i = i0 + k;
             row[k] = -1;
-            add[k] = T(0);
+            add[k] = C(0);
             if (i < n) {
                 long long j;
-                if (valid_index(idx[i], vocab, &j)) {
+                if (valid_index(ld(idx[i]), vocab, &j)) {
                     row[k] = j;
-                    add[k] = a[i * d + c];
+                    add[k] = ld(a[i * d + c]);
                 }
             }
         }
 #pragma unroll
         for (int k = 0; k < kBatch; ++k)
-            if (row[k] >= 0) out[row[k] * d + c] += add[k];
+            if (row[k] >= 0) {
+                T& o = out[row[k] * d + c];
+                o = st<T>(add[k] + ld(o));
+            }
     }
 }
 
@@ -354,32 +380,34 @@ __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,
 // LayerNorm's row work: one warp per row (grid-stride over rows by warps, so
 // any grid works; the block size must be a multiple of 32).  A warp's trip
 // count depends only on the warp, so its lanes stay in the loop together for
-// the shuffles.  Each lane strides over the row; sums are in T, reduced by
-// shuffles in a fixed order (the same bits on every run).  Rows are read
-// again for each pass rather than kept: d is unbounded.
+// the shuffles.  Each lane strides over the row; sums are in C (float for
+// the half formats), reduced by shuffles in a fixed order (the same bits on
+// every run).  Rows are read again for each pass rather than kept: d is
+// unbounded.
 
 // rstd[r] = 1 / sqrt(mean((x - mean)^2) + eps), xhat = (x - mean) * rstd.
 // The variance is summed from centred values (two passes), which stays
-// accurate when the mean is large next to the spread.
-template <typename T>
-__device__ __forceinline__ void normalize_rows(const T* x, T eps, T* xhat, T* rstd,
+// accurate when the mean is large next to the spread.  xhat is computed from
+// the unrounded float rstd; rstd is rounded to T only as it is stored.
+template <typename T, typename C = compute_t<T>>
+__device__ __forceinline__ void normalize_rows(const T* x, C eps, T* xhat, T* rstd,
                                                long long rows, long long d) {
     const int lane = threadIdx.x & 31;
     const long long warp = grid_thread() >> 5, nwarps = grid_stride() >> 5;
     for (long long r = warp; r < rows; r += nwarps) {
         const T* xr = x + r * d;
-        T s = T(0);
-        for (long long j = lane; j < d; j += 32) s += xr[j];
-        const T mean = group_reduce(s, SumOp{}, 32) / T(d);
-        T q = T(0);
+        C s = C(0);
+        for (long long j = lane; j < d; j += 32) s += ld(xr[j]);
+        const C mean = group_reduce(s, SumOp{}, 32) / C(d);
+        C q = C(0);
         for (long long j = lane; j < d; j += 32) {
-            const T c = xr[j] - mean;
+            const C c = ld(xr[j]) - mean;
             q += c * c;
         }
-        const T inv = T(1) / dm::sqrt(group_reduce(q, SumOp{}, 32) / T(d) + eps);
+        const C inv = C(1) / dm::sqrt(group_reduce(q, SumOp{}, 32) / C(d) + eps);
         T* yr = xhat + r * d;
-        for (long long j = lane; j < d; j += 32) yr[j] = (xr[j] - mean) * inv;
-        if (lane == 0) rstd[r] = inv;
+        for (long long j = lane; j < d; j += 32) yr[j] = st<T>((ld(xr[j]) - mean) * inv);
+        if (lane == 0) rstd[r] = st<T>(inv);
     }
 }
 
@@ -387,21 +415,24 @@ __device__ __forceinline__ void normalize_rows(const T* x, T eps, T* xhat, T* rs
 template <typename T>
 __device__ __forceinline__ void normalize_rows_backward(const T* xhat, const T* rstd, const T* g,
                                                         T* dx, long long rows, long long d) {
+    using C = compute_t<T>;
     const int lane = threadIdx.x & 31;
     const long long warp = grid_thread() >> 5, nwarps = grid_stride() >> 5;
     for (long long r = warp; r < rows; r += nwarps) {
         const T* hr = xhat + r * d;
         const T* gr = g + r * d;
-        T s1 = T(0), s2 = T(0);
+        C s1 = C(0), s2 = C(0);
         for (long long j = lane; j < d; j += 32) {
-            s1 += gr[j];
-            s2 += gr[j] * hr[j];
+            const C gj = ld(gr[j]);
+            s1 += gj;
+            s2 += gj * ld(hr[j]);
         }
-        const T m1 = group_reduce(s1, SumOp{}, 32) / T(d);
-        const T m2 = group_reduce(s2, SumOp{}, 32) / T(d);
-        const T inv = rstd[r];
+        const C m1 = group_reduce(s1, SumOp{}, 32) / C(d);
+        const C m2 = group_reduce(s2, SumOp{}, 32) / C(d);
+        const C inv = ld(rstd[r]);
         T* out = dx + r * d;
-        for (long long j = lane; j < d; j += 32) out[j] = inv * (gr[j] - m1 - hr[j] * m2);
+        for (long long j = lane; j < d; j += 32)
+            out[j] = st<T>(inv * (ld(gr[j]) - m1 - ld(hr[j]) * m2));
     }
 }
 
@@ -421,7 +452,7 @@ SH_EXPORT(gather_rows, (const T* table, const T* idx, T* out, long long n, long 
 SH_EXPORT(scatter_add_rows, (const T* a, const T* idx, T* out, long long n, long long vocab,
                              long long d),
           sh::scatter_add_rows(a, idx, out, n, vocab, d))
-SH_EXPORT(normalize_rows, (const T* x, T eps, T* xhat, T* rstd, long long rows, long long d),
+SH_EXPORT(normalize_rows, (const T* x, C eps, T* xhat, T* rstd, long long rows, long long d),
           sh::normalize_rows(x, eps, xhat, rstd, rows, d))
 SH_EXPORT(normalize_rows_backward, (const T* xhat, const T* rstd, const T* g, T* dx,
                                     long long rows, long long d),

@@ -11,6 +11,10 @@
 // runs in l order, so results are reproducible bit for bit.  With accumulate
 // == 0 the old contents of out are never read (NaN there does not propagate).
 //
+// Formats: the products and the sum are in the compute format C (float for
+// the halves, whose products of two elements are exact there), and out[e]
+// (with its old value added when accumulating) is rounded once to T.
+//
 // Launch: a 1-D grid of 1-D blocks of any size (grid-stride loop).
 #include "common.cuh"
 
@@ -23,7 +27,8 @@ SH_EXPORT(small_gemm,
               const long long i = e / n, j = e - (e / n) * n;
               const T* pa = a + i * stride_a_row;
               const T* pb = b + j * stride_b_col;
-              T acc = 0;
-              for (long long l = 0; l < k; ++l) acc += pa[l * stride_a_l] * pb[l * stride_b_l];
-              out[e] = accumulate ? out[e] + acc : acc;
+              C acc = 0;
+              for (long long l = 0; l < k; ++l)
+                  acc += sh::ld(pa[l * stride_a_l]) * sh::ld(pb[l * stride_b_l]);
+              out[e] = sh::st<T>(accumulate ? sh::ld(out[e]) + acc : acc);
           })

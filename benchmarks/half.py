@@ -1,0 +1,266 @@
+"""``python -m benchmarks half``: bfloat16 on the GPU against PyTorch (issue 21).
+
+Sections, measured in one process on one GPU, each library timed in
+interleaved order (:func:`benchmarks.gpu.interleaved`), every result checked
+against NumPy in float64 (``checks`` in the saved run):
+
+* elementwise ops on 64M bfloat16 elements against the device-to-device copy
+  bandwidth, every library credited with the same minimal bytes (inputs read
+  once, the output written once); target >= 85% of copy;
+* ``dot_mm`` at 1024^3 and 4096^3 against ``torch.matmul`` in bfloat16 (both
+  on tensor cores, accumulating in float32); target >= 0.95x PyTorch's speed;
+* ``sum_t`` on bfloat16 (accumulating in float32); target >= 70% of copy;
+* a compute-bound MLP training step (4096 wide, batch 4096, SGD):
+  PyCudaHandler in bfloat16 against the same step in float32, and against
+  PyTorch eager under ``torch.autocast(bfloat16)`` (float32 parameters);
+  targets >= 2x our float32 step and >= 1.0x PyTorch.  Our bfloat16 step
+  keeps its parameters in bfloat16 (no float32 master copy): mixed precision
+  on the GPU needs PyCudaHandler twins, which do not exist yet, so this row
+  is the bfloat16 arithmetic alone.  PyTorch's pure-bfloat16 step (parameters
+  in bfloat16 too) is printed beside it as the like-for-like peer.
+"""
+import numpy as np
+
+from benchmarks.common import (
+    Run,
+    check_line,
+    derive,
+    gpu_name,
+    print_table,
+    rel_error,
+    suite_parser,
+)
+from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
+from benchmarks.ops import LOOP, copy_spread
+from handlers import dtypes
+
+BANDWIDTH_TARGET, GEMM_TARGET, SUM_TARGET = 0.85, 0.95, 0.70
+STEP_OVER_F32, STEP_OVER_TORCH = 2.0, 1.0
+#: name: (our call on (inputs..., out), PyTorch's on (inputs..., out), inputs, NumPy)
+ELEMENTWISE = {
+    "add_tt": (lambda h, a, b, o: h.add_tt(a, b, o), lambda t, a, b, o: t.add(a, b, out=o), 2,
+               lambda a, b: a + b),
+    "mult_tt": (lambda h, a, b, o: h.mult_tt(a, b, o), lambda t, a, b, o: t.mul(a, b, out=o), 2,
+                lambda a, b: a * b),
+    "sigmoid": (lambda h, a, o: h.sigmoid(a, o), lambda t, a, o: t.sigmoid(a, out=o), 1,
+                lambda a: 1 / (1 + np.exp(-a))),
+    "relu": (lambda h, a, o: h.relu(a, o), lambda t, a, o: t.clamp_min(a, 0, out=o), 1,
+             lambda a: np.maximum(a, 0)),
+}
+SUMS = [((8192, 4096), 0), ((8192, 4096), 1), ((64, 128, 32, 32), (0, 2, 3))]
+GEMM_SIZES = (1024, 4096)
+MLP = dict(width=4096, batch=4096, layers=3, lr=1e-3)
+
+
+def _tol(k=1):
+    """Relative error allowed against float64 for a bfloat16 result (inputs
+    rounded to bfloat16 first, so only the output's rounding and float32
+    accumulation count): a few units of bfloat16's roundoff."""
+    return 4 * dtypes.unit_roundoff("bfloat16") + 1e-6 * np.sqrt(k)
+
+
+def elementwise(h, torch, copy_bw, checks, reps, n=1 << 26):
+    rng = np.random.default_rng(1)
+    bf = dtypes.bfloat16()
+    hosts = [[rng.standard_normal(n).astype(np.float32).astype(bf) for _ in range(2)]
+             for _ in range(2)]
+    ours = [[h.create_from_numpy(a) for a in s] for s in hosts]
+    out = h.allocate((n,))
+    theirs = [[torch.from_numpy(a.astype(np.float32)).cuda().bfloat16() for a in s]
+              for s in hosts] if torch else None
+    tout = torch.empty(n, dtype=torch.bfloat16, device="cuda") if torch else None
+    rows, results = [], []
+    for name, (f, g, k, ref) in ELEMENTWISE.items():
+        cases = {"ours": (EventTimer("pycuda", h.stream),
+                          lambda i, f=f, k=k: f(h, *ours[i % 2][:k], out))}
+        if torch:
+            cases["torch"] = (EventTimer("torch", module=torch),
+                              lambda i, g=g, k=k: g(torch, *theirs[i % 2][:k], tout))
+        ms = interleaved(cases, reps=reps, inner=LOOP)
+        nbytes = (k + 1) * n * 2
+        bps = {lib: derive(v, lambda t: nbytes / (t * 1e-3)) for lib, v in ms.items()}
+        frac = bps["ours"]["median"] / copy_bw
+        tb = bps["torch"]["median"] if torch else float("nan")
+        rows.append([name, bps["ours"]["median"] / 1e12, frac, tb / 1e12, tb / copy_bw,
+                     "yes" if frac >= BANDWIDTH_TARGET else "NO"])
+        results.append(dict(op=name, ours_Bps=bps["ours"], torch_Bps=bps.get("torch"),
+                            fraction_of_copy=frac, target=BANDWIDTH_TARGET))
+        f(h, *ours[0][:k], out)
+        want = ref(*(a.astype(np.float64) for a in hosts[0][:k]))
+        errors = {"ours": rel_error(h.get_numpy_copy(out), want)}
+        if torch:
+            g(torch, *theirs[0][:k], tout)
+            errors["torch"] = rel_error(tout.float().cpu().numpy(), want)
+        checks.append(dict(what=f"{name} bf16", errors=errors, tol=_tol(),
+                           ok=check_line(f"{name} bf16", errors, _tol())))
+    print(f"\nElementwise, bfloat16, {n:,} elements (TB/s, minimal bytes); copy = "
+          f"{copy_bw / 1e12:.3f} TB/s; target >= {BANDWIDTH_TARGET:.0%} of copy")
+    print_table(["op", "ours", "ours/copy", "torch", "torch/copy", "ok"], rows)
+    return results
+
+
+def gemms(h, torch, checks, reps):
+    rng = np.random.default_rng(2)
+    bf = dtypes.bfloat16()
+    rows, results = [], []
+    for n in GEMM_SIZES:
+        host = [rng.standard_normal((n, n)).astype(np.float32).astype(bf) for _ in range(2)]
+        a, b = (h.create_from_numpy(x) for x in host)
+        o = h.allocate((n, n))
+        cases = {"ours": (EventTimer("pycuda", h.stream), lambda i: h.dot_mm(a, b, o))}
+        if torch:
+            ta, tb = (torch.from_numpy(x.astype(np.float32)).cuda().bfloat16() for x in host)
+            to = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
+            cases["torch"] = (EventTimer("torch", module=torch),
+                              lambda i: torch.matmul(ta, tb, out=to))
+        ms = interleaved(cases, reps=reps, inner=LOOP if n <= 1024 else 2)
+        flops = 2 * n ** 3
+        tf = {lib: derive(v, lambda t: flops / (t * 1e-3)) for lib, v in ms.items()}
+        ratio = (ms["torch"]["median"] / ms["ours"]["median"]) if torch else float("nan")
+        rows.append([f"{n}^3", tf["ours"]["median"] / 1e12,
+                     tf["torch"]["median"] / 1e12 if torch else float("nan"), ratio,
+                     "yes" if ratio >= GEMM_TARGET else "NO"])
+        results.append(dict(n=n, ours_flops=tf["ours"], torch_flops=tf.get("torch"),
+                            torch_over_ours=ratio, target=GEMM_TARGET))
+        h.dot_mm(a, b, o)
+        want = host[0].astype(np.float64) @ host[1].astype(np.float64)
+        errors = {"ours": rel_error(h.get_numpy_copy(o), want)}
+        if torch:
+            errors["torch"] = rel_error(torch.matmul(ta, tb).float().cpu().numpy(), want)
+        checks.append(dict(what=f"dot_mm bf16 {n}^3", errors=errors, tol=_tol(n),
+                           ok=check_line(f"dot_mm bf16 {n}^3", errors, _tol(n))))
+    print(f"\ndot_mm, bfloat16 (TFLOP/s); target: torch time / ours >= {GEMM_TARGET}")
+    print_table(["size", "ours", "torch", "torch/ours", "ok"], rows)
+    return results
+
+
+def sums(h, torch, copy_bw, checks, reps):
+    rng = np.random.default_rng(3)
+    bf = dtypes.bfloat16()
+    rows, results = [], []
+    for shape, axis in SUMS:
+        host = [rng.standard_normal(shape).astype(np.float32).astype(bf) for _ in range(2)]
+        xs = [h.create_from_numpy(x) for x in host]
+        want = host[0].astype(np.float64).sum(axis)
+        o = h.allocate(want.shape)
+        cases = {"ours": (EventTimer("pycuda", h.stream), lambda i: h.sum_t(xs[i % 2], axis, o))}
+        if torch:
+            tx = [torch.from_numpy(x.astype(np.float32)).cuda().bfloat16() for x in host]
+            cases["torch"] = (EventTimer("torch", module=torch),
+                              lambda i: tx[i % 2].sum(dim=axis))
+        ms = interleaved(cases, reps=reps, inner=LOOP)
+        nbytes = 2 * (host[0].size + want.size)
+        bps = {lib: derive(v, lambda t: nbytes / (t * 1e-3)) for lib, v in ms.items()}
+        frac = bps["ours"]["median"] / copy_bw
+        tb = bps["torch"]["median"] if torch else float("nan")
+        rows.append([str(shape), str(axis), bps["ours"]["median"] / 1e12, frac, tb / 1e12,
+                     "yes" if frac >= SUM_TARGET else "NO"])
+        results.append(dict(shape=list(shape), axis=axis, ours_Bps=bps["ours"],
+                            torch_Bps=bps.get("torch"), fraction_of_copy=frac,
+                            target=SUM_TARGET))
+        h.sum_t(xs[0], axis, o)
+        k = host[0].size // want.size
+        errors = {"ours": rel_error(h.get_numpy_copy(o), want)}
+        if torch:
+            errors["torch"] = rel_error(tx[0].sum(dim=axis).float().cpu().numpy(), want)
+        checks.append(dict(what=f"sum_t bf16 {shape} {axis}", errors=errors, tol=_tol(k),
+                           ok=check_line(f"sum_t bf16 {shape} {axis}", errors, _tol(k))))
+    print(f"\nsum_t, bfloat16 (TB/s, input read once + output written once); target >= "
+          f"{SUM_TARGET:.0%} of copy")
+    print_table(["shape", "axis", "ours", "ours/copy", "torch", "ok"], rows)
+    return results
+
+
+def _our_mlp(h):
+    """fn(i): one SGD training step of the MLP on handler ``h``."""
+    from layers import SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
+    w, n = MLP["width"], MLP["batch"]
+    layers = []
+    for _ in range(MLP["layers"]):
+        layers += [FullyConnected(w, w), ReLU()]
+    layers[-1:] = []
+    net = Sequential(h, layers, SoftmaxCrossEntropy(), seed=0)
+    opt = SGD(net.parameters, lr=MLP["lr"])
+    rng = np.random.default_rng(4)
+    x = h.create_from_numpy(rng.standard_normal((n, w)))
+    y = h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
+
+    def step(i):
+        net.train_step(x, y)
+        opt.step()
+    return step
+
+
+def _torch_mlp(torch, autocast):
+    """fn(i): the same step in PyTorch: float32 parameters under autocast, or
+    bfloat16 parameters throughout."""
+    w, n = MLP["width"], MLP["batch"]
+    mods = []
+    for _ in range(MLP["layers"]):
+        mods += [torch.nn.Linear(w, w), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*mods[:-1]).cuda()
+    if not autocast:
+        model = model.bfloat16()
+    opt = torch.optim.SGD(model.parameters(), lr=MLP["lr"])
+    x = torch.randn(n, w, device="cuda", dtype=torch.float32 if autocast else torch.bfloat16)
+    y = torch.randint(0, w, (n,), device="cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def mlp_step(h, h32, torch, reps):
+    cases = {"ours bf16": (EventTimer("pycuda", h.stream), _our_mlp(h)),
+             "ours f32": (EventTimer("pycuda", h32.stream), _our_mlp(h32))}
+    if torch:
+        cases["torch autocast bf16"] = (EventTimer("torch", module=torch), _torch_mlp(torch, True))
+        cases["torch bf16"] = (EventTimer("torch", module=torch), _torch_mlp(torch, False))
+    ms = interleaved(cases, reps=reps, inner=1)
+    med = {k: v["median"] for k, v in ms.items()}
+    over_f32 = med["ours f32"] / med["ours bf16"]
+    over_torch = med.get("torch autocast bf16", float("nan")) / med["ours bf16"]
+    print(f"\nMLP training step, width {MLP['width']}, batch {MLP['batch']}, "
+          f"{MLP['layers']} layers, SGD (ms per step)")
+    print_table(["library", "ms", "its time / ours bf16"],
+                [[k, v, v / med["ours bf16"]] for k, v in med.items()])
+    print(f"ours bf16 vs ours f32: {over_f32:.2f}x (target >= {STEP_OVER_F32}x: "
+          f"{'yes' if over_f32 >= STEP_OVER_F32 else 'NO'}); vs torch autocast: "
+          f"{over_torch:.2f}x (target >= {STEP_OVER_TORCH}x: "
+          f"{'yes' if over_torch >= STEP_OVER_TORCH else 'NO'})")
+    return dict(ms=ms, over_f32=over_f32, over_torch_autocast=over_torch,
+                targets=dict(over_f32=STEP_OVER_F32, over_torch=STEP_OVER_TORCH))
+
+
+def main(argv=None):
+    """Run the suite (options: ``--help``); returns the exit status."""
+    parser = suite_parser("half", __doc__)
+    parser.add_argument("--quick", action="store_true", help="few repeats")
+    args = parser.parse_args(argv)
+    h = cuda_handler("half", "bfloat16")
+    if h is None:
+        return 0
+    h32 = cuda_handler("half", np.float32)
+    run = Run("half", gpu_name(), vars(args))
+    torch = optional_peers().get("torch")
+    print(f"peer: {'PyTorch' if torch else 'none'}")
+    reps = 5 if args.quick else 15
+    checks = []
+    results = {"gpu": run.device, "checks": checks}
+    copy_bw = copy_spread(h, 1 << 26, reps)["median"]
+    results["copy_Bps"] = copy_bw
+    results["elementwise"] = elementwise(h, torch, copy_bw, checks, reps)
+    results["dot_mm"] = gemms(h, torch, checks, reps)
+    results["sum_t"] = sums(h, torch, copy_bw, checks, reps)
+    results["mlp_step"] = mlp_step(h, h32, torch, max(3, reps // 3))
+    bad = [c["what"] for c in checks if not c["ok"]]
+    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
+          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    if args.save:
+        run.save(results)
+    return 0
