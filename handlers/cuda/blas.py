@@ -200,6 +200,11 @@ class _NvmathGemm:
 #: cublasMath_t: CUBLAS_DEFAULT_MATH, and CUBLAS_TF32_TENSOR_OP_MATH (float32
 #: products on TF32 tensor cores: inputs rounded to 10 explicit mantissa bits)
 _DEFAULT_MATH, _TF32_MATH = 0, 3
+#: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: without it, cuBLAS may
+#: add a half product's split-K partial sums in the output's format (seen on
+#: an H200: float16 dot_add_mm at 64x129x64 off by 0.9 of a unit in the last
+#: place, i.e. rounded twice); with it, every reduction stays in float32.
+_NO_REDUCED_REDUCTION = 16
 
 
 def make_gemm(backend, dtype, stream, tf32=False):
@@ -211,7 +216,7 @@ def make_gemm(backend, dtype, stream, tf32=False):
     handle, the one-call C path's included, may then run on TF32 tensor
     cores); otherwise the handle stays in cuBLAS's default mode, which never
     uses TF32 unless the environment variable ``NVIDIA_TF32_OVERRIDE`` says
-    so.
+    so.  The half formats' handles disallow reduced-precision reductions.
     """
     if backend == "scikit-cuda":
         gemm = _SkcudaGemm(np.dtype(dtype), stream)
@@ -221,4 +226,6 @@ def make_gemm(backend, dtype, stream, tf32=False):
         raise ValueError(f"PyCudaHandler: blas must be one of {BACKENDS}, got {backend!r}")
     if tf32:
         gemm.set_math_mode(_TF32_MATH)
+    elif gemm.kind >= KINDS["bf16"]:   # the halves: float32 accumulation throughout
+        gemm.set_math_mode(_DEFAULT_MATH | _NO_REDUCED_REDUCTION)
     return gemm

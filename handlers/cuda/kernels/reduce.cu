@@ -319,7 +319,7 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
 // Task t = m * chunks + c sums rows a in [c * chunk, (c + 1) * chunk) of
 // column m: len * I elements in len contiguous runs of I at a stride of M * I.
 // The block's threads stride over the task's V-wide packets (32-bit indices:
-// the host keeps len * I / V below 2^31), 16 / V packets (16 elements) in
+// the host keeps len * I / V below 2^31), UNROLL packets (below) in
 // flight each; the block's partial sums are added in thread order.  With
 // chunks > 1 the last block of a column adds its chunks' partials in chunk
 // order, so the result depends only on the shape and the block size (as in
@@ -335,7 +335,10 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
     using C = compute_t<T>;
     C* const ws = ws_of(ws_);
     using VT = typename Load<T, V>::type;
-    constexpr int UNROLL = 16 / V;
+    // Loads in flight per thread: 16 elements (16 / V packets), and for the
+    // halves 4 packets (32 elements, float4's bytes): 2 packets left an H200
+    // waiting on memory.
+    constexpr int UNROLL = V == 8 ? 4 : 16 / V;
     __shared__ C warps[32];
     __shared__ bool last;
     const unsigned int nvi = (unsigned int)(I / V);     // packets per run
