@@ -720,7 +720,14 @@ KERNELS = {
     "extreme_join": ("extrema", "PPPqqi"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),
-    "cast_other": ("layout", "PPq"),
+    **{f"cast_from_{src}": ("layout", "PPq") for src in ("f32", "f64", "bf16", "f16")},
+    "add_compute": ("elementwise", "PPq"),
+    "widen": ("elementwise", "PPq"),
+    "narrow": ("elementwise", "PTPq"),
+    "scatter_add_rows_wide": ("rows", "PPPqqq"),
+    **{f"{k}_wide": ("reduce", fmt) for k, fmt in (
+        ("sum_rows", "PPPPqqqq"), ("sum_cols", "PPPPqqqqqi"), ("sum_cols_vec", "PPPPqqqqqi"),
+        ("sum_mid", "PPPPqqqqq"), ("sum_mid_vec", "PPPPqqqqq"))},
     "pool_fwd": ("pool", "PPPqqqqqiiiiiii"),
     "pool_bwd": ("pool", "PPPqqqqqiiiiiii"),
 }

@@ -243,7 +243,7 @@ def test_partial_overlaps_raise_and_write_nothing(handler, rng):
 
 
 # ============================================================================ bad calls
-def test_bad_calls(handler, rng):
+def test_bad_calls(handler, handler_id, rng, sibling_handler):
     x, _ = upload(handler, rand((3, 4), rng))
     y = poisoned(handler, (3, 4))
     with pytest.raises(ValueError, match=r"gelu_fwd: shapes differ: x \(3, 4\), y \(4, 3\)"):
@@ -254,8 +254,9 @@ def test_bad_calls(handler, rng):
     with pytest.raises(ValueError, match="row input b"):
         BIAS_RELU(handler, x, poisoned(handler, (1, 3)), y)
     with pytest.raises(TypeError, match="gelu_fwd: expected dtype"):
-        GELU(handler, x, handler.create_from_numpy(np.zeros((3, 4))).astype(
-            np.float64 if handler.dtype == np.float32 else np.float32))
+        other = sibling_handler(handler_id, np.float64 if handler.dtype == np.float32
+                                else np.float32)
+        GELU(handler, x, other.create_from_numpy(np.zeros((3, 4))))
     with pytest.raises(TypeError, match="gelu_fwd"):
         GELU(handler, [1.0, 2.0], y)
     with pytest.raises(TypeError, match="affine: alpha must be a real number"):

@@ -40,7 +40,7 @@ DTYPES = (np.float32, np.float64)
 #: kernel name -> a fake function handle, in one_call.KERNELS order
 HANDLES = {name: 0x1000 + 0x10 * i
            for i, name in enumerate(one_call.KERNELS + ("small_gemm", "axpby_dev"))}
-SLOT = SimpleNamespace(handle=7, gemm=SimpleNamespace(c_symbol=0, handle=0))
+SLOT = SimpleNamespace(handle=7, gemm=SimpleNamespace(c_symbol=0, handle=0, kind=0))
 
 
 # --------------------------------------------------------------------- arrays

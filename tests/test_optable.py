@@ -2,7 +2,9 @@
 
 * Every kernel's argument format in the table matches the kernel's signature
   in its ``.cu`` source (the sources preprocessed with the host C++ compiler,
-  so the ``SH_*`` macros are expanded), for both instantiations.
+  so the ``SH_*`` macros are expanded), for all four instantiations; in the
+  half formats' a scalar must be of the compute type (the host passes a
+  float), never the 2-byte storage type.
 * Every kernel the sources export is in the table, so none is loaded by hand.
 * The contract's elementwise methods are the table's: signature, docstring,
   and a handler missing a backend hook fails when it is made.
@@ -21,17 +23,23 @@ from handlers.optable import ELEMENTWISE, KERNELS, OPS, PUBLIC, kernel_format
 
 SOURCES = Path(__file__).resolve().parents[1] / "handlers" / "cuda" / "kernels"
 CXX = shutil.which("g++") or shutil.which("clang++")
-EXPORT = re.compile(r'extern\s+"C"\s+void\s+(\w+)_f(32|64)\s*\(([^)]*)\)')
+EXPORT = re.compile(r'extern\s+"C"\s+void\s+(\w+)_(f32|f64|bf16|f16)\s*\(([^)]*)\)')
+#: each instantiation's storage type; the compute type C is float but for f64
+STORAGE = {"f32": "float", "f64": "double", "bf16": "__nv_bfloat16", "f16": "__half"}
+SUFFIXES = tuple(STORAGE)
 
 
-def _code(param, T):
-    """The launch format code of one C parameter (``T`` the instantiation's
-    scalar type, "float" or "double")."""
+def _code(param, suffix):
+    """The launch format code of one C parameter of instantiation ``suffix``:
+    "T" for a scalar of the format's compute type (the host's "T"), "!" for a
+    scalar of a half storage type (the host would pass 4 bytes for 2)."""
     if "*" in param:
         return "P"
     ctype = " ".join(param.replace("const", "").split()[:-1])   # drop the name
-    if ctype in ("T", T):
+    if ctype == "C" or (ctype in ("T", STORAGE[suffix]) and suffix in ("f32", "f64")):
         return "T"
+    if ctype in ("T", STORAGE[suffix]):
+        return "!"
     return {"long long": "q", "unsigned long long": "Q", "int": "i", "float": "f",
             "double": "d"}[ctype]
 
@@ -40,14 +48,16 @@ def exported():
     """kernel name -> {dtype suffix: format} as the .cu sources declare them."""
     found = {}
     for src in sorted(SOURCES.glob("*.cu")):
+        # SH_HOST_PREPROCESS: common.cuh leaves out CUDA's headers, which a
+        # machine without the toolkit does not have (only macros matter here).
         cmd = [CXX, "-E", "-P", "-x", "c++", "-std=c++17", "-D__global__=", "-D__device__=",
-               "-D__forceinline__=", "-D__launch_bounds__(...)=", "-I", str(SOURCES), str(src)]
+               "-D__forceinline__=", "-D__launch_bounds__(...)=", "-DSH_HOST_PREPROCESS",
+               "-I", str(SOURCES), str(src)]
         text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        # Inside namespace sh_f32 (sh_f64) the kernels are written in terms of T.
-        for name, bits, params in EXPORT.findall(text):
-            T = "float" if bits == "32" else "double"
-            fmt = "".join(_code(p.strip(), T) for p in params.split(",") if p.strip())
-            found.setdefault(name, {})[bits] = (src.stem, fmt)
+        # Inside namespace sh_<suffix> the kernels are written in terms of T and C.
+        for name, suffix, params in EXPORT.findall(text):
+            fmt = "".join(_code(p.strip(), suffix) for p in params.split(",") if p.strip())
+            found.setdefault(name, {})[suffix] = (src.stem, fmt)
     return found
 
 
@@ -62,9 +72,10 @@ def sources():
 def test_kernel_format_matches_its_source(sources, kernel):
     file, fmt = KERNELS[kernel]
     assert kernel in sources, f"{kernel} is not exported by any .cu source"
-    for bits in ("32", "64"):
-        assert sources[kernel][bits] == (file, fmt), (
-            f"{kernel}_f{bits}: table says {file}.cu {fmt}, source has {sources[kernel][bits]}")
+    for suffix in SUFFIXES:
+        assert sources[kernel].get(suffix) == (file, fmt), (
+            f"{kernel}_{suffix}: table says {file}.cu {fmt}, source has "
+            f"{sources[kernel].get(suffix)}")
 
 
 def test_every_exported_kernel_is_in_the_table(sources):

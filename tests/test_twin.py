@@ -144,7 +144,7 @@ def test_cast_t_takes_an_array_of_another_handler_of_the_class(handler, handler_
                                                               sibling_handler):
     """Not only a twin's: any array of a format the class holds (ordering with
     its handler is then the caller's, as for any two handlers).  On the GPU
-    this is the cast kernel between float32 and float64."""
+    this is one of the cast_from_<format> kernels."""
     other = next(dt for dt in (np.float64, np.float32) if dt != handler.dtype)
     src_h = sibling_handler(handler_id, other)
     values = rand(S, rng, -3.0, 3.0)

@@ -52,9 +52,12 @@ typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const v
 typedef int (*gemm_batched_ex_fn)(void *, int, int, int, int, int, const void *, const void *,
                                   int, int, long long, const void *, int, int, long long,
                                   const void *, void *, int, int, long long, int, int, int);
-/* cudaDataType_t of the half formats, by GEMM kind (2: bfloat16, 3: float16),
- * and cuBLAS's float32 compute type and default algorithm. */
-static int half_type(int kind) { return kind == GEMM_BF16 ? 14 /* CUDA_R_16BF */ : 2 /* CUDA_R_16F */; }
+/* cudaDataType_t of a half GEMM kind's inputs and of its output, and
+ * cuBLAS's float32 compute type and default algorithm. */
+static int half_type(int kind) {
+    return kind == GEMM_BF16 || kind == GEMM_BF16_TO_F32 ? 14 /* CUDA_R_16BF */ : 2 /* 16F */;
+}
+static int out_type(int kind) { return kind >= GEMM_BF16_TO_F32 ? 0 /* CUDA_R_32F */ : half_type(kind); }
 #define CUBLAS_COMPUTE_32F 68
 #define CUBLAS_GEMM_DEFAULT (-1)
 
@@ -351,14 +354,14 @@ int call_gemm(void *symbol, void *handle, int kind, int transa, int transb, int 
                                   ldc);
     int t = half_type(kind);
     return ((gemm_ex_fn)symbol)(handle, transa, transb, m, n, k, &fa, a, t, lda, b, t, ldb, &fb,
-                                c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                c, out_type(kind), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 /* gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C,
  * ldc, kind): call the GEMM at address `symbol` in host pointer mode:
  * cublas[SD]gemm_v2 for kind 0 (float) and 1 (double), cublasGemmEx with
- * float compute for 2 (bfloat16) and 3 (float16); returns the
- * cublasStatus_t (0 on success). */
+ * float compute for 2 (bfloat16) and 3 (float16), and for 4 and 5 (the same
+ * inputs, a float32 output); returns the cublasStatus_t (0 on success). */
 static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 16) {
@@ -379,8 +382,8 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     int ldc = (int)PyLong_AsLong(args[14]);
     long kind = PyLong_AsLong(args[15]);
     if (PyErr_Occurred()) return NULL;
-    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16) {
-        PyErr_SetString(PyExc_ValueError, "gemm: null symbol or a kind not in 0..3");
+    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16_TO_F32) {
+        PyErr_SetString(PyExc_ValueError, "gemm: null symbol or a kind not in 0..5");
         return NULL;
     }
     int status = call_gemm(sym, handle, (int)kind, ints[0], ints[1], ints[2], ints[3], ints[4], alpha,
@@ -418,8 +421,8 @@ static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize
     int batch = (int)PyLong_AsLong(args[18]);
     long kind = PyLong_AsLong(args[19]);
     if (PyErr_Occurred()) return NULL;
-    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16) {
-        PyErr_SetString(PyExc_ValueError, "gemm_batched: null symbol or a kind not in 0..3");
+    if (!sym || kind < GEMM_FLOAT || kind > GEMM_F16_TO_F32) {
+        PyErr_SetString(PyExc_ValueError, "gemm_batched: null symbol or a kind not in 0..5");
         return NULL;
     }
     int status;
@@ -435,8 +438,9 @@ static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize
         float fa = (float)alpha, fb = (float)beta;
         int t = half_type((int)kind);
         status = ((gemm_batched_ex_fn)sym)(handle, ints[0], ints[1], ints[2], ints[3], ints[4],
-                                           &fa, a, t, lda, sa, b, t, ldb, sb, &fb, c, t, ldc, sc,
-                                           batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                           &fa, a, t, lda, sa, b, t, ldb, sb, &fb, c,
+                                           out_type((int)kind), ldc, sc, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
     return PyLong_FromLong(status);
 }

@@ -10,12 +10,14 @@ typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
                          unsigned, void *, void **, void **);
 extern launch_fn cu_launch;
 
-/* GEMM kinds: which cuBLAS entry point `symbol` is and how it is called. */
-enum { GEMM_FLOAT = 0, GEMM_DOUBLE = 1, GEMM_BF16 = 2, GEMM_F16 = 3 };
+/* GEMM kinds: which cuBLAS entry point `symbol` is and how it is called.
+ * The _TO_F32 kinds take half inputs and write a float32 output (C). */
+enum { GEMM_FLOAT = 0, GEMM_DOUBLE = 1, GEMM_BF16 = 2, GEMM_F16 = 3, GEMM_BF16_TO_F32 = 4,
+       GEMM_F16_TO_F32 = 5 };
 
 /* The GEMM at `symbol` in host pointer mode: cublasSgemm_v2 (GEMM_FLOAT),
- * cublasDgemm_v2 (GEMM_DOUBLE) or cublasGemmEx with float compute
- * (GEMM_BF16, GEMM_F16); returns the cublasStatus_t. */
+ * cublasDgemm_v2 (GEMM_DOUBLE) or cublasGemmEx with float compute (the
+ * others); returns the cublasStatus_t. */
 int call_gemm(void *symbol, void *handle, int kind, int transa, int transb, int m, int n, int k,
               double alpha, const void *a, int lda, const void *b, int ldb, double beta, void *c,
               int ldc);

@@ -556,6 +556,8 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
                            self->block, kargs, 9);
     }
     if (!self->gemm) Py_RETURN_FALSE;
+    /* A half dot_add_mm goes through float32 (PyCudaHandler._dot says why). */
+    if (beta != 0.0 && self->gemm_kind >= GEMM_BF16) Py_RETURN_FALSE;
     /* Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
      * swap the operands, keep each one's transpose flag. */
     int lda = (int)dim[0][1], ldb = (int)dim[1][1];

@@ -19,8 +19,10 @@ path calls it (:data:`KINDS`).
 
 The half formats go through ``cublasGemmEx`` (and its strided-batched form)
 with float32 compute (``CUBLAS_COMPUTE_32F``): the products run on tensor
-cores, accumulate in float32 and round once into the output's format, as the
-contract asks; alpha and beta are float32.  Backends:
+cores, accumulate in float32 and round into the output's format; alpha and
+beta are float32.  ``out_f32=True`` (half formats only) writes a float32 C
+instead, for callers that add the product to something themselves: with
+beta = 1 and a half C, cuBLAS was seen to round twice.  Backends:
 
 * ``"scikit-cuda"``: ``skcuda.cublas`` (only that module: ``skcuda.misc`` and
   ``skcuda.linalg`` fail under NumPy 2).  We call its loaded ``cublas*gemm_v2``
@@ -84,17 +86,19 @@ class _SkcudaGemm:
                                            ctypes.c_void_p).value
         self._c_batched = kernel_loader.require().gemm_batched
 
-    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+                 out_f32=False):
         status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
-                              int(A), lda, int(B), ldb, beta, int(C), ldc, self.kind)
+                              int(A), lda, int(B), ldb, beta, int(C), ldc,
+                              self.kind + 2 * out_f32)
         if status:
             kernel_loader.check_blas(self._name, status)
 
     def batched(self, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                batch):
+                batch, out_f32=False):
         status = self._c_batched(self._batched_symbol, self.handle, transa, transb, m, n, k,
                                  alpha, int(A), lda, sA, int(B), ldb, sB, beta, int(C), ldc, sC,
-                                 batch, self.kind)
+                                 batch, self.kind + 2 * out_f32)
         if status:
             kernel_loader.check_blas(self._batched_name, status)
 
@@ -135,44 +139,52 @@ class _NvmathGemm:
             0: (cublas.sgemm, cublas.sgemm_strided_batched),
             1: (cublas.dgemm, cublas.dgemm_strided_batched),
         }.get(self.kind) or self._ex(cublas, _HALF_TYPE[self.kind])
+        if self.kind >= KINDS["bf16"]:   # the same inputs, a float32 output (out_f32)
+            self._fn_f32, self._batched_fn_f32 = self._ex(cublas, _HALF_TYPE[self.kind], 0)
         # alpha and beta live in one host array (float32 for the half
         # formats' float compute); cuBLAS reads them during the call.
         self._scalars = np.zeros(2, dtypes.compute_dtype(dtype))
         self._palpha = self._scalars.ctypes.data
         self._pbeta = self._palpha + self._scalars.itemsize
 
-    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+    def __call__(self, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+                 out_f32=False):
         s = self._scalars
         s[0] = alpha
         s[1] = beta
+        fn = self._fn_f32 if out_f32 else self._fn
         try:
-            self._fn(self.handle, transa, transb, m, n, k, self._palpha,
+            fn(self.handle, transa, transb, m, n, k, self._palpha,
                      int(A), lda, int(B), ldb, self._pbeta, int(C), ldc)
         except self._error as e:   # one error type, whichever the backend
-            self._raise(self._fn, e)
+            self._raise(fn, e)
 
     def batched(self, transa, transb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
-                batch):
+                batch, out_f32=False):
         s = self._scalars
         s[0] = alpha
         s[1] = beta
+        fn = self._batched_fn_f32 if out_f32 else self._batched_fn
         try:
-            self._batched_fn(self.handle, transa, transb, m, n, k, self._palpha, int(A), lda, sA,
-                             int(B), ldb, sB, self._pbeta, int(C), ldc, sC, batch)
+            fn(self.handle, transa, transb, m, n, k, self._palpha, int(A), lda, sA,
+               int(B), ldb, sB, self._pbeta, int(C), ldc, sC, batch)
         except self._error as e:
-            self._raise(self._batched_fn, e)
+            self._raise(fn, e)
 
     @staticmethod
-    def _ex(cublas, t):
-        """The GemmEx pair with the plain GEMMs' signatures, for data type ``t``."""
+    def _ex(cublas, t, tc=None):
+        """The GemmEx pair with the plain GEMMs' signatures, for inputs of data
+        type ``t`` and an output of ``tc`` (``t`` if None)."""
+        tc = t if tc is None else tc
+
         def gemm_ex(handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
-            cublas.gemm_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, B, t, ldb, beta, C, t, ldc,
+            cublas.gemm_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, B, t, ldb, beta, C, tc, ldc,
                            _COMPUTE_32F, _GEMM_DEFAULT)
 
         def gemm_batched_ex(handle, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C,
                             ldc, sC, batch):
             cublas.gemm_strided_batched_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, sA, B, t,
-                                           ldb, sB, beta, C, t, ldc, sC, batch, _COMPUTE_32F,
+                                           ldb, sB, beta, C, tc, ldc, sC, batch, _COMPUTE_32F,
                                            _GEMM_DEFAULT)
         gemm_ex.__name__, gemm_batched_ex.__name__ = _ENTRY[2]
         return gemm_ex, gemm_batched_ex

@@ -343,6 +343,7 @@ class PyCudaHandler(Handler):
         self._all_slots = self._slots
         self._slot = self._slots[0]
         self._vec = 16 // self.dtype.itemsize   # elements per 16-byte packet
+        self._half = dtypes.is_half(self.dtype)
         #: the format's number for the C code (cuBLAS kinds, cuDNN formats)
         self._format = KINDS[dtypes.short_name(self.dtype)]
         #: bytes of the compute format (float32 for the halves: sum partials)
@@ -395,6 +396,11 @@ class PyCudaHandler(Handler):
         T = "d" if self.dtype == np.float64 else "f"
         self._k = {name: kernel_loader.function(file, name, suf, fmt.replace("T", T))
                    for name, (file, fmt) in optable.KERNELS.items()}
+        # The halves' later sum passes read float32 partial results: the
+        # float32 sum kernels (_sum_kernels).
+        self._k32 = {name: kernel_loader.function(file, name, "f32", fmt.replace("T", "f"))
+                     for name, (file, fmt) in optable.KERNELS.items()
+                     if self._half and file == "reduce"}
 
     def _grid(self, n):
         """Blocks for a grid-stride kernel over n elements (VEC per thread)."""
@@ -603,9 +609,23 @@ class PyCudaHandler(Handler):
             return
         # Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
         # swap the operands, keep each one's transpose flag.
+        if beta != 0.0 and self._format >= KINDS["bf16"]:
+            return self._dot_add_half(out, lambda tmp: self._slot.gemm(
+                int(transb), int(transa), n, m, k, 1.0, b.gpudata, b.shape[1], a.gpudata,
+                a.shape[1], 0.0, tmp, n, out_f32=True))
         self._slot.gemm(int(transb), int(transa), n, m, k, 1.0,
                         b.gpudata, b.shape[1], a.gpudata, a.shape[1],
                         beta, out.gpudata, n)
+
+    def _dot_add_half(self, out, product):
+        """dot_add_mm in a half format with one rounding: ``product(address)``
+        writes op(a) op(b) in float32 there (this stream's workspace), then
+        one kernel adds it to out.  cuBLAS's own beta = 1 with a half output
+        rounded the product before adding it (seen on an H200, batched and
+        not), which the contract's single rounding rules out."""
+        tmp = self._slot.workspace(out.size * 4)
+        product(int(tmp))
+        self._launch("add_compute", out.size, tmp, out.gpudata, out.size)
 
     def _dot_batched(self, a, b, out, transa, transb, beta):
         """dot_mm/dot_add_mm with out (batch, m, n): a and b are 3-D or one of
@@ -627,10 +647,14 @@ class PyCudaHandler(Handler):
         # As in _dot, each row-major product is the column-major op(b_i)^T op(a_i)^T:
         # operands swapped, flags kept.  Matrix i of an operand starts stride * i
         # elements in; a 2-D operand has stride 0, the same matrix for every i.
-        self._slot.gemm.batched(int(transb), int(transa), n, m, k, 1.0,
-                                b.gpudata, b.shape[-1], k * n if len(b.shape) == 3 else 0,
-                                a.gpudata, a.shape[-1], m * k if len(a.shape) == 3 else 0,
-                                beta, out.gpudata, n, m * n, batch)
+        def product(c, beta, out_f32):
+            self._slot.gemm.batched(int(transb), int(transa), n, m, k, 1.0,
+                                    b.gpudata, b.shape[-1], k * n if len(b.shape) == 3 else 0,
+                                    a.gpudata, a.shape[-1], m * k if len(a.shape) == 3 else 0,
+                                    beta, c, n, m * n, batch, out_f32=out_f32)
+        if beta != 0.0 and self._format >= KINDS["bf16"]:
+            return self._dot_add_half(out, lambda tmp: product(tmp, 0.0, True))
+        product(out.gpudata, beta, False)
 
     def _axpby(self, alpha, x, beta, y):
         if type(alpha) is float and type(beta) is float:
@@ -684,22 +708,13 @@ class PyCudaHandler(Handler):
             launch = (fn.handle, grid, fn.fmt, args, block)
         self._sum_launches[key] = launch
 
-    #: the source format of each format's cast_other kernel (layout.cu's Other)
-    _CAST_SOURCE = {"f32": "float64", "f64": "float32", "bf16": "float32", "f16": "float32"}
-
     def _cast_t(self, src, dst):
         if src.dtype == self.dtype:
             self._copy_to(src, dst)
-            return
-        source = self._CAST_SOURCE[dtypes.short_name(self.dtype)]
-        if src.dtype.name != source:
-            raise NotImplementedError(
-                f"PyCudaHandler({self.dtype.name}).cast_t: the GPU casts into {self.dtype.name} "
-                f"from {source} only, not from {src.dtype.name} (NumpyHandler casts between "
-                f"any two formats)")
-        if dst.size:
+        elif dst.size:
             _enter()
-            self._launch("cast_other", dst.size, src.gpudata, dst.gpudata, dst.size)
+            self._launch("cast_from_" + dtypes.short_name(src.dtype), dst.size, src.gpudata,
+                         dst.gpudata, dst.size)
 
     def _transpose_m(self, a, out):
         rows, cols = a.shape
@@ -764,12 +779,76 @@ class PyCudaHandler(Handler):
     def _sum_t(self, a, axis, out):
         if type(axis) is tuple:
             return self._sum_axes(a, axis, out)
+        self._sum_pass(a, axis, out)
+
+    def _sum_pass(self, a, axis, out, form="TT"):
+        """One sum over ``axis`` (an int or None).  ``form`` says the formats
+        of input and output (_sum_kernels): "TT" the handler's both; for the
+        halves "TC" writes float32 and "CC" reads and writes float32."""
         _enter()
         key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
+        if form != "TT":   # TT keeps the 3-tuple: OneCall.sum's plans are keyed so
+            key += (form,)
         plan = self._sum_plans.get(key)
         if plan is None:
-            plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2])
+            plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2],
+                                                         form=form)
         self._run_sum(plan, a, out)
+
+    def _sum_kernels(self, form):
+        """(kernel table, name suffix, elements per 16-byte packet of the
+        input) of the sums of ``form``: "TT" and "TC" read the handler's
+        format and write it ("TT") or its compute format ("TC", the _wide
+        kernels); "CC" reads and writes float32 (the halves only)."""
+        if form == "CC":
+            return self._k32, "", 4
+        return self._k, "_wide" if form == "TC" else "", self._vec
+
+    def _runs(self, ndim, axes):
+        """[lo, hi) runs of adjacent axes in a sorted tuple of axes."""
+        runs = []
+        for ax in axes:
+            if runs and runs[-1][1] == ax:
+                runs[-1][1] = ax + 1
+            else:
+                runs.append([ax, ax + 1])
+        return runs
+
+    def _sum_wide(self, a, axis):
+        """The sum of non-empty ``a`` over ``axis`` (None, an int or a sorted
+        tuple) in float32, in this stream's intermediate buffers: the half
+        formats' sums of several passes and mean_t, whose results are then
+        rounded once (the "narrow" kernel)."""
+        axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
+                else (axis,))
+        runs = self._runs(a.ndim, axes)
+        kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+        if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
+            key = (a.shape, axes, int(a.gpudata) % 16 == 0, "TC")
+            plan = self._sum_plans.get(key)
+            if plan is None:
+                plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
+                                                             key[2], form="TC")
+            if plan:
+                dst = self._slot.intermediate(0, kept, np.dtype(np.float32))
+                self._run_sum(plan, a, dst)
+                return dst
+        shape, src, form = list(a.shape), a, "TC"
+        for i, (lo, hi) in enumerate(reversed(runs)):
+            merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
+            shape = shape[:lo] + shape[hi:]
+            dst = self._slot.intermediate(i % 2, tuple(shape), np.dtype(np.float32))
+            self._sum_pass(src.reshape(tuple(merged)), lo, dst, form)
+            src, form = dst, "CC"
+        return src
+
+    def _mean_t(self, a, axis, out):
+        n = shape_rules.reduced_size(a.shape, axis)
+        if not self._half or n <= 1 or not out.size:
+            return Handler._mean_t(self, a, axis, out)
+        # The halves: the float32 sum scaled by 1 / n, rounded once.
+        wide = self._sum_wide(a, axis)
+        self._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
 
     def _run_sum(self, plan, a, out):
         """Launch a sum planned by _plan_sum or _plan_mid: (launch, zero,
@@ -803,12 +882,7 @@ class PyCudaHandler(Handler):
             if out.size:
                 self._fill(out, 0.0)
             return
-        shape, runs = list(a.shape), []
-        for ax in axes:
-            if runs and runs[-1][1] == ax:
-                runs[-1][1] = ax + 1
-            else:
-                runs.append([ax, ax + 1])
+        shape, runs = list(a.shape), self._runs(a.ndim, axes)
         if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
             _enter()
             key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
@@ -818,6 +892,11 @@ class PyCudaHandler(Handler):
                                                              key[2])
             if plan:
                 return self._run_sum(plan, a, out)
+        if self._half and len(runs) > 1:   # passes in float32, one rounding at the end
+            _enter()
+            wide = self._sum_wide(a, axes)
+            self._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
+            return
         src = a
         for i, (lo, hi) in enumerate(reversed(runs)):
             merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
@@ -829,7 +908,7 @@ class PyCudaHandler(Handler):
             self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
             src = dst.reshape(tuple(shape))
 
-    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=1):
+    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=1, form="TT"):
         """The plan of sum_mid for sum_t over axes [0, lead) and [trail, ndim)
         of ``shape`` (the conv bias gradient) in one pass, as _plan_sum's, or
         False when the trailing run is too long for the kernel's 32-bit
@@ -846,19 +925,21 @@ class PyCudaHandler(Handler):
         same bytes took 10.0 us (a launch-shape sweep, November 2026)."""
         A = math.prod(shape[:lead])
         M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
-        vec = self._vec if aligned and inner % self._vec == 0 else 1
+        table, suffix, width = self._sum_kernels(form)
+        vec = width if aligned and inner % width == 0 else 1
         packets = inner // vec
         if packets >= 2**31:
             return False
         chunks = max(1, min(A, round(self._sms * blocks_per_sm / M)))
         chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
         chunks = -(-A // chunk)
-        fn = self._k["sum_mid_vec" if vec > 1 else "sum_mid"]
+        fn = table[("sum_mid_vec" if vec > 1 else "sum_mid") + suffix]
         grid = max(1, min(M * chunks, self._sms * 32))
         first = (fn, grid, (A, M, inner, chunk, chunks), _MID_BLOCK)
         return (first, False, M * chunks, M) if chunks > 1 else (first, False, 0, 0)
 
-    def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4):
+    def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4,
+                  form="TT"):
         """Choose kernel, grid and chunking for a sum over the middle axis of
         an (outer, n, inner) view.  Returns (launch, zero, workspace elements,
         counters): ``launch`` is (kernel, grid, trailing arguments) or None when
@@ -874,20 +955,21 @@ class PyCudaHandler(Handler):
         such a split aims for.  The defaults won the sweep on an H200 (session 2):
         col_blocks 4 beat 8 by 5 points of copy bandwidth on 8192x4096 and
         1Mx16 over axis 0, where fewer, longer chunks keep more loads in flight
-        per thread."""
+        per thread.  ``form``: the formats read and written (_sum_kernels)."""
         sms = self._sms
+        table, suffix, width = self._sum_kernels(form)
         if not outer * inner:
             return None, False, 0, 0           # empty output
         if not n:
             return None, True, 0, 0            # empty axis: the sum is 0
         if inner == 1:
-            fn = self._k["sum_rows"]
+            fn = table["sum_rows" + suffix]
             rows = outer
             chunks = 1
             if n > 2048:   # split long rows so that about one wave of warps runs
                 chunks = min(-(-n // 2048), max(1, -(-(sms * row_warps) // rows)))
             chunk = -(-n // chunks)
-            chunk += -chunk % max(4, self._vec)   # keep chunk starts 16-byte aligned
+            chunk += -chunk % max(4, width)   # keep chunk starts 16-byte aligned
             chunks = -(-n // chunk)
 
             def grid(tasks):
@@ -896,8 +978,8 @@ class PyCudaHandler(Handler):
             if chunks == 1:
                 return first, False, 0, 0
             return first, False, rows * chunks, rows
-        vec = self._vec if aligned and inner % self._vec == 0 else 1
-        fn = self._k["sum_cols_vec" if vec > 1 else "sum_cols"]
+        vec = width if aligned and inner % width == 0 else 1
+        fn = table[("sum_cols_vec" if vec > 1 else "sum_cols") + suffix]
         cols = -(-inner // vec)
         tx = 1
         while tx < cols and tx < 32:
@@ -1011,8 +1093,18 @@ class PyCudaHandler(Handler):
         n, d = a.shape
         if n and out.size:   # nothing to add, or no row to add into (every index invalid)
             # One thread per column (see rows.cu): the grid covers d, not n * d.
-            self._run(self._k["scatter_add_rows"], -(-d // _BLOCK), a.gpudata, idx.gpudata,
-                      out.gpudata, n, out.shape[0], d)
+            grid = -(-d // _BLOCK)
+            if not self._half:
+                self._run(self._k["scatter_add_rows"], grid, a.gpudata, idx.gpudata,
+                          out.gpudata, n, out.shape[0], d)
+                return
+            # The halves add in a float copy of out and round once at the end
+            # (as NumPy's float32 ufunc.at on the widened arrays, bit for bit).
+            wide = self._slot.workspace(out.size * 4)
+            self._launch("widen", out.size, out.gpudata, wide, out.size)
+            self._run(self._k["scatter_add_rows_wide"], grid, a.gpudata, idx.gpudata, wide, n,
+                      out.shape[0], d)
+            self._launch("narrow", out.size, wide, 1.0, out.gpudata, out.size)
 
     def _normalize_rows(self, x, eps, xhat, rstd):
         rows, d = x.shape

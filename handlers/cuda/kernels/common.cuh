@@ -27,8 +27,12 @@
 #ifndef STREAMHANDLERS_KERNELS_COMMON_CUH
 #define STREAMHANDLERS_KERNELS_COMMON_CUH
 
+// tests/test_optable.py reads the sources through the host's preprocessor,
+// where CUDA's headers may not exist (only the SH_ macros matter there).
+#ifndef SH_HOST_PREPROCESS
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#endif
 
 #include <cstdint>
 
@@ -42,11 +46,10 @@
 //   C      the format of arithmetic and of scalar arguments: float for the
 //          half formats (cuda_bf16.h and cuda_fp16.h define half arithmetic
 //          operators; kernels never use them, they widen first);
-//   Other  cast_t's source of another format.
-namespace sh_f32 { using T = float; using C = float; using Other = double; }
-namespace sh_f64 { using T = double; using C = double; using Other = float; }
-namespace sh_bf16 { using T = __nv_bfloat16; using C = float; using Other = float; }
-namespace sh_f16 { using T = __half; using C = float; using Other = float; }
+namespace sh_f32 { using T = float; using C = float; }
+namespace sh_f64 { using T = double; using C = double; }
+namespace sh_bf16 { using T = __nv_bfloat16; using C = float; }
+namespace sh_f16 { using T = __half; using C = float; }
 
 #define SH_EXPORT_ONE(ns, suffix, name, params, ...)                             \
     namespace ns {                                                               \

@@ -499,3 +499,26 @@ SH_EXPORT(add_if, (const T* a, T* out, const T* cond, long long n),
 
 SH_EXPORT(all_finite, (const T* a, long long n, unsigned int* flag),
           sh::all_finite(a, n, flag))
+
+// Between a format and its compute format (a float buffer of the halves'
+// multi-pass work, rounded once at the end): widen copies exactly, narrow
+// scales (mean_t's 1 / n, or 1) and rounds once.
+SH_EXPORT(widen, (const T* src, C* out, long long n),
+          sh::NoCounter none;
+          sh::batched_loop<4>(
+              0, n, none, [&](long long e, const sh::NoCounter&) { return sh::ld(src[e]); },
+              [&](long long e, C x) { out[e] = x; }))
+SH_EXPORT(narrow, (const C* src, C scale, T* out, long long n),
+          sh::NoCounter none;
+          sh::batched_loop<4>(
+              0, n, none, [&](long long e, const sh::NoCounter&) { return src[e] * scale; },
+              [&](long long e, C x) { out[e] = sh::st<T>(x); }))
+
+// out += src with src in the compute format, rounded once: a half
+// dot_add_mm adds its float32 product this way (PyCudaHandler._dot_add_half).
+SH_EXPORT(add_compute, (const C* src, T* out, long long n),
+          sh::NoCounter none;
+          sh::batched_loop<4>(
+              0, n, none,
+              [&](long long e, const sh::NoCounter&) { return sh::ld(out[e]) + src[e]; },
+              [&](long long e, C x) { out[e] = sh::st<T>(x); }))

@@ -9,10 +9,11 @@
 //               matrix into another.  concat_t and split_t along an axis view
 //               their arrays as (outer, axis length * inner) and copy each
 //               piece's columns.  Grid-stride over rows * cols elements.
-//   cast_other  dst[i] = src[i] converted from the other real format
-//               `Other` (cast_t: float64 into float32 rounds once, float32
-//               into float64 is exact; the half formats take float32, widened
-//               with ld() and rounded once to T with st<T>()).  Grid-stride
+//   cast_from_<src>  dst[i] = src[i] converted from format <src> (f32, f64,
+//               bf16, f16) to T, through T's compute format (cast_t): into
+//               float32 or float64 one rounding at most; into a half format
+//               one rounding from float32 or a half, and from float64 through
+//               float32 (two, as NumPy's reference path does).  Grid-stride
 //               over n elements.
 //
 // transpose and copy2d move elements without arithmetic, so they copy T as
@@ -53,8 +54,8 @@ __device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long
     }
 }
 
-// S -> D through D's compute format: one rounding, by st<D> for the halves
-// (D's compute format is S itself there) and by the cast for float64 -> float32.
+// S -> D through D's compute format: the cast to it rounds (float64 into
+// float32, or into a half's float), then st<D> rounds into a half format.
 template <typename S, typename D>
 __device__ void cast_impl(const S* __restrict__ src, D* __restrict__ dst, long long n) {
     for (long long e = grid_thread(); e < n; e += grid_stride())
@@ -68,4 +69,8 @@ SH_EXPORT(transpose, (const T* a, T* out, long long rows, long long cols),
 SH_EXPORT(copy2d, (const T* src, T* dst, long long rows, long long cols, long long src_ld,
                    long long src_off, long long dst_ld, long long dst_off),
           sh::copy2d_impl<T>(src, dst, rows, cols, src_ld, src_off, dst_ld, dst_off))
-SH_EXPORT(cast_other, (const Other* src, T* dst, long long n), sh::cast_impl<Other, T>(src, dst, n))
+SH_EXPORT(cast_from_f32, (const float* src, T* dst, long long n), sh::cast_impl(src, dst, n))
+SH_EXPORT(cast_from_f64, (const double* src, T* dst, long long n), sh::cast_impl(src, dst, n))
+SH_EXPORT(cast_from_bf16, (const __nv_bfloat16* src, T* dst, long long n),
+          sh::cast_impl(src, dst, n))
+SH_EXPORT(cast_from_f16, (const __half* src, T* dst, long long n), sh::cast_impl(src, dst, n))

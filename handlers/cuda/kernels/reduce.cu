@@ -108,19 +108,6 @@ __device__ __forceinline__ compute_t<T> packet_sum(VT v) {
     }
 }
 
-// The workspace of partial sums holds compute_t<T> values; sum_cols_impl
-// and sum_mid_impl take it as T* (sum_cols_impl says why) and the exported
-// kernels as compute_t<T>*: these convert between the two (the identity for
-// float and double).
-template <typename T>
-__device__ __forceinline__ compute_t<T>* ws_of(T* ws) {
-    return reinterpret_cast<compute_t<T>*>(ws);
-}
-template <typename T>
-__device__ __forceinline__ T* ws_as(compute_t<T>* ws) {
-    return reinterpret_cast<T*>(ws);
-}
-
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
@@ -131,9 +118,11 @@ __device__ __forceinline__ T warp_sum(T v) {
 // partial sum to ws[task] and bumps the row's counter; the warp that finishes
 // a row's last chunk adds the row's partials up in chunk order and resets the
 // counter for the next launch on this stream.
-template <typename T>
+// O, the output's format: T, or the compute format (a "wide" sum, whose
+// result a later pass or a scaling reads before the one rounding to T).
+template <typename T, typename O>
 __device__ void sum_rows_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
-                              T* __restrict__ out, unsigned int* __restrict__ counters,
+                              O* __restrict__ out, unsigned int* __restrict__ counters,
                               long long rows, long long n, long long chunk,
                               long long chunks) {
     using C = compute_t<T>;
@@ -170,7 +159,7 @@ __device__ void sum_rows_impl(const T* __restrict__ a, compute_t<T>* __restrict_
         for (long long k = head + nv * V + lane; k < len; k += 32) acc += ld(p[k]);
         acc = warp_sum(acc);
         if (chunks == 1) {
-            if (lane == 0) out[row] = st<T>(acc);
+            if (lane == 0) out[row] = st<O>(acc);
             continue;
         }
         unsigned int done = 0;
@@ -187,7 +176,7 @@ __device__ void sum_rows_impl(const T* __restrict__ a, compute_t<T>* __restrict_
         C s = 0;
         for (long long k = lane; k < chunks; k += 32) s += __ldcg(part + k);   // L2: other SMs wrote them
         s = warp_sum(s);
-        if (lane == 0) out[row] = st<T>(s);
+        if (lane == 0) out[row] = st<O>(s);
     }
 }
 
@@ -269,18 +258,14 @@ __device__ void tile_sum(const S* __restrict__ src, D* __restrict__ dst, long lo
 // adds the tile's partials up in chunk order and resets the counter to 0 for
 // the next launch on this stream.  The order never depends on which block
 // comes last, so results stay bit-for-bit reproducible.
-//
-// ws holds compute_t<T> values (float for the half formats) although its
-// parameter is declared T*: the names of the kernel's shared arrays derive
-// from this signature, and keeping it keeps the float and double kernels'
-// PTX identical.  ws_of() gives it its real type.
-template <typename T, int V>
-__device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
-                              T* __restrict__ out, unsigned int* __restrict__ counters,
+// ws holds compute_t<T> values (float for the half formats); O is the
+// output's format (sum_rows_impl says which).
+template <typename T, int V, typename O>
+__device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
+                              O* __restrict__ out, unsigned int* __restrict__ counters,
                               long long outer, long long n, long long inner,
                               long long chunk, long long chunks, int tx) {
     using C = compute_t<T>;
-    C* const ws = ws_of(ws_);
     __shared__ C part[256 * V];
     __shared__ bool last;
     const long long tile_cols = (long long)tx * V;
@@ -292,7 +277,7 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
         const long long tile = rem / chunks, ch = rem - (rem / chunks) * chunks;
         const long long col0 = tile * tile_cols;
         if (chunks == 1) {
-            tile_sum<T, T, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n,
+            tile_sum<T, O, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n,
                                      tx, part);
             __syncthreads();
             continue;
@@ -308,7 +293,7 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
         }
         __syncthreads();
         if (last) {
-            tile_sum<C, T, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
+            tile_sum<C, O, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
                                     chunks, tx, part);
         }
         __syncthreads();
@@ -325,15 +310,13 @@ __device__ void sum_cols_impl(const T* __restrict__ a, T* __restrict__ ws_,
 // order, so the result depends only on the shape and the block size (as in
 // sum_rows).  Any block size that is a multiple of 32, up to 1024, is
 // correct; the host launches 1024 (_plan_mid says why).
-// ws holds compute_t<T> values, declared T* as in sum_cols_impl (which says
-// why).
-template <typename T, int V>
-__device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
-                             T* __restrict__ out, unsigned int* __restrict__ counters,
+// ws holds compute_t<T> values; O is the output's format (sum_rows_impl).
+template <typename T, int V, typename O>
+__device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
+                             O* __restrict__ out, unsigned int* __restrict__ counters,
                              long long A, long long M, long long I, long long chunk,
                              long long chunks) {
     using C = compute_t<T>;
-    C* const ws = ws_of(ws_);
     using VT = typename Load<T, V>::type;
     // Loads in flight per thread: 16 elements (16 / V packets), and for the
     // halves 4 packets (32 elements, float4's bytes): 2 packets left an H200
@@ -382,7 +365,7 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
         }
         if (threadIdx.x == 0) {
             if (chunks == 1) {
-                out[m] = st<T>(s);
+                out[m] = st<O>(s);
             } else {
                 ws[task] = s;
                 __threadfence();   // the partial reaches L2 before the count does
@@ -400,7 +383,7 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
             for (long long k = threadIdx.x; k < chunks; k += 32) t += __ldcg(ws + m * chunks + k);
             t = warp_sum(t);
             if (threadIdx.x == 0) {
-                out[m] = st<T>(t);
+                out[m] = st<O>(t);
                 counters[m] = 0u;   // ready for the next launch on this stream
             }
         }
@@ -412,46 +395,44 @@ __device__ void sum_mid_impl(const T* __restrict__ a, T* __restrict__ ws_,
 
 // The exported kernels: ws, the workspace of partial sums, holds compute_t<T>
 // (float for the half formats: the host sizes it with 4-byte elements).
-// The half formats' vec kernels read 16-byte packets of 8 halves.
-#define SH_EXPORT_ROWS(T, SUF)                                                       \
+// The half formats' vec kernels read 16-byte packets of 8 halves.  Each
+// kernel also exists as a "wide" one, NAME_wide_SUF, whose output is in the
+// compute format (for the halves: a sum that a later pass or mean_t's
+// scaling reads before the one rounding; the same kernel for float and
+// double).
+#define SH_EXPORT_ROWS(T, O, NAME)                                                   \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    sum_rows_##SUF(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters, \
-                   long long rows, long long n, long long chunk, long long chunks) { \
-        sum_rows_impl<T>(a, ws, out, counters, rows, n, chunk, chunks);              \
+    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
+         long long rows, long long n, long long chunk, long long chunks) {           \
+        sum_rows_impl<T, O>(a, ws, out, counters, rows, n, chunk, chunks);           \
     }
-#define SH_EXPORT_COLS(T, V, NAME)                                                   \
+#define SH_EXPORT_COLS(T, V, O, NAME)                                                \
     extern "C" __global__ void __launch_bounds__(256)                                \
-    NAME(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters,           \
+    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
          long long outer, long long n, long long inner, long long chunk,             \
          long long chunks, int tx) {                                                 \
-        sum_cols_impl<T, V>(a, ws_as<T>(ws), out, counters, outer, n, inner, chunk,   \
-                            chunks, tx);                                             \
+        sum_cols_impl<T, V, O>(a, ws, out, counters, outer, n, inner, chunk, chunks, tx); \
     }
-
-SH_EXPORT_ROWS(float, f32)
-SH_EXPORT_ROWS(double, f64)
-SH_EXPORT_COLS(float, 1, sum_cols_f32)
-SH_EXPORT_COLS(double, 1, sum_cols_f64)
-SH_EXPORT_COLS(float, 4, sum_cols_vec_f32)
-SH_EXPORT_COLS(double, 2, sum_cols_vec_f64)
-SH_EXPORT_ROWS(__nv_bfloat16, bf16)
-SH_EXPORT_ROWS(__half, f16)
-SH_EXPORT_COLS(__nv_bfloat16, 1, sum_cols_bf16)
-SH_EXPORT_COLS(__half, 1, sum_cols_f16)
-SH_EXPORT_COLS(__nv_bfloat16, 8, sum_cols_vec_bf16)
-SH_EXPORT_COLS(__half, 8, sum_cols_vec_f16)
-#define SH_EXPORT_MID(T, V, NAME)                                                    \
+#define SH_EXPORT_MID(T, V, O, NAME)                                                 \
     extern "C" __global__ void __launch_bounds__(1024)                               \
-    NAME(const T* a, sh::compute_t<T>* ws, T* out, unsigned int* counters,           \
+    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
          long long A, long long M, long long I, long long chunk, long long chunks) { \
-        sum_mid_impl<T, V>(a, ws_as<T>(ws), out, counters, A, M, I, chunk, chunks);  \
+        sum_mid_impl<T, V, O>(a, ws, out, counters, A, M, I, chunk, chunks);         \
     }
+// Every sum kernel of format T (suffix SUF, packets of V elements), plain and wide.
+#define SH_EXPORT_SUMS(T, V, SUF)                                                    \
+    SH_EXPORT_ROWS(T, T, sum_rows_##SUF)                                             \
+    SH_EXPORT_ROWS(T, sh::compute_t<T>, sum_rows_wide_##SUF)                         \
+    SH_EXPORT_COLS(T, 1, T, sum_cols_##SUF)                                          \
+    SH_EXPORT_COLS(T, 1, sh::compute_t<T>, sum_cols_wide_##SUF)                      \
+    SH_EXPORT_COLS(T, V, T, sum_cols_vec_##SUF)                                      \
+    SH_EXPORT_COLS(T, V, sh::compute_t<T>, sum_cols_vec_wide_##SUF)                  \
+    SH_EXPORT_MID(T, 1, T, sum_mid_##SUF)                                            \
+    SH_EXPORT_MID(T, 1, sh::compute_t<T>, sum_mid_wide_##SUF)                        \
+    SH_EXPORT_MID(T, V, T, sum_mid_vec_##SUF)                                        \
+    SH_EXPORT_MID(T, V, sh::compute_t<T>, sum_mid_vec_wide_##SUF)
 
-SH_EXPORT_MID(float, 1, sum_mid_f32)
-SH_EXPORT_MID(double, 1, sum_mid_f64)
-SH_EXPORT_MID(float, 4, sum_mid_vec_f32)
-SH_EXPORT_MID(double, 2, sum_mid_vec_f64)
-SH_EXPORT_MID(__nv_bfloat16, 1, sum_mid_bf16)
-SH_EXPORT_MID(__half, 1, sum_mid_f16)
-SH_EXPORT_MID(__nv_bfloat16, 8, sum_mid_vec_bf16)
-SH_EXPORT_MID(__half, 8, sum_mid_vec_f16)
+SH_EXPORT_SUMS(float, 4, f32)
+SH_EXPORT_SUMS(double, 2, f64)
+SH_EXPORT_SUMS(__nv_bfloat16, 8, bf16)
+SH_EXPORT_SUMS(__half, 8, f16)

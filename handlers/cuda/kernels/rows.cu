@@ -338,13 +338,13 @@ __device__ __forceinline__ void gather_rows(const T* __restrict__ table,
 // Grid: at least ceil(d / blockDim.x) blocks (extra threads exit).  out must
 // not overlap a or idx.
 // Half formats: each addition is computed in float and rounded to T as it is
-// stored, i.e. one rounding per index (as NumPy's ufunc.at on float16 does:
-// float has more than 2p + 2 bits, so each stored sum is the correctly
-// rounded half sum).  A row hit k times thus carries up to k roundings of
-// the format; the sums are not carried in float across indices.
-template <typename T>
+// stored in out's format O.  O is T, or the compute format (the wide
+// kernel): the half formats' host path widens out into a float buffer, adds
+// there and rounds once at the end (PyCudaHandler._scatter_add_rows_m), so
+// a row hit k times is rounded once, not k times.
+template <typename T, typename O>
 __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,
-                                                 const T* __restrict__ idx, T* out, long long n,
+                                                 const T* __restrict__ idx, O* out, long long n,
                                                  long long vocab, long long d) {
     using C = compute_t<T>;
     constexpr int kBatch = 8;
@@ -369,8 +369,8 @@ __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,
 #pragma unroll
         for (int k = 0; k < kBatch; ++k)
             if (row[k] >= 0) {
-                T& o = out[row[k] * d + c];
-                o = st<T>(add[k] + ld(o));
+                O& o = out[row[k] * d + c];
+                o = st<O>(add[k] + ld(o));
             }
     }
 }
@@ -451,6 +451,9 @@ SH_EXPORT(gather_rows, (const T* table, const T* idx, T* out, long long n, long 
           sh::gather_rows(table, idx, out, n, vocab, d))
 SH_EXPORT(scatter_add_rows, (const T* a, const T* idx, T* out, long long n, long long vocab,
                              long long d),
+          sh::scatter_add_rows(a, idx, out, n, vocab, d))
+SH_EXPORT(scatter_add_rows_wide, (const T* a, const T* idx, C* out, long long n,
+                                  long long vocab, long long d),
           sh::scatter_add_rows(a, idx, out, n, vocab, d))
 SH_EXPORT(normalize_rows, (const T* x, C eps, T* xhat, T* rstd, long long rows, long long d),
           sh::normalize_rows(x, eps, xhat, rstd, rows, d))
