@@ -35,6 +35,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 // Each exported kernel is written once, in terms of types T and C, and
 // emitted four times.  extern "C" gives the unmangled names pycuda looks up;

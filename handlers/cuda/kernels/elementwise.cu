@@ -201,6 +201,15 @@ template <typename T> struct Sigmoid {
     __device__ T operator()(T x) const { return T(1) / (T(1) + dm::exp(-x)); }
 };
 
+// The same for a half format, with the fast float intrinsics: their error
+// (a few units of float's last place) is far below the half's rounding, and
+// the IEEE division and expf made the bfloat16 kernel compute-bound (81% of
+// copy bandwidth on an H200, against 89% for PyTorch's).  __fdividef gives
+// 0 for a divisor beyond 2^126, which is sigmoid's limit there anyway.
+struct SigmoidFast {
+    __device__ float operator()(float x) const { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+};
+
 template <typename T> struct Tanh { __device__ T operator()(T x) const { return dm::tanh(x); } };
 
 // Comparisons instead of fmax so that NaN propagates, as numpy.maximum does.
@@ -457,7 +466,9 @@ SH_UNARY(unary_rsqrt, Rsqrt)
 SH_UNARY(unary_square, Square)
 SH_UNARY(unary_log, Log)
 SH_UNARY(unary_exp, Exp)
-SH_UNARY(unary_sigmoid, Sigmoid)
+SH_EXPORT(unary_sigmoid, (const T* a, T* out, long long n),
+          using Op = std::conditional_t<sizeof(T) == 2, sh::SigmoidFast, sh::Sigmoid<C>>;
+          sh::map<false>(Op{}, out, n, a))
 SH_UNARY(unary_tanh, Tanh)
 SH_UNARY(unary_relu, Relu)
 SH_UNARY(unary_elu, Elu)
