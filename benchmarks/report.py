@@ -202,6 +202,8 @@ def verdicts(suites):
         add("fusion", f"a fused user op (GELU and its gradient) >= {FUSED_BANDWIDTH:.0%} of copy",
             ", ".join(f"{k} {v:.1%}" for k, v in frac.items()),
             int(frac["ours fused"] >= FUSED_BANDWIDTH), 1)
+    if "half" in suites:
+        out.extend(half_verdicts(suites["half"]["results"]))
     if "mxb" in suites:
         r = suites["mxb"]["results"]
         ratio = mxb_ratio(r)
@@ -242,6 +244,41 @@ def conv_verdicts(r):
         out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
                         result=f"{adam['fraction_of_copy']:.1%} of copy",
                         met=int(adam["fraction_of_copy"] >= ADAM_BANDWIDTH), total=1))
+    return out
+
+
+def half_verdicts(r):
+    """The half suite's targets (issue 21): bfloat16 elementwise ops, dot_mm
+    and sum_t against copy bandwidth or PyTorch, and the MLP step."""
+    out = []
+
+    def add(target, rows, met, total):
+        out.append(dict(suite="half", target=target, result=", ".join(rows), met=met,
+                        total=total))
+    ew = r.get("elementwise", [])
+    if ew:
+        add(f"bfloat16 elementwise >= {ew[0]['target']:.0%} of copy",
+            [f"{x['op']} {x['fraction_of_copy']:.1%}" for x in ew],
+            sum(x["fraction_of_copy"] >= x["target"] for x in ew), len(ew))
+    dots = r.get("dot_mm", [])
+    if dots:
+        add(f"bfloat16 dot_mm >= {dots[0]['target']}x torch.matmul's speed",
+            [f"{x['n']}^3 {x['torch_over_ours']:.2f}x" for x in dots],
+            sum(x["torch_over_ours"] >= x["target"] for x in dots), len(dots))
+    sums = r.get("sum_t", [])
+    if sums:
+        add(f"bfloat16 sum_t >= {sums[0]['target']:.0%} of copy",
+            [f"{tuple(x['shape'])} over {x['axis']} {x['fraction_of_copy']:.1%}" for x in sums],
+            sum(x["fraction_of_copy"] >= x["target"] for x in sums), len(sums))
+    step = r.get("mlp_step")
+    if step:
+        t = step["targets"]
+        add(f"MLP step in bfloat16 >= {t['over_f32']}x our float32 step and >= "
+            f"{t['over_torch']}x PyTorch autocast (bfloat16 parameters: no float32 master "
+            f"copy on the GPU yet)",
+            [f"{step['over_f32']:.2f}x float32", f"{step['over_torch_autocast']:.2f}x autocast"],
+            int(step["over_f32"] >= t["over_f32"]) + int(step["over_torch_autocast"]
+                                                         >= t["over_torch"]), 2)
     return out
 
 
