@@ -20,8 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the code a benchmark measures: a change here makes a result stale
 CODE_PATHS = ("handlers", "layers", "benchmarks")
 CODE_SUFFIXES = (".py", ".c", ".h", ".cu", ".cuh")
-#: pathspec for git of the same code, results excluded
-GIT_CODE_SPEC = [*CODE_PATHS, ":(exclude)benchmarks/results"]
+#: files there that only present results (the report and its run loading):
+#: changing them changes no measurement, so it leaves results current
+PRESENTATION = ("benchmarks/report.py", "benchmarks/runs.py")
+#: pathspec for git of the same code, results and presentation excluded
+GIT_CODE_SPEC = [*CODE_PATHS, ":(exclude)benchmarks/results",
+                 *(f":(exclude){p}" for p in PRESENTATION)]
 LIBRARIES = {"numpy": ("numpy",), "pycuda": ("pycuda",), "scikit-cuda": ("scikit-cuda",),
              "nvmath-python": ("nvmath-python",), "torch": ("torch",),
              "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x")}
@@ -46,7 +50,8 @@ def code_files(root=ROOT):
         for path in (root / top).rglob("*"):
             rel = path.relative_to(root)
             if (path.suffix in CODE_SUFFIXES and path.is_file() and "__pycache__" not in rel.parts
-                    and rel.parts[:2] != ("benchmarks", "results")):
+                    and rel.parts[:2] != ("benchmarks", "results")
+                    and rel.as_posix() not in PRESENTATION):
                 found.append(rel)
     return sorted(found)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR
 
-SUITES = ("ops", "streams", "upload", "train", "mxb", "conv", "fusion")
+SUITES = ("ops", "streams", "upload", "train", "mxb", "conv", "fusion", "half")
 
 # The targets, as the suites state and judge them (see each suite's docstring).
 OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
@@ -62,6 +62,7 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "train": ("train-{m}.png",),
     "conv": (),
     "fusion": (),
+    "half": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
 }
 

@@ -95,8 +95,15 @@ CONV = {"reductions": [{"op": "sum_t (0, 2, 3) [bias gradient]", "fraction_of_co
         "step": {"ratios": {"ours": 1.1, "ours, captured": 0.9}},
         "adam": {"fraction_of_copy": 0.86}}
 FUSION = {"fraction_of_copy": {"ours fused": 0.8, "ours chain": 0.1, "torch": 0.5}}
+HALF = {"elementwise": [{"op": "add_tt", "fraction_of_copy": 0.9, "target": 0.85},
+                        {"op": "sigmoid", "fraction_of_copy": 0.8, "target": 0.85}],
+        "dot_mm": [{"n": 1024, "torch_over_ours": 1.1, "target": 0.95},
+                   {"n": 4096, "torch_over_ours": 0.9, "target": 0.95}],
+        "sum_t": [{"shape": [8, 4], "axis": 0, "fraction_of_copy": 0.75, "target": 0.7}],
+        "mlp_step": {"over_f32": 1.5, "over_torch_autocast": 1.2,
+                     "targets": {"over_f32": 2.0, "over_torch": 1.0}}}
 SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB,
-                 "conv": CONV, "fusion": FUSION}
+                 "conv": CONV, "fusion": FUSION, "half": HALF}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -163,6 +170,10 @@ def test_verdicts_of_known_results(results):
     assert by["conv", "Adam's update"] == (1, 1)
     assert by["conv", "conv-net training"] == (1, 2)
     assert by["fusion", "a fused"] == (0, 1)            # 80% < 85%
+    assert by["half", "bfloat16 elementwise"] == (1, 2)  # sigmoid 80% < 85%
+    assert by["half", "bfloat16 dot_mm"] == (1, 2)       # 0.9x < 0.95x
+    assert by["half", "bfloat16 sum_t"] == (1, 1)
+    assert by["half", "MLP step"] == (1, 2)              # 1.5x < 2x our float32 step
 
 
 def test_launch_bound_needs_host_issue_above_device_time():
