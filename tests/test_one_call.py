@@ -18,6 +18,7 @@ _launch = pytest.importorskip(
     reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
+from handlers import dtypes  # noqa: E402
 from handlers.cuda import one_call  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
@@ -66,13 +67,17 @@ def test_run_launches_pointers_then_n(trial):
                         tuple(a.gpudata for a in arrays) + (n,))
 
 
-@pytest.mark.parametrize("itemsize,dtype", [(4, np.float32), (8, np.float64)])
+@pytest.mark.parametrize("itemsize,dtype", [(4, np.float32), (8, np.float64), (2, np.float16),
+                                            (2, "bfloat16")])
 def test_scalars_are_passed_in_the_handlers_precision(itemsize, dtype):
+    """float32 and float64 scalars in their own format; the half formats'
+    in float32, the format their kernels compute in."""
+    dtype = dtypes.resolve(dtype)
     rng = np.random.default_rng(itemsize)
     ops = _ops(itemsize, dtype)
     x, y = Arr((5, 3), dtype), Arr((5, 3), dtype)
-    for s in [float(rng.normal()), 3, -2**40, 0.1]:
-        want = float(np.dtype(dtype).type(s))
+    for s in [float(rng.normal()), 3, -2**40, 0.1, 70000.0]:
+        want = float(dtypes.compute_dtype(dtype).type(s))
         assert ops.scalar(1, s, x, y) is True
         assert ops.last == (FUNCS[1], 1, BLOCK, (want, x.gpudata, y.gpudata, 15))
         assert ops.axpby(2, s, x, 0.5, y) is True
@@ -325,6 +330,36 @@ def test_dot_declines(case):
     assert ops.last is None
 
 
+@pytest.mark.parametrize("kind", [2, 3])
+def test_half_dot_add_on_cublas_stays_in_python(kind):
+    """A half format's cuBLAS-sized dot_add_mm declines (the Python path
+    adds a float32 product and rounds once); its dot_mm and small products
+    are served."""
+    dtype = dtypes.resolve("bfloat16" if kind == 2 else np.float16)
+    ops = _ops(2, dtype)
+    ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K, kind)
+    a, b = Arr((64, 80), dtype, gpudata=0x100000), Arr((80, 96), dtype, gpudata=0x200000)
+    out = Arr((64, 96), dtype, gpudata=0x300000)
+    assert ops.dot(a, b, out, False, False, 1.0) is False
+    assert ops.last is None
+    assert ops.dot(a, b, out, False, False, 0.0) is True
+    assert ops.last == _expected_dot(a, b, out, False, False, 0.0)
+    small_a, small_out = Arr((8, 80), dtype, gpudata=0x100000), Arr((8, 96), dtype,
+                                                                     gpudata=0x300000)
+    b = Arr((80, 96), dtype, gpudata=0x200000)
+    assert ops.dot(small_a, b, small_out, False, False, 1.0) is True   # one rounding there too
+    assert ops.last == _expected_dot(small_a, b, small_out, False, False, 1.0)
+
+
+def test_set_dot_takes_a_known_kind():
+    ops = _ops()
+    for kind in (-1, 6):
+        with pytest.raises(ValueError):
+            ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K, kind)
+    with pytest.raises(TypeError):
+        ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K)
+
+
 def test_dot_has_nothing_to_do_for_empty_products():
     ops, _ = _dot_ops()
     a, b = Arr((64, 0), strides=(0, 4), gpudata=0x100000), \
@@ -453,3 +488,16 @@ def test_gpu_dot_one_call_equals_the_python_path(gpu, m, n, k, ta, tb):
         want = (x.T if ta else x) @ (y.T if tb else y) + beta * c
         tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * k)
+
+
+def test_gemm_entry_points_refuse_an_unknown_kind_or_no_symbol():
+    """_launch.gemm and gemm_batched check their GEMM kind (0-5: float,
+    double, the two halves, the halves into float32) and symbol before they
+    call anything."""
+    ints = (0, 0, 4, 4, 4)
+    for kind, symbol in ((6, 0x10), (-1, 0x10), (0, 0)):
+        with pytest.raises(ValueError):
+            _launch.gemm(symbol, 0, *ints, 1.0, 0, 4, 0, 4, 0.0, 0, 4, kind)
+        with pytest.raises(ValueError):
+            _launch.gemm_batched(symbol, 0, *ints, 1.0, 0, 4, 16, 0, 4, 16, 0.0, 0, 4, 16, 2,
+                                 kind)

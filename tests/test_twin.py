@@ -143,19 +143,19 @@ def test_debug_handler_twins_share_its_tracker(handler, rng):
 def test_cast_t_takes_an_array_of_another_handler_of_the_class(handler, handler_id, rng,
                                                               sibling_handler):
     """Not only a twin's: any array of a format the class holds (ordering with
-    its handler is then the caller's, as for any two handlers).  On the GPU
-    this is one of the cast_from_<format> kernels."""
-    other = next(dt for dt in (np.float64, np.float32) if dt != handler.dtype)
-    src_h = sibling_handler(handler_id, other)
-    values = rand(S, rng, -3.0, 3.0)
-    values.reshape(-1)[:3] = [1e300, -1e-300, np.nan]   # beyond float32: inf, 0
-    with np.errstate(over="ignore", under="ignore"):
-        src = src_h.create_from_numpy(values)
-        want = _reference(values, np.dtype(other), handler.dtype)
-    src_h.synchronize()
-    dst = handler.create_from_numpy(np.full(S, 7.0))
-    handler.cast_t(src, dst)
-    _same(handler.get_numpy_copy(dst), want)
+    its handler is then the caller's, as for any two handlers), from each of
+    the other formats.  On the GPU these are the cast_from_<format> kernels."""
+    for other in (dt for dt in _formats(handler) if dt != handler.dtype):
+        src_h = sibling_handler(handler_id, other)
+        values = rand(S, rng, -3.0, 3.0)
+        values.reshape(-1)[:3] = [1e300, -1e-300, np.nan]   # beyond float32: inf, 0
+        with np.errstate(over="ignore", under="ignore"):
+            src = src_h.create_from_numpy(values)
+            want = _reference(values, other, handler.dtype)
+        src_h.synchronize()
+        dst = handler.create_from_numpy(np.full(S, 7.0))
+        handler.cast_t(src, dst)
+        _same(handler.get_numpy_copy(dst), want)
 
 
 def test_a_capture_records_the_work_of_every_twin(handler, rng):
