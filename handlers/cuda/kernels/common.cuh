@@ -214,48 +214,53 @@ __device__ __forceinline__ void store_packet(double* p, long long i, const Packe
 }
 
 // The half formats: eight values, widened in pairs on load, rounded in pairs
-// on store.
-__device__ __forceinline__ Packet<__nv_bfloat16> load_packet(const __nv_bfloat16* p,
-                                                             long long i) {
-    const uint4 raw = reinterpret_cast<const uint4*>(p)[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    Packet<__nv_bfloat16> r;
+// on store.  HalfPair<T> names a format's two-element type and its two
+// conversions, so that one code serves both formats.
+template <typename T> struct HalfPair;
+template <> struct HalfPair<__nv_bfloat16> {
+    using type = __nv_bfloat162;
+    static __device__ __forceinline__ float2 widen(type h) { return __bfloat1622float2(h); }
+    static __device__ __forceinline__ type round(float a, float b) {
+        return __floats2bfloat162_rn(a, b);
+    }
+};
+template <> struct HalfPair<__half> {
+    using type = __half2;
+    static __device__ __forceinline__ float2 widen(type h) { return __half22float2(h); }
+    static __device__ __forceinline__ type round(float a, float b) {
+        return __floats2half2_rn(a, b);
+    }
+};
+
+// Is T one of the half formats (stored in 2 bytes, computed in float)?
+template <typename T>
+constexpr bool is_half_v = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+// The eight values of a 16-byte packet of halves (its raw bytes), widened.
+template <typename T, typename = std::enable_if_t<is_half_v<T>>>
+__device__ __forceinline__ Packet<T> widen_packet(uint4 raw) {
+    const auto* h = reinterpret_cast<const typename HalfPair<T>::type*>(&raw);
+    Packet<T> r;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const float2 f = __bfloat1622float2(h[k]);
+        const float2 f = HalfPair<T>::widen(h[k]);
         r.v[2 * k] = f.x;
         r.v[2 * k + 1] = f.y;
     }
     return r;
 }
 
-__device__ __forceinline__ Packet<__half> load_packet(const __half* p, long long i) {
-    const uint4 raw = reinterpret_cast<const uint4*>(p)[i];
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-    Packet<__half> r;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 f = __half22float2(h[k]);
-        r.v[2 * k] = f.x;
-        r.v[2 * k + 1] = f.y;
-    }
-    return r;
+template <typename T, typename = std::enable_if_t<is_half_v<T>>>
+__device__ __forceinline__ Packet<T> load_packet(const T* p, long long i) {
+    return widen_packet<T>(reinterpret_cast<const uint4*>(p)[i]);
 }
 
-__device__ __forceinline__ void store_packet(__nv_bfloat16* p, long long i,
-                                             const Packet<__nv_bfloat16>& v) {
+template <typename T, typename = std::enable_if_t<is_half_v<T>>>
+__device__ __forceinline__ void store_packet(T* p, long long i, const Packet<T>& v) {
     uint4 raw;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+    auto* h = reinterpret_cast<typename HalfPair<T>::type*>(&raw);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v.v[2 * k], v.v[2 * k + 1]);
-    reinterpret_cast<uint4*>(p)[i] = raw;
-}
-
-__device__ __forceinline__ void store_packet(__half* p, long long i, const Packet<__half>& v) {
-    uint4 raw;
-    __half2* h = reinterpret_cast<__half2*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(v.v[2 * k], v.v[2 * k + 1]);
+    for (int k = 0; k < 4; ++k) h[k] = HalfPair<T>::round(v.v[2 * k], v.v[2 * k + 1]);
     reinterpret_cast<uint4*>(p)[i] = raw;
 }
 

@@ -467,7 +467,7 @@ SH_UNARY(unary_square, Square)
 SH_UNARY(unary_log, Log)
 SH_UNARY(unary_exp, Exp)
 SH_EXPORT(unary_sigmoid, (const T* a, T* out, long long n),
-          using Op = std::conditional_t<sizeof(T) == 2, sh::SigmoidFast, sh::Sigmoid<C>>;
+          using Op = std::conditional_t<sh::is_half_v<T>, sh::SigmoidFast, sh::Sigmoid<C>>;
           sh::map<false>(Op{}, out, n, a))
 SH_UNARY(unary_tanh, Tanh)
 SH_UNARY(unary_relu, Relu)

@@ -23,8 +23,6 @@
 // and v).  The step counter is read widened and stored as st<T>(t).
 #include "common.cuh"
 
-#include <type_traits>
-
 namespace sh {
 
 // Per-launch coefficients, computed once per block by thread 0.
@@ -50,14 +48,12 @@ struct AdamCoeffs {
 
 // g, m, v and p never overlap (the op's rule), hence __restrict__: the
 // compiler may then keep the next trip's loads in flight across the stores.
-// `shared` is the block's __shared__ copy of the coefficients, declared by
-// the caller (see adam below).
-template <typename T, typename C>
-__device__ __forceinline__ void adam_body(AdamCoeffs<C>& shared, const T* __restrict__ g,
-                                          const T* lr_p, C lr, C beta1, C beta2, C eps, C wd,
-                                          T* step, T* __restrict__ m, T* __restrict__ v,
-                                          T* __restrict__ p, long long n, int decoupled,
-                                          unsigned int* done) {
+template <typename T, typename C = compute_t<T>>
+__device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, C lr, C beta1,
+                                     C beta2, C eps, C wd, T* step, T* __restrict__ m,
+                                     T* __restrict__ v, T* __restrict__ p, long long n,
+                                     int decoupled, unsigned int* done) {
+    __shared__ AdamCoeffs<C> shared;
     if (threadIdx.x == 0) {
         AdamCoeffs<C> c;
         c.t = ld(*step) + C(1);
@@ -106,27 +102,6 @@ __device__ __forceinline__ void adam_body(AdamCoeffs<C>& shared, const T* __rest
             *done = 0u;
         }
     }
-}
-
-// The entry points, which only declare the shared coefficients.  Two
-// templates: float and double take their scalars as T, and their shared
-// block keeps the name it had before the half formats came (named after
-// this function's signature), so that those kernels compile as before; the
-// half formats take their scalars as float (C).
-template <typename T>
-__device__ __forceinline__ void adam(const T* g, const T* lr_p, T lr, T beta1, T beta2, T eps,
-                                     T wd, T* step, T* m, T* v, T* p, long long n,
-                                     int decoupled, unsigned int* done) {
-    __shared__ AdamCoeffs<T> shared;
-    adam_body(shared, g, lr_p, lr, beta1, beta2, eps, wd, step, m, v, p, n, decoupled, done);
-}
-
-template <typename T, typename = std::enable_if_t<sizeof(T) == 2>>
-__device__ __forceinline__ void adam(const T* g, const T* lr_p, float lr, float beta1,
-                                     float beta2, float eps, float wd, T* step, T* m, T* v,
-                                     T* p, long long n, int decoupled, unsigned int* done) {
-    __shared__ AdamCoeffs<float> shared;
-    adam_body(shared, g, lr_p, lr, beta1, beta2, eps, wd, step, m, v, p, n, decoupled, done);
 }
 
 }  // namespace sh

@@ -116,23 +116,6 @@ template <> struct Gaussian<double> {
     }
 };
 
-// The half formats (T = __nv_bfloat16 or __half): a packet of 8 holds the
-// float generator's values of two consecutive blocks, in float (they are
-// rounded as they are stored).
-template <typename T> struct Gaussian {
-    static_assert(kVec<T> == 8, "the half formats only");
-    float mean, stddev;
-    __device__ Packet<T> operator()(const Philox4x32Block& b0,
-                                    const Philox4x32Block& b1) const {
-        const Gaussian<float> f{mean, stddev};
-        const Packet<float> lo = f(b0), hi = f(b1);
-        Packet<T> z;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) z.v[k] = lo.v[k], z.v[4 + k] = hi.v[k];
-        return z;
-    }
-};
-
 // u < p with u in [0, 1): p = 0 gives all zeros, p = 1 all ones.
 template <typename T> struct Bernoulli;
 
@@ -152,21 +135,6 @@ template <> struct Bernoulli<double> {
         Packet<double> m;
         m.v[0] = uniform_co_f64(b.w[0], b.w[1]) < p ? 1.0 : 0.0;
         m.v[1] = uniform_co_f64(b.w[2], b.w[3]) < p ? 1.0 : 0.0;
-        return m;
-    }
-};
-
-// The half formats, as Gaussian's: the float masks of two blocks.
-template <typename T> struct Bernoulli {
-    static_assert(kVec<T> == 8, "the half formats only");
-    float p;
-    __device__ Packet<T> operator()(const Philox4x32Block& b0,
-                                    const Philox4x32Block& b1) const {
-        const Bernoulli<float> f{p};
-        const Packet<float> lo = f(b0), hi = f(b1);
-        Packet<T> m;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) m.v[k] = lo.v[k], m.v[4 + k] = hi.v[k];
         return m;
     }
 };
@@ -200,16 +168,19 @@ __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out
     const long long stride = grid_stride();
     for (long long g = grid_thread(); g < nblocks; g += stride) {
         const unsigned long long ctr = g0 + (unsigned long long)g;
+        const auto block = [&](unsigned long long c) {   // Philox block number c
+            return philox4x32_10(Philox4x32Block{{(unsigned)c, (unsigned)(c >> 32), tag, 0u}},
+                                 k0, k1);
+        };
         Packet<T> r;
-        if constexpr (W == 8) {   // the half formats: two float blocks
+        if constexpr (W == 8) {   // the half formats: the float values of two blocks
             const unsigned long long c0 = 2 * ctr, c1 = c0 + 1;
-            r = gen(philox4x32_10(Philox4x32Block{{(unsigned)c0, (unsigned)(c0 >> 32), tag, 0u}},
-                                  k0, k1),
-                    philox4x32_10(Philox4x32Block{{(unsigned)c1, (unsigned)(c1 >> 32), tag, 0u}},
-                                  k0, k1));
+            const Philox4x32Block b0 = block(c0), b1 = block(c1);
+            const Packet<float> lo = gen(b0), hi = gen(b1);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) r.v[k] = lo.v[k], r.v[4 + k] = hi.v[k];
         } else {
-            r = gen(philox4x32_10(Philox4x32Block{{(unsigned)ctr, (unsigned)(ctr >> 32), tag, 0u}},
-                                  k0, k1));
+            r = gen(block(ctr));
         }
         const long long e = g * W - lead;  // index in out of lane 0
         if (packets && e >= 0 && e + W <= n) {
@@ -233,12 +204,12 @@ __device__ __forceinline__ void fill_random(const Gen& gen, unsigned tag, T* out
 SH_EXPORT(fill_gaussian,
           (T* out, long long n, C mean, C stddev, unsigned long long seed,
            unsigned long long offset, const unsigned long long* base),
-          sh::fill_random(sh::Gaussian<T>{mean, stddev}, sh::kTagGaussian, out, n, seed,
+          sh::fill_random(sh::Gaussian<C>{mean, stddev}, sh::kTagGaussian, out, n, seed,
                           offset + (base ? *base : 0ull)))
 SH_EXPORT(probability_mask,
           (T* mask, long long n, C p, unsigned long long seed, unsigned long long offset,
            const unsigned long long* base),
-          sh::fill_random(sh::Bernoulli<T>{p}, sh::kTagBernoulli, mask, n, seed,
+          sh::fill_random(sh::Bernoulli<C>{p}, sh::kTagBernoulli, mask, n, seed,
                           offset + (base ? *base : 0ull)))
 // *counter += n, by one thread: the last node of a graph that draws n values.
 SH_EXPORT(rng_advance, (unsigned long long* counter, unsigned long long n),

@@ -28,37 +28,11 @@
 // grid size is correct.
 #include "common.cuh"
 
-#include <type_traits>
-
 namespace sh {
-
-// Is T one of the half formats (stored in 2 bytes, computed in float)?
-template <typename T>
-constexpr bool is_half_v =
-    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
 // Eight float partials of a half tile (sum_cols_vec's second stage): the
 // 32 bytes that match a 16-byte packet of 8 halves, as two 16-byte loads.
 struct Float8 { float4 lo, hi; };
-
-// The eight values of a 16-byte packet of halves (its raw bytes), widened
-// in pairs.
-template <typename T>
-__device__ __forceinline__ Lanes<float, 8> widen8(uint4 raw) {
-    static_assert(is_half_v<T>, "a packet of 8 halves");
-    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    const T2* h = reinterpret_cast<const T2*>(&raw);
-    Lanes<float, 8> r;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        float2 f;
-        if constexpr (std::is_same_v<T, __half>) f = __half22float2(h[k]);
-        else f = __bfloat1622float2(h[k]);
-        r.v[2 * k] = f.x;
-        r.v[2 * k + 1] = f.y;
-    }
-    return r;
-}
 
 }  // namespace sh
 
@@ -101,7 +75,7 @@ __device__ __forceinline__ compute_t<S> elem(const R& raw, int j) {
 template <typename T, typename VT>
 __device__ __forceinline__ compute_t<T> packet_sum(VT v) {
     if constexpr (sh::is_half_v<T>) {
-        const sh::Lanes<float, 8> e = sh::widen8<T>(v);
+        const sh::Packet<T> e = sh::widen_packet<T>(v);
         return ((e.v[0] + e.v[1]) + (e.v[2] + e.v[3])) + ((e.v[4] + e.v[5]) + (e.v[6] + e.v[7]));
     } else {
         return hsum(v);
