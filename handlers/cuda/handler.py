@@ -609,7 +609,7 @@ class PyCudaHandler(Handler):
             return
         # Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
         # swap the operands, keep each one's transpose flag.
-        if beta != 0.0 and self._format >= KINDS["bf16"]:
+        if beta != 0.0 and self._half:
             return self._dot_add_half(out, lambda tmp: self._slot.gemm(
                 int(transb), int(transa), n, m, k, 1.0, b.gpudata, b.shape[1], a.gpudata,
                 a.shape[1], 0.0, tmp, n, out_f32=True))
@@ -652,7 +652,7 @@ class PyCudaHandler(Handler):
                                     b.gpudata, b.shape[-1], k * n if len(b.shape) == 3 else 0,
                                     a.gpudata, a.shape[-1], m * k if len(a.shape) == 3 else 0,
                                     beta, c, n, m * n, batch, out_f32=out_f32)
-        if beta != 0.0 and self._format >= KINDS["bf16"]:
+        if beta != 0.0 and self._half:
             return self._dot_add_half(out, lambda tmp: product(tmp, 0.0, True))
         product(out.gpudata, beta, False)
 
@@ -804,7 +804,8 @@ class PyCudaHandler(Handler):
             return self._k32, "", 4
         return self._k, "_wide" if form == "TC" else "", self._vec
 
-    def _runs(self, ndim, axes):
+    @staticmethod
+    def _runs(axes):
         """[lo, hi) runs of adjacent axes in a sorted tuple of axes."""
         runs = []
         for ax in axes:
@@ -814,33 +815,58 @@ class PyCudaHandler(Handler):
                 runs.append([ax, ax + 1])
         return runs
 
-    def _sum_wide(self, a, axis):
-        """The sum of non-empty ``a`` over ``axis`` (None, an int or a sorted
-        tuple) in float32, in this stream's intermediate buffers: the half
-        formats' sums of several passes and mean_t, whose results are then
-        rounded once (the "narrow" kernel)."""
-        axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
-                else (axis,))
-        runs = self._runs(a.ndim, axes)
-        kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
-        if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
-            key = (a.shape, axes, int(a.gpudata) % 16 == 0, "TC")
-            plan = self._sum_plans.get(key)
-            if plan is None:
-                plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
-                                                             key[2], form="TC")
-            if plan:
-                dst = self._slot.intermediate(0, kept, np.dtype(np.float32))
-                self._run_sum(plan, a, dst)
-                return dst
-        shape, src, form = list(a.shape), a, "TC"
+    def _sum_mid(self, a, axes, runs, out, form="TT"):
+        """The sum over ``runs`` into ``out`` in one pass (sum_mid) where they
+        are one leading and one trailing run and the kernel takes the shape;
+        returns whether it ran.  ``form`` as _sum_pass's."""
+        if not (len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim):
+            return False
+        _enter()
+        key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
+        if form != "TT":
+            key += (form,)
+        plan = self._sum_plans.get(key)
+        if plan is None:
+            plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
+                                                         key[2], form=form)
+        if plan:
+            self._run_sum(plan, a, out)
+        return bool(plan)
+
+    def _sum_passes(self, a, runs, out, wide=False):
+        """The sum over separate runs of axes, last run first, one pass each
+        through this stream's two intermediate buffers (alternating: a pass
+        never writes what it reads), the last pass into ``out``.  ``wide``
+        (the halves): every pass writes float32, the last one too, into an
+        intermediate buffer, which is returned for the one rounding."""
+        shape, src, form = list(a.shape), a, "TC" if wide else "TT"
         for i, (lo, hi) in enumerate(reversed(runs)):
             merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
             shape = shape[:lo] + shape[hi:]
-            dst = self._slot.intermediate(i % 2, tuple(shape), np.dtype(np.float32))
+            if i == len(runs) - 1 and not wide:
+                dst = out
+            else:
+                dst = self._slot.intermediate(i % 2, tuple(shape),
+                                              np.dtype(np.float32) if wide else self.dtype)
+            dst = dst.reshape(tuple(shape))
             self._sum_pass(src.reshape(tuple(merged)), lo, dst, form)
-            src, form = dst, "CC"
+            src, form = dst, "CC" if wide else form
         return src
+
+    def _sum_wide(self, a, axis):
+        """The sum of non-empty ``a`` over ``axis`` (None, an int or a sorted
+        tuple) in float32, in this stream's intermediate buffers: mean_t's in
+        the half formats, whose result is then scaled and rounded once (the
+        "narrow" kernel)."""
+        _enter()
+        axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
+                else (axis,))
+        runs = self._runs(axes)
+        kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+        dst = self._slot.intermediate(0, kept, np.dtype(np.float32))
+        if self._sum_mid(a, axes, runs, dst, "TC"):
+            return dst
+        return self._sum_passes(a, runs, None, wide=True)
 
     def _mean_t(self, a, axis, out):
         n = shape_rules.reduced_size(a.shape, axis)
@@ -882,31 +908,15 @@ class PyCudaHandler(Handler):
             if out.size:
                 self._fill(out, 0.0)
             return
-        shape, runs = list(a.shape), self._runs(a.ndim, axes)
-        if len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim:
-            _enter()
-            key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
-            plan = self._sum_plans.get(key)
-            if plan is None:
-                plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
-                                                             key[2])
-            if plan:
-                return self._run_sum(plan, a, out)
+        runs = self._runs(axes)
+        if self._sum_mid(a, axes, runs, out):
+            return
         if self._half and len(runs) > 1:   # passes in float32, one rounding at the end
             _enter()
-            wide = self._sum_wide(a, axes)
+            wide = self._sum_passes(a, runs, None, wide=True)
             self._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
             return
-        src = a
-        for i, (lo, hi) in enumerate(reversed(runs)):
-            merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
-            shape = shape[:lo] + shape[hi:]
-            if i == len(runs) - 1:
-                dst = out
-            else:   # two buffers, alternating: a pass never writes what it reads
-                dst = self._slot.intermediate(i % 2, tuple(shape), self.dtype)
-            self._sum_t(src.reshape(tuple(merged)), lo, dst.reshape(tuple(shape)))
-            src = dst.reshape(tuple(shape))
+        self._sum_passes(a, runs, out)
 
     def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=1, form="TT"):
         """The plan of sum_mid for sum_t over axes [0, lead) and [trail, ndim)
