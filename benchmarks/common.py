@@ -167,6 +167,18 @@ class Run:
 
 
 
+def finish(run, results, checks, save):
+    """The end of a suite that checks its results: print how many of
+    ``checks`` agree (naming those that failed) and, with ``save``, write the
+    run.  Returns 0, the suite's exit status."""
+    bad = [c["what"] for c in checks if not c["ok"]]
+    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
+          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    if save:
+        run.save(results)
+    return 0
+
+
 def suite_parser(suite, doc, save=True):
     """The argument parser of ``python -m benchmarks <suite>``: its module
     docstring as the description (kept as written) and, for the suites that

@@ -34,6 +34,7 @@ from benchmarks.common import (
     Run,
     check_line,
     derive,
+    finish,
     gpu_name,
     print_table,
     rel_error,
@@ -414,9 +415,4 @@ def main(argv=None):
         print("cuDNN engine:", *row)
     results["step"] = training_step(h, torch, reps)
     results["adam"] = adam(h, torch, copy_bw, checks, reps)
-    bad = [c["what"] for c in checks if not c["ok"]]
-    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
-          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
-    if args.save:
-        run.save(results)
-    return 0
+    return finish(run, results, checks, args.save)

@@ -25,6 +25,7 @@ from benchmarks.common import (
     Run,
     check_line,
     derive,
+    finish,
     gpu_name,
     print_table,
     rel_error,
@@ -258,9 +259,4 @@ def main(argv=None):
     results["dot_mm"] = gemms(h, torch, checks, reps)
     results["sum_t"] = sums(h, torch, copy_bw, checks, reps)
     results["mlp_step"] = mlp_step(h, h32, torch, max(3, reps // 3))
-    bad = [c["what"] for c in checks if not c["ok"]]
-    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
-          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
-    if args.save:
-        run.save(results)
-    return 0
+    return finish(run, results, checks, args.save)

@@ -30,6 +30,7 @@ from benchmarks.common import (
     Run,
     check_line,
     derive,
+    finish,
     gpu_name,
     median_times,
     print_table,
@@ -464,9 +465,4 @@ def main(argv=None):
     results["gemm"] = gemms(hs, libs, [256, 1000] if args.quick else [1000, 4096], checks,
                             reps=5 if args.quick else 10)
     results["mxb"] = mxb(h, 1000, 50 if args.quick else 500, checks, reps=3)
-    bad = [c["what"] for c in checks if not c["ok"]]
-    print(f"\nchecks: {len(checks) - len(bad)} of {len(checks)} agree"
-          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
-    if args.save:
-        run.save(results)
-    return 0
+    return finish(run, results, checks, args.save)
