@@ -12,20 +12,20 @@ false (elementwise.cu makes the same choice).  A row input is read at the
 element's column, which a ``MixedRadix`` counter follows without a division.
 
 Arrays are stored as ``T``: ``float``, ``double``, ``__nv_bfloat16`` or
-``__half``.  All arithmetic is in the compute format ``C``, that of the NumPy
-evaluation (``handlers.dtypes.compute_dtype``): ``T`` itself for float and
-double, ``float`` for the half formats, which the NumPy handler evaluates on
-float32 copies and rounds once when it stores (``numpy_handler._widened``).
-Every value is widened with ``sh::ld`` as it is loaded (packets widen in
-``load_packet``) and each output rounded once with ``sh::st<T>`` as it is
-stored (``store_packet`` rounds); both are the identity for float and
-double.
+``__half``.  All arithmetic is in the compute format, that of the NumPy
+evaluation (``handlers.dtypes.compute_dtype``): the handler's precision for
+float and double, where the source computes in ``T`` itself; ``float`` (named
+``C``) for the half formats, which the NumPy handler evaluates on float32
+copies and rounds once when it stores (``numpy_handler._widened``).  So for
+the halves every value is widened with ``sh::ld`` as it is loaded (packets
+widen in ``load_packet``), every statement is float math, and each output is
+rounded once with ``sh::st<T>`` as it is stored (``store_packet`` rounds).
 Constants are literals of the compute format, rounded as NumPy rounds them
 (float32 literals for the halves); math goes through the ``dm::`` and
 ``fx::`` overloads (``expf`` for float).  Parameters, in the declaration's
 order: ``const T*`` per array input, ``const T*`` and a number per scalar (a
-device scalar's address or 0, and the number, of type ``C``), ``T*`` per
-output, then
+device scalar's address or 0, and the number, of the compute format: ``T``
+for float and double, ``C`` = float for the halves), ``T*`` per output, then
 ``long long n`` (elements) and ``long long cols`` (the outputs' last
 dimension).  :func:`kernel_format` gives the same list as launch codes.
 """
@@ -35,20 +35,20 @@ from .. import dtypes
 from ..fused import OPERATIONS
 
 #: How each operation of a program is written in CUDA ({0}, {1}, ... its
-#: operands, already parenthesised where needed; C is the compute format in
-#: the source).  Must cover OPERATIONS.
+#: operands, already parenthesised where needed; {C} the name of the compute
+#: format in the source).  Must cover OPERATIONS.
 CUDA = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "neg": "(-{0})", "pow": "dm::pow({0}, {1})",
     # comparisons give 1 or 0; every comparison with NaN is false (!= true)
-    "lt": "({0} < {1} ? C(1) : C(0))", "le": "({0} <= {1} ? C(1) : C(0))",
-    "gt": "({0} > {1} ? C(1) : C(0))", "ge": "({0} >= {1} ? C(1) : C(0))",
-    "eq": "({0} == {1} ? C(1) : C(0))", "ne": "({0} != {1} ? C(1) : C(0))",
+    "lt": "({0} < {1} ? {C}(1) : {C}(0))", "le": "({0} <= {1} ? {C}(1) : {C}(0))",
+    "gt": "({0} > {1} ? {C}(1) : {C}(0))", "ge": "({0} >= {1} ? {C}(1) : {C}(0))",
+    "eq": "({0} == {1} ? {C}(1) : {C}(0))", "ne": "({0} != {1} ? {C}(1) : {C}(0))",
     # a condition is true where it is not 0 (NaN is true, as in where_t)
-    "and": "({0} != C(0) && {1} != C(0) ? C(1) : C(0))",
-    "or": "({0} != C(0) || {1} != C(0) ? C(1) : C(0))",
-    "not": "({0} == C(0) ? C(1) : C(0))",
-    "where": "({0} != C(0) ? {1} : {2})",
+    "and": "({0} != {C}(0) && {1} != {C}(0) ? {C}(1) : {C}(0))",
+    "or": "({0} != {C}(0) || {1} != {C}(0) ? {C}(1) : {C}(0))",
+    "not": "({0} == {C}(0) ? {C}(1) : {C}(0))",
+    "where": "({0} != {C}(0) ? {1} : {2})",
     "max": "fx::max({0}, {1})", "min": "fx::min({0}, {1})",
     "exp": "dm::exp({0})", "expm1": "dm::expm1({0})", "log": "dm::log({0})",
     "log1p": "fx::log1p({0})", "sqrt": "dm::sqrt({0})", "rsqrt": "dm::rsqrt({0})",
@@ -65,6 +65,12 @@ _CTYPE = {"f32": ("float", "float", "f"), "f64": ("double", "double", "d"),
 
 def _ctype(dtype):
     return _CTYPE[dtypes.short_name(dtype)]
+
+
+def _compute_name(dtype):
+    """The compute format's name in the source: ``T`` where it is the storage
+    format (float, double), ``C`` for the halves."""
+    return "C" if dtypes.is_half(dtype) else "T"
 
 
 def kernel_name(op, dtype):
@@ -86,14 +92,15 @@ def literal(value, dtype):
     NumPy rounds it (a float32 literal for the halves: the NumPy handler
     evaluates them in float32, so a constant is rounded to float32, never to
     the half format)."""
+    c = _compute_name(dtype)
     dtype = dtypes.compute_dtype(dtype)
     # Round first: a constant beyond float32's range (1e300) is infinite there.
     with np.errstate(over="ignore"):
         value = float(np.dtype(dtype).type(value))
     if np.isnan(value):
-        return "dm::quiet_nan<C>()"
+        return f"dm::quiet_nan<{c}>()"
     if np.isinf(value):
-        return "dm::infinity<C>()" if value > 0 else "(-dm::infinity<C>())"
+        return f"dm::infinity<{c}>()" if value > 0 else f"(-dm::infinity<{c}>())"
     if np.dtype(dtype) == np.float32:
         # The shortest decimal of the float32 value, read back exactly by nvcc.
         return repr(float(np.float32(value))) + "f"
@@ -115,18 +122,22 @@ def _expr(e, dtype):
         return _cname(e[1])
     if kind == "ipow":
         return CUDA["ipow"].format(_expr(e[1], dtype), k=e[2])
-    return CUDA[kind].format(*(_expr(a, dtype) for a in e[1:]))
+    return CUDA[kind].format(*(_expr(a, dtype) for a in e[1:]), C=_compute_name(dtype))
 
 
 def kernel_source(op, dtype, block):
     """The CUDA source of ``op``'s kernel for ``dtype``, launched with
     ``block`` threads per block (its ``__launch_bounds__``)."""
     ctype, cctype, _ = _ctype(dtype)
+    half = dtypes.is_half(dtype)
+    c = _compute_name(dtype)   # values in registers: T, or C for the halves
+    # A half is widened as it is loaded and rounded once as it is stored.
+    widen = "ld({})" if half else "{}"
     prog = op.program
     params, arrays = [], []   # kernel parameters; (pointer, f's argument, row?) read
     for p in op.params:
         if p in op.scalars:
-            params += [f"const T* sp_{p}", f"C sv_{p}"]
+            params += [f"const T* sp_{p}", f"{c} sv_{p}"]
         elif p in op.outputs:
             params.append(f"T* out_{p}")
             if p in prog.reads_old:
@@ -145,39 +156,49 @@ def kernel_source(op, dtype, block):
     # At most kVec<T> trips for float and double, 4 for the halves: the same
     # bytes in flight as float (4 trips of 16-byte packets per array), with
     # twice its registers for the held results (8 lanes a packet).
-    batch = min(trips, 16 // np.dtype(dtype).itemsize, 4)
+    batch = f"({trips} < kVec<T> ? {trips} : kVec<T>)" if not half else str(min(trips, 4))
 
-    def loads(index, row_index, lane=""):   # widened: a half becomes float (ld)
-        return ", ".join(f"ld({ptr}[{row_index if row else index}]{lane})"
+    def loads(index, row_index, lane=""):
+        return ", ".join(widen.format(f"{ptr}[{row_index if row else index}]{lane}")
                          for ptr, _, row in arrays)
 
-    f_body = [f"const C {_cname(slot)} = {_expr(expr, dtype)};"
+    f_body = [f"const {c} {_cname(slot)} = {_expr(expr, dtype)};"
               for slot, expr in prog.statements]
     f_body += ["Values r;", *[f"r.{o} = {_cname(prog.results[o])};" for o in op.outputs],
                "return r;"]
-    store = " ".join(f"out_{o}[e] = st<T>(r.{o});" for o in op.outputs)   # rounded once
+    if half:
+        store = " ".join(f"out_{o}[e] = st<T>(r.{o});" for o in op.outputs)
+    else:
+        store = " ".join(f"out_{o}[e] = r.{o};" for o in op.outputs)
     store_packets = " ".join(
         f"{{ Packet<T> q; for (int k = 0; k < W; ++k) q.v[k] = r.v[k].{o}; "
         f"store_packet(out_{o}, p, q); }}" for o in op.outputs)
     packet_loads = [f"const Packet<T> {ptr}_p = load_packet({ptr}, {'c.d0' if row else 'p'});"
                     for ptr, _, row in arrays]
     body = "\n".join(f"    // {line}" for line in prog.text.split("; "))
+    if half:
+        title = f"{ctype} stored, {cctype} math rounded once on store"
+        types = f"namespace {{ using T = {ctype}; using C = {cctype}; }}"
+        scalar = "const C s_{0} = sp_{0} ? ld(*sp_{0}) : sv_{0};"
+    else:
+        title = ctype
+        types = f"namespace {{ using T = {ctype}; }}"
+        scalar = "const T s_{0} = sp_{0} ? *sp_{0} : sv_{0};"
     lines = [
-        f'// Fused op "{op.name}" ({ctype} stored, {cctype} math), generated by '
-        f'handlers/cuda/fused_source.py:',
+        f'// Fused op "{op.name}" ({title}), generated by handlers/cuda/fused_source.py:',
         body,
         '#include "fused.cuh"',
         "",
-        f"namespace {{ using T = {ctype}; using C = {cctype}; }}",
+        types,
         "",
         f'extern "C" __global__ void __launch_bounds__({block}) {kernel_name(op, dtype)}(',
         "        " + ", ".join(params) + ") {",
         "    using namespace sh;",
         "    constexpr int W = kVec<T>;",
-        *[f"    const C s_{s} = sp_{s} ? ld(*sp_{s}) : sv_{s};" for s in op.scalars],
-        "    struct Values { " + " ".join(f"C {o};" for o in op.outputs) + " };",
+        *["    " + scalar.format(s) for s in op.scalars],
+        "    struct Values { " + " ".join(f"{c} {o};" for o in op.outputs) + " };",
         "    // The body, on one element's inputs (and old outputs where it reads them).",
-        "    const auto f = [&](" + ", ".join(f"const C {name}" for _, name, _ in arrays)
+        "    const auto f = [&](" + ", ".join(f"const {c} {name}" for _, name, _ in arrays)
         + ") -> Values {",
         *[f"        {line}" for line in f_body],
         "    };",
