@@ -45,6 +45,9 @@ from . import kernel_loader
 BACKENDS = ("scikit-cuda", "nvmath")
 #: The GEMM kind of each format (GEMM_FLOAT... in ``_launch.h``).
 KINDS = {"f32": 0, "f64": 1, "bf16": 2, "f16": 3}
+#: added to a half kind: the same inputs, a float32 output (GEMM_BF16_TO_F32 -
+#: GEMM_BF16 in _launch.h), the C path's form of ``out_f32``
+_TO_F32 = 2
 #: cudaDataType_t of the half kinds; cublasComputeType_t CUBLAS_COMPUTE_32F;
 #: cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT (the same numbers as _launch.c's).
 _HALF_TYPE = {2: 14, 3: 2}
@@ -90,7 +93,7 @@ class _SkcudaGemm:
                  out_f32=False):
         status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
                               int(A), lda, int(B), ldb, beta, int(C), ldc,
-                              self.kind + 2 * out_f32)
+                              self.kind + _TO_F32 * out_f32)
         if status:
             kernel_loader.check_blas(self._name, status)
 
@@ -98,7 +101,7 @@ class _SkcudaGemm:
                 batch, out_f32=False):
         status = self._c_batched(self._batched_symbol, self.handle, transa, transb, m, n, k,
                                  alpha, int(A), lda, sA, int(B), ldb, sB, beta, int(C), ldc, sC,
-                                 batch, self.kind + 2 * out_f32)
+                                 batch, self.kind + _TO_F32 * out_f32)
         if status:
             kernel_loader.check_blas(self._batched_name, status)
 
