@@ -295,21 +295,17 @@ def main(argv=None):
     # and records its launch instead of making it.
     from handlers.cuda import handler as pycuda_handler
     from handlers.cuda import one_call
-    launch, gemms = pycuda_handler._launch_kernel, [s.gemm for s in h._all_slots]
-    fast = h._one_call
+    launch, gemm, fast = pycuda_handler._launch_kernel, h._gemm, h._one_call
     pycuda_handler._launch_kernel = lambda *a: None
-    h._one_call = one_call.make(h, h._slot, pycuda_handler._BLOCK,
+    h._one_call = one_call.make(h, h._slot, h._gemm, pycuda_handler._BLOCK,
                                 pycuda_handler._SMALL_GEMM_OUT, pycuda_handler._SMALL_GEMM_K,
                                 dry=True)
-    for slot in h._all_slots:
-        slot.gemm = lambda *a: None
+    h._gemm = lambda *a: None   # the ops run on h itself: group 0
     try:
         checks = {k: host_overhead_us(f, calls) for k, f in ops.items()}
     finally:
         pycuda_handler._launch_kernel = launch
-        h._one_call = fast
-        for slot, g in zip(h._all_slots, gemms):
-            slot.gemm = g
+        h._one_call, h._gemm = fast, gemm
     big, out = h.zeros((4096, 4096)), h.zeros((4096, 4096))
     device = {k: device_us(h, f, big, out) for k, f in ops.items()}
     print(f"Host us per call, median of {calls} calls; kernel launcher: handlers.cuda._launch; "

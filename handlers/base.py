@@ -661,6 +661,8 @@ _BACKEND_HOOKS = [
     ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
     ("_axpby", "axpby's work."),
     ("_adam_update", "adam_update's work (one fused pass; advances step on the device)."),
+    ("_scale_finite", "scale_finite_t's work: (a, factor, flag)."),
+    ("_update_loss_scale", "update_loss_scale's work: (flag, state, interval, max_scale)."),
     ("_sum_t", "sum_t's work, over a checked axis (None, an int or a sorted tuple)."),
     ("_extreme_t", "max_t, min_t, argmax_t (kind 'max', 'min', 'argmax') over one axis."),
     ("_transpose_m", "transpose_m's work."),

@@ -24,7 +24,7 @@ import types
 #: an op whose work bypasses them would run eagerly instead of being recorded
 #: (``tests/test_graphs.py`` checks every public op of ``Handler``).
 WORK_HOOKS = ("_fill", "_copy_to", "_cast_t", "_dot", "_axpby", "_sum_t", "_extreme_t",
-              "_elementwise", "_adam_update",
+              "_elementwise", "_adam_update", "_scale_finite", "_update_loss_scale",
               "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
               "_gather_rows", "_scatter_add_rows", "_normalize_rows", "_normalize_rows_backward",
               "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask",
@@ -40,6 +40,28 @@ def own_methods(view, names=SHADOWED):
     cls = type(view._views[0])
     for name in names:
         setattr(view, name, types.MethodType(getattr(cls, name), view))
+
+
+def issue_work(view, op, fn, *args):
+    """Run ``fn(*args)`` as work of the stream group of ``view`` (a handler or
+    a view), for work that no backend hook issues: a process group's
+    collective, say.
+
+    Outside a capture it runs now.  Inside one it is recorded like an op
+    named ``op`` and runs again, in issue order, on every replay; where the
+    handler's captures also issue their calls (a CUDA stream capture) it runs
+    now too, so the stream capture records what it queues.  Raises
+    ``CaptureError``, as an op would, if ``view``'s group is not part of the
+    capture.
+    """
+    rec = view._capture_box[0]
+    if rec is None:
+        fn(*args)
+        return
+    rec._issue(view, op)
+    rec.calls.append((lambda _view, *a: fn(*a), view, args))
+    if not view._graph_defers_calls:
+        fn(*args)
 
 
 class CaptureError(RuntimeError):

@@ -196,9 +196,14 @@ class NumpyHandler(Handler):
             np.add(y, tmp, out=y)
 
     # optimizers ---------------------------------------------------------------
-    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled):
+    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled,
+                     gate):
         """adam_update in the handler's dtype, in the order of the CUDA kernel's
         arithmetic (kernels/optim.cu)."""
+        if type(gate) is not float:
+            gate = float(gate.reshape(-1)[0])   # read when the op runs, as lr
+        if gate == 0.0:
+            return
         if type(lr) is not float:
             lr = float(lr.reshape(-1)[0])   # a device scalar is read when the op runs
         t = float(step.reshape(-1)[0]) + 1.0
@@ -228,6 +233,28 @@ class NumpyHandler(Handler):
         np.divide(grad, tmp, out=grad)
         np.subtract(p, grad, out=p)
         step.fill(t)
+
+    def _scale_finite(self, a, factor, flag):
+        if type(factor) is not float:
+            factor = float(factor.reshape(-1)[0])
+        finite = np.isfinite(a)
+        flag.fill(1.0 if finite.all() else 0.0)
+        # the product in the compute format, rounded once (as every op)
+        wide = a.astype(np.float32) if a.dtype.itemsize < 4 else a
+        np.multiply(wide, factor, out=wide)
+        np.copyto(a, np.where(finite, wide, 0.0), casting="unsafe")
+
+    def _update_loss_scale(self, flag, state, interval, max_scale):
+        # In float64 (every value here is exact in it), stored once in the
+        # handler's format: a power-of-two scale and its inverse are exact.
+        scale, _, streak, skipped = (float(x) for x in state.astype(np.float64))
+        if float(flag.reshape(-1)[0]) == 0.0:
+            scale, streak, skipped = scale * 0.5, 0.0, skipped + 1.0
+        else:
+            streak += 1.0
+            if streak >= interval:
+                scale, streak = min(scale * 2.0, max_scale), 0.0
+        state[...] = np.array([scale, 1.0 / scale, streak, skipped]).astype(state.dtype)
 
     # reduction --------------------------------------------------------------
     def _sum_t(self, a, axis, out, scale=1.0):

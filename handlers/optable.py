@@ -26,8 +26,8 @@ handler's (``cast_t``: an array of a twin, see ``Handler.twin``); ``#s`` a real
 scalar; ``$s`` a real scalar or a device scalar (a one-element array of the
 handler, read when the op runs); ``?f`` a bool flag, False by default;
 ``@axis`` a parameter left to the shape rule (an axis, a stride), and
-``@stride:1`` one with a default value (a Python literal; parameters with
-defaults come last). An elementwise kernel takes the parameters in the same
+``@stride:1`` or ``$gate:1.0`` one with a default value (a Python literal;
+parameters with defaults come last). An elementwise kernel takes the parameters in the same
 order, arrays as pointers and scalars in the handler's precision, then the
 element count.
 
@@ -99,7 +99,7 @@ class Op:
             if token[0] in "#$?@":
                 # scalar, scalar or device scalar, bool flag, rule parameter
                 arg = token[1:]
-                if token[0] == "@" and ":" in arg:
+                if token[0] in "@$" and ":" in arg:
                     arg, self.defaults[arg.split(":")[0]] = arg.split(":", 1)
                 self.params.append(arg)
                 if token[0] in "#$":
@@ -126,7 +126,7 @@ class Op:
         self.scalars, self.flags = tuple(scalars), tuple(flags)
         self.any_format = tuple(any_format)
         # Device scalars ($): the public method accepts one-element arrays too.
-        self.device_scalars = tuple(t[1:] for t in params.split() if t[0] == "$")
+        self.device_scalars = tuple(t[1:].split(":")[0] for t in params.split() if t[0] == "$")
         self.disjoint, self.exact = tuple(disjoint), tuple(exact)
         self.unread_if, self.finite = unread_if or {}, finite
         self.kernel, self.numpy, self.doc, self.check = kernel, numpy, doc, check
@@ -265,11 +265,21 @@ def check_adam_hyperparameters(op, beta1, beta2, eps, weight_decay):
         fail_value(op, f"weight_decay must be >= 0, got {weight_decay}")
 
 
-def _adam_rule(lr, beta1, beta2, eps, weight_decay):
-    # lr as a device scalar is checked by whoever fills it (the optimizers).
+def _adam_rule(lr, beta1, beta2, eps, weight_decay, gate):
+    # lr and gate as device scalars are checked by whoever fills them (the
+    # optimizers, the loss scaling).
     if type(lr) is float and lr < 0.0:
         fail_value("adam_update", f"lr must be >= 0, got {lr}")
+    if type(gate) is float and not np.isfinite(gate):
+        fail_value("adam_update", f"gate must be finite, got {gate}")
     check_adam_hyperparameters("adam_update", beta1, beta2, eps, weight_decay)
+
+
+def _loss_scale_rule(interval, max_scale):
+    if interval < 1 or interval != int(interval):
+        fail_value("update_loss_scale", f"interval must be an int >= 1, got {interval}")
+    if not max_scale > 0.0:   # NaN fails too
+        fail_value("update_loss_scale", f"max_scale must be > 0, got {max_scale}")
 
 
 def _eps_rule(eps):
@@ -372,9 +382,11 @@ OPS = {op.name: op for op in [
         *device scalars*: one-element arrays of this handler, read when the op
         runs (so a replayed graph sees the value they hold then); they must
         not overlap ``y``."""),
-    _op("adam_update", "g $lr #beta1 #beta2 #eps #weight_decay step+= m+= v+= p+= ?decoupled",
+    _op("adam_update",
+        "g $lr #beta1 #beta2 #eps #weight_decay step+= m+= v+= p+= ?decoupled $gate:1.0",
         disjoint=("g",), shape=rules.adam_update, check=_adam_rule,
-        call="_adam_update(g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled)",
+        call="_adam_update(g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled, "
+             "gate)",
         doc="""One Adam (``decoupled=False``) or AdamW step over p, in one pass.
 
         With t = step + 1 (``step`` a one-element array counting the steps
@@ -389,7 +401,35 @@ OPS = {op.name: op for op in [
         replayed graph sees its current value); 0 <= beta1, beta2 < 1, eps >
         0, weight_decay >= 0.  Because step lives on the device, a captured
         step replays with the right bias corrections.  ``step`` holds t in the
-        handler's dtype: exact up to 2^24 steps in float32."""),
+        handler's dtype: exact up to 2^24 steps in float32.
+
+        ``gate`` (a number or a device scalar, 1 by default): where it is 0
+        the op changes nothing, not even ``step`` (a skipped step: mixed
+        precision's loss scaling passes ``scale_finite_t``'s flag, so that
+        no host read decides)."""),
+    _op("scale_finite_t", "a+= $factor flag=", shape=rules.scale_finite_t,
+        call="_scale_finite(a, factor, flag)",
+        doc="""Unscale gradients and check them, on the device, in one pass.
+
+        ``flag`` (one element) becomes 1 if every element of ``a`` is
+        finite, else 0; then each finite element of ``a`` is multiplied by
+        ``factor`` (a number or a device scalar) and each NaN or infinite
+        one becomes 0, so that an update gated by ``flag`` (``adam_update``'s
+        ``gate``) reads finite values either way.  ``flag`` must not overlap
+        ``a``, nor ``factor`` either of them."""),
+    _op("update_loss_scale", "flag state+= #interval #max_scale",
+        shape=rules.update_loss_scale, check=_loss_scale_rule,
+        call="_update_loss_scale(flag, state, interval, max_scale)",
+        doc="""Dynamic loss scaling's update, on the device (one thread).
+
+        ``state`` holds four elements: the scale, its inverse, the number of
+        finite steps in a row and the number of steps skipped.  ``flag`` (one
+        element, ``scale_finite_t``'s) 0: the scale halves, the streak
+        restarts at 0 and the skipped count grows by one.  Otherwise the
+        streak grows by one, and when it reaches ``interval`` (an int >= 1)
+        the scale doubles, up to ``max_scale`` (> 0), and the streak
+        restarts.  The inverse is then 1 / scale, rounded once.  ``flag``
+        must not overlap ``state``."""),
     _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.reduction("sum_t"), gives="axis",
         call="_sum_t(a, axis, out)",
         doc="""Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
@@ -694,7 +734,9 @@ KERNELS = {
        if op.kernel},
     "fill": ("elementwise", "PTq"),
     "axpby_dev": ("elementwise", "PTPPTPq"),
-    "adam": ("optim", "PPTTTTTPPPPqiP"),
+    "adam": ("optim", "PPTTTTTPPPPqiPPT"),
+    "scale_finite": ("optim", "PPTPq"),
+    "loss_scale": ("optim", "PPTT"),
     **{f"mv_{o}_{side}": ("elementwise", "PPPqq") for o in ("add", "sub", "mul", "div")
        for side in ("row", "col")},
     "broadcast": ("elementwise", "PPqqq"),

@@ -399,17 +399,37 @@ def pool2d(op):
     return rule
 
 
-def adam_update(h, g, lr, step, m, v, p, decoupled):
+def adam_update(h, g, lr, step, m, v, p, decoupled, gate):
     """``adam_update``: g, m, v and p of one shape, step one element; a
-    device-scalar lr must not overlap an output (the op's other overlap
-    rules come from its row)."""
+    device-scalar lr or gate must not overlap an output (the op's other
+    overlap rules come from its row)."""
     check_same_shape(h, "adam_update", g, m, v, p)
     if step.size != 1:
         fail_value("adam_update", f"step must have one element, got shape {step.shape}")
-    if type(lr) is not float:
-        for out, name in ((m, "m"), (v, "v"), (p, "p")):   # step: checked with the scalar
-            if h._overlaps(lr, out):
-                fail_value("adam_update", f"lr must not overlap {name}")
+    for scalar, sname in ((lr, "lr"), (gate, "gate")):
+        if type(scalar) is not float:
+            for out, name in ((m, "m"), (v, "v"), (p, "p")):   # step: checked with the scalar
+                if h._overlaps(scalar, out):
+                    fail_value("adam_update", f"{sname} must not overlap {name}")
+
+
+def scale_finite_t(h, a, factor, flag):
+    """``scale_finite_t``: flag one element; a device-scalar factor apart
+    from flag (from a: checked with the scalar; flag from a: by the row)."""
+    if flag.size != 1:
+        fail_value("scale_finite_t", f"flag must have one element, got shape {flag.shape}")
+    if type(factor) is not float and h._overlaps(factor, flag):
+        fail_value("scale_finite_t", "factor must not overlap flag")
+
+
+def update_loss_scale(h, flag, state):
+    """``update_loss_scale``: flag one element, state four, apart."""
+    if flag.size != 1:
+        fail_value("update_loss_scale", f"flag must have one element, got shape {flag.shape}")
+    if state.shape != (4,):
+        fail_value("update_loss_scale", f"state must have shape (4,), got {state.shape}")
+    if h._overlaps(flag, state):
+        fail_value("update_loss_scale", "flag must not overlap state")
 
 
 # ---------------------------------------------------------------- formats

@@ -79,6 +79,7 @@ def test_op_table_covers_every_public_op():
                           "event", "other", "array", "batches", "depth", "offset",
                    "obj", "fn", "stride", "padding", "dilation", "window",
                    "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled",   # adam_update
+                       "gate", "factor", "interval", "max_scale",   # loss scaling
                    "into",   # prefetch's destinations: each counts as written when yielded
                    "dtype"}  # twin's format
         if name == "get_numpy_copy_async":
@@ -144,6 +145,8 @@ RECIPES = {
     # step and v must be >= 0 (t = step + 1 >= 1, sqrt(v)): "pos" contents
     "adam_update": [A(S), 0.01, 0.9, 0.999, 1e-8, 0.1, A((1,), "pos"), A(S), A(S, "pos"),
                     A(S)],
+    "scale_finite_t": [A(S), 0.5, A((1,))],
+    "update_loss_scale": [A((1,)), A((4,), "pos"), 2.0, 1024.0],
     "sum_t": [A(S), 0, A((C,))],
     **{op: [A(S), 0, A((C,))] for op in ("mean_t", "max_t", "min_t", "argmax_t")},
     "transpose_m": [A(S), A((C, R))],

@@ -110,17 +110,19 @@ class _Scratch:
 
 
 class _StreamSlot:
-    """One stream with what belongs to it: a cuBLAS handle and scratch memory."""
+    """One stream with what belongs to it: scratch memory and a cuDNN handle,
+    shared by the twins of every format (a handler holds its own cuBLAS
+    objects, bound to the slots' streams)."""
 
-    def __init__(self, drv, pool, dtype, blas, blas_workspace, tf32=False):
+    def __init__(self, drv, pool, blas_workspace):
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
         self.handle = self.stream.handle   # the driver handle, for _launch_kernel and _ev
         self.event = _ev.new()
-        self.gemm = make_gemm(blas, dtype, self.stream, tf32)
         # cuBLAS's scratch, ours rather than its own, so that it allocates
-        # nothing while a graph is being captured.
+        # nothing while a graph is being captured.  The GEMM objects of every
+        # format on this stream (twins) share it: their calls are stream-ordered.
         self.blas_work = pool.allocate(blas_workspace)
-        self.gemm.set_workspace(int(self.blas_work), blas_workspace)
+        self.blas_bytes = blas_workspace
         self.flag = pool.allocate(4)               # is_fully_finite's result
         self._drv = drv
         self.host_flag = drv.pagelocked_empty(1, np.uint32)
@@ -162,6 +164,7 @@ class _Resources:
 
     def __init__(self, handler):
         self.slots = handler._all_slots
+        self.gemms = []                      # the family's cuBLAS objects (_bind_format)
         self.uploads = handler._uploads      # filled later, by reference
         self.events = handler._free_events   # recycled CUDA events
         self.pool = handler._pool
@@ -181,8 +184,9 @@ class _Resources:
         slots, self.slots = self.slots, None
         for s in slots + self.uploads:
             (getattr(s, "stream", s)).synchronize()
+        for gemm in self.gemms:
+            gemm.close()
         for slot in slots:
-            slot.gemm.close()
             _ev.free(slot.event)
             if slot.cudnn:
                 _cudnn.cudnn_destroy(slot.cudnn)
@@ -338,29 +342,17 @@ class PyCudaHandler(Handler):
         major = self._device.compute_capability()[0]
         blas_ws = (32 if major >= 9 else 4) << 20
         # One stream (slot) per group: no op uses more than one.
-        self._slots = [_StreamSlot(drv, self._pool, self.dtype, blas, blas_ws, self.tf32)
-                       for _ in range(self.num_stream_groups)]
+        self._slots = [_StreamSlot(drv, self._pool, blas_ws) for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
-        self._slot = self._slots[0]
-        self._vec = 16 // self.dtype.itemsize   # elements per 16-byte packet
-        self._half = dtypes.is_half(self.dtype)
-        #: the format's number for the C code (cuBLAS kinds, cuDNN formats)
-        self._format = KINDS[dtypes.short_name(self.dtype)]
-        #: bytes of the compute format (float32 for the halves: sum partials)
-        self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
         self._max_blocks = 16 * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
-        self._sum_plans = {}
-        # (kind, shapes, params, alignment) -> (cuDNN plan, workspace bytes, engine)
+        # (kind, format, shapes, params, alignment) -> (cuDNN plan, workspace
+        # bytes, engine), shared by twins (released with the slots)
         self._conv_plans = {}
-        self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
-        self._grids = {}         # elements -> blocks, for _grid
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
-        self._load_kernels()
-        self._one_call = one_call.make(self, self._slot, _BLOCK, _SMALL_GEMM_OUT, _SMALL_GEMM_K)
         # Closed when collected or at exit, whichever comes first.  The exit
         # hook holds the resources only, never the handler, so a program that
         # creates and drops many handlers frees each one's streams and cuBLAS
@@ -368,6 +360,50 @@ class PyCudaHandler(Handler):
         self._resources = _Resources(self)
         weakref.finalize(self, self._resources).atexit = False
         cuda_context.at_exit(self._resources)
+        self._bind_format()
+
+    #: What twins share (Handler.twin): the device, memory pool, streams and
+    #: their scratch, random counter, cuDNN plans and the release hook.
+    _FAMILY = ("blas", "_drv", "_device", "_sms", "_pool", "_slots", "_all_slots",
+               "_max_blocks", "_rng", "_conv_plans", "_pinned", "_uploads", "_free_events",
+               "_resources")
+
+    def _bind_format(self):
+        """What is this handler's own in its format: kernels, cuBLAS objects
+        bound to the shared streams, launch plans and the one-call path."""
+        self._vec = 16 // self.dtype.itemsize   # elements per 16-byte packet
+        self._half = dtypes.is_half(self.dtype)
+        #: the format's number for the C code (cuBLAS kinds, cuDNN formats)
+        self._format = KINDS[dtypes.short_name(self.dtype)]
+        #: bytes of the compute format (float32 for the halves: sum partials)
+        self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
+        self._sum_plans = {}
+        self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
+        self._grids = {}         # elements -> blocks, for _grid
+        self._load_kernels()
+        self._gemms = [make_gemm(self.blas, self.dtype, s.stream, self.tf32) for s in self._slots]
+        for s, gemm in zip(self._slots, self._gemms):
+            gemm.set_workspace(int(s.blas_work), s.blas_bytes)
+        self._resources.gemms += self._gemms
+        self._slot, self._gemm = self._slots[0], self._gemms[0]
+        self._one_call = one_call.make(self, self._slot, self._gemm, _BLOCK, _SMALL_GEMM_OUT,
+                                       _SMALL_GEMM_K)
+
+    def _family_views(self):
+        """Every view made so far of this handler and of its twins."""
+        return [v for m in self._twins.values() for v in m._views.values()]
+
+    def _make_twin(self, dtype):
+        if self._resources.slots is None:
+            raise RuntimeError("PyCudaHandler: the handler is closed")
+        _enter()
+        twin = object.__new__(type(self))
+        Handler.__init__(twin, dtype, self.seed, self.num_stream_groups)
+        for name in self._FAMILY:
+            setattr(twin, name, getattr(self, name))
+        twin.tf32 = False   # an option of the handler made with it (float32 only)
+        twin._bind_format()
+        return twin
 
     @property
     def stream(self):
@@ -377,14 +413,15 @@ class PyCudaHandler(Handler):
     def gemm_raw(self):
         """The bare cuBLAS GEMM callable bound to this group's stream (column-major
         cuBLAS convention, see ``handlers.cuda.blas``); for benchmarks and interop."""
-        return self._slot.gemm
+        return self._gemm
 
-    _VIEW_ATTRS = Handler._VIEW_ATTRS + ("_slot", "_one_call")
+    _VIEW_ATTRS = Handler._VIEW_ATTRS + ("_slot", "_gemm", "_one_call")
 
     def _make_view(self, k):
         view = super()._make_view(k)
-        view._slot = self._slots[k]
-        view._one_call = one_call.make(self, view._slot, _BLOCK, _SMALL_GEMM_OUT, _SMALL_GEMM_K)
+        view._slot, view._gemm = self._slots[k], self._gemms[k]
+        view._one_call = one_call.make(self, view._slot, view._gemm, _BLOCK, _SMALL_GEMM_OUT,
+                                       _SMALL_GEMM_K)
         return view
 
     # kernels ------------------------------------------------------------------
@@ -610,10 +647,10 @@ class PyCudaHandler(Handler):
         # Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
         # swap the operands, keep each one's transpose flag.
         if beta != 0.0 and self._half:
-            return self._dot_add_half(out, lambda tmp: self._slot.gemm(
+            return self._dot_add_half(out, lambda tmp: self._gemm(
                 int(transb), int(transa), n, m, k, 1.0, b.gpudata, b.shape[1], a.gpudata,
                 a.shape[1], 0.0, tmp, n, out_f32=True))
-        self._slot.gemm(int(transb), int(transa), n, m, k, 1.0,
+        self._gemm(int(transb), int(transa), n, m, k, 1.0,
                         b.gpudata, b.shape[1], a.gpudata, a.shape[1],
                         beta, out.gpudata, n)
 
@@ -648,7 +685,7 @@ class PyCudaHandler(Handler):
         # operands swapped, flags kept.  Matrix i of an operand starts stride * i
         # elements in; a 2-D operand has stride 0, the same matrix for every i.
         def product(c, beta, out_f32):
-            self._slot.gemm.batched(int(transb), int(transa), n, m, k, 1.0,
+            self._gemm.batched(int(transb), int(transa), n, m, k, 1.0,
                                     b.gpudata, b.shape[-1], k * n if len(b.shape) == 3 else 0,
                                     a.gpudata, a.shape[-1], m * k if len(a.shape) == 3 else 0,
                                     beta, c, n, m * n, batch, out_f32=out_f32)
@@ -666,11 +703,13 @@ class PyCudaHandler(Handler):
         self._launch("axpby_dev", y.size, ap, alpha, x.gpudata, bp, beta, y.gpudata, y.size)
 
     # optimizers ---------------------------------------------------------------
-    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled):
+    def _adam_update(self, g, lr, beta1, beta2, eps, weight_decay, step, m, v, p, decoupled,
+                     gate):
         _enter()
         n = p.size
-        # A device scalar lr: its address, and 0 as the (unused) value.
+        # A device scalar lr or gate: its address, and 0 as the (unused) value.
         lr_p, lr = (0, lr) if type(lr) is float else (lr.gpudata, 0.0)
+        gate_p, gate = (0, gate) if type(gate) is float else (gate.gpudata, 0.0)
         arrays = [x.gpudata if n else 0 for x in (m, v, p, g)]   # empty arrays have no memory
         # At least one block even for n == 0: the kernel's last block advances
         # step.  It counts finished blocks in this stream's counter (kernels
@@ -678,7 +717,19 @@ class PyCudaHandler(Handler):
         # while running.
         self._run(self._k["adam"], self._grid(n), arrays[3], lr_p, lr, beta1, beta2, eps,
                   weight_decay, step.gpudata, arrays[0], arrays[1], arrays[2], n,
-                  int(decoupled), self._slot.counters(1))
+                  int(decoupled), self._slot.counters(1), gate_p, gate)
+
+    def _scale_finite(self, a, factor, flag):
+        _enter()
+        factor_p, factor = (0, factor) if type(factor) is float else (factor.gpudata, 0.0)
+        self._launch("fill", 1, flag.gpudata, 1.0, 1)   # the kernel only ever stores 0 there
+        self._launch("scale_finite", a.size, a.gpudata, factor_p, factor, flag.gpudata, a.size)
+
+    def _update_loss_scale(self, flag, state, interval, max_scale):
+        _enter()
+        _launch_kernel(self._k["loss_scale"].handle, self._slot.handle, 1, 1,
+                       self._k["loss_scale"].fmt, flag.gpudata, state.gpudata, interval,
+                       max_scale)
 
     # reduction ----------------------------------------------------------------
     def sum_t(self, a, axis, out):
@@ -1151,7 +1202,7 @@ class PyCudaHandler(Handler):
         # engines may rely on the alignment a plan declares
         bits = int(a.gpudata) | int(b.gpudata) | int(out.gpudata) | 16
         align = bits & -bits
-        key = (code, a.shape, b.shape, out.shape, stride, padding, dilation, align)
+        key = (code, self._format, a.shape, b.shape, out.shape, stride, padding, dilation, align)
         plan = self._conv_plans.get(key)
         if plan is None:   # descriptors and engine: host work only (safe in a capture)
             # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
@@ -1231,7 +1282,7 @@ class PyCudaHandler(Handler):
 
     def _graph_begin(self, rec):
         _enter()
-        views = list(self._views.values())
+        views = self._family_views()   # a capture records the twins' work too
         slots = self._all_slots
         rec.backend = {
             "one_call": [(v, v._one_call) for v in views],
@@ -1324,7 +1375,6 @@ class PyCudaHandler(Handler):
         _enter()
         self._resources()
         closed = _ClosedGemm()
-        for slot in self._all_slots:
-            slot.gemm = closed
-        for v in self._views.values():
-            v._one_call = one_call.Declined()
+        for v in self._family_views():   # the twins' streams are closed too
+            v._gemms = [closed] * len(v._gemms)
+            v._gemm, v._one_call = closed, one_call.Declined()

@@ -52,18 +52,18 @@ class Declined:
     scalar = axpby = sum = dot = run
 
 
-def make(handler, slot, block, small_out, small_k, dry=False):
+def make(handler, slot, gemm, block, small_out, small_k, dry=False):
     """The ``OneCall`` object for ``slot``'s stream:
     grids as ``PyCudaHandler._grid`` sizes them, of ``block`` threads; products
     with at most ``small_out`` output elements and inner dimension ``small_k``
-    on the small-product kernel, others on the slot's cuBLAS handle where its
-    binding says which function to call (``gemm.c_symbol``).  ``dry``: launch
+    on the small-product kernel, others on ``gemm`` (the handler's cuBLAS
+    object on that stream) where its binding says which function to call
+    (``gemm.c_symbol``).  ``dry``: launch
     nothing (``python -m benchmarks hostcost`` times the checks alone)."""
     from ._launch import OneCall
     ops = OneCall(slot.handle, handler.array_type, handler.dtype, handler.dtype.itemsize,
                   block, block * handler._vec, handler._max_blocks,
                   [handler._k[name].handle for name in KERNELS], dry=dry)
-    gemm = slot.gemm
     ops.set_dot(gemm.c_symbol, gemm.handle if gemm.c_symbol else 0,
                 handler._k["small_gemm"].handle, small_out, small_k, gemm.kind)
     return ops

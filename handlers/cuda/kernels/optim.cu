@@ -52,7 +52,11 @@ template <typename T, typename C = compute_t<T>>
 __device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, C lr, C beta1,
                                      C beta2, C eps, C wd, T* step, T* __restrict__ m,
                                      T* __restrict__ v, T* __restrict__ p, long long n,
-                                     int decoupled, unsigned int* done) {
+                                     int decoupled, unsigned int* done, const T* gate_p,
+                                     C gate) {
+    // A gate of 0 (a skipped step) leaves everything as it is, step and the
+    // counter included: every thread of every block returns here.
+    if ((gate_p ? ld(*gate_p) : gate) == C(0)) return;
     __shared__ AdamCoeffs<C> shared;
     if (threadIdx.x == 0) {
         AdamCoeffs<C> c;
@@ -104,10 +108,74 @@ __device__ __forceinline__ void adam(const T* __restrict__ g, const T* lr_p, C l
     }
 }
 
+// scale_finite_t: a = factor * a where a is finite, else 0; *flag, set to 1
+// by the host before the launch, becomes 0 if any element was not finite
+// (every writer stores the same 0, so a plain store suffices).  Each product
+// is computed in C and rounded once.
+template <typename T, typename C = compute_t<T>>
+__device__ __forceinline__ void scale_finite(T* a, const T* factor_p, C factor, T* flag,
+                                             long long n) {
+    const C f = factor_p ? ld(*factor_p) : factor;
+    const long long stride = grid_stride();
+    bool ok = true;
+    long long scalar_from = 0;
+    if (is_aligned16(a)) {
+        const long long packets = n / kVec<T>;
+        for (long long i = grid_thread(); i < packets; i += stride) {
+            Packet<T> x = load_packet(a, i);
+#pragma unroll
+            for (int k = 0; k < kVec<T>; ++k) {
+                const bool fin = dm::isfinite(x.v[k]);
+                ok &= fin;
+                x.v[k] = fin ? x.v[k] * f : C(0);
+            }
+            store_packet(a, i, x);
+        }
+        scalar_from = packets * kVec<T>;
+    }
+    for (long long i = scalar_from + grid_thread(); i < n; i += stride) {
+        const C x = ld(a[i]);
+        const bool fin = dm::isfinite(x);
+        ok &= fin;
+        a[i] = st<T>(fin ? x * f : C(0));
+    }
+    if (!ok) *flag = st<T>(C(0));
+}
+
+// update_loss_scale, on one thread: state = [scale, 1 / scale, streak of
+// finite steps, steps skipped], in the handler's format.
+template <typename T, typename C = compute_t<T>>
+__device__ __forceinline__ void loss_scale(const T* flag, T* state, C interval, C max_scale) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    C scale = ld(state[0]), streak = ld(state[2]), skipped = ld(state[3]);
+    if (ld(*flag) == C(0)) {
+        scale = scale * C(0.5);
+        streak = C(0);
+        skipped = skipped + C(1);
+    } else {
+        streak = streak + C(1);
+        if (streak >= interval) {
+            scale = scale * C(2) < max_scale ? scale * C(2) : max_scale;
+            streak = C(0);
+        }
+    }
+    state[0] = st<T>(scale);
+    state[1] = st<T>(C(1) / scale);
+    state[2] = st<T>(streak);
+    state[3] = st<T>(skipped);
+}
+
 }  // namespace sh
 
 SH_EXPORT(adam,
           (const T* g, const T* lr_p, C lr, C beta1, C beta2, C eps, C weight_decay, T* step,
-           T* m, T* v, T* p, long long n, int decoupled, unsigned int* done),
+           T* m, T* v, T* p, long long n, int decoupled, unsigned int* done, const T* gate_p,
+           C gate),
           sh::adam(g, lr_p, lr, beta1, beta2, eps, weight_decay, step, m, v, p, n, decoupled,
-                   done))
+                   done, gate_p, gate))
+
+SH_EXPORT(scale_finite, (T* a, const T* factor_p, C factor, T* flag, long long n),
+          sh::scale_finite(a, factor_p, factor, flag, n))
+
+SH_EXPORT(loss_scale, (const T* flag, T* state, C interval, C max_scale),
+          sh::loss_scale(flag, state, interval, max_scale))
