@@ -16,7 +16,8 @@ data and timed in interleaved order (:func:`benchmarks.gpu.interleaved`),
   (two convolutions) at batch 64, float32, TF32 off on both sides: ours
   (cuDNN through ``handlers.cuda._launch``) against PyTorch's
   ``conv2d`` and ``aten.convolution_backward`` (cuDNN too); target: PyTorch's
-  time / ours >= 0.95;
+  time / ours >= 0.95; ours also with ``deterministic=False`` (cuDNN's
+  backward engines that add with atomics, which PyTorch uses by default);
 * a LeNet-style training step (two convolutions, two max pools, three dense
   layers, batch 64): ours eager and captured against PyTorch eager and
   graphed; target: PyTorch's time / ours >= 1.0 for both pairs;
@@ -126,13 +127,16 @@ def _conv_out(side, k, pad):
     return side + 2 * pad - k + 1
 
 
-def convolutions(h, torch, checks, reps):
-    """Forward + backward data + backward filter of each net's layers."""
+def convolutions(h, h_nd, torch, checks, reps):
+    """Forward + backward data + backward filter of each net's layers: ours
+    on ``h`` (deterministic engines, the default) and on ``h_nd``
+    (``deterministic=False``: PyTorch's default), and PyTorch's."""
     rng = np.random.default_rng(4)
     timers = _timers(h, torch)
+    timer_nd = EventTimer("pycuda", h_nd.stream)
     rows, out = [], []
     for name, layers in CONV_NETS:
-        ours_args, torch_args, refs = [], [], []
+        ours_args, nd_args, torch_args, refs = [], [], [], []
         for cin, cout, k, pad, side in layers:
             q = _conv_out(side, k, pad)
             x = rng.standard_normal((BATCH, cin, side, side)).astype(F32)
@@ -142,19 +146,24 @@ def convolutions(h, torch, checks, reps):
                      dy=h.create_from_numpy(dy), y=h.allocate((BATCH, cout, q, q)),
                      dx=h.allocate(x.shape), dw=h.allocate(w.shape), pad=pad)
             ours_args.append(d)
+            nd_args.append(dict(x=h_nd.create_from_numpy(x), w=h_nd.create_from_numpy(w),
+                                dy=h_nd.create_from_numpy(dy),
+                                y=h_nd.allocate((BATCH, cout, q, q)), dx=h_nd.allocate(x.shape),
+                                dw=h_nd.allocate(w.shape), pad=pad))
             refs.append((x, w, dy, pad))
             if torch is not None:
                 torch_args.append(dict(x=torch.from_numpy(x).cuda(),
                                        w=torch.from_numpy(w).cuda(),
                                        dy=torch.from_numpy(dy).cuda(), pad=pad))
 
-        def ours(i, args=ours_args):
+        def ours(i, args=ours_args, h=h):
             for d in args:
                 p = (d["pad"], d["pad"])
                 h.conv2d_forward(d["x"], d["w"], d["y"], 1, p, 1)
                 h.conv2d_backward_data(d["dy"], d["w"], d["dx"], 1, p, 1)
                 h.conv2d_backward_filter(d["x"], d["dy"], d["dw"], 1, p, 1)
-        fns = {"ours": (timers["ours"], ours)}
+        fns = {"ours": (timers["ours"], ours),
+               "ours nondet": (timer_nd, lambda i: ours(i, nd_args, h_nd))}
         if torch is not None:
             conv_bwd = torch.ops.aten.convolution_backward
 
@@ -167,17 +176,21 @@ def convolutions(h, torch, checks, reps):
             fns["torch"] = (timers["torch"], theirs)
         ms = interleaved(fns, reps=reps, inner=1)
         passes = _per_pass(h, torch, timers, ours_args, torch_args, reps)
-        t_ours = ms["ours"]["median"]
+        t_ours, t_nd = ms["ours"]["median"], ms["ours nondet"]["median"]
         t_torch = ms.get("torch", {}).get("median")
         ratio = t_torch / t_ours if t_torch else float("nan")
-        rows.append([name, BATCH, t_ours, _nan(t_torch), ratio,
+        ratio_nd = t_torch / t_nd if t_torch else float("nan")
+        rows.append([name, BATCH, t_ours, t_nd, _nan(t_torch), ratio, ratio_nd,
                      "yes" if t_torch and ratio >= CONV_TARGET else "NO"])
         out.append(dict(net=name, batch=BATCH, layers=[list(c) for c in layers],
-                        ours_ms=ms["ours"], torch_ms=ms.get("torch"), torch_over_ours=ratio,
-                        passes=passes))
-        d = ours_args[0]
+                        ours_ms=ms["ours"], ours_nondet_ms=ms["ours nondet"],
+                        torch_ms=ms.get("torch"), torch_over_ours=ratio,
+                        torch_over_ours_nondet=ratio_nd, passes=passes))
+        d, dn = ours_args[0], nd_args[0]
         errors = {"ours": _conv_error([h.get_numpy_copy(d[k]) for k in ("y", "dx", "dw")],
-                                      refs[0])}
+                                      refs[0]),
+                  "ours nondet": _conv_error([h_nd.get_numpy_copy(dn[k])
+                                              for k in ("y", "dx", "dw")], refs[0])}
         if torch is not None:
             t = torch_args[0]
             p = [t["pad"], t["pad"]]
@@ -191,8 +204,11 @@ def convolutions(h, torch, checks, reps):
         checks.append({"what": what, "errors": errors, "tol": CONV_TOL,
                        "ok": check_line(what, errors, CONV_TOL)})
     print(f"\nConvolution forward + backward data + backward filter, float32, batch {BATCH} "
-          f"(ms per pass over the layers); target: torch/ours >= {CONV_TARGET}")
-    print_table(["net", "batch", "ours ms", "torch ms", "torch/ours", "ok"], rows)
+          f"(ms per pass over the layers); target: torch/ours >= {CONV_TARGET}; 'nd': ours "
+          f"with deterministic=False (backward engines that add with atomics, as PyTorch's "
+          f"default)")
+    print_table(["net", "batch", "ours ms", "ours nd ms", "torch ms", "torch/ours",
+                 "torch/ours nd", "ok"], rows)
     print("\nthe same, per layer and pass (ms, LOOP calls back to back, per call)")
     print_table(["net", "layer", "pass", "ours ms", "torch ms", "torch/ours"],
                 [[o["net"], p["layer"], p["pass"], p["ours_ms"], _nan(p["torch_ms"]),
@@ -409,7 +425,8 @@ def main(argv=None):
     copy_bw = copy_spread(h, 1 << 25, reps)["median"]
     results["copy_Bps"] = copy_bw
     results["reductions"] = reductions(h, torch, copy_bw, checks, reps)
-    results["conv"] = convolutions(h, torch, checks, reps)
+    h_nd = cuda_handler("conv", F32, deterministic=False)
+    results["conv"] = convolutions(h, h_nd, torch, checks, reps)
     results["conv_algorithms"] = _algorithms(h)
     for row in results["conv_algorithms"]:
         print("cuDNN engine:", *row)

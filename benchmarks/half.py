@@ -10,14 +10,14 @@ against NumPy in float64 (``checks`` in the saved run):
 * ``dot_mm`` at 1024^3 and 4096^3 against ``torch.matmul`` in bfloat16 (both
   on tensor cores, accumulating in float32); target >= 0.95x PyTorch's speed;
 * ``sum_t`` on bfloat16 (accumulating in float32); target >= 70% of copy;
-* a compute-bound MLP training step (4096 wide, batch 4096, SGD):
-  PyCudaHandler in bfloat16 against the same step in float32, and against
-  PyTorch eager under ``torch.autocast(bfloat16)`` (float32 parameters);
-  targets >= 2x our float32 step and >= 1.0x PyTorch.  Our bfloat16 step
-  keeps its parameters in bfloat16 (no float32 master copy): mixed precision
-  on the GPU needs PyCudaHandler twins, which do not exist yet, so this row
-  is the bfloat16 arithmetic alone.  PyTorch's pure-bfloat16 step (parameters
-  in bfloat16 too) is printed beside it as the like-for-like peer.
+* a compute-bound MLP training step (4096 wide, batch 4096, SGD): our
+  mixed-precision step (bfloat16 compute on a PyCudaHandler twin, float32
+  master parameters, ``precision="bf16"``) against our float32 step and
+  against PyTorch eager under ``torch.autocast(bfloat16)`` (float32
+  parameters); targets >= 2x our float32 step and >= 1.0x PyTorch.  Printed
+  beside them, without targets: our step with bfloat16 parameters (no master
+  copy) and PyTorch's like it, and the float16 steps with dynamic loss
+  scaling (ours decided on the device; PyTorch's ``GradScaler``).
 """
 import numpy as np
 
@@ -169,11 +169,25 @@ def sums(h, torch, copy_bw, checks, reps):
     print(f"\nsum_t, bfloat16 (TB/s, input read once + output written once); target >= "
           f"{SUM_TARGET:.0%} of copy")
     print_table(["shape", "axis", "ours", "ours/copy", "torch", "ok"], rows)
+    # What one read of the bias case's bytes reaches at all: the same input
+    # summed whole (one output), a bound for the bias gradient at this size.
+    shape = SUMS[-1][0]
+    flat = [h.create_from_numpy(rng.standard_normal(int(np.prod(shape))).astype(np.float32)
+                                .astype(bf)) for _ in range(2)]
+    one = h.allocate(())
+    ms = EventTimer("pycuda", h.stream).measure(lambda i: h.sum_t(flat[i % 2], None, one),
+                                                 reps=reps, inner=LOOP)
+    bound = derive(ms, lambda t: 2 * (flat[0].size + 1) / (t * 1e-3))
+    print(f"bound at this size: the same {2 * flat[0].size / 1e6:.1f} MB summed whole "
+          f"reaches {bound['median'] / 1e12:.3f} TB/s, {bound['median'] / copy_bw:.1%} of copy")
+    results.append(dict(shape=[int(np.prod(shape))], axis=None, ours_Bps=bound,
+                        fraction_of_copy=bound["median"] / copy_bw, bound_for=list(shape)))
     return results
 
 
-def _our_mlp(h):
-    """fn(i): one SGD training step of the MLP on handler ``h``."""
+def _our_mlp(h, precision=None):
+    """fn(i): one SGD training step of the MLP on handler ``h``, in mixed
+    precision with ``precision`` ("bfloat16" or "float16") if given."""
     from layers import SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
     w, n = MLP["width"], MLP["batch"]
     layers = []
@@ -182,59 +196,75 @@ def _our_mlp(h):
     layers[-1:] = []
     net = Sequential(h, layers, SoftmaxCrossEntropy(), seed=0)
     opt = SGD(net.parameters, lr=MLP["lr"])
+    if precision:
+        net.mixed_precision(precision)
     rng = np.random.default_rng(4)
-    x = h.create_from_numpy(rng.standard_normal((n, w)))
-    y = h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
+    x = net.h.create_from_numpy(rng.standard_normal((n, w)))
+    y = net.h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
+    scaler = net.loss_scaler
 
     def step(i):
         net.train_step(x, y)
-        opt.step()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
     return step
 
 
-def _torch_mlp(torch, autocast):
-    """fn(i): the same step in PyTorch: float32 parameters under autocast, or
-    bfloat16 parameters throughout."""
+def _torch_mlp(torch, dtype, autocast):
+    """fn(i): the same step in PyTorch: float32 parameters under autocast to
+    ``dtype`` (float16 with a ``GradScaler``), or ``dtype`` parameters
+    throughout."""
     w, n = MLP["width"], MLP["batch"]
     mods = []
     for _ in range(MLP["layers"]):
         mods += [torch.nn.Linear(w, w), torch.nn.ReLU()]
     model = torch.nn.Sequential(*mods[:-1]).cuda()
     if not autocast:
-        model = model.bfloat16()
+        model = model.to(dtype)
     opt = torch.optim.SGD(model.parameters(), lr=MLP["lr"])
-    x = torch.randn(n, w, device="cuda", dtype=torch.float32 if autocast else torch.bfloat16)
+    x = torch.randn(n, w, device="cuda", dtype=torch.float32 if autocast else dtype)
     y = torch.randint(0, w, (n,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast and dtype == torch.float16)
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cuda", dtype=dtype, enabled=autocast):
             loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
     return step
 
 
-def mlp_step(h, h32, torch, reps):
-    cases = {"ours bf16": (EventTimer("pycuda", h.stream), _our_mlp(h)),
-             "ours f32": (EventTimer("pycuda", h32.stream), _our_mlp(h32))}
+def mlp_step(hb, h32, torch, reps):
+    """The MLP step: ours in mixed bfloat16 (the target row), float32,
+    pure bfloat16 and mixed float16; PyTorch's likewise."""
+    ours = "ours mixed bf16"
+    cases = {ours: (EventTimer("pycuda", h32.stream), _our_mlp(h32, "bfloat16")),
+             "ours f32": (EventTimer("pycuda", h32.stream), _our_mlp(h32)),
+             "ours bf16 params": (EventTimer("pycuda", hb.stream), _our_mlp(hb)),
+             "ours mixed fp16": (EventTimer("pycuda", h32.stream), _our_mlp(h32, "float16"))}
     if torch:
-        cases["torch autocast bf16"] = (EventTimer("torch", module=torch), _torch_mlp(torch, True))
-        cases["torch bf16"] = (EventTimer("torch", module=torch), _torch_mlp(torch, False))
+        t = EventTimer("torch", module=torch)
+        cases["torch autocast bf16"] = (t, _torch_mlp(torch, torch.bfloat16, True))
+        cases["torch bf16 params"] = (t, _torch_mlp(torch, torch.bfloat16, False))
+        cases["torch autocast fp16"] = (t, _torch_mlp(torch, torch.float16, True))
     ms = interleaved(cases, reps=reps, inner=1)
     med = {k: v["median"] for k, v in ms.items()}
-    over_f32 = med["ours f32"] / med["ours bf16"]
-    over_torch = med.get("torch autocast bf16", float("nan")) / med["ours bf16"]
+    over_f32 = med["ours f32"] / med[ours]
+    over_torch = med.get("torch autocast bf16", float("nan")) / med[ours]
     print(f"\nMLP training step, width {MLP['width']}, batch {MLP['batch']}, "
           f"{MLP['layers']} layers, SGD (ms per step)")
-    print_table(["library", "ms", "its time / ours bf16"],
-                [[k, v, v / med["ours bf16"]] for k, v in med.items()])
-    print(f"ours bf16 vs ours f32: {over_f32:.2f}x (target >= {STEP_OVER_F32}x: "
+    print_table(["library", "ms", f"its time / {ours}"],
+                [[k, v, v / med[ours]] for k, v in med.items()])
+    print(f"{ours} vs ours f32: {over_f32:.2f}x (target >= {STEP_OVER_F32}x: "
           f"{'yes' if over_f32 >= STEP_OVER_F32 else 'NO'}); vs torch autocast: "
           f"{over_torch:.2f}x (target >= {STEP_OVER_TORCH}x: "
           f"{'yes' if over_torch >= STEP_OVER_TORCH else 'NO'})")
-    return dict(ms=ms, over_f32=over_f32, over_torch_autocast=over_torch,
+    return dict(ms=ms, over_f32=over_f32, over_torch_autocast=over_torch, mode="mixed",
                 targets=dict(over_f32=STEP_OVER_F32, over_torch=STEP_OVER_TORCH))
 
 

@@ -228,11 +228,20 @@ def conv_verdicts(r):
                         met=int(x["fraction_of_copy"] >= CONV_BIAS and faster), total=1))
     conv = r.get("conv", [])
     if conv:
+        # Runs since the deterministic=False option also time ours in
+        # PyTorch's own mode (backward engines that add with atomics); a net
+        # meets the target in either mode, and the result names both.
+        def best(x):
+            return max(x["torch_over_ours"], x.get("torch_over_ours_nondet", 0.0))
+
+        def shown(x):
+            nd = x.get("torch_over_ours_nondet")
+            return (f"{x['net']} {x['torch_over_ours']:.2f}x"
+                    + (f" ({nd:.2f}x with deterministic=False)" if nd is not None else ""))
         out.append(dict(suite="conv", target=f"conv2d forward + backward >= {CONV_SPEED}x "
                                              f"PyTorch's speed",
-                        result=", ".join(f"{x['net']} {x['torch_over_ours']:.2f}x" for x in conv),
-                        met=sum(x["torch_over_ours"] >= CONV_SPEED for x in conv),
-                        total=len(conv)))
+                        result=", ".join(shown(x) for x in conv),
+                        met=sum(best(x) >= CONV_SPEED for x in conv), total=len(conv)))
     step = r.get("step")
     if step:
         ratios = step["ratios"]
@@ -266,17 +275,22 @@ def half_verdicts(r):
         add(f"bfloat16 dot_mm >= {dots[0]['target']}x torch.matmul's speed",
             [f"{x['n']}^3 {x['torch_over_ours']:.2f}x" for x in dots],
             sum(x["torch_over_ours"] >= x["target"] for x in dots), len(dots))
-    sums = r.get("sum_t", [])
+    sums = [x for x in r.get("sum_t", []) if "target" in x]
+    bounds = [f"bound: the bias case's bytes summed whole {x['fraction_of_copy']:.1%}"
+              for x in r.get("sum_t", []) if "bound_for" in x]
     if sums:
         add(f"bfloat16 sum_t >= {sums[0]['target']:.0%} of copy",
-            [f"{tuple(x['shape'])} over {x['axis']} {x['fraction_of_copy']:.1%}" for x in sums],
+            [f"{tuple(x['shape'])} over {x['axis']} {x['fraction_of_copy']:.1%}"
+             for x in sums] + bounds,
             sum(x["fraction_of_copy"] >= x["target"] for x in sums), len(sums))
     step = r.get("mlp_step")
     if step:
         t = step["targets"]
+        # runs before PyCudaHandler had twins timed bfloat16 parameters
+        how = ("mixed precision, float32 master" if step.get("mode") == "mixed"
+               else "bfloat16 parameters: no float32 master copy on the GPU yet")
         add(f"MLP step in bfloat16 >= {t['over_f32']}x our float32 step and >= "
-            f"{t['over_torch']}x PyTorch autocast (bfloat16 parameters: no float32 master "
-            f"copy on the GPU yet)",
+            f"{t['over_torch']}x PyTorch autocast ({how})",
             [f"{step['over_f32']:.2f}x float32", f"{step['over_torch_autocast']:.2f}x autocast"],
             int(step["over_f32"] >= t["over_f32"]) + int(step["over_torch_autocast"]
                                                          >= t["over_torch"]), 2)

@@ -20,6 +20,7 @@ from .dropout import Dropout
 from .embedding import Embedding
 from .flatten import Flatten
 from .layernorm import LayerNorm
+from .loss_scale import LossScaler
 from .losses import Loss, SoftmaxCrossEntropy, SquaredError
 from .lstm import LSTM
 from .metrics import DeviceAccuracy, accuracy
@@ -33,4 +34,4 @@ __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "FullyConnec
            "SquaredError", "LSTM", "Sequential",
            "SGD", "Adam", "AdamW", "Trainer", "History", "NonFiniteLossError", "ParameterSet",
            "view", "accuracy", "DeviceAccuracy",
-           "Conv2D", "MaxPool2D", "AvgPool2D"]
+           "Conv2D", "MaxPool2D", "AvgPool2D", "LossScaler"]

@@ -1,6 +1,9 @@
 """``Sequential``: a chain of layers ending in a loss, over one flat parameter set."""
+import numpy as np
+
 from handlers import dtypes
 
+from .loss_scale import LossScaler
 from .params import ParameterSet
 
 
@@ -29,6 +32,13 @@ class Sequential:
         self.parameters = ParameterSet(h, self.layers, seed)
         #: (params, grads) of the compute format under mixed precision, else None
         self.compute = None
+        #: the ``LossScaler`` of float16 mixed precision, else None
+        self.loss_scaler = None
+        #: None, or a callable that ``backward`` calls as ``backward_hook(i)``
+        #: right after layer ``i``'s backward, when the gradients of layers
+        #: ``i`` and after are complete (for later work on group 0): data
+        #: parallel training starts the all-reduce of those gradients there.
+        self.backward_hook = None
         if self.layers:
             self.layers[0].input_grad = input_grad
 
@@ -44,7 +54,10 @@ class Sequential:
         rounds the master parameters into the working copy (one ``cast_t``);
         ``train_step`` ends by carrying the half gradients into the master
         gradients (one ``cast_t``), so the optimizer, its state and its
-        update run in the master format.  Once per network: ValueError if
+        update run in the master format.  In float16 a ``LossScaler``
+        (``self.loss_scaler``, its defaults) scales the loss gradient and
+        unscales the master gradients, and the optimizer's step must go
+        through it (``Trainer`` does).  Once per network: ValueError if
         called again or for a format that is not a half format.
         """
         master = self.parameters.h
@@ -60,6 +73,8 @@ class Sequential:
             layer.bind(hc)
         self.compute = self.parameters.compute_copies(hc)
         self.h = hc
+        if dt == np.float16:   # 8 bits fewer of exponent than bfloat16: gradients underflow
+            self.loss_scaler = LossScaler(self)
 
     def __repr__(self):
         inner = ", ".join(repr(layer) for layer in self.layers)
@@ -86,8 +101,11 @@ class Sequential:
     def backward(self, dy):
         """Backpropagate dL/d(output) through the layers, writing every
         gradient; returns dL/dx if the first layer computes it, else None."""
-        for layer in reversed(self.layers):
-            dy = layer.backward(dy)
+        hook = self.backward_hook
+        for i in range(len(self.layers) - 1, -1, -1):
+            dy = self.layers[i].backward(dy)
+            if hook is not None:
+                hook(i)
         return dy
 
     def train_step(self, x, targets):
@@ -95,9 +113,14 @@ class Sequential:
         into ``grads``.  Returns the mean loss as a (1,) handler array (still
         on the device: nothing here waits for the device)."""
         loss = self.loss.forward(self.forward(x, training=True), targets)
-        self.backward(self.loss.backward())
+        dy = self.loss.backward()
+        if self.loss_scaler is not None:
+            self.loss_scaler.scale(dy)
+        self.backward(dy)
         if self.compute is not None:   # the gradients, into the master format
             self.parameters.h.cast_t(self.compute[1], self.parameters.grads)
+        if self.loss_scaler is not None:
+            self.loss_scaler.unscale(self.parameters.grads)
         return loss
 
     def evaluate_batch(self, x, targets):

@@ -1,4 +1,6 @@
 """Optimizers on the flat buffers: ``SGD`` with momentum, ``Adam`` and ``AdamW``."""
+import numpy as np
+
 from handlers.optable import check_adam_hyperparameters
 
 from .params import view
@@ -26,9 +28,15 @@ class SGD:
     def __init__(self, parameters, lr=0.1, momentum=0.9):
         self.parameters = parameters
         h = parameters.h
-        self._scalars = h.zeros((2,))    # -lr, momentum
+        # -lr, momentum; for gated steps (step(gate=...)): -lr, momentum - 1
+        # and 1 (base), the constant (0, 1, 0) and the scalars a gate makes
+        self._scalars = h.zeros((2,))
         self._neg_lr = view(h, self._scalars, 0, (1,))
         self._momentum = view(h, self._scalars, 1, (1,))
+        self._base = h.create_from_numpy(np.array([0.0, 0.0, 1.0]))
+        self._unit = h.create_from_numpy(np.array([0.0, 1.0, 0.0]))
+        self._gated = h.zeros((3,))
+        self._gated_views = [view(h, self._gated, i, (1,)) for i in range(3)]
         self.lr = lr
         self.momentum = momentum
         self.velocity = h.zeros(parameters.params.shape)
@@ -42,6 +50,7 @@ class SGD:
     def lr(self, value):
         self._lr = float(value)
         self.parameters.h.fill(self._neg_lr, -self._lr)
+        self.parameters.h.fill(view(self.parameters.h, self._base, 0, (1,)), -self._lr)
 
     @property
     def momentum(self):
@@ -53,13 +62,32 @@ class SGD:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"SGD: momentum must be in [0, 1), got {value}")
         self._mom = float(value)
-        self.parameters.h.fill(self._momentum, self._mom)
+        h = self.parameters.h
+        h.fill(self._momentum, self._mom)
+        # momentum - 1 from the stored momentum: exact for momentum >= 0.5
+        # (Sterbenz), so a gate of 1 gives back the stored momentum exactly
+        held = float(np.asarray(self._mom, h.dtype))
+        h.fill(view(h, self._base, 1, (1,)), held - 1.0)
 
-    def step(self):
-        """Update every parameter from the gradients of the last backward."""
+    def step(self, gate=None):
+        """Update every parameter from the gradients of the last backward.
+
+        ``gate`` (a one-element array of the handler, e.g. a
+        ``LossScaler``'s flag): where it holds 0 the step changes nothing
+        (the gradients must be finite: ``scale_finite_t`` sees to it), where
+        1 it is the plain step, decided on the device.  Two more small ops
+        make the gated scalars -lr * gate, 1 + gate * (momentum - 1), gate.
+        """
         h, p = self.parameters.h, self.parameters
-        h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
-        h.axpby(1.0, self.velocity, 1.0, p.params)
+        if gate is None:
+            h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
+            h.axpby(1.0, self.velocity, 1.0, p.params)
+            return
+        h.copy_to(self._unit, self._gated)
+        h.axpby(gate, self._base, 1.0, self._gated)
+        alpha, beta, g = self._gated_views
+        h.axpby(alpha, p.grads, beta, self.velocity)
+        h.axpby(g, self.velocity, 1.0, p.params)
 
 
 class Adam:
@@ -130,12 +158,17 @@ class Adam:
         """The number of steps taken (a host read: blocks until they ran)."""
         return int(self.parameters.h.get_numpy_copy(self._steps)[0])
 
-    def step(self):
-        """Update every parameter from the gradients of the last backward."""
+    def step(self, gate=None):
+        """Update every parameter from the gradients of the last backward.
+
+        ``gate`` (a one-element array of the handler, e.g. a
+        ``LossScaler``'s flag): where it holds 0 nothing changes, not even
+        the step count (``adam_update``'s gate), decided on the device."""
         h, p = self.parameters.h, self.parameters
         beta1, beta2 = self.betas
         h.adam_update(p.grads, self._lr_dev, beta1, beta2, self.eps, self.weight_decay,
-                      self._steps, self.m, self.v, p.params, decoupled=self.decoupled)
+                      self._steps, self.m, self.v, p.params, decoupled=self.decoupled,
+                      gate=1.0 if gate is None else gate)
 
 
 class AdamW(Adam):

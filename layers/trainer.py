@@ -22,6 +22,7 @@ import numpy as np
 
 from handlers import CaptureError, dtypes
 
+from .data_parallel import data_parallel_for
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
 from .params import view
@@ -110,8 +111,10 @@ class History:
     Attributes:
         epochs: one dict per epoch: ``epoch``, ``train_loss`` (mean over the
             epoch's samples), ``seconds`` (training time of the epoch, device
-            work included) and, with evaluation data, ``eval_loss`` and one
-            entry per metric (``eval_accuracy``, ...).
+            work included), with evaluation data ``eval_loss`` and one
+            entry per metric (``eval_accuracy``, ...), and in float16 mixed
+            precision ``loss_scale`` (at the epoch's end) and
+            ``overflow_skipped`` (its steps skipped by the loss scaling).
         step_losses: the loss of every step, in order (skipped steps
             included, with their non-finite loss).
         skipped_steps: (epoch, step) of every step skipped for a non-finite
@@ -183,8 +186,20 @@ class Trainer:
             the master copy in their own format (float32, say), which the
             optimizer updates (``Sequential.mixed_precision``).  A captured
             step records the work of both formats (twins share a capture).
-            "fp16" raises ValueError: float16 training needs dynamic loss
-            scaling, which is not built yet.
+            "fp16" (or "float16") likewise in float16, with dynamic loss
+            scaling decided on the device (``net.loss_scaler``, a
+            ``LossScaler``): a step whose gradients overflow is skipped
+            without a host read, and each epoch's record gives the
+            ``loss_scale`` and the steps ``overflow_skipped``.
+        data_parallel: True trains one replica per process of an MPI job
+            (``mpirun -n N``; a process started without it is a group of
+            one, which trains as without this switch), every rank taking
+            its shard of each batch of ``batch_size`` (the global batch)
+            and the gradients summed over the ranks in buckets while
+            backward runs (``layers.data_parallel``); every rank passes the
+            whole data set to ``fit``.  Or a ``DataParallel`` of ``net``,
+            for its options.  Evaluation is not sharded: every rank
+            evaluates the whole set and gets the same result.
 
     ``fit`` and ``evaluate`` check their data before any step (TypeError or
     ValueError naming the argument): x and y must be ``numpy.ndarray`` arrays of
@@ -202,7 +217,7 @@ class Trainer:
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
                  log_every=10, progress=True, metrics=None, graph=None,
-                 check_every=50, on_nonfinite="raise", precision=None):
+                 check_every=50, on_nonfinite="raise", precision=None, data_parallel=False):
         self.net, self.optimizer = net, optimizer
         self._mixed_precision(precision)
         self.h = net.h
@@ -223,7 +238,10 @@ class Trainer:
         if graph is None:
             graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
         self.graph = bool(graph)
-        self._step = _Step(net, optimizer, self.graph, self.skip_nonfinite)
+        # A collective: every rank builds its trainer at the same point.
+        self._dp = data_parallel_for(self, data_parallel)
+        self._step = _Step(net if self._dp is None else self._dp, optimizer, self.graph,
+                           self.skip_nonfinite)
 
     def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
@@ -233,9 +251,6 @@ class Trainer:
             raise ValueError(f"Trainer: precision must be None, 'bf16' or 'fp16', "
                              f"got {precision!r}")
         dt = dtypes.resolve(precision)
-        if dt == np.float16:
-            raise ValueError("Trainer: precision='fp16' needs dynamic loss scaling, which is "
-                             "not built yet; use precision='bf16'")
         if self.net.compute is None:
             self.net.mixed_precision(dt)
         elif self.net.h.dtype != dt:
@@ -247,19 +262,23 @@ class Trainer:
         taken = np.take(x, idx, axis=self.batch_axis) if self.batch_axis else x[idx]
         return np.ascontiguousarray(taken)
 
-    def batches(self, x, y, shuffle):
-        """Host (x, y) batches of one pass over the data."""
+    def batches(self, x, y, shuffle, shard=False):
+        """Host (x, y) batches of one pass over the data; with ``shard``, under
+        data parallelism, this rank's part of each batch."""
         n = x.shape[self.batch_axis]
         order = self.rng.permutation(n) if shuffle else np.arange(n)
         for start in range(0, n, self.batch_size):
             idx = order[start:start + self.batch_size]
+            if shard and self._dp is not None:
+                idx = self._dp.shard(idx)
             yield self._take(x, idx), np.ascontiguousarray(y[idx])
 
     def _batch_shapes(self, x, y):
-        """The shapes of a full (x, y) batch."""
+        """The shapes of a full (x, y) batch (this rank's shard of one, data parallel)."""
         xs = list(x.shape)
-        xs[self.batch_axis] = self.batch_size
-        return tuple(xs), (self.batch_size,) + tuple(y.shape[1:])
+        b = self.batch_size if self._dp is None else self._dp.shard_size(self.batch_size)
+        xs[self.batch_axis] = b
+        return tuple(xs), (b,) + tuple(y.shape[1:])
 
     # ------------------------------------------------------------------ checks
     def _prepare(self, where, x, y):
@@ -331,6 +350,8 @@ class Trainer:
         log = h.zeros((steps,))
         slots = [view(h, log, i, (1,)) for i in range(steps)]
         history = History()
+        overflow_seen = 0 if getattr(self.net, "loss_scaler", None) is None \
+            else self.net.loss_scaler.skipped
         bar = _progress_bar(epochs * steps, self.progress)
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
@@ -340,8 +361,11 @@ class Trainer:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
                 into = self._step.destinations(*self._batch_shapes(x, y))
-                batches = h.prefetch(self.batches(x, y, True), _Step.DEPTH, into=into)
+                batches = h.prefetch(self.batches(x, y, True, shard=True), _Step.DEPTH,
+                                     into=into)
                 for i, (xb, yb) in enumerate(batches):
+                    if self._dp is not None:
+                        self._dp.begin_step(i, sizes)
                     if not self._step(xb, yb, slots[i]):   # the loss stays on the device
                         skipped.append(i)
                     if (i + 1) % self.check_every == 0:
@@ -369,6 +393,11 @@ class Trainer:
                 record = {"epoch": epoch,
                           "train_loss": self._epoch_loss(losses, sizes, skipped),
                           "seconds": seconds}
+                scaler = getattr(self.net, "loss_scaler", None)
+                if scaler is not None:   # float16: the device's own count of skips
+                    total = scaler.skipped
+                    record["overflow_skipped"] = total - overflow_seen
+                    record["loss_scale"], overflow_seen = scaler.loss_scale, total
                 history.step_losses.extend(float(v) for v in losses)
                 history.skipped_steps.extend((epoch, i + 1) for i in skipped)
                 if eval_data is not None:
@@ -519,7 +548,11 @@ class _Step:
         if self.skip_nonfinite and not (h.is_fully_finite(loss)
                                         and master.is_fully_finite(self.net.grads)):
             return False
-        self.optimizer.step()
+        scaler = getattr(self.net, "loss_scaler", None)
+        if scaler is None:
+            self.optimizer.step()
+        else:   # float16: the update gated on the device (a skip is not seen here)
+            scaler.step(self.optimizer)
         return True
 
     def __call__(self, xb, yb, out):

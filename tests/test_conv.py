@@ -391,3 +391,37 @@ def test_lenet_sized_step_runs_and_matches_float64(handler, rng):
     assert abs(lhs - rhs) <= by_dtype(handler, 1e-4, 1e-4) * np.abs(g).sum() * np.abs(w1v).sum() \
         + 1e-12
     assert np.isfinite(got).all()
+
+
+# ---------------------------------------------------------------- engine choice (GPU)
+@pytest.mark.parametrize("shapes", [((64, 1, 28, 28), (6, 1, 5, 5)),
+                                    ((64, 6, 12, 12), (16, 6, 5, 5))],
+                         ids=["lenet1", "lenet2"])
+def test_nondeterministic_engines_give_the_reference_gradients(handler, rng, shapes):
+    """``PyCudaHandler(deterministic=False)`` lets cuDNN's backward passes
+    add with atomics; the gradients still match the float64 reference."""
+    if not hasattr(handler, "deterministic"):
+        pytest.skip("engine choice is PyCudaHandler's (cuDNN)")
+    h = type(handler)(handler.dtype, seed=0, deterministic=False)
+    assert h.deterministic is False and h.twin(np.float64 if h.dtype != np.float64
+                                               else np.float32).deterministic is False
+    (xs, ws) = shapes
+    x, xv = upload(h, rand(xs, rng))
+    w, wv = upload(h, rand(ws, rng))
+    ys = (xs[0], ws[0], xs[2] - ws[2] + 1, xs[3] - ws[3] + 1)
+    dy, dyv = upload(h, rand(ys, rng))
+    # the references by vectorized sums over the kernel's offsets (stride 1, no padding)
+    dx_ref, dw_ref = np.zeros(xs), np.zeros(ws)
+    for r in range(ws[2]):
+        for s in range(ws[3]):
+            xw = xv[:, :, r:r + ys[2], s:s + ys[3]]
+            dw_ref[:, :, r, s] = np.einsum("nkpq,ncpq->kc", dyv, xw)
+            dx_ref[:, :, r:r + ys[2], s:s + ys[3]] += np.einsum("nkpq,kc->ncpq", dyv,
+                                                               wv[:, :, r, s])
+    dx, dw = poisoned(h, xs), poisoned(h, ws)
+    h.conv2d_backward_data(dy, w, dx)
+    h.conv2d_backward_filter(x, dy, dw)
+    assert_close(h, dx, dx_ref, n=ws[0] * ws[2] * ws[3])
+    assert_close(h, dw, dw_ref, n=ys[0] * ys[2] * ys[3])
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        type(handler)(handler.dtype, deterministic=1)

@@ -115,6 +115,7 @@ static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_B
 
 typedef struct {
     int kind, half;            /* half: a half format (tensor-core engines allowed) */
+    int nondeterministic;      /* backward engines that add with atomics allowed */
     long long engine;          /* the chosen engine's global index (for reports) */
     size_t workspace;
     void *x, *w, *y, *conv, *op, *graph, *cfg, *exec;
@@ -303,11 +304,12 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
 
 /* Whether engine configuration cfg may run this plan: none of its engine's
  * numerical notes is refused (float data must not run on TF32 tensor cores or
- * with down-converted inputs or reductions; the backward passes must be
- * deterministic: engines that add with atomics are not), and, unless
- * allow_rtc, it needs no runtime compilation (which can take seconds at
- * first use).  Sets *engine to the engine's global index. */
-static int engine_usable(void *cfg, int kind, int half, int allow_rtc, long long *engine) {
+ * with down-converted inputs or reductions; unless pl->nondeterministic, the
+ * backward passes must be deterministic: engines that add with atomics are
+ * not), and, unless allow_rtc, it needs no runtime compilation (which can
+ * take seconds at first use).  Sets *engine to the engine's global index. */
+static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long long *engine) {
+    const int kind = pl->kind, half = pl->half;
     void *eng = NULL;
     int ok = 0;
     int64_t n = 0, index = -1;
@@ -321,7 +323,7 @@ static int engine_usable(void *cfg, int kind, int half, int allow_rtc, long long
     for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
         if ((notes[i] == SH_NOTE_TENSOR_CORE && !half) || notes[i] == SH_NOTE_DOWN_CONVERT_INPUTS ||
             notes[i] == SH_NOTE_REDUCED_PRECISION_REDUCTION ||
-            (kind != 0 && notes[i] == SH_NOTE_NONDETERMINISTIC))
+            (kind != 0 && !pl->nondeterministic && notes[i] == SH_NOTE_NONDETERMINISTIC))
             goto done;
     n = 0;
     if (!allow_rtc &&
@@ -372,7 +374,7 @@ static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
         goto out;
     for (int64_t i = 0; i < got && i < count && !*found; ++i) {
         long long engine = -1;
-        if (!engine_usable(cfgs[i], pl->kind, pl->half, allow_rtc, &engine)) continue;
+        if (!engine_usable(cfgs[i], pl, allow_rtc, &engine)) continue;
         void *exec = NULL;
         int64_t ws = 0, n = 0;
         if (be_create(SH_DESC_EXECUTION_PLAN, &exec)) continue;
@@ -402,9 +404,11 @@ out:
     return st;
 }
 
-/* cudnn_conv_plan(handle, kind, format, ws_limit, align, n, c, h, w, k, r, s,
- * p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace bytes).
- * `format`: 0 float, 1 double, 2 bfloat16, 3 float16 (blas.KINDS' numbers).
+/* cudnn_conv_plan(handle, kind, format, ws_limit, align, nondeterministic, n, c,
+ * h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace
+ * bytes).  `format`: 0 float, 1 double, 2 bfloat16, 3 float16 (blas.KINDS'
+ * numbers); `nondeterministic` 1 lets the backward passes use engines that
+ * add with atomics (results may differ run to run in the last bits).
  *
  * The engine: the first of cuDNN's heuristics (mode A, best first) that
  * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
@@ -417,14 +421,16 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     (void)self;
     const char *what = "cudnn_conv_plan";
     void *handle;
-    int kind, format, align, dims[15];
+    int kind, format, align, nondet, dims[15];
     long long ws_limit;
-    if (!nargs_is(what, nargs, 20) || !arg_pointer(what, "handle", args[0], &handle) ||
+    if (!nargs_is(what, nargs, 21) || !arg_pointer(what, "handle", args[0], &handle) ||
         !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "format", args[2], 0, &format))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
     if (ws_limit == -1 && PyErr_Occurred()) return NULL;
-    if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
+    if (!arg_int(what, "align", args[4], 1, &align) ||
+        !arg_int(what, "nondeterministic", args[5], 0, &nondet))
+        return NULL;
     if (kind > 2 || format > 3) {
         PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
                      what, kind, format);
@@ -434,7 +440,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
                                         "sh", "sw", "ph", "pw", "dh", "dw"};
     for (int i = 0; i < 15; ++i) {
         int lo = (i == 11 || i == 12) ? 0 : 1;   /* padding may be 0 */
-        if (!arg_int(what, names[i], args[5 + i], lo, &dims[i])) return NULL;
+        if (!arg_int(what, names[i], args[6 + i], lo, &dims[i])) return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
     const int64_t xd[4] = {dims[0], dims[1], dims[2], dims[3]};
@@ -445,6 +451,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     conv_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
+    pl->nondeterministic = nondet != 0;
     /* format: 0 float, 1 double, 2 bfloat16, 3 float16.  The half formats
      * compute in float (and take float alpha and beta); tensor-core engines
      * are theirs to use, since their inputs are half already. */
@@ -518,8 +525,9 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     if (!found) {
         plan_free(pl);
         PyErr_Format(PyExc_RuntimeError,
-                     "%s: cuDNN offers no deterministic, non-TF32 engine within %lld bytes of "
-                     "workspace for this convolution (kind %d)", what, ws_limit, kind);
+                     "%s: cuDNN offers no %snon-TF32 engine within %lld bytes of "
+                     "workspace for this convolution (kind %d)", what,
+                     nondet ? "" : "deterministic, ", ws_limit, kind);
         return NULL;
     }
 #undef TRY
@@ -610,9 +618,9 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, format, ws_limit, align, n, c, h, w, k, r, s, p, q, sh, sw, "
-     "ph, pw, dh, dw) -> (plan, engine, workspace bytes); kind 0 forward, 1 backward data, 2 "
-     "backward filter."},
+     "cudnn_conv_plan(handle, kind, format, ws_limit, align, nondeterministic, n, c, h, w, k, r, "
+     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace bytes); kind 0 forward, 1 "
+     "backward data, 2 backward filter."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
      "cudnn_conv_run(plan, handle, a, b, out, workspace): run a plan on the handle's stream."},
     {"cudnn_plan_free", py_cudnn_plan_free, METH_O,

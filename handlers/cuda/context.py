@@ -99,6 +99,15 @@ def enter():
         _here.entry = _Entry(context)
 
 
+def held():
+    """``(device index, context handle)`` of the device the handlers use (an
+    int and the driver's ``CUcontext`` as an int), or None before the first
+    handler.  For libraries that need the raw context, NCCL's watchdog say."""
+    for index, (_, context) in _state.items():
+        return index, int(context.handle)
+    return None
+
+
 def entered():
     """True if the primary context is current on this thread through ``enter``
     or ``acquire``."""

@@ -296,6 +296,13 @@ class PyCudaHandler(Handler):
             and accumulate in float32.  Off by default: products are then
             float32 throughout.  Convolutions and our own kernels never use
             TF32 either way.  ``h.tf32`` says which.
+        deterministic: True (default): the convolutions' backward passes
+            run only on cuDNN engines that give the same bits on every run.
+            False also allows engines that add partial results with atomics
+            (in an order that varies from run to run, so results may differ
+            in the last bits), which PyTorch uses by default and which are
+            faster for some shapes (small LeNet-style layers, say).  Shared
+            by twins; ``h.deterministic`` says which.
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.
@@ -315,10 +322,14 @@ class PyCudaHandler(Handler):
     supported_dtypes = ("float32", "float64", "float16", "bfloat16")
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,
-                 num_stream_groups=4, tf32=False):
+                 num_stream_groups=4, tf32=False, deterministic=True):
         super().__init__(dtype, seed, num_stream_groups)
-        if not isinstance(tf32, (bool, np.bool_)):
-            raise TypeError(f"PyCudaHandler: tf32 must be a bool, got {tf32!r}")
+        for name, flag in (("tf32", tf32), ("deterministic", deterministic)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"PyCudaHandler: {name} must be a bool, got {flag!r}")
+        #: False if cuDNN may run the convolutions' backward passes on engines
+        #: that add with atomics (see Args)
+        self.deterministic = bool(deterministic)
         if tf32 and self.dtype != np.float32:
             raise ValueError(f"PyCudaHandler: tf32 applies to float32 products, not {self.dtype}")
         #: True if float32 products may run on TF32 tensor cores (see Args)
@@ -364,9 +375,9 @@ class PyCudaHandler(Handler):
 
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
-    _FAMILY = ("blas", "_drv", "_device", "_sms", "_pool", "_slots", "_all_slots",
-               "_max_blocks", "_rng", "_conv_plans", "_pinned", "_uploads", "_free_events",
-               "_resources")
+    _FAMILY = ("blas", "deterministic", "_drv", "_device", "_sms", "_pool", "_slots",
+               "_all_slots", "_max_blocks", "_rng", "_conv_plans", "_pinned", "_uploads",
+               "_free_events", "_resources")
 
     def _bind_format(self):
         """What is this handler's own in its format: kernels, cuBLAS objects
@@ -1214,7 +1225,8 @@ class PyCudaHandler(Handler):
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
             ptr, engine, nbytes = _cudnn.cudnn_conv_plan(
-                handle, code, self._format, _CUDNN_WORKSPACE_LIMIT, align, *x,
+                handle, code, self._format, _CUDNN_WORKSPACE_LIMIT, align,
+                int(not self.deterministic), *x,
                 w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
             # the engine is kept for inspection only (benchmarks report it)
             plan = self._conv_plans[key] = (ptr, nbytes, engine)
