@@ -64,9 +64,9 @@ def demo_arguments(prog, doc, epochs, lr, plot):
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--float64", action="store_true", help="float64 instead of float32")
-    p.add_argument("--precision", choices=("bf16",), default=None,
-                   help="mixed precision: compute in bfloat16, float32 master weights "
-                        "(NumpyHandler only for now)")
+    p.add_argument("--precision", choices=("bf16", "fp16"), default=None,
+                   help="mixed precision: compute in bfloat16 or float16 (with dynamic "
+                        "loss scaling), float32 master weights")
     p.add_argument("--plot", default=plot, help=f"PNG of the loss curve (default {plot}; "
                                                 "'' for none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
