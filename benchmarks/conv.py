@@ -264,7 +264,8 @@ def _algorithms(h):
     convolution the handler planned so far (its plan cache; an aid for
     reading the run)."""
     names = ("forward", "backward_data", "backward_filter")
-    return [[names[key[0]], list(key[1]), list(key[2]), plan[2]]
+    # plan keys: (kind, format, shapes of a, b and out, stride, padding, ...)
+    return [[names[key[0]], list(key[2]), list(key[3]), plan[2]]
             for key, plan in getattr(h, "_conv_plans", {}).items()]
 
 

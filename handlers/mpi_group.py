@@ -19,7 +19,13 @@ import numpy as np
 
 from .checks import check_arrays
 from .graphs import issue_work
-from .process_group import CollectiveTimeoutError, ProcessGroup, abort_on_uncaught
+from .process_group import (
+    CollectiveTimeoutError,
+    ProcessGroup,
+    abort_on_uncaught,
+    exit_unless_done,
+    timeout_from,
+)
 
 #: Formats MPI sums natively (MPI has no 16-bit floating-point type).
 SUMMABLE = ("float32", "float64")
@@ -43,7 +49,9 @@ class MpiGroup(ProcessGroup):
     backend = "mpi"
 
     def __init__(self, timeout=None):
-        from mpi4py import MPI
+        # Importing mpi4py.MPI starts MPI, which waits for every rank.
+        with exit_unless_done(timeout_from(timeout)):
+            from mpi4py import MPI
         self._MPI = MPI
         world = MPI.COMM_WORLD
         super().__init__(world.Get_rank(), world.Get_size(), timeout=timeout)

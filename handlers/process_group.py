@@ -27,9 +27,13 @@ collective has a deadline (``timeout`` seconds, default 300, or the
 makes the others raise :class:`CollectiveTimeoutError` through MPI, naming
 the operation and the ranks, within that time instead of hanging (on GPUs,
 whose host blocks on the device, a watchdog ends the job instead: see
-:mod:`handlers.cuda.nccl`).  A rank that dies outright is seen first by the
-launcher, which ends the job.
+:mod:`handlers.cuda.nccl`).  Starting MPI waits for every rank and holds the
+interpreter meanwhile, so a rank that never starts makes the others end
+after the timeout through ``faulthandler``, which prints where they waited.
+A rank that dies outright is seen first by the launcher, which ends the job.
 """
+import contextlib
+import faulthandler
 import importlib.util
 import math
 import os
@@ -240,6 +244,22 @@ def _cached(key, make, seconds, asked):
     elif asked is not None:
         group.timeout = seconds
     return group
+
+
+@contextlib.contextmanager
+def exit_unless_done(seconds):
+    """Guard a call that blocks inside a library with no deadline of its own
+    and holds the interpreter meanwhile (``MPI_Init``, which waits for every
+    rank): if the block has not finished within ``seconds``, Python's
+    ``faulthandler`` (a thread of its own in C, which needs no interpreter)
+    prints every thread's stack, the guarded call on top, and ends this
+    process; the launcher then ends the job.  It replaces a
+    ``faulthandler.dump_traceback_later`` armed before."""
+    faulthandler.dump_traceback_later(seconds, exit=True, file=2)   # fd 2: stderr
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def abort_on_uncaught(abort, rank, size):

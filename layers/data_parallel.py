@@ -22,7 +22,9 @@ every gradient of a region is written, its all-reduce starts, on a stream
 group of its own (the handler's last one), while backward goes on with the
 earlier layers on the others.  Before the optimizer runs, group 0 waits for
 every all-reduce.  Under mixed precision the master gradients are written in
-one cast after backward, so the all-reduces start then (no overlap).
+one cast after backward, so the all-reduces start then (no overlap); in
+float16 the loss scaler's overflow flags are combined too, so that a step
+whose gradients overflowed on any rank is skipped on every rank.
 
 Everything a step issues, collectives included, is issued like an op, so a
 data-parallel step is captured and replayed whole (``Trainer(graph=True)``).
@@ -93,6 +95,8 @@ class DataParallel:
         self.set_weight(1.0 / self.size)
         self._loss = master.zeros((1,))         # the weighted loss, then the global one
         self._loss_out = {}                     # compute format -> the loss in it
+        if net.h is not master:                 # made now: a capture cannot allocate
+            self._loss_out[net.h.dtype.name] = net.h.zeros((1,))
         self._plan, self.buckets = self._plan_buckets(int(bucket_bytes) // master.dtype.itemsize)
 
     def __getattr__(self, name):
@@ -106,14 +110,15 @@ class DataParallel:
         return f"DataParallel({self.net!r}, rank={self.rank}, size={self.size})"
 
     def layout(self):
-        """This rank's parameter layout as a list of plain values: the format
-        and size of the flat buffer, then per parameter (layer index, layer
-        class, name, shape, offset).  ``__init__`` checks it is every rank's."""
+        """This rank's parameter layout as a list of plain values: per
+        parameter (layer index, layer class, name, shape, offset), then the
+        format and size of the flat buffer.  ``__init__`` checks it is every
+        rank's (the first item that differs names the difference)."""
         p = self.net.parameters
         index = {id(layer): i for i, layer in enumerate(self.net.layers)}
-        head = [("format", p.h.dtype.name, "elements", int(p.params.shape[0]))]
-        return head + [(index.get(id(layer)), type(layer).__name__, name, tuple(shape), off)
-                       for layer, name, off, shape in p.entries]
+        return [(index.get(id(layer)), type(layer).__name__, name, tuple(shape), off)
+                for layer, name, off, shape in p.entries] + [
+            ("format", p.h.dtype.name, "elements", int(p.params.shape[0]))]
 
     def _plan_buckets(self, elements):
         """{layer index: region} and the regions of the flat gradient buffer
@@ -198,9 +203,17 @@ class DataParallel:
             master.cast_t(loss, self._loss)
             loss = self._loss
         master.axpby(self._weight, loss, 0.0, self._loss)
-        self._start(self._loss, weighted=True)
+        self._start(self._loss, weight=False)
+        scaler = getattr(net, "loss_scaler", None)
+        if scaler is not None:     # float16: the overflow flags, 1 where finite
+            self._start(scaler.flag, weight=False)
         self.group.complete(self._comm)
         master.wait_for(self._comm)
+        if scaler is not None:
+            # The flags sum to size only where every rank's gradients were
+            # finite: otherwise every rank skips the step and lowers its scale.
+            master.add_st(1.0 - self.size, scaler.flag, scaler.flag)
+            master.clip_t(scaler.flag, 0.0, 1.0, scaler.flag)
         if net.h is master:
             return self._loss
         out = self._loss_out.get(net.h.dtype.name)
@@ -216,12 +229,12 @@ class DataParallel:
         if region is not None:
             self._start(region)
 
-    def _start(self, a, weighted=False):
-        """Weight ``a`` (unless ``weighted``) and start its all-reduce, on the
-        all-reduce group, after the work issued so far on group 0."""
+    def _start(self, a, weight=True):
+        """Start the all-reduce of ``a`` (weighted first, with ``weight``) on
+        the all-reduce group, after the work issued so far on group 0."""
         c = self._comm
         c.wait_for(self.net.parameters.h)
-        if not weighted:
+        if weight:
             c.axpby(self._weight, a, 0.0, a)
         self.group.allreduce(c, a)
 

@@ -40,7 +40,8 @@ DTYPES = (np.float32, np.float64)
 #: kernel name -> a fake function handle, in one_call.KERNELS order
 HANDLES = {name: 0x1000 + 0x10 * i
            for i, name in enumerate(one_call.KERNELS + ("small_gemm", "axpby_dev"))}
-SLOT = SimpleNamespace(handle=7, gemm=SimpleNamespace(c_symbol=0, handle=0, kind=0))
+SLOT = SimpleNamespace(handle=7)
+GEMM = SimpleNamespace(c_symbol=0, handle=0, kind=0)
 
 
 # --------------------------------------------------------------------- arrays
@@ -357,7 +358,7 @@ def test_one_call_agrees_with_the_python_path(name, case):
     index = list(one_call.OPS).index(name)
     for dtype in DTYPES:
         h = Recorder(dtype)
-        ops = one_call.make(h, SLOT, BLOCK, 4096, 128, dry=True)
+        ops = one_call.make(h, SLOT, GEMM, BLOCK, 4096, 128, dry=True)
         args = case.build(h)
         c_ok = getattr(ops, call)(index, *args)
         py_ok, error = _python_path(h, name, args)

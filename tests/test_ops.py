@@ -1130,6 +1130,7 @@ def test_every_contract_op_is_tested():
             + (here / "test_graphs.py").read_text()
             + (here / "test_conv.py").read_text()         # convolution and pooling
             + (here / "test_adam.py").read_text()         # the optimizer's fused update
+            + (here / "test_loss_scale_ops.py").read_text()   # loss scaling's device ops
             + (here / "test_twin.py").read_text())        # twins and cast_t
     ops = [name for name, value in vars(Handler).items()
            if callable(value) and not name.startswith("_")]

@@ -1,0 +1,296 @@
+"""``NcclGroup``: PyCudaHandler's collectives through NCCL (nccl4py).
+
+NOT YET RUN ON A GPU: written against nccl4py 0.6.0's Python API as its
+sources read (``nccl.core``: ``get_unique_id``, ``UniqueId.from_bytes``,
+``Communicator.init``/``allreduce``/``broadcast``/``get_async_error``/
+``abort``) and cuda-bindings' driver API; it imports and lints without a GPU,
+but no collective of it has run yet.
+
+One process per GPU, started by an MPI launcher.  Rank 0 makes NCCL's unique
+id, the ranks' MPI group (``handlers.mpi_group.MpiGroup``) broadcasts it, and
+every rank joins the communicator on the device of its handler, whose primary
+context is current (choose the device by ``local_rank``).  Host collectives
+(the layout check, seeds) go through that MPI group.
+
+Array collectives are queued by NCCL on the stream of the handler view they
+are given, after the work issued there, and return at once: ``complete`` has
+nothing to wait for, since later work on that stream runs after them, and a
+stream capture records them (NCCL calls can be captured), so a data-parallel
+step replays as one CUDA graph.  nccl4py resolves buffers from
+``__cuda_array_interface__``; arrays reach it as raw pointers wrapped in
+one (:class:`_DeviceBuffer`), so it never synchronizes a stream.
+
+Faults.  NCCL kernels whose peer has stopped spin forever, and the host then
+blocks at its next synchronize.  A watchdog thread therefore follows the
+training steps: ``step_issued`` records an event after each step's work, and
+the thread queries the events (through cuda-bindings, on the same primary
+context).  If none has completed for ``timeout`` seconds while one is
+pending, or NCCL reports an asynchronous error, it prints why, aborts the
+communicator and ends the job (``MPI Abort``); the blocked host can do
+nothing else.  Creating the communicator is guarded the same way.
+"""
+import atexit
+import contextlib
+import functools
+import importlib.util
+import sys
+import threading
+import time
+from collections import deque
+
+from ..checks import check_arrays
+from ..graphs import issue_work
+from ..process_group import ProcessGroup
+from . import context as cuda_context
+
+#: handler format -> (nccl4py's type name, the array interface's typestr).
+#: bfloat16 has no typestr NumPy or the array interface knows.
+FORMATS = {"float16": ("FLOAT16", "<f2"), "float32": ("FLOAT32", "<f4"),
+           "float64": ("FLOAT64", "<f8")}
+#: ncclResult_t values the watchdog tells apart: ncclSuccess, ncclInProgress.
+NCCL_SUCCESS, NCCL_IN_PROGRESS = 0, 7
+
+
+def load_nccl():
+    """Import ``nccl.core`` (nccl4py); ImportError naming what to install."""
+    if importlib.util.find_spec("nccl") is None:
+        raise ImportError("NcclGroup: several processes with a PyCudaHandler need nccl4py, "
+                          "which is not installed (pip install 'nccl4py[cu13]' or "
+                          "'nccl4py[cu12]', matching the CUDA driver)")
+    import nccl.core
+    return nccl.core
+
+
+class _DeviceBuffer:
+    """Device memory at a raw address, described by the CUDA array interface
+    (no stream named: the caller orders the work)."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, ptr, count, typestr):
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr,
+                                         "data": (ptr, False), "strides": None,
+                                         "version": 3, "stream": None}
+
+
+class NcclGroup(ProcessGroup):
+    """The GPUs of an MPI job, one per process, joined by one NCCL
+    communicator.  See ``ProcessGroup`` for the interface; arrays are the
+    handler's (float16, float32 or float64: TypeError for bfloat16, which
+    the array interface cannot describe).
+
+    Args:
+        h: the PyCudaHandler of this process (its device hosts the
+            communicator).
+        mpi: the job's ``MpiGroup`` (bootstrap and host collectives).
+        timeout: seconds (see ``handlers.process_group``).
+
+    Raises ImportError without nccl4py or cuda-bindings.
+    """
+
+    backend = "nccl"
+
+    def __init__(self, h, mpi, timeout=None):
+        super().__init__(mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, timeout)
+        nccl = load_nccl()
+        self._nccl, self._mpi = nccl, mpi
+        self._buffers = {}       # (address, count, typestr) -> _DeviceBuffer
+        uid = mpi.broadcast_object(nccl.get_unique_id().as_bytes if self.rank == 0 else None)
+        cuda_context.enter()     # NCCL joins on the device whose context is current
+        self.device, context = cuda_context.held()
+        self._comm = None
+        self._watchdog = Watchdog(self, context)
+        with self._watchdog.deadline("creating the NCCL communicator"):
+            self._comm = nccl.Communicator.init(self.size, self.rank,
+                                                nccl.UniqueId.from_bytes(uid))
+        if self._comm.cuda_dev != self.device:
+            raise RuntimeError(f"NcclGroup: the communicator of rank {self.rank} is on device "
+                               f"{self._comm.cuda_dev}, the handler on device {self.device}")
+        # Two ranks on one GPU would share its memory and serialize: say so.
+        self.agree_devices()
+
+    def agree_devices(self):
+        """Raise ValueError on every rank if two ranks of one machine hold
+        the same device."""
+        import socket
+        seen = {}
+        for r, key in enumerate(self._mpi.allgather_object((socket.gethostname(),
+                                                            self.device))):
+            if key in seen:
+                raise ValueError(f"NcclGroup: ranks {seen[key]} and {r} both use device "
+                                 f"{key[1]} of {key[0]}; give each rank its own GPU: "
+                                 f"PyCudaHandler(device=process_group().local_rank)")
+            seen[key] = r
+
+    @property
+    def communicator(self):
+        """The nccl4py ``Communicator`` (for benchmarks and interop)."""
+        return self._comm
+
+    def _buffer(self, h, op, a):
+        """``a`` (checked) as nccl4py's buffer argument."""
+        check_arrays(h, op, a)
+        fmt = FORMATS.get(h.dtype.name)
+        if fmt is None:
+            raise TypeError(f"{op}: NcclGroup takes float16, float32 or float64 arrays, "
+                            f"not {h.dtype.name} (keep the master parameters in float32: "
+                            f"Trainer(precision='bf16'))")
+        key = (h._span(a)[0], a.size, fmt[1])
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = _DeviceBuffer(*key)
+        return buf
+
+    # ---------------------------------------------------------- array collectives
+    def allreduce(self, h, a):
+        buf = self._buffer(h, "allreduce", a)
+        if self.size > 1 and a.size:
+            cuda_context.enter()
+            issue_work(h, "allreduce", functools.partial(
+                self._comm.allreduce, buf, buf, self._nccl.SUM, stream=h.stream.handle))
+
+    def complete(self, h):
+        pass   # stream-ordered: later work on h's stream runs after the all-reduces
+
+    def broadcast(self, h, a, root=0):
+        buf = self._buffer(h, "broadcast", a)
+        if self.size > 1 and a.size:
+            cuda_context.enter()
+            issue_work(h, "broadcast", functools.partial(
+                self._comm.broadcast, buf, buf, root, stream=h.stream.handle))
+
+    # ----------------------------------------------------------- host collectives
+    def allgather_object(self, obj):
+        return self._mpi.allgather_object(obj)
+
+    def broadcast_object(self, obj, root=0):
+        return self._mpi.broadcast_object(obj, root)
+
+    # ----------------------------------------------------------------- life
+    def step_issued(self, h):
+        self._watchdog.watch(h.stream.handle)
+
+    def close(self):
+        self._watchdog.stop()
+        if self._comm is not None:
+            self._comm.destroy()   # collective across the ranks of a machine
+            self._comm = None
+        super().close()
+
+    def fail(self, why):
+        """End the job from any thread: print ``why`` and NCCL's own report,
+        abort the communicator (its kernels stop spinning), then ``MPI
+        Abort``.  Called by the watchdog, whose host thread cannot raise into
+        a main thread blocked on the device."""
+        detail = ""
+        if self._comm is not None:
+            with contextlib.suppress(Exception):
+                result = self._comm.get_async_error()
+                if int(result) not in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
+                    detail = (f"; NCCL reports {self._nccl.get_error_string(result)}: "
+                              f"{self._comm.get_last_error()}")
+        print(f"streamhandlers: rank {self.rank} of {self.size}: {why}{detail}; another rank "
+              f"failed, hung or left the job (the limit is the process group's timeout, "
+              f"STREAMHANDLERS_TIMEOUT); aborting the job", file=sys.stderr, flush=True)
+        if self._comm is not None:
+            with contextlib.suppress(Exception):
+                self._comm.abort()
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Abort(1)
+
+
+class Watchdog:
+    """A daemon thread that ends the job when the GPU work of a group stops
+    progressing (see the module docstring).
+
+    ``watch(stream)`` records an event on a stream (a driver handle);
+    ``deadline(op)`` guards a blocking host call.  The thread makes the
+    handlers' primary context current on itself through the driver API
+    (cuda-bindings), never through pycuda, whose context stack must be empty
+    on a thread that ends.
+    """
+
+    def __init__(self, group, context):
+        from cuda.bindings import driver
+        self._cu, self._group, self._context = driver, group, context
+        self._lock = threading.Lock()
+        self._pending = deque()    # (event, time recorded), in stream order
+        self._free = []            # events to record again
+        self._guards = {}          # op -> when it started
+        self._progress = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streamhandlers-nccl-watchdog",
+                                        daemon=True)
+        self._thread.start()
+        # Stopped before the handlers' context is released at exit (atexit
+        # runs last registered first): no query of a destroyed event then.
+        atexit.register(self.stop)
+
+    def _check(self, result, call):
+        status = result[0] if isinstance(result, tuple) else result
+        if int(status) != 0:
+            raise RuntimeError(f"NcclGroup watchdog: {call} failed with CUresult {int(status)}")
+        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
+
+    def watch(self, stream):
+        """Record an event on ``stream``: the work issued there so far must
+        finish within the group's timeout of the last progress."""
+        cu = self._cu
+        with self._lock:
+            event = self._free.pop() if self._free else self._check(
+                cu.cuEventCreate(int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
+            if not self._pending:
+                self._progress = time.monotonic()   # an idle spell is not a stall
+            self._check(cu.cuEventRecord(event, cu.CUstream(stream)), "cuEventRecord")
+            self._pending.append((event, time.monotonic()))
+
+    @contextlib.contextmanager
+    def deadline(self, op):
+        """Guard the block: if it has not finished within the timeout, end the
+        job naming ``op``."""
+        with self._lock:
+            self._guards[op] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._guards.pop(op, None)
+
+    def stop(self):
+        """Stop the thread (the group is closing)."""
+        self._stopped.set()
+        self._thread.join(timeout=5.0)
+
+    def _run(self):
+        cu = self._cu
+        cu.cuCtxSetCurrent(cu.CUcontext(self._context))
+        while not self._stopped.wait(min(1.0, self._group.timeout / 10)):
+            why = self._poll()
+            if why is not None:
+                self._group.fail(why)
+                return
+
+    def _poll(self):
+        """Why the job must end, or None: drop the finished events, then look
+        for a stall, an expired guard or an NCCL error."""
+        cu, group = self._cu, self._group
+        now = time.monotonic()
+        with self._lock:
+            while self._pending:
+                status = cu.cuEventQuery(self._pending[0][0])[0]
+                if int(status) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
+                    break
+                self._free.append(self._pending.popleft()[0])
+                self._progress = now
+            if self._pending and now - max(self._progress, self._pending[0][1]) > group.timeout:
+                return (f"the GPU work of a training step has not finished after "
+                        f"{group.timeout:g} s (NCCL collectives wait for every rank)")
+            for op, start in self._guards.items():
+                if now - start > group.timeout:
+                    return f"{op} did not finish within {group.timeout:g} s"
+        comm = group._comm
+        if comm is not None:
+            result = comm.get_async_error()
+            if int(result) not in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
+                return "NCCL reported an error"
+        return None

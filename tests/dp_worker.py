@@ -1,0 +1,158 @@
+"""One rank of the data-parallel tests: ``mpiexec -n 2 python tests/dp_worker.py
+SCENARIO OUTDIR [CASE ...]`` (see tests/test_data_parallel.py).
+
+Scenarios:
+
+* ``train``: train each CASE (``CASES`` names them) data-parallel on
+  NumpyHandler (MPI) and save every rank's final parameters and step losses
+  to ``OUTDIR/<case>-rank<r>.npz``; ``train-gpu`` the same on PyCudaHandler
+  (NCCL, one GPU per rank);
+* ``raise``: rank 1 raises before its third step (an exception nothing catches);
+* ``hang``: rank 1 stops taking part (sleeps) before its third step;
+* ``die``: rank 1 is killed (SIGKILL) before its third step;
+* ``late``: rank 1 hangs before it builds its trainer (the group's start);
+* ``layout``: rank 1 builds a network one unit wider than rank 0's;
+* ``hang-gpu`` (and the others with ``-gpu``): the same on PyCudaHandler.
+
+The test module imports ``problem`` and ``train`` to train the same cases in
+one process, the reference.
+"""
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout
+
+from handlers import NumpyHandler  # noqa: E402
+from layers import (  # noqa: E402
+    LSTM,
+    SGD,
+    Adam,
+    FullyConnected,
+    Sequential,
+    SoftmaxCrossEntropy,
+    Tanh,
+    Trainer,
+)
+from layers.data_parallel import DataParallel  # noqa: E402
+
+#: case -> (model, dtype, options): small enough that a case takes a moment
+CASES = {
+    # 70 samples in batches of 16: uneven last batch (6), shards of 8 and 8, 3 and 3
+    "mlp-f64": ("mlp", np.float64, dict(batch_size=16, n=70)),
+    "mlp-f32": ("mlp", np.float32, dict(batch_size=16, n=70)),
+    # one bucket per layer (tiny buckets), Adam, a captured step
+    "mlp-f64-buckets-graph": ("mlp", np.float64, dict(batch_size=16, n=70, bucket_bytes=8,
+                                                      graph=True, optimizer="adam")),
+    # batches of 5 (shards 2 and 3), 11 samples: the last batch of 1 leaves rank 0 empty
+    "mlp-f64-tiny": ("mlp", np.float64, dict(batch_size=5, n=11)),
+    "lstm-f64": ("lstm", np.float64, dict(batch_size=8, n=37, bucket_bytes=64)),
+    "lstm-f32": ("lstm", np.float32, dict(batch_size=8, n=37)),
+    # bfloat16 compute, float32 master: the all-reduces start after backward's cast
+    "mlp-bf16-mixed": ("mlp", np.float32, dict(batch_size=16, n=70, precision="bf16")),
+    # float16 compute with dynamic loss scaling: the overflow flags are combined
+    "mlp-f16-mixed": ("mlp", np.float32, dict(batch_size=16, n=70, precision="fp16")),
+}
+EPOCHS = 3
+
+
+def problem(model, n, seed=1):
+    """(x, y, batch_axis) of a small classification problem for ``model``."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    if model == "mlp":
+        centers = rng.normal(0.0, 1.0, (3, 6))
+        return centers[labels] + rng.normal(0.0, 0.7, (n, 6)), labels, 0
+    centers = rng.normal(0.0, 1.0, (3, 1, 4))
+    x = centers[labels].transpose(1, 0, 2) + rng.normal(0.0, 0.7, (5, n, 4))   # (T, n, F)
+    return x, labels, 1
+
+
+def network(model, h, wider=0):
+    """The case's network on handler ``h`` (``wider`` more hidden units)."""
+    if model == "mlp":
+        layers = [FullyConnected(6, 16 + wider), Tanh(), FullyConnected(16 + wider, 12),
+                  Tanh(), FullyConnected(12, 3)]
+    else:
+        layers = [LSTM(4, 8 + wider, return_sequences=False), FullyConnected(8 + wider, 3)]
+    return Sequential(h, layers, SoftmaxCrossEntropy(), seed=3)
+
+
+def handler(dtype, gpu):
+    """The case's handler: NumpyHandler, or with ``gpu`` a PyCudaHandler on
+    this rank's device; five stream groups (the all-reduces take the last)."""
+    if not gpu:
+        return NumpyHandler(dtype, num_stream_groups=5)
+    from handlers import PyCudaHandler
+    from handlers.process_group import process_group
+    return PyCudaHandler(dtype, device=process_group().local_rank, num_stream_groups=5)
+
+
+def train(case, data_parallel, gpu=False):
+    """Train ``case``; returns (final parameters, step losses) on the host.
+    The trainer captures its step where the handler prefers it (the GPU)."""
+    model, dtype, opts = CASES[case]
+    x, y, axis = problem(model, opts["n"])
+    h = handler(dtype, gpu)
+    net = network(model, h)
+    opt = Adam(net.parameters, lr=0.01) if opts.get("optimizer") == "adam" \
+        else SGD(net.parameters, lr=0.2, momentum=0.5)
+    dp = data_parallel
+    if opts.get("precision"):
+        net.mixed_precision(opts["precision"])   # before DataParallel, which follows it
+    if data_parallel and "bucket_bytes" in opts:
+        dp = DataParallel(net, bucket_bytes=opts["bucket_bytes"])
+    trainer = Trainer(net, opt, batch_size=opts["batch_size"], batch_axis=axis, seed=7,
+                      progress=False, graph=opts.get("graph"),
+                      precision=opts.get("precision"), data_parallel=dp)
+    history = trainer.fit(x, y, EPOCHS)
+    return h.get_numpy_copy(net.params), np.array(history.step_losses)
+
+
+def rank():
+    from handlers.process_group import process_group
+    return process_group().rank
+
+
+def main(argv):
+    scenario, out = argv[0], Path(argv[1])
+    if scenario in ("train", "train-gpu"):
+        for case in argv[2:]:
+            params, losses = train(case, True, gpu=scenario == "train-gpu")
+            np.savez(out / f"{case}-rank{rank()}.npz", params=params, losses=losses)
+        return
+    gpu = scenario.endswith("-gpu")        # a fault scenario on GPUs (NCCL)
+    scenario = scenario.removesuffix("-gpu")
+    if scenario == "late" and os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) \
+            == "1":
+        time.sleep(600)            # before MPI starts: rank 0 waits in process_group()
+    me = rank()
+    if scenario == "layout":
+        h = NumpyHandler(np.float64)
+        net = network("mlp", h, wider=me)
+        Trainer(net, SGD(net.parameters), progress=False, data_parallel=True)
+        return
+    calls = [0]
+    begin = DataParallel.begin_step
+
+    def begin_step(self, i, sizes):   # rank 1 stops before its third step
+        calls[0] += 1
+        if me == 1 and calls[0] == 3:
+            if scenario == "raise":
+                raise RuntimeError("rank 1 fails on purpose")
+            if scenario == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(600)            # hangs: only rank 0's timeout ends the job
+        begin(self, i, sizes)
+
+    if scenario != "late":
+        DataParallel.begin_step = begin_step
+    train("mlp-f64", True, gpu=gpu)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,398 @@
+"""Data-parallel training and process groups.
+
+Two ranks on the CPU: ``mpiexec -n 2`` runs ``tests/dp_worker.py`` (NumpyHandler,
+MPI), whose parameters and step losses must match single-process training on
+the same global batches, and whose faults (a rank that raises, hangs or dies;
+ranks that build different networks) must end the job with a clear error
+within a bounded time.  Where two GPUs, pycuda and nccl4py are present, the
+same on PyCudaHandler through NCCL (each case against one GPU, and a hung
+rank caught by the watchdog).  In-process: the group of one, the shard and
+bucket arithmetic, float16's combined overflow flags, the checks, the
+optional imports, and the dp benchmark's tables on canned reports.  The
+mpiexec tests skip with the reason where mpi4py or mpiexec is missing (``pip
+install 'streamhandlers[test]'`` installs both).
+"""
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dp_worker
+from handlers import NumpyHandler, process_group
+from handlers.graphs import issue_work
+from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh, Trainer
+from layers.data_parallel import DataParallel, shard_bounds
+
+WORKER = Path(dp_worker.__file__)
+#: seconds a whole mpiexec run may take before the test fails (hangs included)
+RUN_LIMIT = 60
+#: the process group's timeout in the fault tests
+FAULT_TIMEOUT = 3
+
+
+def find_mpiexec():
+    """The mpiexec beside this interpreter (the mpich wheel puts it there), else
+    mpiexec or mpirun on PATH; None if there is none."""
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def launcher_env(**extra):
+    """This environment without a launcher's variables (pytest itself may run
+    under one), plus ``extra``.  Open MPI refuses to run as root without its
+    two variables; other launchers ignore them."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in process_group.SIZE_VARIABLES + process_group.RANK_VARIABLES}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **extra)
+    return env
+
+
+def mpiexec(*args, timeout=None, **env):
+    """Run the worker on two ranks; returns (exit status, output, seconds)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpi4py is not installed (pip install mpi4py mpich)")
+    exe = find_mpiexec()
+    if exe is None:
+        pytest.skip("no mpiexec beside the interpreter nor on PATH (pip install mpich)")
+    start = time.monotonic()
+    done = subprocess.run([exe, "-n", "2", sys.executable, str(WORKER), *args],
+                          capture_output=True, text=True, timeout=timeout or RUN_LIMIT,
+                          env=launcher_env(**env), cwd=WORKER.parents[1])
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+
+
+# ------------------------------------------------------------------ two ranks
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every case of dp_worker.CASES trained on two ranks, in one mpiexec run."""
+    out = tmp_path_factory.mktemp("dp")
+    code, text, _ = mpiexec("train", str(out), *dp_worker.CASES)
+    assert code == 0, text
+    return out
+
+
+def check_against_one_process(case, folder, gpu):
+    """Both ranks' results in ``folder`` equal each other and match ``case``
+    trained here in one process on the same global batches."""
+    ranks = [np.load(folder / f"{case}-rank{r}.npz") for r in (0, 1)]
+    assert np.array_equal(ranks[0]["params"], ranks[1]["params"]), "the ranks diverged"
+    assert np.array_equal(ranks[0]["losses"], ranks[1]["losses"])
+    params, losses = dp_worker.train(case, data_parallel=False, gpu=gpu)
+    model, dtype, opts = dp_worker.CASES[case]
+    # A half format rounds each shard's gradients where one process rounds the
+    # batch's; on a GPU the sums' order also differs with the batch size.
+    if opts.get("precision"):
+        tol = 2e-2
+    elif dtype == np.float64:
+        tol = 1e-10 if gpu else 1e-12
+    else:
+        tol = 5e-5 if gpu else 2e-6
+    scale = np.abs(params).max()
+    assert np.abs(ranks[0]["params"] - params).max() <= tol * scale
+    np.testing.assert_allclose(ranks[0]["losses"], losses, rtol=tol * 10, atol=0)
+
+
+@pytest.mark.parametrize("case", list(dp_worker.CASES))
+def test_two_ranks_match_one_process(case, trained):
+    check_against_one_process(case, trained, gpu=False)
+
+
+def two_gpus_or_skip():
+    """Skip unless pycuda, nccl4py and two GPUs are here."""
+    for module, what in (("pycuda", "pycuda"), ("nccl", "nccl4py")):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"data parallel on GPUs: {what} is not installed")
+    import pycuda.driver as drv
+    try:
+        drv.init()
+        count = drv.Device.count()
+    except drv.Error as e:
+        pytest.skip(f"data parallel on GPUs: no usable GPU ({e})")
+    if count < 2:
+        pytest.skip(f"data parallel on GPUs needs two GPUs, found {count}")
+
+
+@pytest.fixture(scope="module")
+def trained_on_gpus(tmp_path_factory):
+    """Every case trained on two GPUs (NCCL), in one mpiexec run."""
+    two_gpus_or_skip()
+    out = tmp_path_factory.mktemp("dp-gpu")
+    code, text, _ = mpiexec("train-gpu", str(out), *dp_worker.CASES, timeout=300)
+    assert code == 0, text
+    return out
+
+
+@pytest.mark.parametrize("case", list(dp_worker.CASES))
+def test_two_gpus_match_one_gpu(case, trained_on_gpus):
+    check_against_one_process(case, trained_on_gpus, gpu=True)
+
+
+def test_a_gpu_rank_that_hangs_is_caught_by_the_watchdog():
+    two_gpus_or_skip()
+    code, text, seconds = mpiexec("hang-gpu", ".", STREAMHANDLERS_TIMEOUT=str(FAULT_TIMEOUT),
+                                  timeout=120)
+    assert code != 0, text
+    assert "rank 0 of 2: the GPU work of a training step has not finished after 3 s" in text \
+        or "CollectiveTimeoutError" in text, text
+    assert seconds < FAULT_TIMEOUT + 60, seconds
+
+
+def test_a_rank_that_raises_ends_the_job():
+    code, text, seconds = mpiexec("raise", ".")
+    assert code != 0, text
+    assert "rank 1 fails on purpose" in text, text
+    assert "rank 1 of 2 stopped on RuntimeError; aborting the job" in text, text
+    assert seconds < RUN_LIMIT
+
+
+def test_a_rank_that_hangs_times_the_others_out():
+    code, text, seconds = mpiexec("hang", ".", STREAMHANDLERS_TIMEOUT=str(FAULT_TIMEOUT))
+    assert code != 0, text
+    assert "CollectiveTimeoutError" in text, text
+    assert f"rank 0 of 2 waited {FAULT_TIMEOUT} s for 2 all-reduces" in text, text
+    assert seconds < FAULT_TIMEOUT + 20, seconds
+
+
+def test_a_rank_that_dies_ends_the_job():
+    code, text, seconds = mpiexec("die", ".", STREAMHANDLERS_TIMEOUT=str(FAULT_TIMEOUT))
+    assert code != 0, text
+    assert seconds < FAULT_TIMEOUT + 20, seconds
+
+
+def test_a_rank_that_never_starts_times_the_others_out():
+    code, text, seconds = mpiexec("late", ".", STREAMHANDLERS_TIMEOUT=str(FAULT_TIMEOUT))
+    assert code != 0, text
+    assert f"Timeout (0:00:0{FAULT_TIMEOUT})!" in text and "mpi_group.py" in text, text
+    assert seconds < FAULT_TIMEOUT + 20, seconds
+
+
+def test_different_networks_are_refused_at_the_start():
+    code, text, _ = mpiexec("layout", ".")
+    assert code != 0, text
+    assert "ValueError: process group of 2: rank 1's parameter layout differs from rank 0's" \
+        in text, text
+
+
+# ------------------------------------------------------------------ in process
+@pytest.fixture
+def no_launcher(monkeypatch):
+    for name in process_group.SIZE_VARIABLES + process_group.RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def small_net(h):
+    return Sequential(h, [FullyConnected(4, 6), Tanh(), FullyConnected(6, 3)],
+                      SoftmaxCrossEntropy(), seed=0)
+
+
+def test_group_of_one_without_a_launcher(no_launcher):
+    g = process_group.process_group(NumpyHandler(np.float64))
+    assert (g.rank, g.size, g.local_rank, g.backend) == (0, 1, 0, "none")
+    a = np.arange(3.0)
+    g.allreduce(None, a)
+    g.complete(None)
+    g.broadcast(None, a)
+    assert a.tolist() == [0.0, 1.0, 2.0]
+    assert g.allgather_object({"x": 1}) == [{"x": 1}]
+    assert g.broadcast_object(5) == 5
+    g.agree("anything", (1, 2))
+
+
+def test_group_of_one_trains_as_without_the_switch(no_launcher, rng):
+    x, y = rng.standard_normal((45, 4)), rng.integers(0, 3, 45)
+    runs = []
+    for dp in (False, True):
+        h = NumpyHandler(np.float64)
+        net = small_net(h)
+        trainer = Trainer(net, SGD(net.parameters, lr=0.1), batch_size=8, progress=False,
+                          data_parallel=dp)
+        losses = trainer.fit(x, y, 2).step_losses
+        runs.append((h.get_numpy_copy(net.params), losses))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+
+
+def test_launched_size_reads_the_launchers_variables(no_launcher, monkeypatch):
+    assert process_group.launched_size() is None
+    monkeypatch.setenv("PMIX_RANK", "0")
+    assert process_group.launched_size() == 0       # started, size unknown: ask MPI
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert process_group.launched_size() == 4
+
+
+def test_timeout_is_checked(monkeypatch):
+    assert process_group.timeout_from(2) == 2.0
+    monkeypatch.setenv("STREAMHANDLERS_TIMEOUT", "7.5")
+    assert process_group.timeout_from(None) == 7.5
+    for bad in (0, -1, float("inf"), float("nan"), "soon", True):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            process_group.timeout_from(bad)
+    monkeypatch.setenv("STREAMHANDLERS_TIMEOUT", "x")
+    with pytest.raises(ValueError, match="STREAMHANDLERS_TIMEOUT"):
+        process_group.timeout_from(None)
+
+
+def test_missing_mpi4py_under_a_launcher_is_named(no_launcher, monkeypatch):
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mpi4py" else find(name, *a))
+    monkeypatch.setenv("PMI_SIZE", "2")
+    with pytest.raises(ImportError, match="mpi4py is not installed"):
+        process_group.process_group()
+
+
+def test_imports_need_neither_mpi4py_nor_nccl():
+    code = ("import sys; sys.modules['mpi4py'] = None; sys.modules['nccl'] = None\n"
+            "import handlers, layers, handlers.process_group, layers.data_parallel\n"
+            "import handlers.cuda.nccl as n\n"
+            "try:\n    n.load_nccl()\nexcept ImportError as e:\n    print('nccl:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=WORKER.parents[1], env=launcher_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nccl: NcclGroup: several processes with a PyCudaHandler need nccl4py" \
+        in done.stdout
+
+
+class FakeGroup(process_group.ProcessGroup):
+    """Rank ``rank`` of ``size`` whose collectives record what they get; its
+    all-reduce adds ``other(a)``, what the other ranks are taken to hold (by
+    default nothing)."""
+
+    def __init__(self, rank, size, other=None):
+        super().__init__(rank, size, timeout=10)
+        self.log, self.other = [], other
+
+    def allreduce(self, h, a):
+        self.log.append(("allreduce", h.group, a.size))
+        if self.other is not None:
+            a += self.other(a)      # NumpyHandler: the work before it has run
+
+    def broadcast(self, h, a, root=0):
+        self.log.append(("broadcast", h.group, a.size))
+
+
+def test_shards_cover_every_batch_once():
+    for n in (1, 2, 5, 16, 17):
+        for size in (1, 2, 3, 4):
+            bounds = [shard_bounds(n, r, size) for r in range(size)]
+            assert bounds[0][0] == 0 and bounds[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+
+
+def test_shard_weight_and_borrowed_sample():
+    h = NumpyHandler(np.float64)
+    last = DataParallel(small_net(h), process_group=FakeGroup(2, 3))
+    assert last.shard(np.arange(10, 17)).tolist() == [14, 15, 16]   # 7 samples: 2, 2, 3
+    assert last.shard_size(7) == 3
+    dp = DataParallel(small_net(h), process_group=FakeGroup(0, 3))
+    assert dp.shard(np.arange(10, 17)).tolist() == [10, 11]
+    dp.set_batch(7)
+    assert h.get_numpy_copy(dp._weight)[0] == 2 / 7
+    assert dp.shard(np.array([4, 5])).tolist() == [4]              # empty part: borrowed
+    assert dp.shard_size(2) == 1
+    dp.set_batch(2)
+    assert h.get_numpy_copy(dp._weight)[0] == 0.0
+
+
+def test_buckets_follow_backward_and_the_parameters_are_broadcast():
+    h = NumpyHandler(np.float64, num_stream_groups=3)
+    net = small_net(h)
+    group = FakeGroup(0, 2)
+    dp = DataParallel(net, process_group=group, bucket_bytes=8)
+    assert group.log == [("broadcast", 0, net.params.size)]
+    offsets = sorted(off for _, _, off, _ in net.parameters.entries)
+    # one region per parameterized layer, the last layer's first
+    assert [r.size for r in dp.buckets] == [net.parameters.size - offsets[2], offsets[2]]
+    group.log.clear()
+    dp.train_step(h.create_from_numpy(np.ones((4, 4))), h.create_from_numpy(np.zeros((4, 1))))
+    assert group.log == [("allreduce", 2, r.size) for r in dp.buckets] + [("allreduce", 2, 1)]
+
+
+@pytest.mark.parametrize("other_overflowed", [False, True])
+def test_float16_overflow_on_any_rank_skips_the_step_everywhere(other_overflowed, rng):
+    h = NumpyHandler(np.float32)
+    net = small_net(h)
+    net.mixed_precision("float16")
+    scaler = net.loss_scaler
+
+    def other(a):      # rank 1 holds what this rank holds, but its flag may say overflow
+        return np.zeros_like(a) if a is scaler.flag and other_overflowed else a.copy()
+
+    dp = DataParallel(net, process_group=FakeGroup(0, 2, other))
+    opt = SGD(net.parameters, lr=0.1)
+    before = h.get_numpy_copy(net.params)
+    dp.set_batch(8)
+    dp.train_step(net.h.create_from_numpy(rng.standard_normal((4, 4))),
+                  net.h.create_from_numpy(rng.integers(0, 3, (4, 1))))
+    scaler.step(opt)
+    stepped = not np.array_equal(h.get_numpy_copy(net.params), before)
+    assert stepped is not other_overflowed
+    assert scaler.loss_scale == 2.0 ** (14 if other_overflowed else 15)
+
+
+def test_bad_settings_are_refused(no_launcher):
+    h = NumpyHandler(np.float64)
+    net = small_net(h)
+    for bad in (0, -8, 2.5, True):
+        with pytest.raises(ValueError, match="bucket_bytes must be a positive int"):
+            DataParallel(net, bucket_bytes=bad)
+    with pytest.raises(ValueError, match="with_streams"):
+        DataParallel(net, stream_group=9)
+    with pytest.raises(TypeError, match="data_parallel must be a bool or a DataParallel"):
+        Trainer(net, SGD(net.parameters), progress=False, data_parallel="yes")
+    other = DataParallel(small_net(h))
+    with pytest.raises(ValueError, match="DataParallel of another network"):
+        Trainer(net, SGD(net.parameters), progress=False, data_parallel=other)
+
+
+def test_issued_work_is_recorded_by_a_capture():
+    h = NumpyHandler(np.float64)
+    calls = []
+    with h.capture() as g:
+        issue_work(h, "collective", calls.append, 1)
+    assert calls == []                     # NumpyHandler's capture only records
+    g.replay()
+    g.replay()
+    assert calls == [1, 1]
+
+
+# ------------------------------------------------------------------ the dp benchmark
+def test_dp_benchmark_skips_here_or_reports(monkeypatch, capsys):
+    """Without two GPUs the suite says why it skipped; its tables, targets and
+    checks are exercised on canned job reports (the jobs need two GPUs)."""
+    from benchmarks import dp
+    reason = dp.why_not(dp.find_launcher(None))
+    if reason is not None:
+        assert dp.main([]) == 0
+        assert "dp: skipped" in capsys.readouterr().out
+    speed = {("ours", 1): 100.0, ("ours", 2): 195.0, ("torch", 1): 90.0, ("torch", 2): 170.0}
+
+    def fake_launch(launcher, ranks, work, model, args):
+        if work == "bandwidth":
+            paths = {k: {"ms": {"median": t}, "slowest_median_ms": t,
+                         "bus_gb_s": 2 * 1 / 2 * 4e6 / (t / 1e3) / 1e9}
+                     for k, t in (("ours, one call", 0.02), ("ours, 1 buckets", 0.021),
+                                  ("NCCL (nccl4py, raw buffer)", 0.019))}
+            return {"bytes": 4_000_000, "ranks": 2, "paths": paths}
+        report = {"ms": {"median": 1e3 / speed[work, ranks]},
+                  "samples_per_s": speed[work, ranks]}
+        if work == "ours":
+            report.update(sample=[1.0, 2.0 + 1e-7 * ranks], same_on_ranks=True, buckets=1)
+        return report
+
+    monkeypatch.setattr(dp, "why_not", lambda launcher: None)
+    monkeypatch.setattr(dp, "launch", fake_launch)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, find=importlib.util.find_spec:
+                        object() if name == "torch" else find(name, *a))
+    assert dp.main(["--small", "--mpirun", "mpirun"]) == 0
+    out = capsys.readouterr().out
+    assert "target: mlp 2 GPUs >= 1.85x 1 GPU: 1.950x met" in out, out
+    assert "target: lstm ours on 2 GPUs >= 1.0x PyTorch DDP: 1.147x met" in out, out
+    assert "NCCL (nccl4py, raw buffer)" in out and "checks: 2 of 2 agree" in out, out
