@@ -16,9 +16,12 @@ Array collectives are queued by NCCL on the stream of the handler view they
 are given, after the work issued there, and return at once: ``complete`` has
 nothing to wait for, since later work on that stream runs after them, and a
 stream capture records them (NCCL calls can be captured), so a data-parallel
-step replays as one CUDA graph.  nccl4py resolves buffers from
-``__cuda_array_interface__``; arrays reach it as raw pointers wrapped in
-one (:class:`_DeviceBuffer`), so it never synchronizes a stream.
+step replays as one CUDA graph.  The collectives are nccl4py's bindings of
+``ncclAllReduce`` and ``ncclBroadcast`` called with raw addresses: its
+``Communicator`` methods resolve a buffer's device through cuda.core, which
+on the 2-GPU H200 machine named device 0 for rank 1's arrays on device 1
+and refused the call.  Raw addresses also let bfloat16 through, which the
+CUDA array interface cannot describe.
 
 Faults.  NCCL kernels whose peer has stopped spin forever, and the host then
 blocks at its next synchronize.  A watchdog thread therefore follows the
@@ -43,10 +46,10 @@ from ..graphs import issue_work
 from ..process_group import ProcessGroup
 from . import context as cuda_context
 
-#: handler format -> (nccl4py's type name, the array interface's typestr).
-#: bfloat16 has no typestr NumPy or the array interface knows.
-FORMATS = {"float16": ("FLOAT16", "<f2"), "float32": ("FLOAT32", "<f4"),
-           "float64": ("FLOAT64", "<f8")}
+#: handler format -> ncclDataType_t (nccl.h)
+NCCL_TYPES = {"float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
+#: ncclRedOp_t's ncclSum
+NCCL_SUM = 0
 #: ncclResult_t values the watchdog tells apart: ncclSuccess, ncclInProgress.
 NCCL_SUCCESS, NCCL_IN_PROGRESS = 0, 7
 
@@ -61,23 +64,10 @@ def load_nccl():
     return nccl.core
 
 
-class _DeviceBuffer:
-    """Device memory at a raw address, described by the CUDA array interface
-    (no stream named: the caller orders the work)."""
-
-    __slots__ = ("__cuda_array_interface__",)
-
-    def __init__(self, ptr, count, typestr):
-        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr,
-                                         "data": (ptr, False), "strides": None,
-                                         "version": 3, "stream": None}
-
-
 class NcclGroup(ProcessGroup):
     """The GPUs of an MPI job, one per process, joined by one NCCL
     communicator.  See ``ProcessGroup`` for the interface; arrays are the
-    handler's (float16, float32 or float64: TypeError for bfloat16, which
-    the array interface cannot describe).
+    handler's, in any of its formats.
 
     Args:
         h: the PyCudaHandler of this process (its device hosts the
@@ -94,7 +84,8 @@ class NcclGroup(ProcessGroup):
         super().__init__(mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, timeout)
         nccl = load_nccl()
         self._nccl, self._mpi = nccl, mpi
-        self._buffers = {}       # (address, count, typestr) -> _DeviceBuffer
+        from nccl.bindings import nccl as bindings
+        self._bindings = bindings
         uid = mpi.broadcast_object(nccl.get_unique_id().as_bytes if self.rank == 0 else None)
         cuda_context.enter()     # NCCL joins on the device whose context is current
         self.device, context = cuda_context.held()
@@ -103,9 +94,8 @@ class NcclGroup(ProcessGroup):
         with self._watchdog.deadline("creating the NCCL communicator"):
             self._comm = nccl.Communicator.init(self.size, self.rank,
                                                 nccl.UniqueId.from_bytes(uid))
-        if self._comm.cuda_dev != self.device:
-            raise RuntimeError(f"NcclGroup: the communicator of rank {self.rank} is on device "
-                               f"{self._comm.cuda_dev}, the handler on device {self.device}")
+        # (The communicator's device cannot be asked back: NCCL 2.28's library
+        # has no ncclCommQueryProperties.  It is the current context's, above.)
         # Two ranks on one GPU would share its memory and serialize: say so.
         self.agree_devices()
 
@@ -127,37 +117,26 @@ class NcclGroup(ProcessGroup):
         """The nccl4py ``Communicator`` (for benchmarks and interop)."""
         return self._comm
 
-    def _buffer(self, h, op, a):
-        """``a`` (checked) as nccl4py's buffer argument."""
+    def _call(self, h, op, fn, a, arg):
+        """Queue NCCL's ``fn`` (all_reduce or broadcast, in place) on ``a``
+        (checked) on ``h``'s stream, as ``h``'s work (``issue_work``)."""
         check_arrays(h, op, a)
-        fmt = FORMATS.get(h.dtype.name)
-        if fmt is None:
-            raise TypeError(f"{op}: NcclGroup takes float16, float32 or float64 arrays, "
-                            f"not {h.dtype.name} (keep the master parameters in float32: "
-                            f"Trainer(precision='bf16'))")
-        key = (h._span(a)[0], a.size, fmt[1])
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = _DeviceBuffer(*key)
-        return buf
+        if self.size > 1 and a.size:
+            ptr = h._span(a)[0]
+            cuda_context.enter()
+            # nccl4py's own calls pass its Communicator's _comm object likewise
+            issue_work(h, op, functools.partial(fn, ptr, ptr, a.size, NCCL_TYPES[h.dtype.name],
+                                                arg, self._comm._comm, h.stream.handle))
 
     # ---------------------------------------------------------- array collectives
     def allreduce(self, h, a):
-        buf = self._buffer(h, "allreduce", a)
-        if self.size > 1 and a.size:
-            cuda_context.enter()
-            issue_work(h, "allreduce", functools.partial(
-                self._comm.allreduce, buf, buf, self._nccl.SUM, stream=h.stream.handle))
+        self._call(h, "allreduce", self._bindings.all_reduce, a, NCCL_SUM)
 
     def complete(self, h):
         pass   # stream-ordered: later work on h's stream runs after the all-reduces
 
     def broadcast(self, h, a, root=0):
-        buf = self._buffer(h, "broadcast", a)
-        if self.size > 1 and a.size:
-            cuda_context.enter()
-            issue_work(h, "broadcast", functools.partial(
-                self._comm.broadcast, buf, buf, root, stream=h.stream.handle))
+        self._call(h, "broadcast", self._bindings.broadcast, a, root)
 
     # ----------------------------------------------------------- host collectives
     def allgather_object(self, obj):
