@@ -266,7 +266,8 @@ def work_bandwidth(args, cfg):
     return {"bytes": int(grads.nbytes), "ranks": n, "paths": out}
 
 
-WORKERS = {"ours": work_ours, "torch": work_torch, "bandwidth": work_bandwidth}
+WORKERS = {"ours": work_ours, "shard": work_ours, "torch": work_torch,
+           "bandwidth": work_bandwidth}
 
 
 def worker(args):
@@ -274,6 +275,8 @@ def worker(args):
     report to ``--out``."""
     from handlers.process_group import process_group
     cfg = MODELS[args.model][1 if args.small else 0]
+    if args.worker == "shard":   # one GPU on one rank's shard of the global batch
+        cfg = dict(cfg, batch=cfg["batch"] // 2)
     report = WORKERS[args.worker](args, cfg)
     if process_group().rank == 0:
         Path(args.out).write_text(json.dumps(report), encoding="utf-8")
@@ -380,6 +383,12 @@ def main(argv=None):
                                             against="1 GPU") and two["same_on_ranks"]})
         if two and peer:
             res["vs_ddp"] = two["samples_per_s"] / peer["samples_per_s"]
+        # What compute alone allows: a 2-GPU step takes at least one GPU's
+        # step on its shard (half the batch), communication free.
+        shard = launch(launcher, 1, "shard", model, args)
+        if one and shard:
+            res["ours_shard_1"] = shard
+            res["scaling_bound"] = one["ms"]["median"] / shard["ms"]["median"]
         for (w, n), r in got.items():
             if r:
                 rows.append([model, "ours" if w == "ours" else "PyTorch DDP", n,
@@ -398,6 +407,10 @@ def main(argv=None):
         if "scaling" in res:
             print(f"target: {model} 2 GPUs >= {SCALING_TARGET}x 1 GPU: {res['scaling']:.3f}x "
                   + ("met" if res["scaling"] >= SCALING_TARGET else "NOT met"))
+        if "scaling_bound" in res:
+            shard = res["ours_shard_1"]["ms"]["median"]
+            print(f"  bound from compute: 1 GPU takes {shard:.3f} ms on one rank's shard (half "
+                  f"the batch), so 2 GPUs can reach at most {res['scaling_bound']:.3f}x")
         if "vs_ddp" in res:
             print(f"target: {model} ours on 2 GPUs >= {PEER_TARGET}x PyTorch DDP: "
                   f"{res['vs_ddp']:.3f}x " + ("met" if res["vs_ddp"] >= PEER_TARGET else

@@ -205,6 +205,8 @@ def verdicts(suites):
             int(frac["ours fused"] >= FUSED_BANDWIDTH), 1)
     if "half" in suites:
         out.extend(half_verdicts(suites["half"]["results"]))
+    if "dp" in suites:
+        out.extend(dp_verdicts(suites["dp"]["results"]))
     if "mxb" in suites:
         r = suites["mxb"]["results"]
         ratio = mxb_ratio(r)
@@ -254,6 +256,27 @@ def conv_verdicts(r):
         out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
                         result=f"{adam['fraction_of_copy']:.1%} of copy",
                         met=int(adam["fraction_of_copy"] >= ADAM_BANDWIDTH), total=1))
+    return out
+
+
+def dp_verdicts(r):
+    """The dp suite's targets (issue 22): samples/s on 2 GPUs against 1, and
+    against PyTorch DDP on 2, per model."""
+    out, models = [], r.get("models", {})
+    scaling = {m: x for m, x in models.items() if "scaling" in x}
+    def shown(m, x):
+        bound = x.get("scaling_bound")
+        return f"{m} {x['scaling']:.3f}x" + (f" (compute allows {bound:.3f}x)" if bound else "")
+    if scaling:
+        out.append(dict(suite="dp", target="2 GPUs >= 1.85x the samples/s of 1 GPU",
+                        result=", ".join(shown(m, x) for m, x in scaling.items()),
+                        met=sum(x["scaling"] >= 1.85 for x in scaling.values()),
+                        total=len(scaling)))
+    peer = {m: x["vs_ddp"] for m, x in models.items() if "vs_ddp" in x}
+    if peer:
+        out.append(dict(suite="dp", target="ours on 2 GPUs >= 1.0x PyTorch DDP's samples/s",
+                        result=", ".join(f"{m} {v:.3f}x" for m, v in peer.items()),
+                        met=sum(v >= 1.0 for v in peer.values()), total=len(peer)))
     return out
 
 
