@@ -371,18 +371,19 @@ def test_dp_benchmark_skips_here_or_reports(monkeypatch, capsys):
     if reason is not None:
         assert dp.main([]) == 0
         assert "dp: skipped" in capsys.readouterr().out
-    speed = {("ours", 1): 100.0, ("ours", 2): 195.0, ("torch", 1): 90.0, ("torch", 2): 170.0}
+    speed = {("ours", 1): 100.0, ("ours", 2): 195.0, ("torch", 1): 90.0, ("torch", 2): 170.0,
+             ("shard", 1): 190.0}   # one GPU on half the batch (samples/s of that job)
 
     def fake_launch(launcher, ranks, work, model, args):
         if work == "bandwidth":
             paths = {k: {"ms": {"median": t}, "slowest_median_ms": t,
                          "bus_gb_s": 2 * 1 / 2 * 4e6 / (t / 1e3) / 1e9}
                      for k, t in (("ours, one call", 0.02), ("ours, 1 buckets", 0.021),
-                                  ("NCCL (nccl4py, raw buffer)", 0.019))}
+                                  ("NCCL (its all_reduce binding, raw buffer)", 0.019))}
             return {"bytes": 4_000_000, "ranks": 2, "paths": paths}
         report = {"ms": {"median": 1e3 / speed[work, ranks]},
                   "samples_per_s": speed[work, ranks]}
-        if work == "ours":
+        if work in ("ours", "shard"):
             report.update(sample=[1.0, 2.0 + 1e-7 * ranks], same_on_ranks=True, buckets=1)
         return report
 
@@ -395,4 +396,7 @@ def test_dp_benchmark_skips_here_or_reports(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "target: mlp 2 GPUs >= 1.85x 1 GPU: 1.950x met" in out, out
     assert "target: lstm ours on 2 GPUs >= 1.0x PyTorch DDP: 1.147x met" in out, out
-    assert "NCCL (nccl4py, raw buffer)" in out and "checks: 2 of 2 agree" in out, out
+    assert "NCCL (its all_reduce binding, raw buffer)" in out, out
+    assert "checks: 2 of 2 agree" in out, out
+    # the shard job's step: 1e3 / 190 ms against 1e3 / 100 ms for the whole batch
+    assert "so 2 GPUs can reach at most 1.900x" in out, out
