@@ -63,6 +63,7 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "conv": (),
     "fusion": (),
     "half": (),
+    "dp": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
 }
 
