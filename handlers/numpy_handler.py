@@ -235,14 +235,13 @@ class NumpyHandler(Handler):
         step.fill(t)
 
     def _scale_finite(self, a, factor, flag):
+        # A half a arrives as its float32 copy (_widened), rounded back once.
         if type(factor) is not float:
             factor = float(factor.reshape(-1)[0])
         finite = np.isfinite(a)
         flag.fill(1.0 if finite.all() else 0.0)
-        # the product in the compute format, rounded once (as every op)
-        wide = a.astype(np.float32) if a.dtype.itemsize < 4 else a
-        np.multiply(wide, factor, out=wide)
-        np.copyto(a, np.where(finite, wide, 0.0), casting="unsafe")
+        np.multiply(a, factor, out=a)
+        np.copyto(a, 0.0, where=~finite)
 
     def _update_loss_scale(self, flag, state, interval, max_scale):
         # In float64 (every value here is exact in it), stored once in the

@@ -71,12 +71,17 @@ class LossScaler:
         optimizer.step(gate=self.flag)
         self.master.update_loss_scale(self.flag, self._state, self.interval, self.max_scale)
 
+    def read(self):
+        """``(S, steps skipped so far)``, in one host read (waits for the device)."""
+        state = self.master.get_numpy_copy(self._state)
+        return float(state[0]), int(state[3])
+
     @property
     def loss_scale(self):
         """The current S (a host read: waits for the device)."""
-        return float(self.master.get_numpy_copy(self._state)[0])
+        return self.read()[0]
 
     @property
     def skipped(self):
         """Steps skipped so far for non-finite gradients (a host read)."""
-        return int(self.master.get_numpy_copy(self._state)[3])
+        return self.read()[1]

@@ -28,12 +28,12 @@ class SGD:
     def __init__(self, parameters, lr=0.1, momentum=0.9):
         self.parameters = parameters
         h = parameters.h
-        # -lr, momentum; for gated steps (step(gate=...)): -lr, momentum - 1
-        # and 1 (base), the constant (0, 1, 0) and the scalars a gate makes
-        self._scalars = h.zeros((2,))
-        self._neg_lr = view(h, self._scalars, 0, (1,))
-        self._momentum = view(h, self._scalars, 1, (1,))
-        self._base = h.create_from_numpy(np.array([0.0, 0.0, 1.0]))
+        # The device scalars: -lr, momentum - 1, 1, momentum.  The first three
+        # times a gate, plus (0, 1, 0), are a gated step's (step(gate=...)).
+        self._scalars = h.create_from_numpy(np.array([0.0, 0.0, 1.0, 0.0]))
+        self._neg_lr, self._mom_minus_1, _, self._momentum = (
+            view(h, self._scalars, i, (1,)) for i in range(4))
+        self._base = view(h, self._scalars, 0, (3,))
         self._unit = h.create_from_numpy(np.array([0.0, 1.0, 0.0]))
         self._gated = h.zeros((3,))
         self._gated_views = [view(h, self._gated, i, (1,)) for i in range(3)]
@@ -50,7 +50,6 @@ class SGD:
     def lr(self, value):
         self._lr = float(value)
         self.parameters.h.fill(self._neg_lr, -self._lr)
-        self.parameters.h.fill(view(self.parameters.h, self._base, 0, (1,)), -self._lr)
 
     @property
     def momentum(self):
@@ -67,7 +66,7 @@ class SGD:
         # momentum - 1 from the stored momentum: exact for momentum >= 0.5
         # (Sterbenz), so a gate of 1 gives back the stored momentum exactly
         held = float(np.asarray(self._mom, h.dtype))
-        h.fill(view(h, self._base, 1, (1,)), held - 1.0)
+        h.fill(self._mom_minus_1, held - 1.0)
 
     def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.

@@ -350,8 +350,8 @@ class Trainer:
         log = h.zeros((steps,))
         slots = [view(h, log, i, (1,)) for i in range(steps)]
         history = History()
-        overflow_seen = 0 if getattr(self.net, "loss_scaler", None) is None \
-            else self.net.loss_scaler.skipped
+        scaler = self.net.loss_scaler     # float16 mixed precision, else None
+        overflow_seen = 0 if scaler is None else scaler.skipped
         bar = _progress_bar(epochs * steps, self.progress)
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
@@ -393,11 +393,9 @@ class Trainer:
                 record = {"epoch": epoch,
                           "train_loss": self._epoch_loss(losses, sizes, skipped),
                           "seconds": seconds}
-                scaler = getattr(self.net, "loss_scaler", None)
                 if scaler is not None:   # float16: the device's own count of skips
-                    total = scaler.skipped
-                    record["overflow_skipped"] = total - overflow_seen
-                    record["loss_scale"], overflow_seen = scaler.loss_scale, total
+                    record["loss_scale"], total = scaler.read()
+                    record["overflow_skipped"], overflow_seen = total - overflow_seen, total
                 history.step_losses.extend(float(v) for v in losses)
                 history.skipped_steps.extend((epoch, i + 1) for i in skipped)
                 if eval_data is not None:
@@ -548,7 +546,7 @@ class _Step:
         if self.skip_nonfinite and not (h.is_fully_finite(loss)
                                         and master.is_fully_finite(self.net.grads)):
             return False
-        scaler = getattr(self.net, "loss_scaler", None)
+        scaler = self.net.loss_scaler   # through a DataParallel too (its __getattr__)
         if scaler is None:
             self.optimizer.step()
         else:   # float16: the update gated on the device (a skip is not seen here)
