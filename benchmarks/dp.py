@@ -1,6 +1,6 @@
 """``python -m benchmarks dp``: data-parallel training on the GPUs of one machine.
 
-NOT YET RUN ON A GPU (the NCCL backend it measures has not run either).
+Run on two H200s of one machine (``benchmarks/results/runs/dp-*``).
 
 Models, float32 (TF32 off), SGD with momentum, softmax cross-entropy:
 

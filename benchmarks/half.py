@@ -169,19 +169,6 @@ def sums(h, torch, copy_bw, checks, reps):
     print(f"\nsum_t, bfloat16 (TB/s, input read once + output written once); target >= "
           f"{SUM_TARGET:.0%} of copy")
     print_table(["shape", "axis", "ours", "ours/copy", "torch", "ok"], rows)
-    # What one read of the bias case's bytes reaches at all: the same input
-    # summed whole (one output), a bound for the bias gradient at this size.
-    shape = SUMS[-1][0]
-    flat = [h.create_from_numpy(rng.standard_normal(int(np.prod(shape))).astype(np.float32)
-                                .astype(bf)) for _ in range(2)]
-    one = h.allocate(())
-    ms = EventTimer("pycuda", h.stream).measure(lambda i: h.sum_t(flat[i % 2], None, one),
-                                                 reps=reps, inner=LOOP)
-    bound = derive(ms, lambda t: 2 * (flat[0].size + 1) / (t * 1e-3))
-    print(f"bound at this size: the same {2 * flat[0].size / 1e6:.1f} MB summed whole "
-          f"reaches {bound['median'] / 1e12:.3f} TB/s, {bound['median'] / copy_bw:.1%} of copy")
-    results.append(dict(shape=[int(np.prod(shape))], axis=None, ours_Bps=bound,
-                        fraction_of_copy=bound["median"] / copy_bw, bound_for=list(shape)))
     return results
 
 

@@ -302,10 +302,11 @@ class PyCudaHandler(Handler):
             (in an order that varies from run to run, so results may differ
             in the last bits), which PyTorch uses by default and which are
             faster for some shapes (small LeNet-style layers, say).  Float32
-            and float64 only: in bfloat16 the engines cuDNN then chose
-            failed the tests' float32-accumulation tolerance on an H200, so
-            the half formats keep deterministic engines.  Shared by
-            twins; ``h.deterministic`` says which.
+            and float64 only: the half formats keep deterministic engines
+            (with which bfloat16 convolutions of LeNet-style sizes still
+            miss the float32-accumulation tolerance by 2-3 units in the last
+            place on an H200: an open defect).  Shared by twins;
+            ``h.deterministic`` says which.
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.

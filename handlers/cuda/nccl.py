@@ -1,10 +1,7 @@
 """``NcclGroup``: PyCudaHandler's collectives through NCCL (nccl4py).
 
-NOT YET RUN ON A GPU: written against nccl4py 0.6.0's Python API as its
-sources read (``nccl.core``: ``get_unique_id``, ``UniqueId.from_bytes``,
-``Communicator.init``/``allreduce``/``broadcast``/``get_async_error``/
-``abort``) and cuda-bindings' driver API; it imports and lints without a GPU,
-but no collective of it has run yet.
+Run on two H200s of one machine (tests/test_data_parallel.py's GPU cases and
+``python -m benchmarks dp``); not yet across machines.
 
 One process per GPU, started by an MPI launcher.  Rank 0 makes NCCL's unique
 id, the ranks' MPI group (``handlers.mpi_group.MpiGroup``) broadcasts it, and
