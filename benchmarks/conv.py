@@ -42,7 +42,7 @@ from benchmarks.common import (
     suite_parser,
 )
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
-from benchmarks.ops import LOOP, copy_spread
+from benchmarks.ops import LOOP, copy_moving, copy_spread
 
 F32 = np.float32
 BIAS_TARGET, CONV_TARGET, ADAM_TARGET = 0.85, 0.95, 0.85
@@ -104,11 +104,17 @@ def reductions(h, torch, copy_bw, checks, reps):
         target = BIAS_TARGET if label.startswith("sum_t") else None
         ok = "-" if target is None else (
             "yes" if frac >= target and (tb is None or bps["ours"]["median"] > tb) else "NO")
+        # what copies moving the same bytes reach at this size (see copy_moving)
+        same = copy_moving(h, nbytes, reps) if target is not None else None
         rows.append([label, str(shape), bps["ours"]["median"] / 1e12, frac,
                      _nan(tb) / 1e12, _nan(tb) / bps["ours"]["median"] if tb else float("nan"),
                      ok])
         out.append(dict(op=label, shape=list(shape), ours_Bps=bps["ours"], fraction_of_copy=frac,
                         torch_Bps=bps.get("torch"), target=target))
+        if same is not None:
+            out[-1]["copy_same_bytes_Bps"] = same
+            rows.append(["  copy moving the same bytes", "", same["median"] / 1e12,
+                         same["median"] / copy_bw, float("nan"), float("nan"), "bound"])
         ref = ref_fn(host.astype(np.float64))
         errors = {"ours": rel_error(h.get_numpy_copy(o), ref)}
         if torch is not None:
@@ -260,12 +266,15 @@ def _conv_ref(x, w, pad):
 
 def _algorithms(h):
     """[pass, shapes of its first two arrays (x and w forward, dy and w
-    backward data, x and dy backward filter), cuDNN engine index] of every
-    convolution the handler planned so far (its plan cache; an aid for
-    reading the run)."""
+    backward data, x and dy backward filter), cuDNN engine index, the
+    engine's numerical notes] of every convolution the handler planned so far
+    (its plan cache; an aid for reading the run)."""
+    from handlers.cuda.handler import cudnn_note_names
     names = ("forward", "backward_data", "backward_filter")
-    # plan keys: (kind, format, shapes of a, b and out, stride, padding, ...)
-    return [[names[key[0]], list(key[2]), list(key[3]), plan[2]]
+    # plan keys: (kind, format, shapes of a, b and out, stride, padding, ...);
+    # plans: (plan, workspace bytes, engine, notes)
+    return [[names[key[0]], list(key[2]), list(key[3]), plan[2],
+             ",".join(cudnn_note_names(plan[3])) or "-"]
             for key, plan in getattr(h, "_conv_plans", {}).items()]
 
 

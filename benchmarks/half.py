@@ -32,7 +32,7 @@ from benchmarks.common import (
     suite_parser,
 )
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
-from benchmarks.ops import LOOP, copy_spread
+from benchmarks.ops import LOOP, copy_moving, copy_spread
 from handlers import dtypes
 
 BANDWIDTH_TARGET, GEMM_TARGET, SUM_TARGET = 0.85, 0.95, 0.70
@@ -159,6 +159,11 @@ def sums(h, torch, copy_bw, checks, reps):
         results.append(dict(shape=list(shape), axis=axis, ours_Bps=bps["ours"],
                             torch_Bps=bps.get("torch"), fraction_of_copy=frac,
                             target=SUM_TARGET))
+        if isinstance(axis, tuple):   # the bias shape: what copies of its bytes reach
+            same = copy_moving(h, nbytes, reps)
+            results[-1]["copy_same_bytes_Bps"] = same
+            rows.append(["  copy moving the same bytes", "", same["median"] / 1e12,
+                         same["median"] / copy_bw, float("nan"), "bound"])
         h.sum_t(xs[0], axis, o)
         k = host[0].size // want.size
         errors = {"ours": rel_error(h.get_numpy_copy(o), want)}

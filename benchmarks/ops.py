@@ -261,6 +261,27 @@ def copy_spread(h, n, reps=15):
     return derive(ms, lambda t: 2 * src.nbytes / (t * 1e-3))
 
 
+def copy_moving(h, nbytes, reps=15):
+    """Bytes/s of device-to-device copies that move ``nbytes`` in all (half
+    read, half written): what a kernel that touches ``nbytes`` once can
+    expect at that size, fixed costs included (a spread).  For a reduction
+    that reads ``nbytes`` this bounds its fraction of copy (``copy_spread``
+    on a large buffer) from above, unless it beats the copy engine's own
+    fixed cost.  Four sources are cycled, together twice ``nbytes``, as the
+    suites cycle two inputs of ``nbytes``: no call finds its source in L2
+    unless the inputs would have been there too."""
+    import pycuda.driver as drv
+    n = max(1, nbytes // 2 // h.dtype.itemsize)
+    srcs, dst = [h.allocate((n,)) for _ in range(4)], h.allocate((n,))
+    for s in srcs:
+        h.fill(s, 1.0)
+    timer = EventTimer("pycuda", h.stream)
+    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, srcs[i % 4].gpudata,
+                                                       dst.nbytes, h.stream),
+                       reps=reps, inner=LOOP)
+    return derive(ms, lambda t: 2 * dst.nbytes / (t * 1e-3))
+
+
 def copy_bandwidth(h, n, timer=None):
     """Median device-to-device copy bandwidth in bytes/s (read + written)."""
     return copy_spread(h, n)["median"]

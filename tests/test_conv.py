@@ -393,41 +393,64 @@ def test_lenet_sized_step_runs_and_matches_float64(handler, rng):
     assert np.isfinite(got).all()
 
 
-# ---------------------------------------------------------------- engine choice (GPU)
-@pytest.mark.parametrize("shapes", [((64, 1, 28, 28), (6, 1, 5, 5)),
-                                    ((64, 6, 12, 12), (16, 6, 5, 5))],
-                         ids=["lenet1", "lenet2"])
+# ---------------------------------------------------------------- LeNet sizes, engine choice
+LENET = pytest.mark.parametrize("shapes", [((64, 1, 28, 28), (6, 1, 5, 5)),
+                                           ((64, 6, 12, 12), (16, 6, 5, 5))],
+                                ids=["lenet1", "lenet2"])
+
+
+def _check_lenet_layer(h, rng, shapes):
+    """conv2d's three passes on one LeNet layer (stride 1, no padding) against
+    float64 references by vectorized sums over the kernel's offsets.  On the
+    GPU, also that no engine chosen carries a numerical note the handler's
+    policy refuses."""
+    (xs, ws) = shapes
+    x, xv = upload(h, rand(xs, rng))
+    w, wv = upload(h, rand(ws, rng))
+    ys = (xs[0], ws[0], xs[2] - ws[2] + 1, xs[3] - ws[3] + 1)
+    dy, dyv = upload(h, rand(ys, rng))
+    y_ref, dx_ref, dw_ref = np.zeros(ys), np.zeros(xs), np.zeros(ws)
+    for r in range(ws[2]):
+        for s in range(ws[3]):
+            xw = xv[:, :, r:r + ys[2], s:s + ys[3]]
+            y_ref += np.einsum("ncpq,kc->nkpq", xw, wv[:, :, r, s])
+            dw_ref[:, :, r, s] = np.einsum("nkpq,ncpq->kc", dyv, xw)
+            dx_ref[:, :, r:r + ys[2], s:s + ys[3]] += np.einsum("nkpq,kc->ncpq", dyv,
+                                                               wv[:, :, r, s])
+    y, dx, dw = poisoned(h, ys), poisoned(h, xs), poisoned(h, ws)
+    h.conv2d_forward(x, w, y)
+    h.conv2d_backward_data(dy, w, dx)
+    h.conv2d_backward_filter(x, dy, dw)
+    assert_close(h, y, y_ref, n=ws[1] * ws[2] * ws[3], err_msg="forward")
+    assert_close(h, dx, dx_ref, n=ws[0] * ws[2] * ws[3], err_msg="backward data")
+    assert_close(h, dw, dw_ref, n=ys[0] * ys[2] * ys[3], err_msg="backward filter")
+    if hasattr(h, "_conv_plans"):
+        from handlers.cuda.handler import _refused_notes, cudnn_note_names
+        for key, plan in h._conv_plans.items():
+            refused = _refused_notes(key[0] != 0, h._half, h.deterministic)
+            assert not plan[3] & refused, (key, cudnn_note_names(plan[3] & refused))
+
+
+@LENET
+def test_lenet_sizes_match_the_reference(handler, rng, shapes):
+    """At LeNet sizes (sums of up to 36864 terms) cuDNN ranks other engines
+    than for the small cases above; in the half formats some (FFT, Winograd)
+    round their transforms to the format and missed this tolerance by 2-3
+    units in the last place before the handler refused them."""
+    _check_lenet_layer(handler, rng, shapes)
+
+
+@LENET
 def test_nondeterministic_engines_give_the_reference_gradients(handler, rng, shapes):
     """``PyCudaHandler(deterministic=False)`` lets cuDNN's backward passes
     add with atomics; the gradients still match the float64 reference."""
     if not hasattr(handler, "deterministic"):
         pytest.skip("engine choice is PyCudaHandler's (cuDNN)")
     if handler._half:
-        # deterministic=False applies to float32 and float64 only.  (At these
-        # sizes cuDNN's bfloat16 engines, deterministic ones included, missed
-        # the float32-accumulation tolerance on an H200 by 2-3 units in the
-        # last place: an open defect, not this option's.)
         pytest.skip("deterministic=False applies to float32 and float64 only")
     h = type(handler)(handler.dtype, seed=0, deterministic=False)
     assert h.deterministic is False and h.twin(np.float64 if h.dtype != np.float64
                                                else np.float32).deterministic is False
-    (xs, ws) = shapes
-    x, xv = upload(h, rand(xs, rng))
-    w, wv = upload(h, rand(ws, rng))
-    ys = (xs[0], ws[0], xs[2] - ws[2] + 1, xs[3] - ws[3] + 1)
-    dy, dyv = upload(h, rand(ys, rng))
-    # the references by vectorized sums over the kernel's offsets (stride 1, no padding)
-    dx_ref, dw_ref = np.zeros(xs), np.zeros(ws)
-    for r in range(ws[2]):
-        for s in range(ws[3]):
-            xw = xv[:, :, r:r + ys[2], s:s + ys[3]]
-            dw_ref[:, :, r, s] = np.einsum("nkpq,ncpq->kc", dyv, xw)
-            dx_ref[:, :, r:r + ys[2], s:s + ys[3]] += np.einsum("nkpq,kc->ncpq", dyv,
-                                                               wv[:, :, r, s])
-    dx, dw = poisoned(h, xs), poisoned(h, ws)
-    h.conv2d_backward_data(dy, w, dx)
-    h.conv2d_backward_filter(x, dy, dw)
-    assert_close(h, dx, dx_ref, n=ws[0] * ws[2] * ws[3])
-    assert_close(h, dw, dw_ref, n=ys[0] * ys[2] * ys[3])
+    _check_lenet_layer(h, rng, shapes)
     with pytest.raises(TypeError, match="deterministic must be a bool"):
         type(handler)(handler.dtype, deterministic=1)

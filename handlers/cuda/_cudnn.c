@@ -71,9 +71,6 @@ enum {
     SH_ATTR_VARIANT_PACK_WORKSPACE = 1003,
     SH_ATTR_ENGINE_GLOBAL_INDEX = 1301, SH_ATTR_ENGINE_NUMERICAL_NOTE = 1303,
     SH_ATTR_ENGINE_BEHAVIOR_NOTE = 1305,
-    /* cudnnBackendNumericalNote_t */
-    SH_NOTE_TENSOR_CORE = 0, SH_NOTE_DOWN_CONVERT_INPUTS = 1,
-    SH_NOTE_REDUCED_PRECISION_REDUCTION = 2, SH_NOTE_NONDETERMINISTIC = 4,
     SH_BEHAVIOR_RUNTIME_COMPILATION = 0,   /* cudnnBackendBehaviorNote_t */
     SH_HEUR_MODE_FALLBACK = 2, SH_HEUR_MODE_A = 3,   /* cudnnBackendHeurMode_t */
 };
@@ -81,7 +78,8 @@ enum {
 /* The three tensors' unique ids in a plan's variant pack. */
 enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
 
-#define MAX_NOTES 32     /* more than CUDNN_NUMERICAL_NOTE_TYPE_COUNT (10) */
+#define MAX_NOTES 32     /* more than CUDNN_NUMERICAL_NOTE_TYPE_COUNT (10); a note
+                            * (cudnnBackendNumericalNote_t) is bit `note` of a mask */
 
 typedef int (*create_fn)(void **);
 typedef int (*destroy_fn)(void *);
@@ -114,9 +112,10 @@ static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_B
                                 SH_ATTR_OP_CONV_BWD_FILTER_ALPHA};
 
 typedef struct {
-    int kind, half;            /* half: a half format (tensor-core engines allowed) */
-    int nondeterministic;      /* backward engines that add with atomics allowed */
+    int kind;
+    long long refused;         /* numerical notes (a mask) no chosen engine may carry */
     long long engine;          /* the chosen engine's global index (for reports) */
+    long long notes;           /* and its numerical notes, a mask (for reports) */
     size_t workspace;
     void *x, *w, *y, *conv, *op, *graph, *cfg, *exec;
     void *pack;                /* the variant pack of `ptrs`, or NULL */
@@ -303,17 +302,16 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
 }
 
 /* Whether engine configuration cfg may run this plan: none of its engine's
- * numerical notes is refused (float data must not run on TF32 tensor cores or
- * with down-converted inputs or reductions; unless pl->nondeterministic, the
- * backward passes must be deterministic: engines that add with atomics are
- * not), and, unless allow_rtc, it needs no runtime compilation (which can
- * take seconds at first use).  Sets *engine to the engine's global index. */
-static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long long *engine) {
-    const int kind = pl->kind, half = pl->half;
+ * numerical notes is in pl->refused (the caller's policy), and, unless
+ * allow_rtc, it needs no runtime compilation (which can take seconds at first
+ * use).  Sets *engine to the engine's global index and *mask to its notes. */
+static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long long *engine,
+                         long long *mask) {
     void *eng = NULL;
     int ok = 0;
     int64_t n = 0, index = -1;
     int notes[MAX_NOTES];
+    long long have = 0;
     if (be_create(SH_DESC_ENGINE, &eng)) return 0;
     if (be_get(cfg, SH_ATTR_ENGINECFG_ENGINE, SH_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) || n != 1)
         goto done;
@@ -321,10 +319,8 @@ static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long lon
     if (be_get(eng, SH_ATTR_ENGINE_NUMERICAL_NOTE, SH_TYPE_NUMERICAL_NOTE, MAX_NOTES, &n, notes))
         goto done;
     for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
-        if ((notes[i] == SH_NOTE_TENSOR_CORE && !half) || notes[i] == SH_NOTE_DOWN_CONVERT_INPUTS ||
-            notes[i] == SH_NOTE_REDUCED_PRECISION_REDUCTION ||
-            (kind != 0 && !pl->nondeterministic && notes[i] == SH_NOTE_NONDETERMINISTIC))
-            goto done;
+        if (notes[i] >= 0 && notes[i] < 63) have |= 1LL << notes[i];
+    if (have & pl->refused) goto done;
     n = 0;
     if (!allow_rtc &&
         !be_get(eng, SH_ATTR_ENGINE_BEHAVIOR_NOTE, SH_TYPE_BEHAVIOR_NOTE, MAX_NOTES, &n, notes))
@@ -333,6 +329,7 @@ static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long lon
     n = 0;
     if (!be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) && n == 1)
         *engine = index;
+    *mask = have;
     ok = 1;
 done:
     be_destroy(eng);
@@ -373,8 +370,8 @@ static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
                      cfgs)))
         goto out;
     for (int64_t i = 0; i < got && i < count && !*found; ++i) {
-        long long engine = -1;
-        if (!engine_usable(cfgs[i], pl, allow_rtc, &engine)) continue;
+        long long engine = -1, notes = 0;
+        if (!engine_usable(cfgs[i], pl, allow_rtc, &engine, &notes)) continue;
         void *exec = NULL;
         int64_t ws = 0, n = 0;
         if (be_create(SH_DESC_EXECUTION_PLAN, &exec)) continue;
@@ -392,6 +389,7 @@ static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
         cfgs[i] = NULL;        /* kept by the plan */
         pl->workspace = (size_t)ws;
         pl->engine = engine;
+        pl->notes = notes;
         *found = 1;
     }
     st = SH_CUDNN_STATUS_SUCCESS;
@@ -404,11 +402,12 @@ out:
     return st;
 }
 
-/* cudnn_conv_plan(handle, kind, format, ws_limit, align, nondeterministic, n, c,
- * h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace
+/* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, n, c, h, w, k,
+ * r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace
  * bytes).  `format`: 0 float, 1 double, 2 bfloat16, 3 float16 (blas.KINDS'
- * numbers); `nondeterministic` 1 lets the backward passes use engines that
- * add with atomics (results may differ run to run in the last bits).
+ * numbers); `refused`: the mask of numerical notes no engine may carry (bit
+ * `note` of cudnnBackendNumericalNote_t: the caller's policy); `notes`: the
+ * chosen engine's.
  *
  * The engine: the first of cuDNN's heuristics (mode A, best first) that
  * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
@@ -421,16 +420,16 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     (void)self;
     const char *what = "cudnn_conv_plan";
     void *handle;
-    int kind, format, align, nondet, dims[15];
-    long long ws_limit;
+    int kind, format, align, dims[15];
+    long long ws_limit, refused;
     if (!nargs_is(what, nargs, 21) || !arg_pointer(what, "handle", args[0], &handle) ||
         !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "format", args[2], 0, &format))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
     if (ws_limit == -1 && PyErr_Occurred()) return NULL;
-    if (!arg_int(what, "align", args[4], 1, &align) ||
-        !arg_int(what, "nondeterministic", args[5], 0, &nondet))
-        return NULL;
+    if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
+    refused = PyLong_AsLongLong(args[5]);
+    if (refused == -1 && PyErr_Occurred()) return NULL;
     if (kind > 2 || format > 3) {
         PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
                      what, kind, format);
@@ -451,16 +450,14 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     conv_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
-    pl->nondeterministic = nondet != 0;
+    pl->refused = refused;
     /* format: 0 float, 1 double, 2 bfloat16, 3 float16.  The half formats
-     * compute in float (and take float alpha and beta); tensor-core engines
-     * are theirs to use, since their inputs are half already. */
+     * compute in float (and take float alpha and beta). */
     static const int types[4] = {SH_CUDNN_DATA_FLOAT, SH_CUDNN_DATA_DOUBLE,
                                  SH_CUDNN_DATA_BFLOAT16, SH_CUDNN_DATA_HALF};
     const int dbl = format == 1;
-    pl->half = format >= 2;
     pl->engine = -1;
-    int type = types[format], comp = pl->half ? SH_CUDNN_DATA_FLOAT : type;
+    int type = types[format], comp = format >= 2 ? SH_CUDNN_DATA_FLOAT : type;
     int mode = SH_CUDNN_CROSS_CORRELATION;
     int64_t al = align;
     int st;
@@ -525,13 +522,13 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     if (!found) {
         plan_free(pl);
         PyErr_Format(PyExc_RuntimeError,
-                     "%s: cuDNN offers no %snon-TF32 engine within %lld bytes of "
-                     "workspace for this convolution (kind %d)", what,
-                     nondet ? "" : "deterministic, ", ws_limit, kind);
+                     "%s: cuDNN offers no engine free of the refused numerical notes "
+                     "(mask %#llx) within %lld bytes of workspace for this convolution "
+                     "(kind %d)", what, refused, ws_limit, kind);
         return NULL;
     }
 #undef TRY
-    return Py_BuildValue("(NLK)", PyLong_FromVoidPtr(pl), pl->engine,
+    return Py_BuildValue("(NLLK)", PyLong_FromVoidPtr(pl), pl->engine, pl->notes,
                          (unsigned long long)pl->workspace);
 fail:
     plan_free(pl);
@@ -618,9 +615,9 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, format, ws_limit, align, nondeterministic, n, c, h, w, k, r, "
-     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, workspace bytes); kind 0 forward, 1 "
-     "backward data, 2 backward filter."},
+     "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, n, c, h, w, k, r, s, p, "
+     "q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes); kind 0 forward, 1 "
+     "backward data, 2 backward filter; refused and notes: masks of numerical notes."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
      "cudnn_conv_run(plan, handle, a, b, out, workspace): run a plan on the handle's stream."},
     {"cudnn_plan_free", py_cudnn_plan_free, METH_O,

@@ -49,6 +49,41 @@ _cudnn = None    # the extension, once it has loaded cuDNN (_load_cudnn)
 # A convolution algorithm needing more workspace than this is passed over for
 # the next one the heuristics rank (or the small-workspace fallback).
 _CUDNN_WORKSPACE_LIMIT = 1 << 30
+# cuDNN's numerical notes (cudnnBackendNumericalNote_t, each a bit of the
+# masks _cudnn takes and returns); _refused_notes says which rule an engine out.
+CUDNN_NOTES = ("tensor_core", "down_convert_inputs", "reduced_precision_reduction", "fft",
+               "nondeterministic", "winograd", "winograd_tile_4x4", "winograd_tile_6x6",
+               "winograd_tile_13x13", "strict_nan_prop")
+
+
+def _note_mask(*names):
+    return sum(1 << CUDNN_NOTES.index(n) for n in names)
+
+
+def _refused_notes(backward, half, deterministic):
+    """The mask of cuDNN numerical notes a convolution engine must not carry.
+
+    Every format: no down-converted inputs and no reduced-precision sums (the
+    contract computes in the format, or in float32 for the halves).  Float32
+    and float64: no tensor cores (that would be TF32).  The halves: tensor
+    cores are theirs (the inputs are half already, the sums float32), but no
+    FFT or Winograd engines, whose transforms round to the half format.
+    Backward passes: no atomics unless ``deterministic`` is off (float32 and
+    float64 only)."""
+    refused = _note_mask("down_convert_inputs", "reduced_precision_reduction")
+    if half:
+        refused |= _note_mask("fft", "winograd", "winograd_tile_4x4", "winograd_tile_6x6",
+                              "winograd_tile_13x13")
+    else:
+        refused |= _note_mask("tensor_core")
+    if backward and (deterministic or half):
+        refused |= _note_mask("nondeterministic")
+    return refused
+
+
+def cudnn_note_names(mask):
+    """The names of the numerical notes in ``mask`` (reports and errors)."""
+    return [n for i, n in enumerate(CUDNN_NOTES) if mask >> i & 1]
 # Makes the device's context current on the calling thread (once per thread).
 # Every hook that calls pycuda or cuBLAS starts with it; the driver calls of
 # handlers.cuda._launch (launches, events, graphs, ...) do the same in C.
@@ -302,11 +337,8 @@ class PyCudaHandler(Handler):
             (in an order that varies from run to run, so results may differ
             in the last bits), which PyTorch uses by default and which are
             faster for some shapes (small LeNet-style layers, say).  Float32
-            and float64 only: the half formats keep deterministic engines
-            (with which bfloat16 convolutions of LeNet-style sizes still
-            miss the float32-accumulation tolerance by 2-3 units in the last
-            place on an H200: an open defect).  Shared by twins;
-            ``h.deterministic`` says which.
+            and float64 only: the half formats keep deterministic engines.
+            Shared by twins; ``h.deterministic`` says which.
 
     Raises ImportError if pycuda (or the chosen BLAS package) is not installed
     and RuntimeError if no GPU can be used.
@@ -1228,14 +1260,13 @@ class PyCudaHandler(Handler):
             # but could overflow cuDNN's int: clamp it.
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
-            ptr, engine, nbytes = _cudnn.cudnn_conv_plan(
+            ptr, engine, notes, nbytes = _cudnn.cudnn_conv_plan(
                 handle, code, self._format, _CUDNN_WORKSPACE_LIMIT, align,
-                # the halves keep deterministic engines (see Args)
-                int(not (self.deterministic or self._half)), *x,
+                _refused_notes(code != 0, self._half, self.deterministic), *x,
                 w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
-            # the engine is kept for inspection only (benchmarks report it)
-            plan = self._conv_plans[key] = (ptr, nbytes, engine)
-        ptr, nbytes, _ = plan
+            # the engine and its notes are kept for inspection only (reports)
+            plan = self._conv_plans[key] = (ptr, nbytes, engine, notes)
+        ptr, nbytes = plan[:2]
         ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
         _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
 
