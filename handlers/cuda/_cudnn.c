@@ -78,6 +78,7 @@ enum {
 /* The three tensors' unique ids in a plan's variant pack. */
 enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
 
+#define MAX_DENIED 16    /* engines a plan may deny by index */
 #define MAX_NOTES 32     /* more than CUDNN_NUMERICAL_NOTE_TYPE_COUNT (10); a note
                             * (cudnnBackendNumericalNote_t) is bit `note` of a mask */
 
@@ -114,6 +115,8 @@ static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_B
 typedef struct {
     int kind;
     long long refused;         /* numerical notes (a mask) no chosen engine may carry */
+    int n_denied;              /* engines (global indices) never chosen */
+    long long denied[MAX_DENIED];
     long long engine;          /* the chosen engine's global index (for reports) */
     long long notes;           /* and its numerical notes, a mask (for reports) */
     size_t workspace;
@@ -301,9 +304,9 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
     return be_finalize(*desc);
 }
 
-/* Whether engine configuration cfg may run this plan: none of its engine's
- * numerical notes is in pl->refused (the caller's policy), and, unless
- * allow_rtc, it needs no runtime compilation (which can take seconds at first
+/* Whether engine configuration cfg may run this plan: its engine is not one
+ * of pl->denied, none of its numerical notes is in pl->refused (both the
+ * caller's policy), and, unless allow_rtc, it needs no runtime compilation (which can take seconds at first
  * use).  Sets *engine to the engine's global index and *mask to its notes. */
 static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long long *engine,
                          long long *mask) {
@@ -327,8 +330,11 @@ static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long lon
         for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
             if (notes[i] == SH_BEHAVIOR_RUNTIME_COMPILATION) goto done;
     n = 0;
-    if (!be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) && n == 1)
-        *engine = index;
+    if (be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) || n != 1)
+        index = -1;
+    for (int i = 0; i < pl->n_denied; ++i)
+        if (index == pl->denied[i]) goto done;
+    *engine = index;
     *mask = have;
     ok = 1;
 done:
@@ -402,12 +408,13 @@ out:
     return st;
 }
 
-/* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, n, c, h, w, k,
- * r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace
- * bytes).  `format`: 0 float, 1 double, 2 bfloat16, 3 float16 (blas.KINDS'
- * numbers); `refused`: the mask of numerical notes no engine may carry (bit
- * `note` of cudnnBackendNumericalNote_t: the caller's policy); `notes`: the
- * chosen engine's.
+/* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c,
+ * h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes,
+ * workspace bytes).  `format`: 0 float, 1 double, 2 bfloat16, 3 float16
+ * (blas.KINDS' numbers); `refused`: the mask of numerical notes no engine may
+ * carry (bit `note` of cudnnBackendNumericalNote_t); `denied`: a tuple of
+ * engine global indices never to choose (both the caller's policy); `notes`:
+ * the chosen engine's.
  *
  * The engine: the first of cuDNN's heuristics (mode A, best first) that
  * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
@@ -422,7 +429,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     void *handle;
     int kind, format, align, dims[15];
     long long ws_limit, refused;
-    if (!nargs_is(what, nargs, 21) || !arg_pointer(what, "handle", args[0], &handle) ||
+    if (!nargs_is(what, nargs, 22) || !arg_pointer(what, "handle", args[0], &handle) ||
         !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "format", args[2], 0, &format))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
@@ -430,6 +437,17 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
     refused = PyLong_AsLongLong(args[5]);
     if (refused == -1 && PyErr_Occurred()) return NULL;
+    if (!PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) > MAX_DENIED) {
+        PyErr_Format(PyExc_TypeError, "%s: denied must be a tuple of at most %d engine indices",
+                     what, MAX_DENIED);
+        return NULL;
+    }
+    long long denied[MAX_DENIED];
+    const int n_denied = (int)PyTuple_GET_SIZE(args[6]);
+    for (int i = 0; i < n_denied; ++i) {
+        denied[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[6], i));
+        if (denied[i] == -1 && PyErr_Occurred()) return NULL;
+    }
     if (kind > 2 || format > 3) {
         PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
                      what, kind, format);
@@ -439,7 +457,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
                                         "sh", "sw", "ph", "pw", "dh", "dw"};
     for (int i = 0; i < 15; ++i) {
         int lo = (i == 11 || i == 12) ? 0 : 1;   /* padding may be 0 */
-        if (!arg_int(what, names[i], args[6 + i], lo, &dims[i])) return NULL;
+        if (!arg_int(what, names[i], args[7 + i], lo, &dims[i])) return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
     const int64_t xd[4] = {dims[0], dims[1], dims[2], dims[3]};
@@ -451,6 +469,8 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
     pl->refused = refused;
+    pl->n_denied = n_denied;
+    memcpy(pl->denied, denied, sizeof denied);
     /* format: 0 float, 1 double, 2 bfloat16, 3 float16.  The half formats
      * compute in float (and take float alpha and beta). */
     static const int types[4] = {SH_CUDNN_DATA_FLOAT, SH_CUDNN_DATA_DOUBLE,
@@ -523,8 +543,8 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         plan_free(pl);
         PyErr_Format(PyExc_RuntimeError,
                      "%s: cuDNN offers no engine free of the refused numerical notes "
-                     "(mask %#llx) within %lld bytes of workspace for this convolution "
-                     "(kind %d)", what, refused, ws_limit, kind);
+                     "(mask %#llx), not denied, within %lld bytes of workspace for this "
+                     "convolution (kind %d)", what, refused, ws_limit, kind);
         return NULL;
     }
 #undef TRY
@@ -615,9 +635,10 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, n, c, h, w, k, r, s, p, "
-     "q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes); kind 0 forward, 1 "
-     "backward data, 2 backward filter; refused and notes: masks of numerical notes."},
+     "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c, h, w, k, r, "
+     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes); kind 0 "
+     "forward, 1 backward data, 2 backward filter; refused and notes: masks of numerical "
+     "notes; denied: a tuple of engine indices."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
      "cudnn_conv_run(plan, handle, a, b, out, workspace): run a plan on the handle's stream."},
     {"cudnn_plan_free", py_cudnn_plan_free, METH_O,
