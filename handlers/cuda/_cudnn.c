@@ -410,7 +410,7 @@ out:
 
 /* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c,
  * h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes,
- * workspace bytes).  `format`: 0 float, 1 double, 2 bfloat16, 3 float16
+ * workspace bytes), or None when no engine qualifies.  `format`: 0 float, 1 double, 2 bfloat16, 3 float16
  * (blas.KINDS' numbers); `refused`: the mask of numerical notes no engine may
  * carry (bit `note` of cudnnBackendNumericalNote_t); `denied`: a tuple of
  * engine global indices never to choose (both the caller's policy); `notes`:
@@ -539,13 +539,9 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
                 st = SH_CUDNN_STATUS_SUCCESS;   /* mode A failed: try the fallback list */
             else if (st)
                 goto fail;
-    if (!found) {
+    if (!found) {   /* the caller says why (it knows its policy) */
         plan_free(pl);
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s: cuDNN offers no engine free of the refused numerical notes "
-                     "(mask %#llx), not denied, within %lld bytes of workspace for this "
-                     "convolution (kind %d)", what, refused, ws_limit, kind);
-        return NULL;
+        Py_RETURN_NONE;
     }
 #undef TRY
     return Py_BuildValue("(NLLK)", PyLong_FromVoidPtr(pl), pl->engine, pl->notes,
@@ -636,7 +632,7 @@ static PyMethodDef cudnn_methods[] = {
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
      "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c, h, w, k, r, "
-     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes); kind 0 "
+     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes) or None; kind 0 "
      "forward, 1 backward data, 2 backward filter; refused and notes: masks of numerical "
      "notes; denied: a tuple of engine indices."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
