@@ -456,3 +456,22 @@ def test_nondeterministic_engines_give_the_reference_gradients(handler, rng, sha
     _check_lenet_layer(h, rng, shapes)
     with pytest.raises(TypeError, match="deterministic must be a bool"):
         type(handler)(handler.dtype, deterministic=1)
+
+
+def test_planned_inside_a_capture(handler, rng):
+    """A geometry first met inside a capture is planned there (on a GPU
+    without timing engines: the heuristics' first pick); the replay gives
+    the reference and an eager call afterwards the very same bits."""
+    h = type(handler)(handler.dtype, seed=0)   # a fresh plan cache
+    xs, ws = (8, 3, 10, 10), (4, 3, 3, 3)
+    x, xv = upload(h, rand(xs, rng))
+    w, wv = upload(h, rand(ws, rng))
+    y = poisoned(h, (8, 4, 10, 10))
+    graph = h.capture(lambda: h.conv2d_forward(x, w, y, 1, 1))
+    graph.replay()
+    y_ref = ref_conv(xv, wv, None, 1, 1, 1)[0]
+    assert_close(h, y, y_ref, n=27)
+    replayed = h.get_numpy_copy(y)
+    y2 = poisoned(h, y.shape)
+    h.conv2d_forward(x, w, y2, 1, 1)
+    np.testing.assert_array_equal(h.get_numpy_copy(y2), replayed)
