@@ -188,6 +188,19 @@ def test_upload_bound_recovers_the_iterations():
     assert u["iters"] == 10 and u["bound"] == 0.1 and u["host_bound"] == pytest.approx(0.2)
 
 
+def test_bias_rows_show_their_same_bytes_bound_where_measured():
+    row = {"shape": [64, 128, 32, 32], "axis": [0, 2, 3], "fraction_of_copy": 0.64,
+           "target": 0.7, "ours_Bps": spread([2.5e12]),
+           "copy_same_bytes_Bps": spread([1.9e12, 2.0e12, 2.1e12])}
+    verdict = report.half_verdicts({"copy_Bps": 4e12, "sum_t": [row]})[0]
+    assert "copies moving the same bytes: 50.0%" in verdict["result"]
+    assert verdict["met"] == 0 and verdict["total"] == 1
+    # runs from before the bound was measured, or without a copy figure, show none
+    del row["copy_same_bytes_Bps"]
+    assert "same bytes" not in report.half_verdicts({"copy_Bps": 4e12,
+                                                     "sum_t": [row]})[0]["result"]
+
+
 def test_combine_takes_the_median_across_runs_with_its_range():
     runs = [{"a": spread([1, 2, 3]), "r": 0.5, "ok": True, "n": 8, "name": "x",
              "rows": [{"v": 1.0}, {"v": 4.0}]},

@@ -475,3 +475,26 @@ def test_planned_inside_a_capture(handler, rng):
     y2 = poisoned(h, y.shape)
     h.conv2d_forward(x, w, y2, 1, 1)
     np.testing.assert_array_equal(h.get_numpy_copy(y2), replayed)
+
+
+def test_engine_policy():
+    """Which cuDNN numerical notes rule an engine out (host-side policy,
+    checked without a GPU; the GPU tests above check the chosen engines)."""
+    hm = pytest.importorskip("handlers.cuda.handler")
+    names = hm.cudnn_note_names
+    for backward in (False, True):
+        for deterministic in (False, True):
+            f32 = set(names(hm._refused_notes(backward, False, deterministic)))
+            half = set(names(hm._refused_notes(backward, True, deterministic)))
+            always = {"down_convert_inputs", "reduced_precision_reduction"}
+            assert always <= f32 and always <= half
+            # float32/float64 never on tensor cores (TF32); halves may be
+            assert "tensor_core" in f32 and "tensor_core" not in half
+            # the halves refuse transforms that round to the half format
+            assert {"fft", "winograd", "winograd_tile_4x4"} <= half
+            assert "fft" not in f32
+            # atomics only in float32/float64 backward passes, when allowed
+            assert ("nondeterministic" in f32) == (backward and deterministic)
+            assert ("nondeterministic" in half) == backward
+    assert names(hm._note_mask("fft", "strict_nan_prop")) == ["fft", "strict_nan_prop"]
+    assert 17 in hm._DENIED_ENGINES[2]
