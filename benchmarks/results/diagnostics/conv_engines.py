@@ -11,14 +11,20 @@ sum of the products' magnitudes): a float32 sum of positive terms in any
 order stays near or below 1; the same pass on the absolute values gives
 the denominators.
 
-``conv_engines-NVIDIA-H200.log`` here is its output at commit a1ada5e,
-where a plan took the heuristics' first allowed engine, so the walk lists
-the engines in the heuristics' order.  Since 7e0bdc2 a plan keeps the
-fastest of the first six allowed engines, so the walk lists them fastest
-first instead.  The log is why backward-filter engine 17 is denied (an
-error of 506 at the first LeNet layer, 16.4 at the ResNet layer) and why
-the choice is timed (FFT engine 18, last in the heuristics' order, was the
-fastest accurate engine).
+``conv_engines-NVIDIA-H200.log`` here is its output at commit 6e16483 (the
+code of ab5ef54), where a plan keeps the fastest of the first six engines
+the policy allows, so each walk lists engines fastest first.  (A first
+version of this walk at a1ada5e, when a plan took the heuristics' first
+allowed engine, listed them in the heuristics' order; for the ResNet layer's
+backward filter: 17, 1, 0, FFT engine 18, 67.)  The log shows why
+backward-filter engine 17 is denied (an error of 506 at the first LeNet
+layer, 16.4 at the ResNet layer) and why the choice is timed: FFT engine
+18, ranked behind slow engines, is the fastest accurate one.  One anomaly
+this log shows and nobody has explained yet: the deterministic walk of the
+ResNet layer's backward filter never met engine 18 (the non-deterministic
+walk did, first), yet the conv suite's deterministic handler chose 18 for
+that layer in every run.  The walk makes a fresh handler per step and closes
+none; whether cuDNN ranks differently with less free memory is a guess.
 """
 import numpy as np
 import torch
