@@ -102,8 +102,12 @@ HALF = {"elementwise": [{"op": "add_tt", "fraction_of_copy": 0.9, "target": 0.85
         "sum_t": [{"shape": [8, 4], "axis": 0, "fraction_of_copy": 0.75, "target": 0.7}],
         "mlp_step": {"over_f32": 1.5, "over_torch_autocast": 1.2,
                      "targets": {"over_f32": 2.0, "over_torch": 1.0}}}
+DP = {"models": {"mlp": {"scaling": 1.9, "scaling_bound": 1.98, "vs_ddp": 1.02},
+                 "lstm": {"scaling": 1.7, "vs_ddp": 0.9}},
+      "checks": [{"what": "mlp one step, 2 GPUs", "ok": True},
+                 {"what": "lstm one step, 2 GPUs", "ok": False}]}
 SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB,
-                 "conv": CONV, "fusion": FUSION, "half": HALF}
+                 "conv": CONV, "fusion": FUSION, "half": HALF, "dp": DP}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -174,6 +178,11 @@ def test_verdicts_of_known_results(results):
     assert by["half", "bfloat16 dot_mm"] == (1, 2)       # 0.9x < 0.95x
     assert by["half", "bfloat16 sum_t"] == (1, 1)
     assert by["half", "MLP step"] == (1, 2)              # 1.5x < 2x our float32 step
+    assert by["dp", "ours and"] == (1, 2)                # the LSTM check failed
+    assert by["dp", "2 GPUs"] == (1, 2)                  # the LSTM's 1.7x < 1.85x
+    assert by["dp", "ours on"] == (1, 2)                 # the LSTM's 0.9x DDP < 1.0x
+    assert "mlp 1.900x (compute allows 1.980x)" in next(
+        v["result"] for v in got if v["target"].startswith("2 GPUs"))
 
 
 def test_launch_bound_needs_host_issue_above_device_time():

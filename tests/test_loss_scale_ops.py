@@ -5,19 +5,21 @@ import numpy as np
 import pytest
 
 from handlers import dtypes
-from helpers import assert_close, rand, rand_input
+from helpers import (
+    as_handler_values,
+    assert_close,
+    assert_unchanged,
+    rand,
+    rand_input,
+    shape_id,
+)
 from test_adam import adam_ref
 
 HALF_FORMATS = True
 SHAPES = [(1,), (7,), (3, 5), (1031,), (1048583,)]
 
 
-def _held(h, values):
-    """``values`` (float64) as the handler holds them, back in float64."""
-    return np.asarray(values).astype(h.dtype).astype(np.float64)
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 @pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan], ids=["finite", "inf", "-inf",
                                                                        "nan"])
 @pytest.mark.parametrize("device_factor", [False, True], ids=["factor", "factor-dev"])
@@ -27,11 +29,11 @@ def test_scale_finite_t(handler, rng, shape, bad, device_factor):
     if bad is not None:   # one bad element at a random place, the rest finite
         flat[rng.integers(flat.size)] = bad
     a = handler.create_from_numpy(values)
-    held = _held(handler, values)
+    held = as_handler_values(handler, values)
     factor = 2.0 ** -int(rng.integers(1, 12)) * 3.0   # not a power of two: one rounding
     arg = handler.create_from_numpy(np.array([factor])) if device_factor else factor
     if device_factor:   # held in the format; a number is passed in the compute format
-        factor = float(_held(handler, [factor])[0])
+        factor = float(as_handler_values(handler, [factor])[0])
     flag = handler.create_from_numpy(np.array([7.0]))   # poisoned: must be written
     handler.scale_finite_t(a, arg, flag)
     finite = np.isfinite(held)
@@ -65,7 +67,7 @@ def test_update_loss_scale_follows_a_run_of_flags(handler, rng):
         handler.fill(flag, f)
         handler.update_loss_scale(flag, state, interval, max_scale)
         want = _scale_ref(want, f, interval, max_scale)
-        assert_close(handler, state, _held(handler, want), rtol=0, atol=0)
+        assert_close(handler, state, as_handler_values(handler, want), rtol=0, atol=0)
     assert want[0] == max_scale or flags[-20:].min() == 0.0
 
 
@@ -80,7 +82,7 @@ def test_adam_gate(handler, rng, device_gate):
     gate = handler.zeros((1,)) if device_gate else 0.0
     handler.adam_update(g, lr, beta1, beta2, eps, wd, step, m, v, p, gate=gate)
     for arr, ref in ((m, rm), (v, rv), (p, rp), (step, np.array([3.0]))):
-        assert_close(handler, arr, ref, rtol=0, atol=0)   # a skipped step changes nothing
+        assert_unchanged(handler, arr, ref, "a skipped step's state")
     if device_gate:
         handler.fill(gate, 1.0)
     else:

@@ -10,34 +10,15 @@ import pytest
 from layers import (
     SGD,
     Adam,
-    FullyConnected,
     LossScaler,
-    Sequential,
-    SoftmaxCrossEntropy,
     SquaredError,
-    Tanh,
     Trainer,
 )
-
-
-def _mlp(h, loss=None, seed=0):
-    return Sequential(h, [FullyConnected(6, 16), Tanh(), FullyConnected(16, 3)],
-                      loss or SoftmaxCrossEntropy(), seed=seed)
-
-
-def _blobs(n, rng):
-    centers = rng.normal(0.0, 1.0, (3, 6))
-    labels = rng.integers(0, 3, n)
-    x = centers[labels] + rng.normal(0.0, 0.7, (n, 6))
-    return x, labels.astype(np.float64).reshape(-1, 1)
-
-
-def _fresh(make_handler, handler_id):
-    return make_handler(handler_id, seed=0)
+from test_mixed_precision import _blobs, _mlp
 
 
 def test_master_gradients_are_the_unscaled_float16_gradients(make_handler, handler_id, rng):
-    h = _fresh(make_handler, handler_id)
+    h = make_handler(handler_id, seed=0)
     x, y = _blobs(32, rng)
     ref = _mlp(h)                          # the same parameters, in the master format
     ref.train_step(h.create_from_numpy(x), h.create_from_numpy(y))
@@ -58,8 +39,8 @@ def test_master_gradients_are_the_unscaled_float16_gradients(make_handler, handl
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
 def test_an_overflowing_step_is_skipped_on_the_device(make_handler, handler_id, rng, opt):
-    h = _fresh(make_handler, handler_id)
-    net = _mlp(h, SquaredError())
+    h = make_handler(handler_id, seed=0)
+    net = _mlp(h, loss=SquaredError())
     optimizer = SGD(net.parameters, lr=0.05) if opt == "sgd" else Adam(net.parameters, lr=0.01)
     net.mixed_precision("float16")
     hc, scaler = net.h, net.loss_scaler
@@ -92,7 +73,7 @@ def test_an_overflowing_step_is_skipped_on_the_device(make_handler, handler_id, 
 def test_gated_sgd_is_plain_sgd_when_the_gate_is_one(make_handler, handler_id, rng):
     params = {}
     for gated in (False, True):
-        h = _fresh(make_handler, handler_id)
+        h = make_handler(handler_id, seed=0)
         net = _mlp(h)
         opt = SGD(net.parameters, lr=0.1, momentum=0.9)
         gate = h.ones((1,))
@@ -106,7 +87,7 @@ def test_gated_sgd_is_plain_sgd_when_the_gate_is_one(make_handler, handler_id, r
 
 
 def test_loss_scaler_refuses_bad_settings(make_handler, handler_id):
-    h = _fresh(make_handler, handler_id)
+    h = make_handler(handler_id, seed=0)
     net = _mlp(h)
     with pytest.raises(ValueError, match="not in mixed precision"):
         LossScaler(net)
@@ -123,7 +104,7 @@ def test_trainer_mixed_precision_trains_and_a_captured_step_matches_the_eager_on
     x, y = _blobs(400, rng)
     params, results = {}, {}
     for graph in (False, True):
-        h = _fresh(make_handler, handler_id)
+        h = make_handler(handler_id, seed=0)
         net = _mlp(h)
         tr = Trainer(net, Adam(net.parameters, lr=0.02), batch_size=40, seed=1,
                      progress=False, precision=precision, graph=graph)

@@ -30,9 +30,10 @@ from layers.metrics import DeviceAccuracy, device_accuracy
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def _mlp(h, seed=0):
+def _mlp(h, seed=0, loss=None):
+    """A 6-16-3 tanh MLP (softmax cross-entropy unless ``loss``)."""
     return Sequential(h, [FullyConnected(6, 16), Tanh(), FullyConnected(16, 3)],
-                      SoftmaxCrossEntropy(), seed=seed)
+                      loss or SoftmaxCrossEntropy(), seed=seed)
 
 
 def _blobs(n, rng, spread=0.7):
