@@ -73,8 +73,7 @@ class MpiGroup(ProcessGroup):
         """Wait for the MPI ``requests`` to complete, polling, at most
         ``timeout`` seconds; raise ``CollectiveTimeoutError`` naming ``op``
         after that (and on every later call: the group is then unusable)."""
-        if self._broken is not None:
-            raise self._broken
+        self._usable()
         test = self._MPI.Request.Testall
         if not requests or test(requests):
             return

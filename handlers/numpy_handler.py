@@ -239,9 +239,11 @@ class NumpyHandler(Handler):
         if type(factor) is not float:
             factor = float(factor.reshape(-1)[0])
         finite = np.isfinite(a)
-        flag.fill(1.0 if finite.all() else 0.0)
+        ok = bool(finite.all())
+        flag.fill(1.0 if ok else 0.0)
         np.multiply(a, factor, out=a)
-        np.copyto(a, 0.0, where=~finite)
+        if not ok:   # rare: no mask work on the common, finite step
+            np.copyto(a, 0.0, where=~finite)
 
     def _update_loss_scale(self, flag, state, interval, max_scale):
         # In float64 (every value here is exact in it), stored once in the

@@ -93,7 +93,7 @@ class Op:
                  gives=None, call=None, blocking=False):
         self.name, self.kind = name, kind
         self.params, reads, writes, unused, scalars, flags = [], [], [], [], [], []
-        any_format = []
+        any_format, device_scalars = [], []
         self.defaults = {}   # parameter -> its default, as source text (``@stride:1``)
         for token in params.split():
             if token[0] in "#$?@":
@@ -104,6 +104,8 @@ class Op:
                 self.params.append(arg)
                 if token[0] in "#$":
                     scalars.append(arg)
+                    if token[0] == "$":
+                        device_scalars.append(arg)
                 elif token[0] == "?":
                     flags.append(arg)
                 continue
@@ -126,7 +128,7 @@ class Op:
         self.scalars, self.flags = tuple(scalars), tuple(flags)
         self.any_format = tuple(any_format)
         # Device scalars ($): the public method accepts one-element arrays too.
-        self.device_scalars = tuple(t[1:].split(":")[0] for t in params.split() if t[0] == "$")
+        self.device_scalars = tuple(device_scalars)
         self.disjoint, self.exact = tuple(disjoint), tuple(exact)
         self.unread_if, self.finite = unread_if or {}, finite
         self.kernel, self.numpy, self.doc, self.check = kernel, numpy, doc, check

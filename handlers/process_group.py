@@ -222,15 +222,15 @@ def process_group(h=None, timeout=None):
         return _cached("one", lambda: ProcessGroup(timeout=seconds), seconds, timeout)
     if h is None:
         return world
-    inner = getattr(h, "_views", {0: h})[0]   # a stream-group view's handler
+    # (a stream-group view is an instance of its handler's class)
     from .numpy_handler import NumpyHandler
-    if isinstance(inner, NumpyHandler):
+    if isinstance(h, NumpyHandler):
         return world
     cuda = sys.modules.get("handlers.cuda.handler")   # loaded if h can be a PyCudaHandler
-    if cuda is not None and isinstance(inner, cuda.PyCudaHandler):
-        # One device per process, so one NCCL group.
+    if cuda is not None and isinstance(h, cuda.PyCudaHandler):
+        # One device per process (the current one), so one NCCL group.
         from .cuda.nccl import NcclGroup
-        return _cached("nccl", lambda: NcclGroup(inner, world, seconds), seconds, timeout)
+        return _cached("nccl", lambda: NcclGroup(world, seconds), seconds, timeout)
     raise TypeError(f"process_group: {type(h).__name__} has no collective backend; "
                     f"several processes need a NumpyHandler (MPI) or a PyCudaHandler (NCCL)")
 

@@ -94,9 +94,9 @@ class DataParallel:
         self._weight_value = None
         self.set_weight(1.0 / self.size)
         self._loss = master.zeros((1,))         # the weighted loss, then the global one
-        self._loss_out = {}                     # compute format -> the loss in it
-        if net.h is not master:                 # made now: a capture cannot allocate
-            self._loss_out[net.h.dtype.name] = net.h.zeros((1,))
+        # the loss in the compute format under mixed precision (made now: a
+        # capture cannot allocate)
+        self._loss_out = None if net.h is master else net.h.zeros((1,))
         self._plan, self.buckets = self._plan_buckets(int(bucket_bytes) // master.dtype.itemsize)
 
     def __getattr__(self, name):
@@ -168,17 +168,19 @@ class DataParallel:
             self._weight_value = value
             self.net.parameters.h.fill(self._weight, value)
 
-    def begin_step(self, i, sizes):
-        """Before step ``i`` (0-based) of an epoch whose global batches have
-        ``sizes`` samples (a sequence): on the first step, check that every
-        rank has the same epoch (ValueError otherwise), then weight the step
-        (``set_batch``) and tell the group a step was issued (its watchdog)."""
-        if self.size == 1:
-            return
-        if i == 0:
+    def check_epoch(self, sizes):
+        """Check that every rank runs the same epochs, global batches of
+        ``sizes`` samples (a sequence): as many steps and samples
+        (ValueError naming the difference otherwise)."""
+        if self.size > 1:
             self.group.agree("epoch (steps, samples)", (len(sizes), int(np.sum(sizes))))
-        self.set_batch(sizes[i])
-        self.group.step_issued(self.net.parameters.h)
+
+    def step_issued(self):
+        """Tell the group that a training step's work was issued (its
+        watchdog then checks that the work finishes): call it after the
+        step, so that the step itself is watched."""
+        if self.size > 1:
+            self.group.step_issued(self.net.parameters.h)
 
     # --------------------------------------------------------------------- step
     def train_step(self, x, targets):
@@ -190,16 +192,15 @@ class DataParallel:
         if self.size == 1:
             return net.train_step(x, targets)
         master = net.parameters.h
-        overlap = net.compute is None    # mixed precision: the gradients arrive in one cast
-        net.backward_hook = self._layer_done if overlap else None
+        mixed = net.h is not master     # mixed precision: the gradients arrive in one cast
+        net.backward_hook = None if mixed else self._layer_done
         try:
             loss = net.train_step(x, targets)
         finally:
             net.backward_hook = None
-        if not overlap:
+        if mixed:
             for region in self.buckets:
                 self._start(region)
-        if net.h is not master:
             master.cast_t(loss, self._loss)
             loss = self._loss
         master.axpby(self._weight, loss, 0.0, self._loss)
@@ -214,13 +215,10 @@ class DataParallel:
             # finite: otherwise every rank skips the step and lowers its scale.
             master.add_st(1.0 - self.size, scaler.flag, scaler.flag)
             master.clip_t(scaler.flag, 0.0, 1.0, scaler.flag)
-        if net.h is master:
+        if not mixed:
             return self._loss
-        out = self._loss_out.get(net.h.dtype.name)
-        if out is None:
-            out = self._loss_out[net.h.dtype.name] = net.h.zeros((1,))
-        net.h.cast_t(self._loss, out)
-        return out
+        net.h.cast_t(self._loss, self._loss_out)
+        return self._loss_out
 
     def _layer_done(self, i):
         """Backward finished layer ``i``: start the all-reduce its gradients

@@ -352,6 +352,8 @@ class Trainer:
         history = History()
         scaler = self.net.loss_scaler     # float16 mixed precision, else None
         overflow_seen = 0 if scaler is None else scaler.skipped
+        if self._dp is not None:
+            self._dp.check_epoch(sizes)
         bar = _progress_bar(epochs * steps, self.progress)
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
@@ -365,9 +367,11 @@ class Trainer:
                                      into=into)
                 for i, (xb, yb) in enumerate(batches):
                     if self._dp is not None:
-                        self._dp.begin_step(i, sizes)
+                        self._dp.set_batch(sizes[i])
                     if not self._step(xb, yb, slots[i]):   # the loss stays on the device
                         skipped.append(i)
+                    if self._dp is not None:
+                        self._dp.step_issued()
                     if (i + 1) % self.check_every == 0:
                         self._check_nonfinite(log, checked, i + 1, epoch, skipped)
                         checked = i + 1

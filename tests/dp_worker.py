@@ -137,9 +137,9 @@ def main(argv):
         Trainer(net, SGD(net.parameters), progress=False, data_parallel=True)
         return
     calls = [0]
-    begin = DataParallel.begin_step
+    begin = DataParallel.set_batch
 
-    def begin_step(self, i, sizes):   # rank 1 stops before its third step
+    def set_batch(self, n):   # rank 1 stops before its third step
         calls[0] += 1
         if me == 1 and calls[0] == 3:
             if scenario == "raise":
@@ -147,10 +147,10 @@ def main(argv):
             if scenario == "die":
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(600)            # hangs: only rank 0's timeout ends the job
-        begin(self, i, sizes)
+        begin(self, n)
 
     if scenario != "late":
-        DataParallel.begin_step = begin_step
+        DataParallel.set_batch = set_batch
     train("mlp-f64", True, gpu=gpu)
 
 

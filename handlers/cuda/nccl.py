@@ -63,12 +63,11 @@ def load_nccl():
 
 class NcclGroup(ProcessGroup):
     """The GPUs of an MPI job, one per process, joined by one NCCL
-    communicator.  See ``ProcessGroup`` for the interface; arrays are the
+    communicator on the device current when it is made (the process's
+    PyCudaHandler's).  See ``ProcessGroup`` for the interface; arrays are the
     handler's, in any of its formats.
 
     Args:
-        h: the PyCudaHandler of this process (its device hosts the
-            communicator).
         mpi: the job's ``MpiGroup`` (bootstrap and host collectives).
         timeout: seconds (see ``handlers.process_group``).
 
@@ -77,7 +76,7 @@ class NcclGroup(ProcessGroup):
 
     backend = "nccl"
 
-    def __init__(self, h, mpi, timeout=None):
+    def __init__(self, mpi, timeout=None):
         super().__init__(mpi.rank, mpi.size, mpi.local_rank, mpi.local_size, timeout)
         nccl = load_nccl()
         self._nccl, self._mpi = nccl, mpi
@@ -153,18 +152,24 @@ class NcclGroup(ProcessGroup):
             self._comm = None
         super().close()
 
+    def nccl_error(self):
+        """NCCL's asynchronous error as text, or None while there is none."""
+        if self._comm is None:
+            return None
+        result = self._comm.get_async_error()
+        if int(result) in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
+            return None
+        return f"{self._nccl.get_error_string(result)}: {self._comm.get_last_error()}"
+
     def fail(self, why):
         """End the job from any thread: print ``why`` and NCCL's own report,
         abort the communicator (its kernels stop spinning), then ``MPI
         Abort``.  Called by the watchdog, whose host thread cannot raise into
         a main thread blocked on the device."""
         detail = ""
-        if self._comm is not None:
-            with contextlib.suppress(Exception):
-                result = self._comm.get_async_error()
-                if int(result) not in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
-                    detail = (f"; NCCL reports {self._nccl.get_error_string(result)}: "
-                              f"{self._comm.get_last_error()}")
+        with contextlib.suppress(Exception):
+            error = self.nccl_error()
+            detail = f"; NCCL reports {error}" if error else ""
         print(f"streamhandlers: rank {self.rank} of {self.size}: {why}{detail}; another rank "
               f"failed, hung or left the job (the limit is the process group's timeout, "
               f"STREAMHANDLERS_TIMEOUT); aborting the job", file=sys.stderr, flush=True)
@@ -264,9 +269,4 @@ class Watchdog:
             for op, start in self._guards.items():
                 if now - start > group.timeout:
                     return f"{op} did not finish within {group.timeout:g} s"
-        comm = group._comm
-        if comm is not None:
-            result = comm.get_async_error()
-            if int(result) not in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
-                return "NCCL reported an error"
-        return None
+        return "NCCL reported an error" if group.nccl_error() else None
