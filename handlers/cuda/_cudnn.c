@@ -112,11 +112,16 @@ static const int OP_DESC[3] = {SH_DESC_OP_CONV_FORWARD, SH_DESC_OP_CONV_BWD_DATA
 static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_BWD_DATA_ALPHA,
                                 SH_ATTR_OP_CONV_BWD_FILTER_ALPHA};
 
+/* Which engines a plan may take: the caller's policy, needed while planning only. */
 typedef struct {
-    int kind;
-    long long refused;         /* numerical notes (a mask) no chosen engine may carry */
+    long long refused;         /* numerical notes (a mask) the engine may not carry */
     int n_denied;              /* engines (global indices) never chosen */
     long long denied[MAX_DENIED];
+    int rtc;                   /* 1: engines compiled at runtime allowed, after the others */
+} engine_policy;
+
+typedef struct {
+    int kind;
     long long engine;          /* the chosen engine's global index (for reports) */
     long long notes;           /* and its numerical notes, a mask (for reports) */
     size_t workspace;
@@ -304,12 +309,13 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
     return be_finalize(*desc);
 }
 
-/* Whether engine configuration cfg may run this plan: its engine is not one
- * of pl->denied, none of its numerical notes is in pl->refused (both the
- * caller's policy), and, unless allow_rtc, it needs no runtime compilation (which can take seconds at first
- * use).  Sets *engine to the engine's global index and *mask to its notes. */
-static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long long *engine,
-                         long long *mask) {
+/* Whether engine configuration cfg may run a plan under `policy`: its engine
+ * is not a denied one, carries none of the refused numerical notes, and,
+ * unless allow_rtc, needs no runtime compilation (which can take seconds at
+ * first use).  Sets *engine to the engine's global index and *mask to its
+ * notes. */
+static int engine_usable(void *cfg, const engine_policy *policy, int allow_rtc,
+                         long long *engine, long long *mask) {
     void *eng = NULL;
     int ok = 0;
     int64_t n = 0, index = -1;
@@ -319,21 +325,21 @@ static int engine_usable(void *cfg, const conv_plan *pl, int allow_rtc, long lon
     if (be_get(cfg, SH_ATTR_ENGINECFG_ENGINE, SH_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) || n != 1)
         goto done;
     n = 0;
+    if (be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) || n != 1)
+        index = -1;
+    for (int i = 0; i < policy->n_denied; ++i)
+        if (index == policy->denied[i]) goto done;
+    n = 0;
     if (be_get(eng, SH_ATTR_ENGINE_NUMERICAL_NOTE, SH_TYPE_NUMERICAL_NOTE, MAX_NOTES, &n, notes))
         goto done;
     for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
         if (notes[i] >= 0 && notes[i] < 63) have |= 1LL << notes[i];
-    if (have & pl->refused) goto done;
+    if (have & policy->refused) goto done;
     n = 0;
     if (!allow_rtc &&
         !be_get(eng, SH_ATTR_ENGINE_BEHAVIOR_NOTE, SH_TYPE_BEHAVIOR_NOTE, MAX_NOTES, &n, notes))
         for (int64_t i = 0; i < n && i < MAX_NOTES; ++i)
             if (notes[i] == SH_BEHAVIOR_RUNTIME_COMPILATION) goto done;
-    n = 0;
-    if (be_get(eng, SH_ATTR_ENGINE_GLOBAL_INDEX, SH_TYPE_INT64, 1, &n, &index) || n != 1)
-        index = -1;
-    for (int i = 0; i < pl->n_denied; ++i)
-        if (index == pl->denied[i]) goto done;
     *engine = index;
     *mask = have;
     ok = 1;
@@ -343,11 +349,11 @@ done:
 }
 
 /* Try the engine configurations of heuristics `mode` in order (best first)
- * and keep the first usable one that finalizes into an execution plan within
+ * and keep the first one usable under `policy` that finalizes into an execution plan within
  * ws_limit bytes of workspace (negative: no limit).  Returns a cuDNN status;
  * *found is 1 when pl->cfg and pl->exec were set. */
-static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
-                         long long ws_limit, int *found, const char **call) {
+static int choose_engine(conv_plan *pl, const engine_policy *policy, void *handle, int mode,
+                         int allow_rtc, long long ws_limit, int *found, const char **call) {
     void *heur = NULL, **cfgs = NULL;
     int64_t count = 0;
     int st;
@@ -377,7 +383,7 @@ static int choose_engine(conv_plan *pl, void *handle, int mode, int allow_rtc,
         goto out;
     for (int64_t i = 0; i < got && i < count && !*found; ++i) {
         long long engine = -1, notes = 0;
-        if (!engine_usable(cfgs[i], pl, allow_rtc, &engine, &notes)) continue;
+        if (!engine_usable(cfgs[i], policy, allow_rtc, &engine, &notes)) continue;
         void *exec = NULL;
         int64_t ws = 0, n = 0;
         if (be_create(SH_DESC_EXECUTION_PLAN, &exec)) continue;
@@ -408,18 +414,19 @@ out:
     return st;
 }
 
-/* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c,
- * h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes,
- * workspace bytes), or None when no engine qualifies.  `format`: 0 float, 1 double, 2 bfloat16, 3 float16
- * (blas.KINDS' numbers); `refused`: the mask of numerical notes no engine may
- * carry (bit `note` of cudnnBackendNumericalNote_t); `denied`: a tuple of
- * engine global indices never to choose (both the caller's policy); `notes`:
+/* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, rtc,
+ * n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes,
+ * workspace bytes), or None when no engine qualifies.  `format`: 0 float, 1
+ * double, 2 bfloat16, 3 float16 (blas.KINDS' numbers); the caller's policy:
+ * `refused`, the mask of numerical notes no engine may carry (bit `note` of
+ * cudnnBackendNumericalNote_t), `denied`, a tuple of engine global indices
+ * never to choose, and `rtc`, 1 to allow runtime-compiled engines; `notes`:
  * the chosen engine's.
  *
  * The engine: the first of cuDNN's heuristics (mode A, best first) that
  * engine_usable accepts, finalizes on this GPU and needs at most ws_limit
  * bytes of workspace; failing that the same over the fallback heuristics,
- * then both again allowing runtime-compiled engines.  `align` is the byte
+ * then, with `rtc`, both again allowing runtime-compiled engines.  `align` is the byte
  * alignment every address given to cudnn_conv_run will have (1 to 16): the
  * caller keys its plans on it.  Planning is host work only, so it may run
  * inside a stream capture. */
@@ -428,26 +435,28 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     const char *what = "cudnn_conv_plan";
     void *handle;
     int kind, format, align, dims[15];
-    long long ws_limit, refused;
-    if (!nargs_is(what, nargs, 22) || !arg_pointer(what, "handle", args[0], &handle) ||
+    long long ws_limit;
+    engine_policy policy;
+    if (!nargs_is(what, nargs, 23) || !arg_pointer(what, "handle", args[0], &handle) ||
         !arg_int(what, "kind", args[1], 0, &kind) || !arg_int(what, "format", args[2], 0, &format))
         return NULL;
     ws_limit = PyLong_AsLongLong(args[3]);
     if (ws_limit == -1 && PyErr_Occurred()) return NULL;
     if (!arg_int(what, "align", args[4], 1, &align)) return NULL;
-    refused = PyLong_AsLongLong(args[5]);
-    if (refused == -1 && PyErr_Occurred()) return NULL;
+    policy.refused = PyLong_AsLongLong(args[5]);
+    if (policy.refused == -1 && PyErr_Occurred()) return NULL;
     if (!PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) > MAX_DENIED) {
         PyErr_Format(PyExc_TypeError, "%s: denied must be a tuple of at most %d engine indices",
                      what, MAX_DENIED);
         return NULL;
     }
-    long long denied[MAX_DENIED];
-    const int n_denied = (int)PyTuple_GET_SIZE(args[6]);
-    for (int i = 0; i < n_denied; ++i) {
-        denied[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[6], i));
-        if (denied[i] == -1 && PyErr_Occurred()) return NULL;
+    policy.n_denied = (int)PyTuple_GET_SIZE(args[6]);
+    for (int i = 0; i < policy.n_denied; ++i) {
+        policy.denied[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[6], i));
+        if (policy.denied[i] == -1 && PyErr_Occurred()) return NULL;
     }
+    if (!arg_int(what, "rtc", args[7], 0, &policy.rtc)) return NULL;
+    policy.rtc = policy.rtc != 0;
     if (kind > 2 || format > 3) {
         PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
                      what, kind, format);
@@ -457,7 +466,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
                                         "sh", "sw", "ph", "pw", "dh", "dw"};
     for (int i = 0; i < 15; ++i) {
         int lo = (i == 11 || i == 12) ? 0 : 1;   /* padding may be 0 */
-        if (!arg_int(what, names[i], args[7 + i], lo, &dims[i])) return NULL;
+        if (!arg_int(what, names[i], args[8 + i], lo, &dims[i])) return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
     const int64_t xd[4] = {dims[0], dims[1], dims[2], dims[3]};
@@ -468,9 +477,6 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     conv_plan *pl = calloc(1, sizeof *pl);
     if (!pl) return PyErr_NoMemory();
     pl->kind = kind;
-    pl->refused = refused;
-    pl->n_denied = n_denied;
-    memcpy(pl->denied, denied, sizeof denied);
     /* format: 0 float, 1 double, 2 bfloat16, 3 float16.  The half formats
      * compute in float (and take float alpha and beta). */
     static const int types[4] = {SH_CUDNN_DATA_FLOAT, SH_CUDNN_DATA_DOUBLE,
@@ -532,9 +538,10 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     TRY("cudnnBackendFinalize(OPERATIONGRAPH)", be_finalize(pl->graph));
     int found = 0;
     const int modes[2] = {SH_HEUR_MODE_A, SH_HEUR_MODE_FALLBACK};
-    for (int rtc = 0; rtc < 2 && !found; ++rtc)
+    for (int rtc = 0; rtc <= policy.rtc && !found; ++rtc)
         for (int m = 0; m < 2 && !found; ++m)
-            if ((st = choose_engine(pl, handle, modes[m], rtc, ws_limit, &found, &call)) &&
+            if ((st = choose_engine(pl, &policy, handle, modes[m], rtc, ws_limit, &found,
+                                    &call)) &&
                 m == 0)
                 st = SH_CUDNN_STATUS_SUCCESS;   /* mode A failed: try the fallback list */
             else if (st)
@@ -631,10 +638,11 @@ static PyMethodDef cudnn_methods[] = {
      "cudnn_create(stream) -> int: a cudnnHandle_t bound to `stream` (cudnnSetStream)."},
     {"cudnn_destroy", py_cudnn_destroy, METH_O, "cudnn_destroy(handle): cudnnDestroy."},
     {"cudnn_conv_plan", FASTCALL(py_cudnn_conv_plan),
-     "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, n, c, h, w, k, r, "
-     "s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes) or None; kind 0 "
-     "forward, 1 backward data, 2 backward filter; refused and notes: masks of numerical "
-     "notes; denied: a tuple of engine indices."},
+     "cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, rtc, n, c, h, w, "
+     "k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes, workspace bytes) or None; "
+     "kind 0 forward, 1 backward data, 2 backward filter; refused and notes: masks of "
+     "numerical notes; denied: a tuple of engine indices; rtc: 1 allows runtime-compiled "
+     "engines."},
     {"cudnn_conv_run", FASTCALL(py_cudnn_conv_run),
      "cudnn_conv_run(plan, handle, a, b, out, workspace): run a plan on the handle's stream."},
     {"cudnn_plan_free", py_cudnn_plan_free, METH_O,

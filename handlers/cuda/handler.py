@@ -793,9 +793,8 @@ class PyCudaHandler(Handler):
 
     def _update_loss_scale(self, flag, state, interval, max_scale):
         _enter()
-        _launch_kernel(self._k["loss_scale"].handle, self._slot.handle, 1, 1,
-                       self._k["loss_scale"].fmt, flag.gpudata, state.gpudata, interval,
-                       max_scale)
+        # one thread does the work (the kernel returns on the others)
+        self._run(self._k["loss_scale"], 1, flag.gpudata, state.gpudata, interval, max_scale)
 
     # reduction ----------------------------------------------------------------
     def sum_t(self, a, axis, out):
@@ -932,10 +931,10 @@ class PyCudaHandler(Handler):
                 runs.append([ax, ax + 1])
         return runs
 
-    def _sum_mid(self, a, axes, runs, out, form="TT"):
-        """The sum over ``runs`` into ``out`` in one pass (sum_mid) where they
-        are one leading and one trailing run and the kernel takes the shape;
-        returns whether it ran.  ``form`` as _sum_pass's."""
+    def _mid_plan(self, a, axes, runs, form="TT"):
+        """The plan of the sum over ``runs`` in one pass (sum_mid, for
+        _run_sum) where they are one leading and one trailing run and the
+        kernel takes the shape, else False.  ``form`` as _sum_pass's."""
         if not (len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim):
             return False
         _enter()
@@ -946,16 +945,16 @@ class PyCudaHandler(Handler):
         if plan is None:
             plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
                                                          key[2], form=form)
-        if plan:
-            self._run_sum(plan, a, out)
-        return bool(plan)
+        return plan
 
-    def _sum_passes(self, a, runs, out, wide=False):
+    def _sum_passes(self, a, runs, out=None):
         """The sum over separate runs of axes, last run first, one pass each
         through this stream's two intermediate buffers (alternating: a pass
-        never writes what it reads), the last pass into ``out``.  ``wide``
-        (the halves): every pass writes float32, the last one too, into an
-        intermediate buffer, which is returned for the one rounding."""
+        never writes what it reads), the last pass into ``out``.  Without
+        ``out`` (the halves' "wide" sum) every pass writes float32, the last
+        one too, into an intermediate buffer, which is returned for the one
+        rounding."""
+        wide = out is None
         shape, src, form = list(a.shape), a, "TC" if wide else "TT"
         for i, (lo, hi) in enumerate(reversed(runs)):
             merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
@@ -979,11 +978,13 @@ class PyCudaHandler(Handler):
         axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
                 else (axis,))
         runs = self._runs(axes)
+        plan = self._mid_plan(a, axes, runs, "TC")
+        if not plan:
+            return self._sum_passes(a, runs)
         kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
         dst = self._slot.intermediate(0, kept, np.dtype(np.float32))
-        if self._sum_mid(a, axes, runs, dst, "TC"):
-            return dst
-        return self._sum_passes(a, runs, None, wide=True)
+        self._run_sum(plan, a, dst)
+        return dst
 
     def _mean_t(self, a, axis, out):
         n = shape_rules.reduced_size(a.shape, axis)
@@ -1026,11 +1027,13 @@ class PyCudaHandler(Handler):
                 self._fill(out, 0.0)
             return
         runs = self._runs(axes)
-        if self._sum_mid(a, axes, runs, out):
+        plan = self._mid_plan(a, axes, runs)
+        if plan:
+            self._run_sum(plan, a, out)
             return
         if self._half and len(runs) > 1:   # passes in float32, one rounding at the end
             _enter()
-            wide = self._sum_passes(a, runs, None, wide=True)
+            wide = self._sum_passes(a, runs)
             self._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
             return
         self._sum_passes(a, runs, out)
@@ -1280,12 +1283,12 @@ class PyCudaHandler(Handler):
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
             dims = (*x, w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
-            plan = self._conv_plans[key] = self._plan_conv(code, align, dims, a, b, out)
+            plan = self._conv_plans[key] = self._plan_conv(code, align, dims, a, b, out, handle)
         ptr, nbytes = plan[:2]
         ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
         _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
 
-    def _plan_conv(self, code, align, dims, a, b, out):
+    def _plan_conv(self, code, align, dims, a, b, out, handle):
         """(plan, workspace bytes, engine, its notes) of one convolution.
 
         The candidates: cuDNN's engines that the policy allows
@@ -1299,15 +1302,19 @@ class PyCudaHandler(Handler):
         smaller error (an H200, November 2026).  Inside a capture nothing can
         be timed: the heuristics' first pick is kept.  Either way the plan
         lasts for the handler's life and its twins share it, so captured and
-        eager steps run the same engines."""
+        eager steps run the same engines.  Engines compiled at runtime
+        (seconds at first use) are a last resort: only when no other engine
+        qualifies, and then the first alone."""
         slot = self._slot
-        handle = slot.cudnn or self._cudnn_handles()
         refused = _refused_notes(code != 0, self._half, self.deterministic)
         denied, found = list(_DENIED_ENGINES[code]), []
+
+        def plan(rtc):
+            return _cudnn.cudnn_conv_plan(handle, code, self._format, _CUDNN_WORKSPACE_LIMIT,
+                                          align, refused, tuple(denied), int(rtc), *dims)
         timed = not cuda_graph.is_capturing(slot.handle)
         while len(found) < (_CONV_CANDIDATES if timed else 1):
-            got = _cudnn.cudnn_conv_plan(handle, code, self._format, _CUDNN_WORKSPACE_LIMIT,
-                                         align, refused, tuple(denied), *dims)
+            got = plan(rtc=False) or (None if found else plan(rtc=True))
             if got is None:
                 break
             ptr, engine, notes, nbytes = got
@@ -1335,12 +1342,12 @@ class PyCudaHandler(Handler):
                     times.append(start.time_till(end))
                 best = found[times.index(min(times))]
         except BaseException:
-            best = None
+            for cand in found:
+                _cudnn.cudnn_plan_free(cand[0])
             raise
-        finally:
-            for plan in found:
-                if plan is not best:
-                    _cudnn.cudnn_plan_free(plan[0])
+        for cand in found:
+            if cand is not best:
+                _cudnn.cudnn_plan_free(cand[0])
         return best
 
     def _cudnn_handles(self):
@@ -1496,6 +1503,7 @@ class PyCudaHandler(Handler):
         _enter()
         self._resources()
         closed = _ClosedGemm()
-        for v in self._family_views():   # the twins' streams are closed too
-            v._gemms = [closed] * len(v._gemms)
+        for m in self._twins.values():   # the twins' streams are closed too
+            m._gemms = [closed] * len(m._gemms)
+        for v in self._family_views():
             v._gemm, v._one_call = closed, one_call.Declined()
