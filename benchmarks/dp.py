@@ -62,9 +62,9 @@ from benchmarks.common import (
     spread,
     suite_parser,
 )
+from benchmarks.train import LR, MOMENTUM, torch_sgd
 
 F32 = np.float32
-LR, MOMENTUM = 0.01, 0.9
 MODELS = {   # name: (full, small)
     "mlp": ({"sizes": (4096, 4096, 4096, 4096, 4096, 10), "batch": 4096},
             {"sizes": (64, 128, 128, 10), "batch": 64}),
@@ -197,10 +197,7 @@ def work_torch(args, cfg):
     model = torch_net(torch, args.model, cfg)
     ddp = DistributedDataParallel(model, device_ids=[group.local_rank],
                                   gradient_as_bucket_view=True)
-    try:
-        opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM, fused=True)
-    except (TypeError, RuntimeError, ValueError):
-        opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM, foreach=True)
+    opt = torch_sgd(torch, ddp.parameters())
     x, y = batch(args.model, cfg, group.rank, group.size)
     xt = torch.tensor(x, dtype=torch.float32, device="cuda")
     yt = torch.tensor(y[:, 0], dtype=torch.long, device="cuda")
@@ -415,7 +412,6 @@ def main(argv=None):
             print(f"target: {model} ours on 2 GPUs >= {PEER_TARGET}x PyTorch DDP: "
                   f"{res['vs_ddp']:.3f}x " + ("met" if res["vs_ddp"] >= PEER_TARGET else
                                                "NOT met"))
-    cfg = MODELS["mlp"][1 if args.small else 0]
     bw = launch(launcher, 2, "bandwidth", "mlp", args)
     if bw:
         print(f"\nall-reduce of the MLP's gradient buffer ({bw['bytes'] / 1e6:.1f} MB, "
@@ -425,7 +421,6 @@ def main(argv=None):
                     [[k, v["slowest_median_ms"], v["bus_gb_s"], v["bus_gb_s"] / nccl]
                      for k, v in bw["paths"].items()])
     results["bandwidth"] = bw
-    results["mlp_config"] = cfg
     results["checks"] = checks
     return finish(run, results, checks, args.save)
 

@@ -250,36 +250,28 @@ def _check_elementwise(libs, op, host, checks, what):
 
 
 # ------------------------------------------------------------------ bandwidth
-def copy_spread(h, n, reps=15):
-    """Device-to-device copy bandwidth, bytes/s (read + written): a spread."""
+def copy_spread(h, n, reps=15, sources=1):
+    """Device-to-device copy bandwidth of ``n`` elements, bytes/s (read +
+    written): a spread.  Calls cycle through ``sources`` source arrays."""
     import pycuda.driver as drv
-    src, dst = h.allocate((n,)), h.allocate((n,))
-    h.fill(src, 1.0)
+    srcs, dst = [h.allocate((n,)) for _ in range(sources)], h.allocate((n,))
+    for s in srcs:
+        h.fill(s, 1.0)
     timer = EventTimer("pycuda", h.stream)
-    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata, src.nbytes,
-                                                       h.stream), reps=reps, inner=LOOP)
-    return derive(ms, lambda t: 2 * src.nbytes / (t * 1e-3))
+    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, srcs[i % sources].gpudata,
+                                                       dst.nbytes, h.stream),
+                       reps=reps, inner=LOOP)
+    return derive(ms, lambda t: 2 * dst.nbytes / (t * 1e-3))
 
 
 def copy_moving(h, nbytes, reps=15):
     """Bytes/s of device-to-device copies that move ``nbytes`` in all (half
-    read, half written): what a kernel that touches ``nbytes`` once can
-    expect at that size, fixed costs included (a spread).  For a reduction
-    that reads ``nbytes`` this bounds its fraction of copy (``copy_spread``
-    on a large buffer) from above, unless it beats the copy engine's own
-    fixed cost.  Four sources are cycled, together twice ``nbytes``, as the
-    suites cycle two inputs of ``nbytes``: no call finds its source in L2
-    unless the inputs would have been there too."""
-    import pycuda.driver as drv
-    n = max(1, nbytes // 2 // h.dtype.itemsize)
-    srcs, dst = [h.allocate((n,)) for _ in range(4)], h.allocate((n,))
-    for s in srcs:
-        h.fill(s, 1.0)
-    timer = EventTimer("pycuda", h.stream)
-    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, srcs[i % 4].gpudata,
-                                                       dst.nbytes, h.stream),
-                       reps=reps, inner=LOOP)
-    return derive(ms, lambda t: 2 * dst.nbytes / (t * 1e-3))
+    read, half written): a measure of the fixed costs at that size (a
+    spread), not a strict bound on a kernel that reads ``nbytes``, which may
+    beat the copy's own fixed cost.  Four sources are cycled, together twice
+    ``nbytes``, as the suites cycle two inputs of ``nbytes``: no call finds
+    its source in L2 unless the inputs would have been there too."""
+    return copy_spread(h, max(1, nbytes // 2 // h.dtype.itemsize), reps, sources=4)
 
 
 def copy_bandwidth(h, n, timer=None):
