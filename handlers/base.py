@@ -203,6 +203,11 @@ class Handler(ABC):
     #: Attributes a stream-group view has of its own (the rest is the handler's).
     _VIEW_ATTRS = ("group",)
 
+    def _family_views(self):
+        """Every view made so far of this handler and of its twins (a
+        handler is its own group-0 view)."""
+        return [v for m in self._twins.values() for v in m._views.values()]
+
     def _make_view(self, k):
         # A view is the handler's state seen from group k: it shares the
         # handler's __dict__ (nothing copied, nothing to keep in step) and

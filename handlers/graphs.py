@@ -57,11 +57,8 @@ def issue_work(view, op, fn, *args):
     rec = view._capture_box[0]
     if rec is None:
         fn(*args)
-        return
-    rec._issue(view, op)
-    rec.calls.append((lambda _view, *a: fn(*a), view, args))
-    if not view._graph_defers_calls:
-        fn(*args)
+    else:
+        rec.record(view, op, lambda _view, *a: fn(*a), args)
 
 
 class CaptureError(RuntimeError):
@@ -125,12 +122,10 @@ class Recording:
         """Shadow the hooks and ordering calls of every view of the handler and
         of its twins (``Handler.twin``: they issue on the same groups), all
         views created first, so one made during the capture is covered too."""
-        views = []
         for member in self.root._twins.values():   # one handler per format
             for k in range(member.num_stream_groups):
                 member.with_streams(k)
-            views += member._views.values()
-        for view in views:
+        for view in self.root._family_views():
             attrs = {name: self._hook(view, name) for name in WORK_HOOKS}
             attrs.update(record_event=self._recorder(view), wait_event=self._waiter(view),
                          wait_for=self._joiner(view))
@@ -160,15 +155,20 @@ class Recording:
         mine[g] = mine.get(g, 0) + 1
         self.last_op[g] = op
 
+    def record(self, view, op, impl, args):
+        """Record ``impl(view, *args)`` as op ``op`` of ``view``'s group, to
+        run in issue order on every replay; run it now too where the
+        handler's captures issue their calls (a CUDA stream capture)."""
+        self._issue(view, op)
+        self.calls.append((impl, view, args))
+        if not view._graph_defers_calls:
+            impl(view, *args)
+
     def _hook(self, view, name):
         impl = getattr(type(view._views[0]), name)   # the class method, not a view slot
-        defer = view._graph_defers_calls
 
         def call(*args):
-            self._issue(view, _public_op())
-            self.calls.append((impl, view, args))
-            if not defer:
-                impl(view, *args)
+            self.record(view, _public_op(), impl, args)
         return call
 
     def _recorder(self, view):

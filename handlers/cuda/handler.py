@@ -455,10 +455,6 @@ class PyCudaHandler(Handler):
         self._one_call = one_call.make(self, self._slot, self._gemm, _BLOCK, _SMALL_GEMM_OUT,
                                        _SMALL_GEMM_K)
 
-    def _family_views(self):
-        """Every view made so far of this handler and of its twins."""
-        return [v for m in self._twins.values() for v in m._views.values()]
-
     def _make_twin(self, dtype):
         if self._resources.slots is None:
             raise RuntimeError("PyCudaHandler: the handler is closed")
