@@ -250,28 +250,88 @@ def _check_elementwise(libs, op, host, checks, what):
 
 
 # ------------------------------------------------------------------ bandwidth
-def copy_spread(h, n, reps=15, sources=1):
+def copy_spread(h, n, reps=15):
     """Device-to-device copy bandwidth of ``n`` elements, bytes/s (read +
-    written): a spread.  Calls cycle through ``sources`` source arrays."""
+    written): a spread."""
     import pycuda.driver as drv
-    srcs, dst = [h.allocate((n,)) for _ in range(sources)], h.allocate((n,))
-    for s in srcs:
-        h.fill(s, 1.0)
+    src, dst = h.allocate((n,)), h.allocate((n,))
+    h.fill(src, 1.0)
     timer = EventTimer("pycuda", h.stream)
-    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, srcs[i % sources].gpudata,
+    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata,
                                                        dst.nbytes, h.stream),
                        reps=reps, inner=LOOP)
     return derive(ms, lambda t: 2 * dst.nbytes / (t * 1e-3))
 
 
-def copy_moving(h, nbytes, reps=15):
-    """Bytes/s of device-to-device copies that move ``nbytes`` in all (half
-    read, half written): a measure of the fixed costs at that size (a
-    spread), not a strict bound on a kernel that reads ``nbytes``, which may
-    beat the copy's own fixed cost.  Four sources are cycled, together twice
-    ``nbytes``, as the suites cycle two inputs of ``nbytes``: no call finds
-    its source in L2 unless the inputs would have been there too."""
-    return copy_spread(h, max(1, nbytes // 2 // h.dtype.itemsize), reps, sources=4)
+def inputs_beyond_l2(nbytes):
+    """How many inputs of ``nbytes`` a case cycles through so that together
+    they hold at least twice the GPU's L2 cache: no call then finds its input
+    there, and the case is timed from DRAM, as the large copy it is compared
+    with is (two inputs at the least)."""
+    import pycuda.driver as drv
+    l2 = drv.Context.get_device().get_attribute(drv.device_attribute.L2_CACHE_SIZE)
+    return max(2, -(-2 * l2 // nbytes))
+
+
+#: A read-only kernel: grid-stride 16-byte loads, four in flight per thread,
+#: each block writing one partial sum and nothing more.  It does less than
+#: any complete sum of the same bytes (no second stage), so its time bounds
+#: one: see read_only_ms.
+READ_ONLY = r"""
+extern "C" __global__ void read_only(const float4* __restrict__ a, long long n4, float* out) {
+    float acc = 0.f;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        const float4 v0 = a[i], v1 = a[i + stride], v2 = a[i + 2 * stride], v3 = a[i + 3 * stride];
+        acc += (v0.x + v0.y + v0.z + v0.w) + (v1.x + v1.y + v1.z + v1.w)
+             + (v2.x + v2.y + v2.z + v2.w) + (v3.x + v3.y + v3.z + v3.w);
+    }
+    for (; i < n4; i += stride) { const float4 v = a[i]; acc += v.x + v.y + v.z + v.w; }
+    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    __shared__ float w[32];
+    if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.f;
+        for (int k = 0; k < (int)(blockDim.x >> 5); ++k) s += w[k];
+        out[blockIdx.x] = s;
+    }
+}
+"""
+
+
+def read_only_ms(h, nbytes, reps=15, sources=2):
+    """Milliseconds per call (a spread) of the read-only kernel
+    (:data:`READ_ONLY`) over ``nbytes`` (rounded down to 16 bytes), cycling
+    ``sources`` inputs, LOOP calls back to back between two events as the
+    suites time every case, at the fastest launch shape of a small sweep
+    (threads per block x blocks per multiprocessor).  A sum of those bytes,
+    launched the same way, cannot be faster: this is the bound its row is
+    judged against."""
+    import pycuda.driver as drv
+
+    from handlers.cuda import kernel_loader
+    fn = kernel_loader.source_function(READ_ONLY, "read_only", "PqP")
+    launch = kernel_loader.launch_function()
+    sms = drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+    n4 = nbytes // 16
+    srcs = [h.allocate((n4 * 16 // h.dtype.itemsize,)) for _ in range(sources)]
+    for x in srcs:
+        h.fill(x, 1.0)
+    ptrs = [int(x.gpudata) for x in srcs]
+    out = h.allocate((sms * 8 * 4 // h.dtype.itemsize,))
+    timer, best = EventTimer("pycuda", h.stream), None
+    for threads in (256, 512, 1024):
+        for per_sm in (1, 2, 4, 8):
+            if threads * per_sm > 2048:
+                continue
+            ms = timer.measure(lambda i, g=sms * per_sm, t=threads: launch(
+                fn.handle, h.stream.handle, g, t, fn.fmt, ptrs[i % sources], n4,
+                int(out.gpudata)), reps=reps, inner=LOOP)
+            if best is None or ms["median"] < best["median"]:
+                best = ms
+    return best
 
 
 def copy_bandwidth(h, n, timer=None):

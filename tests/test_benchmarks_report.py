@@ -197,17 +197,25 @@ def test_upload_bound_recovers_the_iterations():
     assert u["iters"] == 10 and u["bound"] == 0.1 and u["host_bound"] == pytest.approx(0.2)
 
 
-def test_bias_rows_show_their_same_bytes_bound_where_measured():
+def test_bias_rows_show_their_bound_where_measured():
     row = {"shape": [64, 128, 32, 32], "axis": [0, 2, 3], "fraction_of_copy": 0.64,
            "target": 0.7, "ours_Bps": spread([2.5e12]),
+           "read_only_Bps": spread([2.5e12, 2.6e12, 2.7e12]),
            "copy_same_bytes_Bps": spread([1.9e12, 2.0e12, 2.1e12])}
-    verdict = report.half_verdicts({"copy_Bps": 4e12, "sum_t": [row]})[0]
-    assert "copies moving the same bytes: 50.0%" in verdict["result"]
+
+    def result(r):
+        return report.half_verdicts(dict({"copy_Bps": 4e12, "sum_t": [row]}, **r))[0]
+    verdict = result({})
+    assert "a read-only kernel over the same input: 65.0%" in verdict["result"]
+    assert "copies" not in verdict["result"]
     assert verdict["met"] == 0 and verdict["total"] == 1
-    # runs from before the bound was measured, or without a copy figure, show none
+    # older runs measured copies moving the same bytes instead
+    del row["read_only_Bps"]
+    assert "copies moving the same bytes: 50.0%" in result({})["result"]
+    # runs from before either was measured, or without a copy figure, show none
+    assert "same" not in result({"copy_Bps": None})["result"]
     del row["copy_same_bytes_Bps"]
-    assert "same bytes" not in report.half_verdicts({"copy_Bps": 4e12,
-                                                     "sum_t": [row]})[0]["result"]
+    assert "same" not in result({})["result"]
 
 
 def test_combine_takes_the_median_across_runs_with_its_range():
