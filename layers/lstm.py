@@ -22,16 +22,10 @@ Each step is two device calls forward and two backward, whatever H:
   dL/dc of the step before; then one batched product ``P = D @ Wh^T``, the
   four parts of dL/dh[t-1] that the next kernel sums.
 
-The weight gradients run on stream groups 1, 2 and 3, beside group 0's
-work, ordered by events after the ``dA`` they read and before the later work
-(the optimizer).  With side groups and float32 or float64 parameters, the
-``Wx`` and ``Wh`` gradients are summed in :data:`WEIGHT_CHUNKS` chunks of
-steps, one product per gate each, every chunk issued as soon as backward has
-passed it: the per-step products of a small batch leave multiprocessors idle,
-and the chunks fill them while the recurrence goes on.  Otherwise (one group,
-or a half format, where every added chunk would round the sum once more) they
-are one batched product each over the whole sequence.  The bias gradient is
-one sum, and group 0 computes the input gradient meanwhile.
+The weight gradients are then three ops over the whole sequence (one batched
+product each for ``Wx`` and ``Wh``, one sum for ``b``) on stream groups 1, 2
+and 3 while group 0 computes the input gradient; events order them after
+``dA`` and the later work (the optimizer) after them.
 
 The fused step calls are bound to their arrays once per sequence shape
 (:meth:`handlers.FusedOp.bind`; backward again when ``dy`` is a new array): the
@@ -46,10 +40,6 @@ from .base import Layer
 from .params import index, view
 
 GATES = "ifgo"
-
-#: Chunks of steps in which backward sums the ``Wx`` and ``Wh`` gradients
-#: while the recurrence runs (see the module docstring).
-WEIGHT_CHUNKS = 4
 
 #: One forward step: gate pre-activations are the input projection x*, the
 #: recurrent part r* and the bias b*; cp is the previous cell state.
@@ -123,9 +113,7 @@ class LSTM(Layer):
         return self.cached("params", lambda: SimpleNamespace(
             Wx=[index(h, self.params["Wx"], k) for k in range(4)],
             b=[index(h, self.params["b"], k) for k in range(4)],
-            db2=view(h, self.grads["b"], 0, (4, H)),
-            dWx=[index(h, self.grads["Wx"], k) for k in range(4)],
-            dWh=[index(h, self.grads["Wh"], k) for k in range(4)]))
+            db2=view(h, self.grads["b"], 0, (4, H))))
 
     def _bufs(self, T, B):
         """Buffers and their per-gate / per-step views for sequences (T, B)."""
@@ -143,8 +131,7 @@ class LSTM(Layer):
             dX = h.allocate((T, B, F))
             return SimpleNamespace(
                 A=A, C=C, Hs=Hs, TC=TC, R=R, D=D, P=P, zero=zero, dX=dX,
-                dc=h.allocate((B, H)), steps=None, dY=None, back=None, chunks=None,
-                chunks_x=None, dA=dA,
+                dc=h.allocate((B, H)), steps=None, dY=None, back=None,
                 # whole-sequence views, for the products over all steps
                 A3=view(h, A, 0, (4, T * B, H)),
                 dA3=view(h, dA, 0, (4, T * B, H)),
@@ -184,7 +171,7 @@ class LSTM(Layer):
             if t > 0:
                 h.dot_mm(b.Ht[t], self.params["Wh"], b.R)
             b.steps[t]()
-        self._x, self._x2, self._b, self._T, self._B = x, x2, b, T, B
+        self._x2, self._b, self._T, self._B = x2, b, T, B
         return b.Y if self.return_sequences else b.last
 
     # --------------------------------------------------------------- backward
@@ -195,17 +182,11 @@ class LSTM(Layer):
             raise ValueError(f"{self!r}: dy must have the output's shape {want}, got {dy.shape}")
         if b.dY is not dy:    # the steps' calls, bound again for a new dy array
             b.dY, b.back = dy, [self._bind_back(b, dy, t) for t in range(T)]
-        p = self._param_views()
-        chunks = self._chunks(b)
-        starts = {c.t0: c for c in chunks} if chunks else {}
-        sides = self._sides()
         for t in range(T - 1, -1, -1):
             b.back[t]()
-            if t in starts:                  # dA of steps t.. is complete
-                self._weight_chunk(p, starts[t], sides, first=starts[t] is chunks[0])
             if t > 0:
                 h.dot_mm(b.D, self.params["Wh"], b.P, transb=True)   # parts of dL/dh[t-1]
-        self._weight_gradients(p, b, sides, chunked=bool(chunks))
+        self._weight_gradients(self._param_views(), b)
         if not self.input_grad:
             return None
         return b.dX
@@ -222,61 +203,25 @@ class LSTM(Layer):
         return STEP_BACK.bind(self.h, dy_t, *parts, dcn, *b.At[t], b.TCt[t], b.Ct[t],
                               *b.dAt[t], *b.Dk, b.dc)
 
-    def _sides(self):
-        """The side groups of the weight gradients: (Wh, Wx, b), group 0
-        where the handler has no other."""
+    def _weight_gradients(self, p, b):
+        """Weight and bias gradients on side stream groups, the input
+        gradient on group 0 meanwhile; group 0 then waits for them."""
         h = self.h
         n = h.num_stream_groups
-        return [h.with_streams(1 + k % (n - 1)) if n > 1 else h for k in range(3)]
-
-    def _chunks(self, b):
-        """The chunks of steps of the chunked weight gradients, last first, each
-        with its views (x's made again for a new input), or None where they
-        are summed whole."""
-        h, T, B, x = self.h, self._T, self._B, self._x2
-        if h.num_stream_groups == 1 or h.dtype.itemsize < 4 or T < 2:
-            return None
-        if b.chunks is None or b.chunks_x is not self._x:
-            size = -(-T // WEIGHT_CHUNKS)
-            H, F = self.n_hidden, self.n_in
-            b.chunks = [SimpleNamespace(
-                t0=t0,
-                hprev=view(h, b.Hs, t0 * B * H, ((t1 - t0) * B, H)),
-                x=view(h, x, t0 * B * F, ((t1 - t0) * B, F)),
-                dA=[view(h, b.dA, (k * T + t0) * B * H, ((t1 - t0) * B, H)) for k in range(4)])
-                for t0, t1 in reversed([(t0, min(t0 + size, T)) for t0 in range(0, T, size)])]
-            b.chunks_x = self._x
-        return b.chunks
-
-    def _weight_chunk(self, p, c, sides, first):
-        """The Wh and Wx gradients of chunk ``c``'s steps, per gate, on their
-        side groups after group 0's work so far; the first chunk writes them,
-        the later ones add."""
-        ready = self.h.record_event()
-        for g, left, grads in ((sides[0], c.hprev, p.dWh), (sides[1], c.x, p.dWx)):
-            g.wait_event(ready)
-            for k in range(4):
-                if first:
-                    g.dot_mm(left, c.dA[k], grads[k], transa=True)
-                else:
-                    g.dot_add_mm(left, c.dA[k], grads[k], transa=True)
-
-    def _weight_gradients(self, p, b, sides, chunked):
-        """The bias gradient (and the Wx and Wh gradients unless ``chunked``)
-        on the side groups, the input gradient on group 0 meanwhile; group 0
-        then waits for them."""
-        h = self.h
         ready = h.record_event()          # dA is complete on group 0
-        used = {g.group: g for g in sides if g is not h}
-        for g in used.values():
-            g.wait_event(ready)
-        sides[2].sum_t(b.dA3, 1, p.db2)                                        # over T, B
-        if not chunked:
-            sides[0].dot_mm(b.Hprev2, b.dA3, self.grads["Wh"], transa=True)    # h'^T dA
-            sides[1].dot_mm(self._x2, b.dA3, self.grads["Wx"], transa=True)    # x^T dA
+        work = [lambda g: g.dot_mm(self._x2, b.dA3, self.grads["Wx"], transa=True),   # x^T dA
+                lambda g: g.dot_mm(b.Hprev2, b.dA3, self.grads["Wh"], transa=True),   # h'^T dA
+                lambda g: g.sum_t(b.dA3, 1, p.db2)]                                   # over T, B
+        sides = {}
+        for k, fn in enumerate(work):
+            g = h.with_streams(1 + k % (n - 1)) if n > 1 else h
+            if g.group not in sides:
+                g.wait_event(ready)
+                sides[g.group] = g
+            fn(g)
         if self.input_grad:
             h.dot_mm(b.dA2[0], p.Wx[0], b.dX2, transb=True)         # dx = sum_k dA_k Wx_k^T
             for k in range(1, 4):
                 h.dot_add_mm(b.dA2[k], p.Wx[k], b.dX2, transb=True)
-        for g in used.values():
+        for g in sides.values():
             h.wait_for(g)                 # later group-0 work sees the gradients
