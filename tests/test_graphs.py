@@ -16,7 +16,7 @@ from handlers import CaptureError, DebugHandler, NumpyHandler, StreamHazardError
 from handlers.graphs import WORK_HOOKS
 from helpers import rand
 from layers import SGD, Dropout, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy, Trainer
-from test_debug_handler import RECIPE_KWARGS, RECIPES, A, Host
+from test_debug_handler import RANDOM_OPS, RECIPE_KWARGS, RECIPES, A, Host
 from test_layers_training import lstm_net, mlp, toy_sequences
 from test_streams_stress import (
     GROUPS,
@@ -77,8 +77,14 @@ def test_capture_of_a_function(handler, rng):
                                                     "is_fully_finite")))
 def test_every_op_is_recorded_and_replays_as_eager(make_handler, handler_id, rng, op):
     """Each op inside a capture writes nothing until replay, and its replay
-    gives the eager result bit for bit (the same seed for random ops)."""
-    eager, captured = make_handler(handler_id, seed=5), make_handler(handler_id, seed=5)
+    gives the eager result bit for bit.  A random op runs eagerly on a second
+    handler of the same seed; any other op on the handler that captures it,
+    since some results are a handler's own: a convolution runs the engine its
+    handler timed fastest at its first call, and two handlers may pick
+    different ones where two engines time alike (``deterministic`` in
+    PyCudaHandler's docstring)."""
+    captured = make_handler(handler_id, seed=5)
+    eager = make_handler(handler_id, seed=5) if op in RANDOM_OPS else captured
     data = [spec.data(rng) if isinstance(spec, A) and not isinstance(spec, Host) else None
             for spec in RECIPES[op]]
 
