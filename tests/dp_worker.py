@@ -10,7 +10,8 @@ Scenarios:
 * ``raise``: rank 1 raises before its third step (an exception nothing catches);
 * ``hang``: rank 1 stops taking part (sleeps) before its third step;
 * ``die``: rank 1 is killed (SIGKILL) before its third step;
-* ``late``: rank 1 hangs before it builds its trainer (the group's start);
+* ``late``: rank 1 never starts MPI, so rank 0 waits in the group's start
+  (rank 1 waits for rank 0 to end and prints how long it lived: see ``late``);
 * ``layout``: rank 1 builds a network one unit wider than rank 0's;
 * ``hang-gpu`` (and the others with ``-gpu``): the same on PyCudaHandler.
 
@@ -118,6 +119,43 @@ def rank():
     return process_group().rank
 
 
+def late(out, launcher_rank, limit=50):
+    """The ``late`` scenario before MPI starts: rank 0 notes its process id
+    and start time in ``out`` and goes on (to wait in ``process_group()``);
+    rank 1 never starts MPI.  It waits for rank 0's process to end, prints
+    how long it lived and exits, so that the test sees rank 0's own time even
+    where the launcher does not end the job when rank 0 exits (mpich's once
+    left rank 1 asleep past the test's minute)."""
+    note = out / "late-rank0.txt"
+    if launcher_rank != "1":
+        note.write_text(f"{os.getpid()} {time.time()}")
+        return
+    begin = time.time()
+    while not note.exists() and time.time() - begin < limit:
+        time.sleep(0.05)
+    pid, start = note.read_text().split() if note.exists() else ("0", begin)
+    while time.time() - begin < limit and _alive(int(pid)):
+        time.sleep(0.05)
+    print(f"late: rank 0 ended {time.time() - float(start):.1f} s after it started", flush=True)
+    os._exit(3)
+
+
+def _alive(pid):
+    """Whether process ``pid`` runs (a zombie, ended but not yet reaped by
+    the launcher, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:   # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def main(argv):
     scenario, out = argv[0], Path(argv[1])
     if scenario in ("train", "train-gpu"):
@@ -127,9 +165,8 @@ def main(argv):
         return
     gpu = scenario.endswith("-gpu")        # a fault scenario on GPUs (NCCL)
     scenario = scenario.removesuffix("-gpu")
-    if scenario == "late" and os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")) \
-            == "1":
-        time.sleep(600)            # before MPI starts: rank 0 waits in process_group()
+    if scenario == "late":
+        late(out, os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")))
     me = rank()
     if scenario == "layout":
         h = NumpyHandler(np.float64)
