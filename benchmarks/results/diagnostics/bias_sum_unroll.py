@@ -32,6 +32,9 @@ OLD = re.search(r"constexpr int UNROLL = V == 8 \? \d+ : 16 / V;", SRC).group(0)
 
 
 def per_call_us(h, issue, pre=None):
+    """Median microseconds per call of ``issue()`` (LOOP calls) between two
+    events, ``pre()`` issued before the first event of each sample (which
+    EventTimer has no place for)."""
     e0, e1 = drv.Event(), drv.Event()
     ts = []
     for r in range(3 + REPS):

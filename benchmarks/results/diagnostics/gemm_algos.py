@@ -11,10 +11,10 @@ rows one does (45.4 against 42.5).  Choosing the algorithm by timing would speed
 step more than each rank's, so it cannot lift the LSTM's two-GPU scaling.
 """
 import numpy as np
-import pycuda.driver as drv
 from nvmath.bindings import cublas
 from nvmath.bindings import cublasLt as lt
 
+from benchmarks.gpu import EventTimer
 from handlers.cuda.handler import PyCudaHandler
 
 h = PyCudaHandler(np.float32)
@@ -23,20 +23,12 @@ sh = h.stream.handle
 ws_bytes = 64 << 20
 ws = h.allocate((ws_bytes // 4,))
 RES = 96
+TIMER = EventTimer("pycuda", h.stream)
 
 
-def events_us(issue, loop=20, reps=15):
-    e0, e1 = drv.Event(), drv.Event()
-    ts = []
-    for r in range(3 + reps):
-        e0.record(h.stream)
-        for _ in range(loop):
-            issue()
-        e1.record(h.stream)
-        e1.synchronize()
-        if r >= 3:
-            ts.append(e1.time_since(e0) * 1e3 / loop)
-    return float(np.median(ts))
+def events_us(issue):
+    """Median microseconds per call of ``issue()``: 20 calls between events, 15 samples."""
+    return TIMER.time(lambda i: issue(), reps=15, inner=20) * 1e3
 
 
 def lt_search(M, K, N, transb, a, b, c, want=64):

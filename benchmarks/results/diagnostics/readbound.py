@@ -4,9 +4,12 @@ A diagnostic, not a suite: run it on a GPU machine with CuPy beside the
 built library (``python benchmarks/results/diagnostics/readbound.py``); its
 output on an H200 is ``readbound-NVIDIA-H200.log`` here.
 
-* A read-only kernel: grid-stride 16-byte loads, each block writing one
-  partial sum and nothing more (no second stage, so it does less than any
-  complete reduction), best over launch shapes, over the bias case's bytes
+* A read-only kernel (``benchmarks.ops.READ_ONLY``, which the conv and
+  half suites now time beside the bias sums; the log is of this script at
+  6e16483, whose own copy of the kernel differed only in the order of its
+  additions): grid-stride 16-byte loads, each block writing one partial sum
+  and nothing more (no second stage, so it does less than any complete
+  reduction), best over launch shapes, over the bias case's bytes
   in bfloat16 (16.8 MB) and float32 (33.5 MB).  Eager: LOOP launches back to
   back between two events (as the suites time), median of REPS; then the
   same LOOP launches captured in a CUDA graph.  Its eager launches go through
@@ -20,31 +23,10 @@ import cupy as cp
 import ml_dtypes
 import numpy as np
 
+from benchmarks.ops import READ_ONLY
 from handlers.cuda.handler import PyCudaHandler
 
 LOOP, REPS, WARM = 10, 15, 3
-SRC = r"""
-extern "C" __global__ void rd(const float4* __restrict__ a, long long n4, float* out) {
-    float acc = 0.f;
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i + 3 * stride < n4; i += 4 * stride) {
-        float4 v0 = a[i], v1 = a[i + stride], v2 = a[i + 2 * stride], v3 = a[i + 3 * stride];
-        acc += v0.x + v0.y + v0.z + v0.w + v1.x + v1.y + v1.z + v1.w
-             + v2.x + v2.y + v2.z + v2.w + v3.x + v3.y + v3.z + v3.w;
-    }
-    for (; i < n4; i += stride) { float4 v = a[i]; acc += v.x + v.y + v.z + v.w; }
-    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);
-    __shared__ float w[32];
-    if ((threadIdx.x & 31) == 0) w[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float s = 0;
-        for (int k = 0; k < blockDim.x / 32; ++k) s += w[k];
-        out[blockIdx.x] = s;
-    }
-}
-"""
 
 
 def per_call_ms(stream, run):
@@ -71,7 +53,7 @@ def captured(stream, issue):
 
 
 def read_only(stream, copy_bw, sms):
-    kernel = cp.RawKernel(SRC, "rd")
+    kernel = cp.RawKernel(READ_ONLY, "read_only")
     for nbytes, what in ((64 * 128 * 1024 * 2, "bf16 bias (16.8 MB)"),
                          (64 * 128 * 1024 * 4, "f32 bias (33.5 MB)")):
         xs = [cp.ones(nbytes // 4, cp.float32) for _ in range(2)]
