@@ -28,12 +28,10 @@ class SGD:
     def __init__(self, parameters, lr=0.1, momentum=0.9):
         self.parameters = parameters
         h = parameters.h
-        # The device scalars: -lr, momentum - 1, 1, momentum.  The first three
-        # times a gate, plus (0, 1, 0), are a gated step's (step(gate=...)).
-        self._scalars = h.create_from_numpy(np.array([0.0, 0.0, 1.0, 0.0]))
-        self._neg_lr, self._mom_minus_1, _, self._momentum = (
-            view(h, self._scalars, i, (1,)) for i in range(4))
-        self._base = view(h, self._scalars, 0, (3,))
+        # The device scalars: -lr, momentum, 1.  Times a gate, plus (0, 1 -
+        # gate, 0), they are a gated step's (step(gate=...)).
+        self._scalars = h.create_from_numpy(np.array([0.0, 0.0, 1.0]))
+        self._neg_lr, self._momentum = (view(h, self._scalars, i, (1,)) for i in range(2))
         self._unit = h.create_from_numpy(np.array([0.0, 1.0, 0.0]))
         self._gated = h.zeros((3,))
         self._gated_views = [view(h, self._gated, i, (1,)) for i in range(3)]
@@ -61,12 +59,7 @@ class SGD:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"SGD: momentum must be in [0, 1), got {value}")
         self._mom = float(value)
-        h = self.parameters.h
-        h.fill(self._momentum, self._mom)
-        # momentum - 1 from the stored momentum: exact for momentum >= 0.5
-        # (Sterbenz), so a gate of 1 gives back the stored momentum exactly
-        held = float(np.asarray(self._mom, h.dtype))
-        h.fill(self._mom_minus_1, held - 1.0)
+        self.parameters.h.fill(self._momentum, self._mom)
 
     def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.
@@ -74,17 +67,19 @@ class SGD:
         ``gate`` (a one-element array of the handler, e.g. a
         ``LossScaler``'s flag): where it holds 0 the step changes nothing
         (the gradients must be finite: ``scale_finite_t`` sees to it), where
-        1 it is the plain step, decided on the device.  Two more small ops
-        make the gated scalars -lr * gate, 1 + gate * (momentum - 1), gate.
+        1 it is the plain step, decided on the device.  Three more small ops
+        make the gated scalars -lr * gate, (1 - gate) + gate * momentum and
+        gate, each exact for a gate of 0 or 1.
         """
         h, p = self.parameters.h, self.parameters
         if gate is None:
             h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
             h.axpby(1.0, self.velocity, 1.0, p.params)
             return
-        h.copy_to(self._unit, self._gated)
-        h.axpby(gate, self._base, 1.0, self._gated)
         alpha, beta, g = self._gated_views
+        h.copy_to(self._unit, self._gated)
+        h.axpby(-1.0, gate, 1.0, beta)                 # 1 - gate
+        h.axpby(gate, self._scalars, 1.0, self._gated)
         h.axpby(alpha, p.grads, beta, self.velocity)
         h.axpby(g, self.velocity, 1.0, p.params)
 

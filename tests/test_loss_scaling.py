@@ -70,12 +70,13 @@ def test_an_overflowing_step_is_skipped_on_the_device(make_handler, handler_id, 
     assert not np.array_equal(h.get_numpy_copy(net.params), before[0])
 
 
-def test_gated_sgd_is_plain_sgd_when_the_gate_is_one(make_handler, handler_id, rng):
+@pytest.mark.parametrize("momentum", [0.9, 0.1])   # 1 + (0.1 - 1) is not 0.1 in float32
+def test_gated_sgd_is_plain_sgd_when_the_gate_is_one(make_handler, handler_id, rng, momentum):
     params = {}
     for gated in (False, True):
         h = make_handler(handler_id, seed=0)
         net = _mlp(h)
-        opt = SGD(net.parameters, lr=0.1, momentum=0.9)
+        opt = SGD(net.parameters, lr=0.1, momentum=momentum)
         gate = h.ones((1,))
         r = np.random.default_rng(5)
         for _ in range(3):
