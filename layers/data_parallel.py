@@ -2,8 +2,8 @@
 
 Every rank (one process per device, see :mod:`handlers.process_group`) holds
 the whole network and the whole data set, and takes its shard of every batch:
-a contiguous slice of the batch's samples, the last ``N % size`` ranks one
-sample more.  After each backward the gradients are summed over the ranks, so
+a contiguous slice of the batch's samples, the slices' sizes differing by at
+most one sample.  After each backward the gradients are summed over the ranks, so
 every rank's optimizer takes the same step from the same gradient, and the
 parameters, broadcast from rank 0 at the start, stay identical.
 
@@ -41,7 +41,7 @@ BUCKET_BYTES = 25 << 20
 
 def shard_bounds(n, rank, size):
     """``(lo, hi)``: the samples ``[lo, hi)`` of a batch of ``n`` that ``rank``
-    of ``size`` takes (the last ``n % size`` ranks one more)."""
+    of ``size`` takes; the sizes of the ranks' slices differ by at most one."""
     return n * rank // size, n * (rank + 1) // size
 
 
@@ -217,6 +217,8 @@ class DataParallel:
             master.clip_t(scaler.flag, 0.0, 1.0, scaler.flag)
         if not mixed:
             return self._loss
+        if self._loss_out is None:   # mixed precision began after __init__ (Trainer(precision=
+            self._loss_out = net.h.zeros((1,))   # ..., data_parallel=dp)), whose first step is eager
         net.h.cast_t(self._loss, self._loss_out)
         return self._loss_out
 

@@ -340,6 +340,24 @@ def test_float16_overflow_on_any_rank_skips_the_step_everywhere(other_overflowed
     assert scaler.loss_scale == 2.0 ** (14 if other_overflowed else 15)
 
 
+def test_mixed_precision_begun_after_the_data_parallel_step_is_made(rng):
+    """As Trainer(net, opt, precision="bf16", data_parallel=dp) does: the
+    step then returns the loss in the compute format, summed over the ranks."""
+    x, y = rng.standard_normal((4, 4)), rng.integers(0, 3, (4, 1))
+    alone = small_net(NumpyHandler(np.float32))
+    alone.mixed_precision("bfloat16")
+    want = alone.h.get_numpy_copy(alone.train_step(alone.h.create_from_numpy(x),
+                                                   alone.h.create_from_numpy(y)))
+    net = small_net(NumpyHandler(np.float32))
+    # the other rank holds this rank's shard again: half of each, summed
+    dp = DataParallel(net, process_group=FakeGroup(0, 2, lambda a: a.copy()))
+    net.mixed_precision("bfloat16")
+    dp.set_batch(8)
+    loss = dp.train_step(net.h.create_from_numpy(x), net.h.create_from_numpy(y))
+    assert loss.dtype == net.h.dtype and loss.shape == (1,)
+    np.testing.assert_array_equal(net.h.get_numpy_copy(loss), want)
+
+
 def test_bad_settings_are_refused(no_launcher):
     h = NumpyHandler(np.float64)
     net = small_net(h)
