@@ -217,8 +217,10 @@ class DataParallel:
             master.clip_t(scaler.flag, 0.0, 1.0, scaler.flag)
         if not mixed:
             return self._loss
-        if self._loss_out is None:   # mixed precision began after __init__ (Trainer(precision=
-            self._loss_out = net.h.zeros((1,))   # ..., data_parallel=dp)), whose first step is eager
+        if self._loss_out is None:
+            # mixed precision began after __init__ (Trainer(..., precision=...,
+            # data_parallel=dp)), whose first step runs eagerly: make it now
+            self._loss_out = net.h.zeros((1,))
         net.h.cast_t(self._loss, self._loss_out)
         return self._loss_out
 
