@@ -45,6 +45,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -328,11 +329,22 @@ def launch(launcher, ranks, work, model, args):
         # Open MPI refuses root without these; other launchers ignore them.
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=args.job_timeout)
-        if done.returncode != 0 or not out.exists():
-            print(f"dp: the {work} job ({model}, {ranks} GPU) failed (exit {done.returncode}):\n"
-                  + (done.stdout + done.stderr)[-3000:])
+        what = f"dp: the {work} job ({model}, {ranks} GPU)"
+        # A session of its own, so that a job past its time is ended whole:
+        # the launcher and the ranks it started (a launcher may leave a rank
+        # running when it is killed alone).
+        with subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) as job:
+            try:
+                text = job.communicate(timeout=args.job_timeout)[0]
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+                print(f"{what} did not end within {args.job_timeout} s:\n"
+                      + job.communicate()[0][-3000:])
+                return None
+        if job.returncode != 0 or not out.exists():
+            print(f"{what} failed (exit {job.returncode}):\n" + text[-3000:])
             return None
         return json.loads(out.read_text(encoding="utf-8"))
 

@@ -301,20 +301,21 @@ extern "C" __global__ void read_only(const float4* __restrict__ a, long long n4,
 """
 
 
-def read_only_ms(h, nbytes, reps=15, sources=2):
+def read_only_ms(h, nbytes, reps=15, sources=None):
     """Milliseconds per call (a spread) of the read-only kernel
     (:data:`READ_ONLY`) over ``nbytes`` (rounded down to 16 bytes), cycling
-    ``sources`` inputs, LOOP calls back to back between two events as the
-    suites time every case, at the fastest launch shape of a small sweep
-    (threads per block x blocks per multiprocessor).  A sum of those bytes,
-    launched the same way, cannot be faster: this is the bound its row is
-    judged against."""
+    ``sources`` inputs (by default :func:`inputs_beyond_l2`'s), LOOP calls
+    back to back between two events as the suites time every case, at the
+    fastest launch shape of a small sweep (threads per block x blocks per
+    multiprocessor).  A sum of those bytes, launched the same way, cannot be
+    faster: this is the bound its row is judged against."""
     import pycuda.driver as drv
 
     from handlers.cuda import kernel_loader
     fn = kernel_loader.source_function(READ_ONLY, "read_only", "PqP")
     launch = kernel_loader.launch_function()
     sms = drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+    sources = sources or inputs_beyond_l2(nbytes)
     n4 = nbytes // 16
     srcs = [h.allocate((n4 * 16 // h.dtype.itemsize,)) for _ in range(sources)]
     for x in srcs:

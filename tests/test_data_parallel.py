@@ -12,6 +12,7 @@ optional imports, and the dp benchmark's tables on canned reports.  The
 mpiexec tests skip with the reason where mpi4py or mpiexec is missing (``pip
 install 'streamhandlers[test]'`` installs both).
 """
+import argparse
 import importlib.util
 import os
 import re
@@ -385,6 +386,28 @@ def test_issued_work_is_recorded_by_a_capture():
 
 
 # ------------------------------------------------------------------ the dp benchmark
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="POSIX process groups")
+def test_dp_benchmark_ends_a_job_past_its_time_whole(tmp_path, capsys):
+    """A job that outlives --job-timeout is reported and ended with every
+    process it started, and the suite goes on (launch returns None)."""
+    from benchmarks import dp
+    pid_file = tmp_path / "child.pid"
+    launcher = tmp_path / "launcher.sh"        # a launcher whose rank never ends
+    launcher.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}\nwait\n")
+    launcher.chmod(0o755)
+    args = argparse.Namespace(reps=1, small=True, job_timeout=2)
+    start = time.monotonic()
+    assert dp.launch(str(launcher), 2, "ours", "mlp", args) is None
+    assert time.monotonic() - start < 30
+    assert "did not end within 2 s" in capsys.readouterr().out
+    child = int(pid_file.read_text())
+    for _ in range(100):                      # SIGKILL is delivered, then reaped
+        if not dp_worker._alive(child):
+            break
+        time.sleep(0.05)
+    assert not dp_worker._alive(child)
+
+
 def test_dp_benchmark_skips_here_or_reports(monkeypatch, capsys):
     """Without two GPUs the suite says why it skipped; its tables, targets and
     checks are exercised on canned job reports (the jobs need two GPUs)."""
