@@ -551,12 +551,8 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         Py_RETURN_NONE;
     }
 #undef TRY
-    PyObject *ptr = PyLong_FromVoidPtr(pl), *result = NULL;
-    if (ptr)   /* "N" takes ptr's reference, also when the tuple fails */
-        result = Py_BuildValue("(NLLK)", ptr, pl->engine, pl->notes,
-                               (unsigned long long)pl->workspace);
-    if (!result) plan_free(pl);   /* no caller holds the plan */
-    return result;
+    return Py_BuildValue("(NLLK)", PyLong_FromVoidPtr(pl), pl->engine, pl->notes,
+                         (unsigned long long)pl->workspace);
 fail:
     plan_free(pl);
     return cudnn_error(call, st);

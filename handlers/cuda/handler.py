@@ -414,7 +414,7 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         # (kind, format, shapes, params, alignment) -> (cuDNN plan, workspace
-        # bytes, engine, its notes), shared by twins (released with the slots)
+        # bytes, engine), shared by twins (released with the slots)
         self._conv_plans = {}
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
@@ -1309,56 +1309,42 @@ class PyCudaHandler(Handler):
             return _cudnn.cudnn_conv_plan(handle, code, self._format, _CUDNN_WORKSPACE_LIMIT,
                                           align, refused, tuple(denied), int(rtc), *dims)
         timed = not cuda_graph.is_capturing(slot.handle)
-        best = None
+        while len(found) < (_CONV_CANDIDATES if timed else 1):
+            got = plan(rtc=False) or (None if found else plan(rtc=True))
+            if got is None:
+                break
+            ptr, engine, notes, nbytes = got
+            found.append((ptr, nbytes, engine, notes))
+            denied.append(engine)
+        if not found:
+            raise RuntimeError(
+                f"PyCudaHandler: cuDNN offers no engine for this convolution (pass {code}, "
+                f"format {self.dtype.name}) within {_CUDNN_WORKSPACE_LIMIT} bytes of workspace "
+                f"that is free of the numerical notes {cudnn_note_names(refused)} and not "
+                f"one of the engines {list(_DENIED_ENGINES[code])}")
+        best = found[0]
         try:
-            while len(found) < (_CONV_CANDIDATES if timed else 1):
-                # runtime-compiled engines only while nothing else is found
-                # (the planner tries the others first either way)
-                got = plan(rtc=not found)
-                if got is None:
-                    break
-                ptr, engine, notes, nbytes = got
-                found.append((ptr, nbytes, engine, notes))
-                denied.append(engine)
-            if not found:
-                raise RuntimeError(
-                    f"PyCudaHandler: cuDNN offers no engine for this convolution (pass {code}, "
-                    f"format {self.dtype.name}) within {_CUDNN_WORKSPACE_LIMIT} bytes of "
-                    f"workspace that is free of the numerical notes "
-                    f"{cudnn_note_names(refused)} and not one of the engines "
-                    f"{list(_DENIED_ENGINES[code])}")
-            best = found[0] if len(found) == 1 else self._fastest_conv(found, handle, a, b, out)
-        finally:
+            if len(found) > 1:
+                times = []
+                start, end = self._drv.Event(), self._drv.Event()
+                for ptr, nbytes, _, _ in found:
+                    ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
+                    for k in range(5):
+                        if k == 2:
+                            start.record(slot.stream)
+                        _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
+                    end.record(slot.stream)
+                    end.synchronize()
+                    times.append(start.time_till(end))
+                best = found[times.index(min(times))]
+        except BaseException:
             for cand in found:
-                if cand is not best:
-                    _cudnn.cudnn_plan_free(cand[0])
+                _cudnn.cudnn_plan_free(cand[0])
+            raise
+        for cand in found:
+            if cand is not best:
+                _cudnn.cudnn_plan_free(cand[0])
         return best
-
-    def _fastest_conv(self, found, handle, a, b, out):
-        """The fastest of the planned candidates ``found`` on this call's
-        arrays: each runs twice to warm up, then three times between events.
-        They share one workspace block of the largest size, taken from the
-        pool for the timing alone and handed back after it (the host has
-        waited for every run): the stream's own workspace grows only to what
-        the chosen engine needs, when it runs."""
-        slot = self._slot
-        need = max(nbytes for _, nbytes, _, _ in found)
-        block = self._pool.allocate(need) if need else None
-        ws = int(block) if need else 0
-        times = []
-        start, end = self._drv.Event(), self._drv.Event()
-        try:
-            for ptr, _, _, _ in found:
-                for k in range(5):
-                    if k == 2:
-                        start.record(slot.stream)
-                    _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
-                end.record(slot.stream)
-                end.synchronize()
-                times.append(start.time_till(end))
-        finally:   # nothing may still use the block when the pool takes it back
-            slot.stream.synchronize()
-        return found[times.index(min(times))]
 
     def _cudnn_handles(self):
         """Load cuDNN and make every stream's handle (once, so that the first
