@@ -73,7 +73,7 @@ class Sequential:
             layer.bind(hc)
         self.compute = self.parameters.compute_copies(hc)
         self.h = hc
-        if dt == np.float16:   # 8 bits fewer of exponent than bfloat16: gradients underflow
+        if dt == np.float16:   # 3 bits fewer of exponent than bfloat16: gradients underflow
             self.loss_scaler = LossScaler(self)
 
     def __repr__(self):

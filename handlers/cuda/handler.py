@@ -414,7 +414,7 @@ class PyCudaHandler(Handler):
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         # (kind, format, shapes, params, alignment) -> (cuDNN plan, workspace
-        # bytes, engine), shared by twins (released with the slots)
+        # bytes, engine, its notes), shared by twins (released with the slots)
         self._conv_plans = {}
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
