@@ -588,3 +588,117 @@ def test_compile_source_is_cached_per_source(monkeypatch):
     assert len(calls) == 1
     assert calls[0][1]["include_dirs"] == [kernel_loader.KERNEL_DIR]
     assert calls[0][1]["no_extern_c"] is True
+
+
+# ============================================================================ pinned semantics
+def with_nans(values, rng, fraction=0.3):
+    """``values`` with NaN at random places (at least one, and not everywhere)."""
+    mask = rng.random(values.shape) < fraction
+    mask.flat[0], mask.flat[-1] = True, False
+    return np.where(mask, np.nan, values)
+
+
+def test_min_and_max_propagate_nan_from_the_first_operand(handler, rng):
+    """``min(x, 0)`` and ``max(x, 0)`` are NaN where x is NaN (NaN first, not
+    only as the second operand, which test_nan_and_inf_propagate covers)."""
+    op = fused_op("nan_first", "x", "mn mx", "mn = min(x, 0); mx = max(x, 0)")
+    x, x64 = upload(handler, with_nans(rand((5, 13), rng), rng))
+    # not poisoned with NaN: a NaN result must be written, not left over
+    mn, mx = (handler.create_from_numpy(np.full((5, 13), 7.0)) for _ in range(2))
+    op(handler, x, mn, mx)
+    nan = np.isnan(x64)
+    close(handler, mn, np.where(nan, np.nan, np.minimum(np.nan_to_num(x64), 0.0)))
+    close(handler, mx, np.where(nan, np.nan, np.maximum(np.nan_to_num(x64), 0.0)))
+
+
+def test_augmented_assignment_keeps_operand_order(handler, rng):
+    """``y -= x`` is ``y = y - x`` and ``z /= x`` is ``z = z / x`` (the old
+    output on the left), not the operands swapped."""
+    op = fused_op("decrement", "x", "y z", "y -= x; z /= x")
+    x, x64 = upload(handler, rand((4, 7), rng, 0.5, 2))
+    (y, y64), (z, z64) = upload(handler, rand((4, 7), rng)), upload(handler, rand((4, 7), rng))
+    op(handler, x, y, z)
+    close(handler, y, y64 - x64)
+    close(handler, z, z64 / x64)
+
+
+def test_comparisons_are_false_on_nan_but_not_equal(handler, rng):
+    """Every comparison with a NaN operand (either side, or both) gives 0,
+    except ``!=``, which gives 1; without NaN they are the usual 0 or 1."""
+    op = fused_op("nan_compare", "a b", "lt le gt ge eq ne",
+                  "lt = a < b; le = a <= b; gt = a > b; ge = a >= b; eq = a == b; ne = a != b")
+    shape = (4, 9)
+    av, bv = rand(shape, rng), rand(shape, rng)
+    bv[3] = av[3]                             # equal pairs: <=, >= and == true
+    av[0, :], bv[1, :] = np.nan, np.nan       # NaN on the left, on the right
+    av[2, ::2] = bv[2, ::2] = np.nan          # and on both sides
+    (a, a64), (b, b64) = upload(handler, av), upload(handler, bv)
+    outs = [poisoned(handler, shape) for _ in op.outputs]
+    op(handler, a, b, *outs)
+    with np.errstate(invalid="ignore"):
+        want = {"lt": a64 < b64, "le": a64 <= b64, "gt": a64 > b64, "ge": a64 >= b64,
+                "eq": a64 == b64, "ne": a64 != b64}
+    for name, out in zip(op.outputs, outs):
+        np.testing.assert_array_equal(handler.get_numpy_copy(out).astype(np.float64),
+                                      want[name].astype(np.float64), err_msg=name)
+
+
+def test_logic_on_values_other_than_zero_and_one(handler, rng):
+    """``and``, ``or`` and ``not`` take any value not 0 (NaN included) as true
+    and give 1.0 or 0.0, never an operand (Python's ``2 and 3`` is 3) nor a
+    product or a sum of the operands."""
+    op = fused_op("truthiness", "a b", "both either neither", "both = a and b; "
+                  "either = a or b; neither = not a")
+    shape = (6, 8)
+    pick = [0.0, -0.0, 0.5, -3.0, 2.0, 7.25, np.nan]
+    av = np.where(rng.random(shape) < 0.5, rng.choice(pick, shape), 4 * rand(shape, rng))
+    bv = np.where(rng.random(shape) < 0.5, rng.choice(pick, shape), 4 * rand(shape, rng))
+    av[0, :3], bv[0, :3] = [2.0, 0.0, -0.0], [3.0, 0.5, np.nan]
+    (a, a64), (b, b64) = upload(handler, av), upload(handler, bv)
+    outs = [poisoned(handler, shape) for _ in op.outputs]
+    op(handler, a, b, *outs)
+    true_a, true_b = a64 != 0, b64 != 0      # NaN != 0 is true
+    want = {"both": true_a & true_b, "either": true_a | true_b, "neither": ~true_a}
+    for name, out in zip(op.outputs, outs):
+        np.testing.assert_array_equal(handler.get_numpy_copy(out).astype(np.float64),
+                                      want[name].astype(np.float64), err_msg=name)
+
+
+def test_output_over_an_input_that_later_outputs_read(handler, rng):
+    """An output that is an input's memory is written only after every output
+    is computed: later outputs (one a plain copy of the input) see the input's
+    old values."""
+    op = fused_op("over_input", "x", "p q r", "p = 2 * x; q = x; r = x + 1")
+    x, x64 = upload(handler, rand((5, 6), rng))
+    q, r = poisoned(handler, (5, 6)), poisoned(handler, (5, 6))
+    op(handler, x, handler.reshape_t(x, (5, 6)), q, r)   # p: x's memory, another object
+    close(handler, x, 2 * x64)
+    close(handler, q, x64)
+    close(handler, r, x64 + 1)
+
+
+def test_device_scalar_over_any_output_raises(handler, rng):
+    """A device scalar must not overlap any output: the first (checked by the
+    scalar check) and a later one (checked by the shape rule); nothing is
+    written."""
+    op = fused_op("two_out_scalar", "x $s", "y z", "y = x * s; z = x + s")
+    x = upload(handler, rand((6,), rng))[0]
+    (y, y64), (z, z64) = upload(handler, rand((6,), rng)), upload(handler, rand((6,), rng))
+    with pytest.raises(ValueError, match="two_out_scalar: s must not overlap the output z"):
+        op(handler, x, handler.view_t(z, 3, (1,)), y, z)
+    with pytest.raises(ValueError, match="two_out_scalar: s must not overlap the output"):
+        op(handler, x, handler.view_t(y, 0, (1,)), y, z)
+    close(handler, y, y64)
+    close(handler, z, z64)
+
+
+@pytest.mark.parametrize("outputs, body, missing", [
+    ("y z", "z = x", "y"),              # the first output never assigned
+    ("y z", "y = x + z", "z"),          # read (its old value) but never assigned
+    ("y z", "y = z; y = y * x", "z"),   # ditto, through a reassigned output
+])
+def test_output_never_assigned_raises_at_declaration(outputs, body, missing):
+    """An output the body never assigns is refused when the op is declared,
+    even when the body reads that output's old contents."""
+    with pytest.raises(ValueError, match=f"^unassigned: output '{missing}' is never assigned"):
+        fused_op("unassigned", inputs="x", outputs=outputs, body=body)
