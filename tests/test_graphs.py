@@ -184,6 +184,54 @@ def test_work_on_a_group_outside_the_capture_raises(handler, rng):
             handler.with_streams(1).wait_event(ev)
 
 
+def test_event_of_an_earlier_capture_cannot_be_waited_on(handler, rng):
+    """An event recorded inside one capture orders work within that capture
+    only: waiting on it inside a later capture (on the capturing group or to
+    fork another group) raises ``CaptureError``, and records nothing."""
+    x = handler.create_from_numpy(rand(S, rng))
+    y = handler.zeros(S)
+    with handler.capture() as first:
+        handler.mult_st(2.0, x, y)
+        stale = handler.record_event()
+    groups = [handler] + ([handler.with_streams(1)] if handler.num_stream_groups > 1 else [])
+    for view in groups:
+        with pytest.raises(CaptureError, match="wait_event: the event was recorded outside "
+                                               "this capture"):
+            with handler.capture():
+                handler.fill(y, 3.0)
+                view.wait_event(stale)
+                view.add_tt(x, x, y)
+                handler.wait_for(view)
+    np.testing.assert_array_equal(handler.get_numpy_copy(y), np.zeros(S))
+    first.replay()                      # the first graph is untouched
+    np.testing.assert_allclose(handler.get_numpy_copy(y),
+                               2 * handler.get_numpy_copy(x).astype(np.float64), rtol=1e-6)
+
+
+def test_view_first_made_inside_a_capture_is_recorded(make_handler, handler_id, rng):
+    """A stream-group view made for the first time inside a capture records
+    its ops like any view: nothing runs until replay, and the replay computes
+    them (each replay once more)."""
+    h = make_handler(handler_id)
+    need_groups(h, 2)
+    assert 1 not in h._views, "the premise: group 1's view does not exist yet"
+    x0 = rand(S, rng)
+    x, y = h.create_from_numpy(x0), h.create_from_numpy(np.full(S, 7.0))
+    with h.capture() as g:
+        fork = h.record_event()
+        h1 = h.with_streams(1)          # made here, inside the capture
+        h1.wait_event(fork)
+        h1.axpby(1.0, x, 1.0, y)        # y += x
+        h.wait_for(h1)
+    np.testing.assert_array_equal(h.get_numpy_copy(y), np.full(S, 7.0))
+    assert g.groups == (0, 1) and g.ops == 1
+    x64 = h.get_numpy_copy(x).astype(np.float64)
+    for k in (1, 2):
+        g.replay()
+        h.synchronize_all_streams()
+        np.testing.assert_allclose(h.get_numpy_copy(y), 7.0 + k * x64, rtol=1e-6)
+
+
 def test_events_recorded_inside_have_no_host_state(handler):
     with pytest.raises(CaptureError, match="query"):
         with handler.capture():
