@@ -295,7 +295,11 @@ class Handler(ABC):
         (``allocate``, ``zeros``, ``ones``, ``create_from_numpy``,
         ``create_from_device_array``, ``pin``), waiting on an event recorded
         outside the capture, work on a group that has not forked from the
-        capture, and a second capture.  Allocate the arrays a step needs
+        capture, and a second capture.  A capture belongs to the thread
+        that began it: while it is in progress, any call from another thread
+        that would issue work on the handler, its views or its twins (an op,
+        an event, one of the calls above) raises ``CaptureError`` naming
+        that thread, and does nothing.  Allocate the arrays a step needs
         before capturing it (running it once eagerly does that).  An
         exception inside the ``with`` block discards the recording and
         leaves the handler as it was before the capture.
@@ -331,7 +335,9 @@ class Handler(ABC):
     def _not_capturing(self, op):
         """Raise ``CaptureError`` if a capture is in progress (``op`` waits
         for the device or allocates, which a graph cannot record)."""
-        if self._capture_box[0] is not None:
+        rec = self._capture_box[0]
+        if rec is not None:
+            rec.check_thread(op)   # another thread's call: say so
             raise CaptureError(f"{op} is not allowed inside a capture: it waits for the device "
                                f"or allocates memory; do it before the capture or after a "
                                f"replay", op)

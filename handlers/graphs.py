@@ -10,6 +10,11 @@ belongs to the handler: ``NumpyHandler`` keeps the list of backend calls and
 replays it; ``PyCudaHandler`` turns the same calls into a CUDA graph
 (``handlers.cuda.graph``) that one driver call launches.
 
+A capture belongs to the thread that began it: while it is in progress, a
+call from another thread that would issue work on the handler (or on a twin
+or a view of it) raises ``CaptureError`` at once, before doing anything,
+instead of being recorded into a capture it knows nothing about.
+
 How a capture sees the ops: for its duration every view of the handler gets
 instance attributes that shadow the backend hooks named in :data:`WORK_HOOKS`
 (``_elementwise``, ``_dot``, ...) and the stream-ordering calls.  The public ops
@@ -17,6 +22,7 @@ validate their arguments as always and then reach these, so a bad argument
 raises at capture time, exactly as it would eagerly, and nothing is recorded.
 """
 import sys
+import threading
 import types
 
 #: The backend hooks through which every op that touches arrays issues its
@@ -107,6 +113,7 @@ class Recording:
     def __init__(self, handler, origin):
         self.root = handler._views[0]
         self.origin = origin
+        self.thread = threading.current_thread()   # the only thread it records
         self.groups = {origin}
         self.last_op = {}               # group -> public op of its last work item
         # group -> {group k: how many of k's work items it is ordered after};
@@ -144,7 +151,18 @@ class Recording:
         self.saved = {}
 
     # ------------------------------------------------------------- recording
+    def check_thread(self, op):
+        """Raise ``CaptureError`` if the calling thread is not the one that
+        began the capture: its work would otherwise be recorded, not run."""
+        if threading.current_thread() is not self.thread:
+            raise CaptureError(
+                f"{op}: a capture begun by thread {self.thread.name!r} is in progress on "
+                f"this handler; another thread's op would be recorded into it instead of "
+                f"running, so it is refused (issue it before or after the capture, or on "
+                f"another handler)", op)
+
     def _issue(self, view, op):
+        self.check_thread(op)
         g = view.group
         if g not in self.groups:
             raise CaptureError(
@@ -175,6 +193,7 @@ class Recording:
         record = type(view._views[0]).record_event
 
         def record_event():
+            self.check_thread("record_event")
             g = view.group
             if g not in self.groups:
                 raise CaptureError(f"record_event: stream group {g} is not part of the "
@@ -196,6 +215,7 @@ class Recording:
         wait = type(view._views[0]).wait_event
 
         def wait_event(event):
+            self.check_thread("wait_event")
             if not isinstance(event, CapturedEvent) or event.recording is not self:
                 raise CaptureError("wait_event: the event was recorded outside this capture; "
                                    "inside a capture, wait only on events recorded in it "
@@ -209,6 +229,7 @@ class Recording:
         wait_for = type(view._views[0]).wait_for
 
         def join(other):
+            self.check_thread("wait_for")
             g = getattr(other, "group", None)
             if getattr(other, "_views", None) is view._views and g != view.group \
                     and g not in self.groups:

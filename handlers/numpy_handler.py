@@ -2,10 +2,12 @@
 
 Every op writes into its output with ``out=``.  Where an op needs an
 intermediate (``dot_add_mm``, ``mult_add_tt``, some derivatives), it uses a
-scratch array cached per shape instead of allocating on every call.  Ops run at
-once, which is a valid schedule for every stream group, so events are complete
+scratch array cached per shape and per thread instead of allocating on every
+call.  Ops run at once, which is a valid schedule for every stream group, so events are complete
 when they are recorded.
 """
+import threading
+
 import numpy as np
 
 from . import dtypes
@@ -55,7 +57,8 @@ class NumpyHandler(Handler):
     def __init__(self, dtype=np.float32, seed=None, num_stream_groups=4):
         super().__init__(dtype, seed, num_stream_groups)
         self._rng = np.random.default_rng(seed)
-        self._scratch_cache = {}
+        # Scratch buffers per thread: ops from several threads run at once.
+        self._scratch_local = threading.local()
         # Half formats compute in float32 and round once on store: every work
         # hook runs on this float32 twin, which draws from the same generator
         # (see _widened).  None for float32 and float64.
@@ -78,11 +81,16 @@ class NumpyHandler(Handler):
         np.copyto(dst, src, casting="unsafe")   # beyond dst's range: inf, as on store
 
     def _scratch(self, shape):
-        # One cached buffer per shape; ops run to completion before returning,
-        # so one buffer per shape is never used by two ops at once.
-        buf = self._scratch_cache.get(shape)
+        # One cached buffer per shape and thread: an op runs to completion
+        # before its thread issues the next, so a buffer is never used by two
+        # ops at once (a buffer shared between threads was: wrong results).
+        try:
+            cache = self._scratch_local.cache
+        except AttributeError:
+            cache = self._scratch_local.cache = {}
+        buf = cache.get(shape)
         if buf is None:
-            buf = self._scratch_cache[shape] = np.empty(shape, self.dtype)
+            buf = cache[shape] = np.empty(shape, self.dtype)
         return buf
 
     def _add_product(self, fn, a, b, out):

@@ -18,8 +18,10 @@ scratch workspace; every op of the group runs on it.  A handler works from any
 thread: the device's primary context is made current on a thread at its first
 call.
 """
+import functools
 import math
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -27,6 +29,7 @@ import numpy as np
 from .. import dtypes, optable, shape_rules
 from ..base import Handler
 from ..checks import fail_type
+from ..graphs import WORK_HOOKS
 from . import context as cuda_context
 from . import fused_source, kernel_loader, one_call
 from . import graph as cuda_graph
@@ -168,6 +171,12 @@ class _StreamSlot:
         self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
         self.handle = self.stream.handle   # the driver handle, for _launch_kernel and _ev
         self.event = _ev.new()
+        # Held by every op's Python path for the whole op: an op that issues
+        # several launches through this stream's scratch (a sum in passes, a
+        # half-format product, chunked extrema) must not have another
+        # thread's op queued between them on the same stream.  The compiled
+        # path (one_call) holds the GIL and uses no scratch.
+        self.lock = threading.RLock()
         # cuBLAS's scratch, ours rather than its own, so that it allocates
         # nothing while a graph is being captured.  The GEMM objects of every
         # format on this stream (twins) share it: their calls are stream-ordered.
@@ -413,6 +422,7 @@ class PyCudaHandler(Handler):
         self._max_blocks = 16 * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
+        self._rng_lock = threading.Lock()   # reserves offsets: threads never share draws
         # (kind, format, shapes, params, alignment) -> (cuDNN plan, workspace
         # bytes, engine, its notes), shared by twins (released with the slots)
         self._conv_plans = {}
@@ -431,8 +441,8 @@ class PyCudaHandler(Handler):
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
     _FAMILY = ("blas", "deterministic", "_drv", "_device", "_sms", "_pool", "_slots",
-               "_all_slots", "_max_blocks", "_rng", "_conv_plans", "_pinned", "_uploads",
-               "_free_events", "_resources")
+               "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_pinned",
+               "_uploads", "_free_events", "_resources")
 
     def _bind_format(self):
         """What is this handler's own in its format: kernels, cuBLAS objects
@@ -1383,8 +1393,9 @@ class PyCudaHandler(Handler):
         rec = self._capture_box[0]
         if rec is not None:
             return rec.draw(n), int(rec.backend["rng_cell"])
-        offset = self._rng[1]
-        self._rng[1] += n
+        with self._rng_lock:
+            offset = self._rng[1]
+            self._rng[1] += n
         return offset, 0
 
     def _fill_gaussian(self, mean, std, out):
@@ -1482,10 +1493,12 @@ class PyCudaHandler(Handler):
             _ev.record(s.event, s.handle)
             _ev.wait(origin.handle, s.event)
         if exe.draws:
-            offset = self._rng[1]
+            with self._rng_lock:
+                offset = self._rng[1]
+                self._rng[1] = offset + exe.draws
             if exe.cell_value != offset:   # other random work since the last replay
                 cuda_graph.set_u64(int(exe.cell), offset, exe.stream)
-            self._rng[1] = exe.cell_value = offset + exe.draws
+            exe.cell_value = offset + exe.draws
         cuda_graph.launch(exe.exe, exe.stream)
         if exe.others:
             _ev.record(origin.event, origin.handle)
@@ -1503,3 +1516,18 @@ class PyCudaHandler(Handler):
             m._gemms = [closed] * len(m._gemms)
         for v in self._family_views():
             v._gemm, v._one_call = closed, one_call.Declined()
+
+
+def _whole_on_its_stream(hook):
+    """``hook`` run holding its stream's lock (``_StreamSlot.lock``), so that
+    its launches are not interleaved with another thread's on that stream."""
+    @functools.wraps(hook)
+    def run(self, *args):
+        with self._slot.lock:
+            return hook(self, *args)
+    return run
+
+
+for _name in WORK_HOOKS + ("_is_fully_finite",):
+    setattr(PyCudaHandler, _name, _whole_on_its_stream(getattr(PyCudaHandler, _name)))
+del _name
