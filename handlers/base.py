@@ -46,6 +46,7 @@ from . import dtypes
 from .checks import (
     check_arrays,
     check_shape_arg,
+    check_writable,
     fail_type,
     fail_value,
 )
@@ -104,6 +105,12 @@ class Handler(ABC):
 
     #: The class of arrays this handler accepts and returns.
     array_type = None
+    #: Subclasses of ``array_type`` that ops refuse (their semantics differ:
+    #: ``numpy.matrix`` is always 2-D and multiplies as matrices).
+    refused_array_types = ()
+    #: True where an array of ``array_type`` may be read-only memory: the ops
+    #: then check that their outputs are writeable (before writing any).
+    read_only_arrays = False
     #: The names of the formats this handler holds (``numpy.dtype.name``).
     supported_dtypes = ("float32", "float64")
     #: True where replaying a captured step costs less host time than
@@ -445,6 +452,8 @@ class Handler(ABC):
         """
         self._not_capturing("set_from_numpy")
         check_arrays(self, "set_from_numpy", a)
+        if self.read_only_arrays:
+            check_writable("set_from_numpy", ("a",), a)
         arr = self._host_input("set_from_numpy", arr)
         if arr.shape != a.shape:
             fail_value("set_from_numpy", f"shapes differ: {a.shape} and host {arr.shape}")

@@ -30,6 +30,17 @@ def check_arrays(handler, op, *arrays):
         _check_one(handler, op, a, _own_format)
 
 
+def check_writable(op, names, *arrays):
+    """Raise ValueError naming ``op`` and the output if one of ``arrays``
+    (an op's outputs, named ``names``) is read-only memory: checked with the
+    other rules, so that an op writes none of its outputs when one of them
+    cannot be written."""
+    for name, a in zip(names, arrays):
+        if not a.flags.writeable:
+            fail_value(op, f"{name} (shape {a.shape}) is read-only memory; an op's outputs "
+                           f"must be writeable")
+
+
 def _own_format(handler, op, a):
     dtype = handler.dtype
     if a.dtype is not dtype and a.dtype != dtype:   # identity first: the common case
@@ -46,7 +57,7 @@ def _check_one(handler, op, a, check_format):
     """Array type, then ``check_format(handler, op, a)``, then C-contiguity:
     the full checks, which raise the precise error."""
     array_type = handler.array_type
-    if not isinstance(a, array_type):
+    if not isinstance(a, array_type) or isinstance(a, handler.refused_array_types):
         fail_type(op, f"expected {array_type.__module__}.{array_type.__name__}, "
                       f"got {type(a).__module__}.{type(a).__name__}")
     check_format(handler, op, a)

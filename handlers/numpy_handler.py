@@ -51,6 +51,8 @@ class NumpyHandler(Handler):
     """Handler whose arrays are C-contiguous ``numpy.ndarray`` of ``dtype``."""
 
     array_type = np.ndarray
+    refused_array_types = (np.matrix, np.ma.MaskedArray)
+    read_only_arrays = True   # np.frombuffer over bytes, say
 
     supported_dtypes = ("float32", "float64", "float16", "bfloat16")
 

@@ -49,6 +49,7 @@ from .checks import (
     check_flag,
     check_same_shape,
     check_scalar,
+    check_writable,
     fail_value,
 )
 
@@ -825,6 +826,9 @@ def _method_source(op, checks_only=False):
         pairs = [tuple((at[a], at[b]) for a, b in rule) for rule in (disjoint, exact)]
         body.append(f'self._check_overlaps("{name}", {names!r}, {tuple(pairs[0])!r}, '
                     f'{tuple(pairs[1])!r}, {", ".join(names)})')
+    if op.writes:   # NumpyHandler: an output may be read-only memory
+        body.append(f'if self.read_only_arrays:\n'
+                    f'        check_writable("{name}", {op.writes!r}, {", ".join(op.writes)})')
     if checks_only:
         body.append(f"return ({', '.join(op.params)},)")
     else:
@@ -841,7 +845,7 @@ _INLINE_OVERLAP_CHECKS = 6
 #: parameter must not take one of them (``handlers.fused`` checks its names).
 METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_scalar",
                           "check_flag", "check_arrays", "check_any_format", "check_same_shape",
-                          "fail_value", "bool"})
+                          "check_writable", "fail_value", "bool"})
 
 
 def _method(op, checks_only=False, **extra):
@@ -852,7 +856,8 @@ def _method(op, checks_only=False, **extra):
     namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
                  "check_flag": check_flag, "check_arrays": check_arrays,
                  "check_any_format": check_any_format,
-                 "check_same_shape": check_same_shape, "fail_value": fail_value, **extra}
+                 "check_same_shape": check_same_shape, "check_writable": check_writable,
+                 "fail_value": fail_value, **extra}
     exec(compile(_method_source(op, checks_only), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     if op.kernel and op.numpy:

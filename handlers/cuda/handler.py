@@ -655,6 +655,10 @@ class PyCudaHandler(Handler):
                     raise ValueError(f"{op}: array of shape {shape} with strides "
                                      f"{tuple(strides)} is not C-contiguous")
                 expect *= dim
+        if cai["data"][1]:
+            raise ValueError(f"{op}: the array is read-only (its __cuda_array_interface__ "
+                             f"says so); ops write their outputs in place, so a handler "
+                             f"array must be writeable")
         if cai.get("stream") is not None:
             # The producer names a stream we cannot wait on from pycuda
             # without wrapping it; a device synchronize orders its work first.
