@@ -141,3 +141,76 @@ def test_optimizer_rejects_bad_hyperparameters(handler, cls, kwargs):
     opt = cls(net.parameters)
     with pytest.raises(ValueError):
         opt.lr = -1.0
+
+
+@pytest.mark.parametrize("decoupled", [False, True], ids=["adam", "adamw"])
+def test_adam_update_accepts_zero_lr_and_zero_betas(handler, rng, decoupled):
+    """The edges of the documented ranges are accepted: lr = 0 (p unchanged
+    exactly, the moments and step still advance as the reference says) and
+    beta1 = beta2 = 0 (m = g, v = g * g)."""
+    shape = (3, 7)
+    g, rg = rand_input(handler, shape, rng)
+    m, rm = rand_input(handler, shape, rng)
+    v, rv = rand_input(handler, shape, rng, 0.0, 2.0)
+    p, rp = rand_input(handler, shape, rng)
+    step = handler.create_from_numpy(np.array([2.0]))
+    handler.adam_update(g, 0.0, 0.0, 0.0, 1e-3, 0.1, step, m, v, p, decoupled=decoupled)
+    _, em, ev = adam_ref(rp, rg, rm, rv, 3, 0.0, 0.0, 0.0, 1e-3, 0.1, decoupled)
+    rtol, atol = tol(handler)
+    assert_close(handler, p, rp, rtol=0, atol=0)
+    assert_close(handler, m, em, rtol=rtol, atol=atol)
+    assert_close(handler, v, ev, rtol=rtol, atol=atol)
+    assert_close(handler, step, [3.0], rtol=0, atol=0)
+    lr = handler.create_from_numpy(np.array([0.0]))          # a device lr of 0 too
+    handler.adam_update(g, lr, 0.5, 0.5, 1e-3, 0.0, step, m, v, p, decoupled=decoupled)
+    assert_close(handler, p, rp, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_optimizers_accept_zero_betas_and_zero_lr(handler, rng, cls):
+    """``Adam``/``AdamW`` with betas (0, 0) are accepted and step as the
+    float64 reference; ``lr = 0`` is accepted (at construction and set
+    later) and a step then leaves the parameters exactly as they were."""
+    net = _net(handler, seed=int(rng.integers(2**31)))
+    opt = cls(net.parameters, lr=0.05, betas=(0.0, 0.0), eps=1e-6, weight_decay=0.02)
+    assert opt.betas == (0.0, 0.0)
+    x = handler.create_from_numpy(rand((4, 5), rng))
+    y = handler.create_from_numpy(rand((4, 3), rng))
+    net.train_step(x, y)
+    g = handler.get_numpy_copy(net.grads).astype(np.float64)
+    p = net.parameters.get().astype(np.float64)
+    opt.step()
+    want, _, _ = adam_ref(p, g, 0.0, 0.0, 1, 0.05, 0.0, 0.0, 1e-6, 0.02, cls is AdamW)
+    rtol, atol = tol(handler)
+    np.testing.assert_allclose(net.parameters.get(), want, rtol=rtol * 10, atol=atol * 10)
+    opt.lr = 0.0                                  # set later
+    for still in (opt, cls(net.parameters, lr=0.0)):   # and at construction
+        assert still.lr == 0.0
+        before = net.parameters.get()
+        net.train_step(x, y)
+        still.step()
+        np.testing.assert_array_equal(net.parameters.get(), before)
+
+
+def test_adamw_default_weight_decay_is_one_hundredth(handler, rng):
+    """AdamW's documented default ``weight_decay`` is 0.01: a step with the
+    default equals the float64 reference with 0.01, and differs from a step
+    with decay 0 (same parameters and gradients) by -lr * 0.01 * p."""
+    seed, lr = int(rng.integers(2**31)), 0.1
+    x = handler.create_from_numpy(rand((4, 5), rng))
+    y = handler.create_from_numpy(rand((4, 3), rng))
+    after = []
+    for kwargs in ({}, {"weight_decay": 0.0}):
+        net = _net(handler, seed=seed)
+        opt = AdamW(net.parameters, lr=lr, **kwargs)
+        net.train_step(x, y)
+        g = handler.get_numpy_copy(net.grads).astype(np.float64)
+        p = net.parameters.get().astype(np.float64)
+        opt.step()
+        after.append(net.parameters.get().astype(np.float64))
+    want, _, _ = adam_ref(p, g, 0.0, 0.0, 1, lr, 0.9, 0.999, 1e-8, 0.01, True)
+    rtol, atol = tol(handler)
+    np.testing.assert_allclose(after[0], want, rtol=rtol * 10, atol=atol * 10)
+    ulp = np.finfo(handler.dtype).eps * np.abs(p).max()
+    np.testing.assert_allclose(after[0] - after[1], -lr * 0.01 * p, rtol=0, atol=8 * ulp)
+    assert np.abs(lr * 0.01 * p).max() > 1000 * ulp     # the difference is visible
