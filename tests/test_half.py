@@ -15,6 +15,10 @@ import pytest
 from handlers import DebugHandler, NumpyHandler, dtypes
 from helpers import assert_close, poisoned, rand, upload
 
+#: the tests that take the ``handler`` fixture run on the half-format
+#: configurations too (conftest), not only on the float16/bfloat16 ``h`` below
+HALF_FORMATS = True
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 HALF = {"f16": np.dtype(np.float16), "bf16": BF16}
 
@@ -210,3 +214,41 @@ def test_trainer_bookkeeping_in_a_half_format(h, rng):
         # the epoch loss is the batch-size weighted mean of its steps (16, 16, 16, 2)
         steps = history.step_losses[4 * (e["epoch"] - 1):4 * e["epoch"]]
         assert e["train_loss"] == pytest.approx(np.average(steps, weights=[16, 16, 16, 2]))
+
+
+def test_negative_zero_keeps_its_sign(handler, rng):
+    """-0.0 is stored with its sign bit, in every format (the half ones
+    computing in float32 and rounding back): fill, copy_to, mult_st,
+    mult_tt and add_tt produce -0.0 where IEEE arithmetic in float64 does,
+    also over an array that held +0.0 (the same value, another bit
+    pattern)."""
+    n = 37
+
+    def signs(arr):
+        got = handler.get_numpy_copy(arr).astype(np.float64)
+        assert (got == 0).all()
+        return np.signbit(got)
+
+    neg = handler.zeros((n,))
+    handler.fill(neg, -0.0)
+    assert signs(neg).all()
+    dst = handler.zeros((n,))
+    handler.copy_to(neg, dst)
+    assert signs(dst).all()
+    out = handler.zeros((n,))
+    handler.mult_st(-1.0, handler.zeros((n,)), out)        # -1 * +0
+    assert signs(out).all()
+    out = handler.zeros((n,))
+    handler.mult_st(2.5, neg, out)                         # 2.5 * -0
+    assert signs(out).all()
+    x, x64 = upload(handler, rand((n,), rng))              # both signs, no zeros
+    out = handler.zeros((n,))
+    handler.mult_tt(x, handler.zeros((n,)), out)           # x * +0: the sign of x
+    np.testing.assert_array_equal(signs(out), np.signbit(x64 * 0.0))
+    handler.mult_tt(x, neg, out)                           # x * -0: the other sign
+    np.testing.assert_array_equal(signs(out), np.signbit(x64 * -0.0))
+    out = handler.zeros((n,))
+    handler.add_tt(neg, neg, out)                          # -0 + -0 = -0
+    assert signs(out).all()
+    handler.add_tt(neg, handler.zeros((n,)), out)          # -0 + +0 = +0
+    assert not signs(out).any()
