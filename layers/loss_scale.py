@@ -2,6 +2,7 @@
 on the device (no host read per step)."""
 import numpy as np
 
+from . import interrupts
 from .params import view
 
 
@@ -67,9 +68,12 @@ class LossScaler:
         self.master.scale_finite_t(grads, self._inverse, self.flag)
 
     def step(self, optimizer):
-        """The optimizer's update, gated by ``flag``, then S's update."""
-        optimizer.step(gate=self.flag)
-        self.master.update_loss_scale(self.flag, self._state, self.interval, self.max_scale)
+        """The optimizer's update, gated by ``flag``, then S's update (a
+        Ctrl-C is raised after both: ``layers.interrupts``)."""
+        with interrupts.deferred():
+            optimizer.step(gate=self.flag)
+            self.master.update_loss_scale(self.flag, self._state, self.interval,
+                                          self.max_scale)
 
     def read(self):
         """``(S, steps skipped so far)``, in one host read (waits for the device)."""

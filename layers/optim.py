@@ -3,6 +3,7 @@ import numpy as np
 
 from handlers.optable import check_adam_hyperparameters
 
+from . import interrupts
 from .params import view
 
 
@@ -69,8 +70,14 @@ class SGD:
         (the gradients must be finite: ``scale_finite_t`` sees to it), where
         1 it is the plain step, decided on the device.  Three more small ops
         make the gated scalars -lr * gate, (1 - gate) + gate * momentum and
-        gate, each exact for a gate of 0 or 1.
+        gate, each exact for a gate of 0 or 1.  A Ctrl-C during the step is
+        raised after it (``layers.interrupts``): the velocity and the
+        parameters never disagree.
         """
+        with interrupts.deferred():
+            self._step(gate)
+
+    def _step(self, gate):
         h, p = self.parameters.h, self.parameters
         if gate is None:
             h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
@@ -157,12 +164,15 @@ class Adam:
 
         ``gate`` (a one-element array of the handler, e.g. a
         ``LossScaler``'s flag): where it holds 0 nothing changes, not even
-        the step count (``adam_update``'s gate), decided on the device."""
+        the step count (``adam_update``'s gate), decided on the device.  A
+        Ctrl-C during the step is raised after it (``layers.interrupts``):
+        the moments, the step count and the parameters never disagree."""
         h, p = self.parameters.h, self.parameters
         beta1, beta2 = self.betas
-        h.adam_update(p.grads, self._lr_dev, beta1, beta2, self.eps, self.weight_decay,
-                      self._steps, self.m, self.v, p.params, decoupled=self.decoupled,
-                      gate=1.0 if gate is None else gate)
+        with interrupts.deferred():
+            h.adam_update(p.grads, self._lr_dev, beta1, beta2, self.eps, self.weight_decay,
+                          self._steps, self.m, self.v, p.params, decoupled=self.decoupled,
+                          gate=1.0 if gate is None else gate)
 
 
 class AdamW(Adam):

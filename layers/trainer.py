@@ -22,6 +22,7 @@ import numpy as np
 
 from handlers import CaptureError, dtypes
 
+from . import interrupts
 from .data_parallel import data_parallel_for
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
@@ -334,8 +335,14 @@ class Trainer:
         is called with each epoch's dict (e.g. to print it).  Everything is
         checked before the first step (see the class docstring); a loss that
         becomes non-finite raises ``NonFiniteLossError`` (or skips the step,
-        with ``on_nonfinite="skip"``).
+        with ``on_nonfinite="skip"``).  Ctrl-C (``KeyboardInterrupt``) stops
+        it between two steps, never inside one, so the parameters and the
+        optimizer's state are those of the last whole step.
         """
+        with interrupts.deferred() as held:
+            return self._fit(x, y, epochs, eval_data, on_epoch, held)
+
+    def _fit(self, x, y, epochs, eval_data, on_epoch, held):
         epochs = _check_int("epochs", epochs, 0)
         x, y = self._prepare("Trainer.fit", x, y)
         if eval_data is not None:
@@ -370,6 +377,8 @@ class Trainer:
                         self._dp.set_batch(sizes[i])
                     if not self._step(xb, yb, slots[i]):   # the loss stays on the device
                         skipped.append(i)
+                    if held is not None:
+                        held.take()            # a Ctrl-C, now that the step is whole
                     if self._dp is not None:
                         self._dp.step_issued()
                     if (i + 1) % self.check_every == 0:
@@ -409,6 +418,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}")
                 if on_epoch is not None:
                     on_epoch(record)
+                if held is not None:
+                    held.take()
         finally:
             if bar is not None:
                 bar.close()
