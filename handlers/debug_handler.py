@@ -15,7 +15,8 @@
   between.  Views that overlap count as the same memory;
 * with ``check_finite=True``, NaN and Inf: inputs before each op and outputs
   after it, raising ``FloatingPointError`` that names the op that produced the
-  first non-finite value (or the op it came into).
+  first non-finite value (or the op it came into).  Each array is checked by
+  a handler of its own format (``cast_t``'s source may be a twin's array).
 
 The hazard tracker models the contract, not one implementation: on
 ``NumpyHandler``, where every schedule is trivially correct, it reports the
@@ -632,17 +633,18 @@ class DebugHandler:
             self._check_finite(name, [(n, bound[n]) for n in reads], produced=False)
             # Outputs are untouched when an op raises: keep a device copy of
             # each one to put back if the op produces NaN or Inf.
-            keep = [(bound[n], self._inner.allocate(bound[n].shape)) for n in spec.writes]
-            for a, copy in keep:
-                self._inner.copy_to(a, copy)
+            keep = [(bound[n], self._format_of(bound[n])) for n in spec.writes]
+            keep = [(a, fh, fh.allocate(a.shape)) for a, fh in keep]
+            for a, fh, copy in keep:
+                fh.copy_to(a, copy)
         result = inner_op(*args, **kwargs)
         tracker.commit(name, self.group, accesses)
         if finite:
             try:
                 self._check_finite(name, [(n, bound[n]) for n in spec.writes], produced=True)
             except FloatingPointError:
-                for a, copy in keep:
-                    self._inner.copy_to(copy, a)
+                for a, fh, copy in keep:
+                    fh.copy_to(copy, a)
                 raise
         return result
 
@@ -666,13 +668,20 @@ class DebugHandler:
                         f"(shape {shape}); {out} may be {n} itself, but a partial "
                         f"overlap is undefined")
 
+    def _format_of(self, a):
+        """The inner handler, or its twin of ``a``'s format where that differs
+        (``cast_t``'s source, an array of a twin): an array is checked and
+        copied by a handler of its own format, on this view's group."""
+        inner = self._inner
+        return inner if a.dtype == inner.dtype else inner.twin(a.dtype)
+
     def _check_finite(self, name, arrays, produced):
         # is_fully_finite runs on this view's group, after the op (or before
         # it, on inputs the hazard check found ready here), so it sees the
         # values the op saw.  It is deliberately not an ordering point for the
         # tracker: turning the flag on must not hide a hazard.
         for n, a in arrays:
-            if not self._inner.is_fully_finite(a):
+            if not self._format_of(a).is_fully_finite(a):
                 shape = tuple(a.shape)
                 if produced:
                     raise FloatingPointError(

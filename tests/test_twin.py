@@ -177,3 +177,49 @@ def test_a_capture_records_the_work_of_every_twin(handler, rng):
     g.replay()
     want = _reference(4 * held, others[0], handler.dtype)
     _same(handler.get_numpy_copy(dst), want)
+
+
+def test_debug_handler_checks_each_array_in_the_format_of_its_twin(make_handler, handler_id,
+                                                                    rng):
+    """DebugHandler(check_finite=True) checks each array with the handler of
+    its own format: cast_t runs both ways between twins and a small Trainer
+    fit runs in mixed precision (bfloat16 over a float32/float64 master; a
+    half handler's network in its own format, whose loss computes on the
+    float32 twin); a NaN made in either format, or brought into a cast from
+    the other one, is still reported."""
+    from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh, Trainer
+    h = make_handler(handler_id, seed=0)
+    half = dtypes.is_half(h.dtype)
+    other = np.dtype(np.float32) if half else dtypes.resolve("bfloat16")
+    _twin_or_skip(h, other)
+    debug = DebugHandler(h, check_finite=True)
+    tw = debug.twin(other)
+    values = rand(S, rng, -3.0, 3.0)
+    a, b, c = debug.create_from_numpy(values), tw.allocate(S), debug.allocate(S)
+    tw.cast_t(a, b)                        # into the other format and back
+    debug.cast_t(b, c)
+    held = _reference(values, h.dtype, other).astype(np.float64)
+    _same(tw.get_numpy_copy(b), _reference(values, h.dtype, other))
+    _same(debug.get_numpy_copy(c), _reference(held, other, h.dtype))
+    for hh in (debug, tw):                 # a NaN produced in either format
+        with pytest.raises(FloatingPointError, match="log_t on stream group 0 produced"):
+            hh.log_t(hh.create_from_numpy(np.full(S, -1.0)), hh.allocate(S))
+    tw.inner.fill(b, float("nan"))         # from outside, read by a cast from the twin
+    with pytest.raises(FloatingPointError, match=r"input to op cast_t: src"):
+        debug.cast_t(b, c)
+    _same(debug.get_numpy_copy(c), _reference(held, other, h.dtype))   # c untouched
+    f16 = debug.twin("float16")
+    src = (tw if h.dtype == np.float16 else debug).create_from_numpy(np.full(S, 1e5))
+    with pytest.raises(FloatingPointError, match="cast_t on stream group 0 produced"):
+        f16.cast_t(src, f16.allocate(S))   # past float16's range: inf
+    centers = rng.normal(0.0, 1.0, (3, 6))
+    labels = rng.integers(0, 3, 120)
+    x = centers[labels] + rng.normal(0.0, 0.5, (120, 6))
+    net = Sequential(debug, [FullyConnected(6, 16), Tanh(), FullyConnected(16, 3)],
+                     SoftmaxCrossEntropy(), seed=0)
+    tr = Trainer(net, SGD(net.parameters, lr=0.1), batch_size=20, progress=False,
+                 graph=False, precision=None if half else "bf16")
+    assert net.h.dtype == (h.dtype if half else other)
+    history = tr.fit(x, labels, 3)
+    assert np.isfinite(history.step_losses).all()
+    assert history.train_loss[-1] < history.train_loss[0]
