@@ -51,6 +51,8 @@ CASES = {
                                                       graph=True, optimizer="adam")),
     # batches of 5 (shards 2 and 3), 11 samples: the last batch of 1 leaves rank 0 empty
     "mlp-f64-tiny": ("mlp", np.float64, dict(batch_size=5, n=11)),
+    # each rank's trainer seeded differently: rank 0's shuffling must win
+    "mlp-f64-rank-seeds": ("mlp", np.float64, dict(batch_size=16, n=70, rank_seeds=True)),
     "lstm-f64": ("lstm", np.float64, dict(batch_size=8, n=37, bucket_bytes=64)),
     "lstm-f32": ("lstm", np.float32, dict(batch_size=8, n=37)),
     # bfloat16 compute, float32 master: the all-reduces start after backward's cast
@@ -107,7 +109,10 @@ def train(case, data_parallel, gpu=False):
         net.mixed_precision(opts["precision"])   # before DataParallel, which follows it
     if data_parallel and "bucket_bytes" in opts:
         dp = DataParallel(net, bucket_bytes=opts["bucket_bytes"])
-    trainer = Trainer(net, opt, batch_size=opts["batch_size"], batch_axis=axis, seed=7,
+    # The reference (one process) and rank 0 shuffle with seed 7; with
+    # rank_seeds the other ranks are given other seeds, which must not matter.
+    seed = 7 + 1000 * rank() if data_parallel and opts.get("rank_seeds") else 7
+    trainer = Trainer(net, opt, batch_size=opts["batch_size"], batch_axis=axis, seed=seed,
                       progress=False, graph=opts.get("graph"),
                       precision=opts.get("precision"), data_parallel=dp)
     history = trainer.fit(x, y, EPOCHS)

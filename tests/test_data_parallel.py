@@ -105,6 +105,19 @@ def test_two_ranks_match_one_process(case, trained):
     check_against_one_process(case, trained, gpu=False)
 
 
+def test_ranks_shuffle_as_rank_0_whatever_their_seeds(trained):
+    """Ranks whose trainers were given different seeds still shuffle every
+    epoch identically, as rank 0 (the trainer takes rank 0's generator
+    state): both ranks match one process trained with rank 0's seed, which
+    they could not if each shuffled with its own."""
+    opts = dp_worker.CASES["mlp-f64-rank-seeds"][2]
+    n = opts["n"]
+    assert opts["rank_seeds"]
+    assert not np.array_equal(np.random.default_rng(7).permutation(n),
+                              np.random.default_rng(1007).permutation(n))   # the premise
+    check_against_one_process("mlp-f64-rank-seeds", trained, gpu=False)
+
+
 def two_gpus_or_skip():
     """Skip unless pycuda, nccl4py and two GPUs are here."""
     for module, what in (("pycuda", "pycuda"), ("nccl", "nccl4py")):
@@ -317,6 +330,50 @@ def test_buckets_follow_backward_and_the_parameters_are_broadcast():
     group.log.clear()
     dp.train_step(h.create_from_numpy(np.ones((4, 4))), h.create_from_numpy(np.zeros((4, 1))))
     assert group.log == [("allreduce", 2, r.size) for r in dp.buckets] + [("allreduce", 2, 1)]
+
+
+def test_a_bucket_of_exactly_one_layers_size_holds_that_layer_alone():
+    """``bucket_bytes`` equal to the last layer's gradient bytes closes a
+    bucket at that layer (a region of ``bucket_bytes`` or more), not one
+    layer later: one region per layer here, each all-reduced once, in
+    backward's order."""
+    h = NumpyHandler(np.float64, num_stream_groups=3)
+    net = Sequential(h, [FullyConnected(4, 6), Tanh(), FullyConnected(6, 20), Tanh(),
+                         FullyConnected(20, 3)], SoftmaxCrossEntropy(), seed=0)
+    starts = sorted({min(off for lay, _, off, _ in net.parameters.entries if lay is layer)
+                     for layer, _, _, _ in net.parameters.entries})
+    regions = [b - a for a, b in zip(starts, starts[1:] + [net.parameters.size])]
+    assert regions[2] < regions[1]     # the last layer's region is the smallest of the two
+    group = FakeGroup(0, 2)
+    dp = DataParallel(net, process_group=group, bucket_bytes=regions[2] * 8)
+    assert [r.size for r in dp.buckets] == regions[::-1]
+    group.log.clear()
+    dp.train_step(h.create_from_numpy(np.ones((4, 4))), h.create_from_numpy(np.zeros((4, 1))))
+    assert group.log == [("allreduce", 2, n) for n in regions[::-1]] + [("allreduce", 2, 1)]
+
+
+@pytest.fixture
+def fresh_groups(no_launcher, monkeypatch):
+    """process_group's cache emptied for the test (and put back after)."""
+    monkeypatch.setattr(process_group, "_groups", {})
+    monkeypatch.delenv("STREAMHANDLERS_TIMEOUT", raising=False)
+
+
+def test_a_later_process_group_call_with_a_timeout_sets_it(fresh_groups):
+    """``process_group`` returns the one cached group, and a timeout given to
+    a later call becomes that group's; a call without one keeps it."""
+    h = NumpyHandler(np.float64)
+    first = process_group.process_group(h)
+    assert first.timeout == process_group.DEFAULT_TIMEOUT
+    second = process_group.process_group(h, timeout=7)
+    assert second is first and first.timeout == 7.0
+    assert process_group.process_group(h, timeout=2.5).timeout == 2.5
+    third = process_group.process_group(h)
+    assert third is first and first.timeout == 2.5
+    assert process_group.process_group(None).timeout == 2.5   # host collectives: the same
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        process_group.process_group(h, timeout=0)
+    assert first.timeout == 2.5
 
 
 @pytest.mark.parametrize("other_overflowed", [False, True])
