@@ -162,6 +162,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.timeout(400)   # beyond the subprocess's own 300 s limit
 def test_the_launch_path_runs_ops_correctly():
     _gpu_or_skip()
     env = dict(os.environ)

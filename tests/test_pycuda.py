@@ -155,6 +155,7 @@ def test_torch_and_cupy_in_same_process(gpu):
     np.testing.assert_allclose(gpu.get_numpy_copy(s), (a @ b).sum(0), rtol=1e-12, atol=1e-11)
 
 
+@pytest.mark.timeout(400)   # beyond the subprocess's own 300 s limit
 def test_subprocess_exits_cleanly(gpu):
     code = textwrap.dedent("""
         import numpy as np
@@ -180,6 +181,7 @@ def test_subprocess_exits_cleanly(gpu):
     assert proc.stderr == "", proc.stderr
 
 
+@pytest.mark.timeout(400)   # beyond the subprocess's own 300 s limit
 def test_arrays_collected_on_another_thread_do_not_abort(gpu):
     # An array in a reference cycle is freed wherever the garbage collector
     # runs.  A pycuda pool that receives a block while holding none needs the
