@@ -4,9 +4,13 @@ Each check runs before an op touches memory, so a failing op leaves its outputs
 untouched.  Messages name the op and the offending shapes.  The checks are plain
 attribute comparisons (no array traversal), so they cost about a microsecond.
 """
+import math
 import numbers
 
 import numpy as np
+
+#: The most bytes an array can span: the largest signed 64-bit size.
+MAX_ARRAY_BYTES = 2**63 - 1
 
 
 def fail_type(op, msg):
@@ -146,8 +150,14 @@ def normalize_axis(op, axis, ndim):
     return int(axis) % ndim
 
 
-def check_shape_arg(op, shape):
-    """Normalise a shape argument (int or tuple of non-negative ints)."""
+def check_shape_arg(op, shape, itemsize=None):
+    """Normalise a shape argument (int or tuple of non-negative ints).
+
+    With ``itemsize`` (the allocators: bytes per element), also raise
+    ValueError naming the shape and the bytes when the array would span
+    more than :data:`MAX_ARRAY_BYTES`, which no machine can allocate (and
+    which would overflow a size in C); a smaller array too big for the
+    memory at hand is the backend's ``MemoryError``."""
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (int(shape),)
     try:
@@ -160,4 +170,22 @@ def check_shape_arg(op, shape):
     shape = tuple(int(s) for s in dims)
     if any(s < 0 for s in shape):
         fail_value(op, f"shape {shape} has a negative dimension")
+    if itemsize is not None:
+        n = math.prod(shape)
+        if n * itemsize > MAX_ARRAY_BYTES:
+            fail_value(op, f"{n} elements of {itemsize} bytes need {n * itemsize} bytes, more "
+                           f"than any array can span (2**63 - 1 bytes), got shape {shape}")
     return shape
+
+
+def check_real(op, name, value):
+    """``value`` as a Python float if it is a real number (as
+    :func:`check_scalar` takes them: int, float, NumPy's, a 0-d real
+    array; never a bool), else TypeError naming ``op``, ``name``, the type
+    and the value.  NaN and inf pass: the caller's range test refuses them
+    (written as "not in range", which NaN fails)."""
+    try:
+        return check_scalar(op, name, value)
+    except TypeError:
+        pass
+    fail_type(op, f"{name} must be a real number, got {type(value).__name__} {value!r}")

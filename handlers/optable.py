@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 
 import numpy as np
 
@@ -243,7 +244,17 @@ def _where(h, cond, a, b, out):
         np.copyto(out, a, where=pick)
 
 
+# The scalar rules (``Op.check``).  They run on Python floats and are written
+# so that NaN fails them: every comparison with NaN is False, so each test is
+# phrased as "not (good range)", never as "bad value".
+_INF = math.inf
+
+
 def _clip_rule(a_min, a_max):
+    for name, bound in (("a_min", a_min), ("a_max", a_max)):
+        if bound != bound:
+            fail_value("clip_t", f"{name} must be a number (-inf and inf allowed), not NaN, "
+                                 f"got {bound}")
     if a_min > a_max:
         fail_value("clip_t", f"a_min {a_min} is greater than a_max {a_max}")
 
@@ -257,42 +268,54 @@ empty.  ``out`` must not overlap ``a``."""
 
 def check_adam_hyperparameters(op, beta1, beta2, eps, weight_decay):
     """Raise ValueError naming ``op`` unless 0 <= beta1, beta2 < 1, eps > 0
-    and weight_decay >= 0: ``adam_update``'s rule, which the optimizers
-    (``layers.Adam``) apply at construction too."""
+    and weight_decay >= 0, eps and weight_decay finite (NaN fails every
+    test): ``adam_update``'s rule, which the optimizers (``layers.Adam``)
+    apply at construction too.  The arguments are floats."""
     for name, beta in (("beta1", beta1), ("beta2", beta2)):
         if not 0.0 <= beta < 1.0:
             fail_value(op, f"{name} must be in [0, 1), got {beta}")
-    if not eps > 0.0:
-        fail_value(op, f"eps must be > 0, got {eps}")
-    if not weight_decay >= 0.0:
-        fail_value(op, f"weight_decay must be >= 0, got {weight_decay}")
+    if not 0.0 < eps < _INF:
+        fail_value(op, f"eps must be finite and > 0, got {eps}")
+    if not 0.0 <= weight_decay < _INF:
+        fail_value(op, f"weight_decay must be finite and >= 0, got {weight_decay}")
 
 
 def _adam_rule(lr, beta1, beta2, eps, weight_decay, gate):
     # lr and gate as device scalars are checked by whoever fills them (the
     # optimizers, the loss scaling).
-    if type(lr) is float and lr < 0.0:
-        fail_value("adam_update", f"lr must be >= 0, got {lr}")
-    if type(gate) is float and not np.isfinite(gate):
+    if type(lr) is float and not 0.0 <= lr < _INF:
+        fail_value("adam_update", f"lr must be finite and >= 0, got {lr}")
+    if type(gate) is float and not -_INF < gate < _INF:
         fail_value("adam_update", f"gate must be finite, got {gate}")
     check_adam_hyperparameters("adam_update", beta1, beta2, eps, weight_decay)
 
 
+def _factor_rule(factor):
+    # A device-scalar factor is checked by whoever fills it (the loss scaling).
+    if type(factor) is float and not -_INF < factor < _INF:
+        fail_value("scale_finite_t", f"factor must be finite, got {factor}")
+
+
 def _loss_scale_rule(interval, max_scale):
-    if interval < 1 or interval != int(interval):
-        fail_value("update_loss_scale", f"interval must be an int >= 1, got {interval}")
-    if not max_scale > 0.0:   # NaN fails too
-        fail_value("update_loss_scale", f"max_scale must be > 0, got {max_scale}")
+    # Finite first: int() of NaN or inf would raise its own, unrelated error.
+    if not 1.0 <= interval < _INF or interval != int(interval):
+        fail_value("update_loss_scale", f"interval must be a finite whole number >= 1, "
+                                        f"got {interval}")
+    if not 0.0 < max_scale < _INF:
+        fail_value("update_loss_scale", f"max_scale must be finite and > 0 (a scale that "
+                                        f"reached inf would stay inf), got {max_scale}")
 
 
 def _eps_rule(eps):
-    if not eps >= 0.0:   # NaN fails too
-        fail_value("normalize_rows_m", f"eps must be >= 0, got {eps}")
+    if not 0.0 <= eps < _INF:
+        fail_value("normalize_rows_m", f"eps must be finite and >= 0, got {eps}")
 
 
 def _std_rule(mean, std):
-    if std < 0:
-        fail_value("fill_gaussian", f"std must be >= 0, got {std}")
+    if not -_INF < mean < _INF:
+        fail_value("fill_gaussian", f"mean must be finite, got {mean}")
+    if not 0.0 <= std < _INF:
+        fail_value("fill_gaussian", f"std must be finite and >= 0, got {std}")
 
 
 def _p_rule(p):
@@ -400,23 +423,27 @@ OPS = {op.name: op for op in [
         * p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
 
         g, m, v and p have one shape; no output overlaps another or g.  ``lr``
-        is a number >= 0 or a device scalar (read when the op runs, so a
-        replayed graph sees its current value); 0 <= beta1, beta2 < 1, eps >
-        0, weight_decay >= 0.  Because step lives on the device, a captured
+        is a finite number >= 0 or a device scalar (read when the op runs, so
+        a replayed graph sees its current value; whoever fills it checks it,
+        as ``layers.Adam`` does); 0 <= beta1, beta2 < 1, eps > 0,
+        weight_decay >= 0, eps and weight_decay finite.  A scalar out of its
+        range, NaN or infinite raises ValueError before anything is written.
+        Because step lives on the device, a captured
         step replays with the right bias corrections.  ``step`` holds t in the
         handler's dtype: exact up to 2^24 steps in float32.
 
-        ``gate`` (a number or a device scalar, 1 by default): where it is 0
+        ``gate`` (a finite number or a device scalar, 1 by default): where it is 0
         the op changes nothing, not even ``step`` (a skipped step: mixed
         precision's loss scaling passes ``scale_finite_t``'s flag, so that
         no host read decides)."""),
-    _op("scale_finite_t", "a+= $factor flag=", shape=rules.scale_finite_t,
+    _op("scale_finite_t", "a+= $factor flag=", shape=rules.scale_finite_t, check=_factor_rule,
         call="_scale_finite(a, factor, flag)",
         doc="""Unscale gradients and check them, on the device, in one pass.
 
         ``flag`` (one element) becomes 1 if every element of ``a`` is
         finite, else 0; then each finite element of ``a`` is multiplied by
-        ``factor`` (a number or a device scalar) and each NaN or infinite
+        ``factor`` (a finite number, ValueError otherwise, or a device
+        scalar, which its filler checks) and each NaN or infinite
         one becomes 0, so that an update gated by ``flag`` (``adam_update``'s
         ``gate``) reads finite values either way.  ``flag`` must not overlap
         ``a``, nor ``factor`` either of them."""),
@@ -429,10 +456,12 @@ OPS = {op.name: op for op in [
         finite steps in a row and the number of steps skipped.  ``flag`` (one
         element, ``scale_finite_t``'s) 0: the scale halves, the streak
         restarts at 0 and the skipped count grows by one.  Otherwise the
-        streak grows by one, and when it reaches ``interval`` (an int >= 1)
-        the scale doubles, up to ``max_scale`` (> 0), and the streak
-        restarts.  The inverse is then 1 / scale, rounded once.  ``flag``
-        must not overlap ``state``."""),
+        streak grows by one, and when it reaches ``interval`` (a whole number
+        >= 1, finite) the scale doubles, up to ``max_scale`` (finite and > 0:
+        a scale that reached inf would stay inf, as halving inf gives inf),
+        and the streak restarts.  The inverse is then 1 / scale, rounded
+        once.  A NaN or infinite interval or max_scale raises ValueError.
+        ``flag`` must not overlap ``state``."""),
     _op("sum_t", "a @axis out=", disjoint=("a",), shape=rules.reduction("sum_t"), gives="axis",
         call="_sum_t(a, axis, out)",
         doc="""Sum ``a`` (rank >= 1) over ``axis`` into ``out``.
@@ -499,7 +528,8 @@ OPS = {op.name: op for op in [
        "out = exp(a)."),
     ew("clip_t", "a #a_min #a_max out=", "clip",
        lambda h, a, a_min, a_max, out: np.clip(a, a_min, a_max, out=out),
-       "out = min(max(a, a_min), a_max); requires a_min <= a_max.", check=_clip_rule),
+       "out = min(max(a, a_min), a_max); requires a_min <= a_max, neither NaN (either may "
+       "be infinite: a one-sided clip).", check=_clip_rule),
     # ---------------------------------------------------------------- activations
     ew("sigmoid", "x y=", "unary_sigmoid", _sigmoid, "y = 1 / (1 + exp(-x))."),
     ew("tanh", "x y=", "unary_tanh", lambda h, x, y: np.tanh(x, out=y), "y = tanh(x)."),
@@ -600,7 +630,8 @@ OPS = {op.name: op for op in [
         shape=rules.normalize_rows_m, call="_normalize_rows(x, eps, xhat, rstd)",
         doc="""Normalize each row of ``x`` (n, d), d >= 1: rstd = 1 / sqrt(var + eps)
         and xhat = (x - mean) * rstd, the mean and the (biased) variance taken
-        over the row.  ``rstd`` is (n, 1), ``xhat`` has ``x``'s shape; eps >= 0.
+        over the row.  ``rstd`` is (n, 1), ``xhat`` has ``x``'s shape; eps >= 0,
+        finite (ValueError otherwise, NaN included).
         Layer normalization's forward pass, before its gain and bias.  The
         outputs must not overlap ``x`` or each other."""),
     _op("normalize_rows_backward_m", "xhat rstd g dx=", disjoint=("xhat", "rstd", "g"),
@@ -632,7 +663,9 @@ OPS = {op.name: op for op in [
         before it on this group (like any read on this group), has finished."""),
     _op("fill_gaussian", "#mean #std out=", shape="any", check=_std_rule,
         call="_fill_gaussian(mean, std, out)",
-        doc="Fill out with samples from a normal distribution (mean, std >= 0)."),
+        doc="""Fill out with samples from a normal distribution of mean ``mean``
+        and standard deviation ``std``: mean finite, std finite and >= 0
+        (ValueError otherwise, NaN included)."""),
     _op("generate_probability_mask", "mask= #p", shape="any", check=_p_rule,
         call="_probability_mask(mask, p)",
         doc="Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."),

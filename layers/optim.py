@@ -1,10 +1,43 @@
-"""Optimizers on the flat buffers: ``SGD`` with momentum, ``Adam`` and ``AdamW``."""
+"""Optimizers on the flat buffers: ``SGD`` with momentum, ``Adam`` and ``AdamW``.
+
+Every hyperparameter is checked before anything is written, at construction
+and by each setter (a schedule's new ``lr``): a wrong type raises TypeError,
+a value out of range, NaN or infinite ValueError, naming the optimizer, the
+hyperparameter and the value.  The device scalars the steps read are filled
+only from checked values, so a NaN rate never reaches the parameters.
+"""
+import math
+
 import numpy as np
 
+from handlers.checks import check_real
 from handlers.optable import check_adam_hyperparameters
 
 from . import interrupts
-from .params import view
+from .params import ParameterSet, view
+
+
+def _parameter_set(owner, parameters):
+    """``parameters`` if it is a ``ParameterSet``, else TypeError naming ``owner``."""
+    if not isinstance(parameters, ParameterSet):
+        raise TypeError(f"{owner}: parameters must be a ParameterSet (net.parameters), "
+                        f"got {type(parameters).__name__}")
+    return parameters
+
+
+def _rate(owner, value):
+    """A learning rate: a real number, finite and >= 0 (NaN fails), as a float."""
+    lr = check_real(owner, "lr", value)
+    if not 0.0 <= lr < math.inf:
+        raise ValueError(f"{owner}: lr must be finite and >= 0, got {value!r}")
+    return lr
+
+
+def _momentum(value):
+    m = check_real("SGD", "momentum", value)
+    if not 0.0 <= m < 1.0:   # NaN fails too
+        raise ValueError(f"SGD: momentum must be in [0, 1), got {value!r}")
+    return m
 
 
 class SGD:
@@ -22,12 +55,17 @@ class SGD:
 
     Args:
         parameters: a ``ParameterSet`` (``net.parameters``).
-        lr: learning rate.
+        lr: learning rate, a finite number >= 0.
         momentum: in [0, 1).
+
+    Raises TypeError for a non-number (or parameters that are not a
+    ``ParameterSet``) and ValueError for a value out of range, NaN or
+    infinite, before anything is allocated or written; the setters too.
     """
 
     def __init__(self, parameters, lr=0.1, momentum=0.9):
-        self.parameters = parameters
+        self.parameters = _parameter_set("SGD", parameters)
+        lr, momentum = _rate("SGD", lr), _momentum(momentum)
         h = parameters.h
         # The device scalars: -lr, momentum, 1.  Times a gate, plus (0, 1 -
         # gate, 0), they are a gated step's (step(gate=...)).
@@ -42,13 +80,14 @@ class SGD:
 
     @property
     def lr(self):
-        """The learning rate."""
+        """The learning rate, finite and >= 0 (checked when set)."""
         return self._lr
 
     @lr.setter
     def lr(self, value):
-        self._lr = float(value)
-        self.parameters.h.fill(self._neg_lr, -self._lr)
+        lr = _rate("SGD", value)   # checked before the device scalar is filled
+        self.parameters.h.fill(self._neg_lr, -lr)
+        self._lr = lr
 
     @property
     def momentum(self):
@@ -57,10 +96,9 @@ class SGD:
 
     @momentum.setter
     def momentum(self, value):
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"SGD: momentum must be in [0, 1), got {value}")
-        self._mom = float(value)
-        self.parameters.h.fill(self._momentum, self._mom)
+        momentum = _momentum(value)
+        self.parameters.h.fill(self._momentum, momentum)
+        self._mom = momentum
 
     def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.
@@ -111,12 +149,15 @@ class Adam:
 
     Args:
         parameters: a ``ParameterSet`` (``net.parameters``).
-        lr: learning rate, >= 0.
+        lr: learning rate, finite and >= 0.
         betas: (beta1, beta2), each in [0, 1).
-        eps: > 0, added after the square root.
-        weight_decay: >= 0.
+        eps: finite and > 0, added after the square root.
+        weight_decay: finite and >= 0.
 
-    Raises ValueError for a hyperparameter out of range.
+    Raises ValueError for a hyperparameter out of range, NaN or infinite (or
+    betas that are not a pair) and TypeError for one that is not a real
+    number (or parameters that are not a ``ParameterSet``), before anything
+    is allocated or written; the ``lr`` setter too.
     """
 
     #: AdamW's decoupled weight decay instead of Adam's L2 term
@@ -124,14 +165,18 @@ class Adam:
 
     def __init__(self, parameters, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         name = type(self).__name__
+        self.parameters = _parameter_set(name, parameters)
         try:
-            beta1, beta2 = (float(b) for b in betas)
+            beta1, beta2 = betas
         except (TypeError, ValueError):
             raise ValueError(f"{name}: betas must be a pair of numbers, got {betas!r}") from None
-        check_adam_hyperparameters(name, beta1, beta2, float(eps), float(weight_decay))
-        self.parameters = parameters
-        self.betas, self.eps = (beta1, beta2), float(eps)
-        self.weight_decay = float(weight_decay)
+        beta1, beta2 = check_real(name, "beta1", beta1), check_real(name, "beta2", beta2)
+        eps, weight_decay = check_real(name, "eps", eps), check_real(name, "weight_decay",
+                                                                     weight_decay)
+        check_adam_hyperparameters(name, beta1, beta2, eps, weight_decay)
+        lr = _rate(name, lr)
+        self.betas, self.eps = (beta1, beta2), eps
+        self.weight_decay = weight_decay
         h = parameters.h
         self._state = h.zeros((2,))      # lr, steps taken (both read by the update kernel)
         self._lr_dev = view(h, self._state, 0, (1,))
@@ -143,16 +188,14 @@ class Adam:
 
     @property
     def lr(self):
-        """The learning rate, >= 0."""
+        """The learning rate, finite and >= 0 (checked when set)."""
         return self._lr
 
     @lr.setter
     def lr(self, value):
-        value = float(value)
-        if not value >= 0.0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {value}")
-        self._lr = value
-        self.parameters.h.fill(self._lr_dev, value)
+        lr = _rate(type(self).__name__, value)   # checked before the device scalar is filled
+        self.parameters.h.fill(self._lr_dev, lr)
+        self._lr = lr
 
     @property
     def steps(self):

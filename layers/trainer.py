@@ -179,8 +179,8 @@ class Trainer:
             (nor the optimizer's state) and is listed in
             ``History.skipped_steps``; this reads two flags from the device
             on every step (a host sync per step) and so cannot be captured
-            (``graph=True`` raises ValueError).  Non-finite parameters (e.g.
-            ``lr=nan``) still raise.
+            (``graph=True`` raises ValueError).  Non-finite parameters (an
+            update that overflows, say) still raise.
         precision: None (default) trains in the network's format; "bf16"
             (or "bfloat16") trains in mixed precision: the network computes
             in bfloat16 on ``h.twin("bfloat16")`` while its parameters stay

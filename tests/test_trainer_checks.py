@@ -12,6 +12,8 @@ import pytest
 from layers import (
     LSTM,
     SGD,
+    Adam,
+    AdamW,
     FullyConnected,
     Layer,
     NonFiniteLossError,
@@ -21,6 +23,8 @@ from layers import (
     Tanh,
     Trainer,
 )
+
+NAN, INF = float("nan"), float("inf")
 
 
 def mlp(h, seed=0, first=()):
@@ -109,6 +113,19 @@ def poisoned_net(h, at):
     net = mlp(h, first=[poison])
     poison.net = net
     return net, poison
+
+
+class NanUpdate:
+    """An optimizer whose every update turns the parameters to NaN while the
+    loss and the gradients stay finite: what ``SGD(lr=nan)`` did before SGD
+    refused a NaN rate."""
+
+    def __init__(self, parameters):
+        self.parameters = parameters
+
+    def step(self, gate=None):
+        p = self.parameters.params
+        self.parameters.h.mult_st(NAN, p, p)
 
 
 # ------------------------------------------------------------------ bad input
@@ -229,14 +246,13 @@ def test_1d_int_labels_train_like_float_column(handler, rng, graph):
     (2, 2, (1, 2), "the loss became nan at epoch 1, step 2 "),
     (50, 2, (1, 3), "the loss became nan at epoch 1, step 2 "),
 ])
-def test_nan_learning_rate_stops_at_the_step(handler, rng, graph, check_every, step, steps,
-                                             match):
-    """lr=nan: step 1's loss is finite but its update poisons the parameters
-    (seen by a check right after it), so step 2's loss is NaN; the error
-    names epoch 1, the first bad step and the steps checked."""
+def test_nan_update_stops_at_the_step(handler, rng, graph, check_every, step, steps, match):
+    """Step 1's loss is finite but its update poisons the parameters (seen
+    by a check right after it), so step 2's loss is NaN; the error names
+    epoch 1, the first bad step and the steps checked."""
     x, y = data(rng, n=40)
     net = mlp(handler)
-    trainer = Trainer(net, SGD(net.parameters, lr=float("nan")), batch_size=16, progress=False,
+    trainer = Trainer(net, NanUpdate(net.parameters), batch_size=16, progress=False,
                       graph=graph, check_every=check_every)
     with pytest.raises(NonFiniteLossError, match=match) as e:
         trainer.fit(x, y, epochs=2)
@@ -244,11 +260,11 @@ def test_nan_learning_rate_stops_at_the_step(handler, rng, graph, check_every, s
     assert (e.value.epoch, e.value.step, e.value.steps) == (1, step, steps)
 
 
-def test_nan_learning_rate_one_step(handler, rng):
+def test_nan_update_one_step(handler, rng):
     """A single step: the loss stays finite, the parameters do not."""
     x, y = data(rng, n=10)
     net = mlp(handler)
-    trainer = Trainer(net, SGD(net.parameters, lr=float("nan")), batch_size=16, progress=False)
+    trainer = Trainer(net, NanUpdate(net.parameters), batch_size=16, progress=False)
     with pytest.raises(NonFiniteLossError, match="parameters became non-finite at epoch 1 "
                                                  "during step 1") as e:
         trainer.fit(x, y, epochs=1)
@@ -294,7 +310,7 @@ def test_skip_mode_skips_the_poisoned_step(handler, rng):
 def test_skip_mode_still_raises_for_nan_parameters(handler, rng):
     x, y = data(rng, n=40)
     net = mlp(handler)
-    trainer = Trainer(net, SGD(net.parameters, lr=float("nan")), batch_size=16, progress=False,
+    trainer = Trainer(net, NanUpdate(net.parameters), batch_size=16, progress=False,
                       on_nonfinite="skip")
     with pytest.raises(NonFiniteLossError, match="parameters became non-finite"):
         trainer.fit(x, y, epochs=1)
@@ -368,3 +384,110 @@ def test_lstm_forget_gate_bias_starts_at_one(handler, rng):
     # The check can tell the gates apart: the bias on another slice differs.
     other = np.roll(b, 1, axis=0)
     assert not np.allclose(lstm_last_hidden(Wx, Wh, other, x), got, rtol=1e-3)
+
+
+# ------------------------------------------------------------------ optimizer hyperparameters
+BAD_REALS = [(NAN, ValueError), (INF, ValueError), (-INF, ValueError), (None, TypeError),
+             ("0.1", TypeError), (True, TypeError), (1 + 1j, TypeError),
+             (np.array([0.1]), TypeError)]
+BAD_IDS = ["nan", "inf", "-inf", "None", "str", "bool", "complex", "array"]
+
+
+def _message_names(msg, owner, name, value, exc):
+    """The message names the optimizer, the hyperparameter, the value (and
+    its type, for a TypeError)."""
+    assert msg.startswith(f"{owner}: {name} must be "), msg
+    got = f"got {type(value).__name__} {value!r}" if exc is TypeError else f"got {value!r}"
+    assert msg.endswith(got), msg
+
+
+def _refused(make, exc, owner, name, value):
+    with pytest.raises(exc) as info:
+        make()
+    assert info.type is exc
+    _message_names(str(info.value), owner, name, value, exc)
+
+
+@pytest.mark.parametrize("value, exc", BAD_REALS + [(-0.1, ValueError)],
+                         ids=BAD_IDS + ["negative"])
+def test_sgd_refuses_a_bad_lr_before_anything_is_written(handler, rng, value, exc):
+    """SGD(lr=nan) used to be accepted: the first fit step turned the
+    parameters and the velocity to NaN before NonFiniteLossError."""
+    net = mlp(handler)
+    before = net.parameters.get().copy()
+    _refused(lambda: SGD(net.parameters, lr=value), exc, "SGD", "lr", value)
+    np.testing.assert_array_equal(net.parameters.get(), before)
+
+
+@pytest.mark.parametrize("value, exc", BAD_REALS + [(-0.1, ValueError), (1.0, ValueError)],
+                         ids=BAD_IDS + ["negative", "1"])
+def test_sgd_refuses_a_bad_momentum(handler, value, exc):
+    net = mlp(handler)
+    _refused(lambda: SGD(net.parameters, momentum=value), exc, "SGD", "momentum", value)
+
+
+def test_sgd_refuses_another_kind_of_parameters(handler):
+    net = mlp(handler)
+    with pytest.raises(TypeError, match=r"SGD: parameters must be a ParameterSet "
+                                        r"\(net.parameters\), got Sequential"):
+        SGD(net)
+
+
+def _one_step_update(h, net, opt, rng):
+    """p after one opt.step() from known gradients, and p and g before it."""
+    p0 = net.parameters.get().copy()
+    g = rng.standard_normal(p0.shape)
+    h.set_from_numpy(net.parameters.grads, g)
+    g = h.get_numpy_copy(net.parameters.grads).astype(np.float64)
+    opt.step()
+    return p0.astype(np.float64), g, net.parameters.get().astype(np.float64)
+
+
+@pytest.mark.parametrize("name", ["lr", "momentum"])
+def test_sgd_setters_refuse_and_keep_the_old_value(handler, rng, name):
+    """A schedule setting a bad value raises and changes nothing: the device
+    scalars the step reads keep the old value."""
+    net = mlp(handler)
+    opt = SGD(net.parameters, lr=0.5, momentum=0.0)
+    for value, exc in BAD_REALS + [(-0.1, ValueError)]:
+        _refused(lambda: setattr(opt, name, value), exc, "SGD", name, value)
+    assert (opt.lr, opt.momentum) == (0.5, 0.0)
+    p0, g, p1 = _one_step_update(handler, net, opt, rng)
+    np.testing.assert_allclose(p1, p0 - 0.5 * g, **tol(handler))
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+@pytest.mark.parametrize("kwargs, exc, name, value", [
+    *[({"lr": v}, e, "lr", v) for v, e in BAD_REALS],
+    ({"eps": NAN}, ValueError, "eps", NAN), ({"eps": INF}, ValueError, "eps", INF),
+    ({"eps": "1e-8"}, TypeError, "eps", "1e-8"), ({"eps": None}, TypeError, "eps", None),
+    ({"weight_decay": NAN}, ValueError, "weight_decay", NAN),
+    ({"weight_decay": INF}, ValueError, "weight_decay", INF),
+    ({"weight_decay": None}, TypeError, "weight_decay", None),
+    ({"betas": (NAN, 0.999)}, ValueError, "beta1", NAN),
+    ({"betas": (0.9, INF)}, ValueError, "beta2", INF),
+    ({"betas": ("0.9", 0.999)}, TypeError, "beta1", "0.9"),
+    ({"betas": (0.9, True)}, TypeError, "beta2", True),
+    ({"betas": (None, 0.999)}, TypeError, "beta1", None)],
+    ids=[*(f"lr={i}" for i in BAD_IDS), "eps=nan", "eps=inf", "eps=str", "eps=None",
+         "wd=nan", "wd=inf", "wd=None", "beta1=nan", "beta2=inf", "beta1=str", "beta2=bool",
+         "beta1=None"])
+def test_adam_refuses_bad_hyperparameters(handler, cls, kwargs, exc, name, value):
+    net = mlp(handler)
+    before = net.parameters.get().copy()
+    _refused(lambda: cls(net.parameters, **kwargs), exc, cls.__name__, name, value)
+    np.testing.assert_array_equal(net.parameters.get(), before)
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_adam_lr_setter_refuses_and_keeps_the_old_value(handler, rng, cls):
+    net = mlp(handler)
+    opt = cls(net.parameters, lr=0.01, weight_decay=0.0)
+    for value, exc in BAD_REALS + [(-0.1, ValueError)]:
+        _refused(lambda: setattr(opt, "lr", value), exc, cls.__name__, "lr", value)
+    assert opt.lr == 0.01
+    p0, g, p1 = _one_step_update(handler, net, opt, rng)
+    # the first Adam step moves each parameter by lr * g / (|g| + eps): about lr
+    np.testing.assert_allclose(p1, p0 - 0.01 * g / (np.abs(g) + 1e-8), rtol=1e-3, atol=1e-6)
+    with pytest.raises(TypeError, match=f"{cls.__name__}: parameters must be a ParameterSet"):
+        cls(net)

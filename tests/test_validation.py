@@ -6,17 +6,19 @@ valid shapes.  The bad cases are derived from that description (wrong array
 type, wrong dtype, non-contiguous view, bad scalars for every argument; wrong
 shapes and ranks where listed) plus per-op extras (bad axis, forbidden
 aliasing, out-of-range parameters).  ``test_valid_call`` checks that the
-undamaged call succeeds, so that each bad case fails for its own reason.
+undamaged call succeeds, so that each bad case fails for its own reason.  A
+case may add ``"match"``: regular expressions the message must contain (the
+problem named, beyond the op).
 """
 import math
 import re
 
 import numpy as np
 import pytest
+from helpers import other_dtype, rand
 
 from handlers import Handler, NumpyHandler
 from handlers.optable import ELEMENTWISE, PUBLIC
-from helpers import other_dtype, rand
 
 SH = (3, 4)          # default shape of same-shape ops
 OTHER = (3, 5)       # a wrong shape for them
@@ -173,7 +175,11 @@ def pool(name, arrays, extra):
 
 
 SCALAR_VALUES = {"a_min": -0.5, "a_max": 0.5}
-EXTRA = {"clip_t": [("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5})]}
+NAN, INF = float("nan"), float("inf")
+EXTRA = {"clip_t": [("a_min>a_max", ValueError, {"a_min": 0.6, "a_max": 0.5}),
+                    ("a_min=nan", ValueError, {"a_min": NAN, "match": ["a_min", "nan"]}),
+                    ("a_max=nan", ValueError, {"a_max": NAN, "match": ["a_max", "nan"]}),
+                    ("both-nan", ValueError, {"a_min": NAN, "a_max": NAN, "match": "nan"})]}
 
 
 def elementwise(row):
@@ -223,15 +229,36 @@ OPS = [
               ("decoupled=1", TypeError, {"decoupled": 1}),
               ("p-is-g", ValueError, {"alias": {"p": "g"}}),
               ("m-is-v", ValueError, {"alias": {"m": "v"}}),
-              ("gate=nan", ValueError, {"gate": float("nan")})]),
+              ("gate=nan", ValueError, {"gate": NAN}),
+              ("gate=inf", ValueError, {"gate": INF, "match": ["gate", "inf"]}),
+              ("lr=nan", ValueError, {"lr": NAN, "match": ["lr", "nan"]}),
+              ("lr=inf", ValueError, {"lr": INF, "match": ["lr", "inf"]}),
+              ("lr=-inf", ValueError, {"lr": -INF, "match": ["lr", "-inf"]}),
+              ("beta1=nan", ValueError, {"beta1": NAN, "match": ["beta1", "nan"]}),
+              ("beta2=nan", ValueError, {"beta2": NAN, "match": ["beta2", "nan"]}),
+              ("eps=nan", ValueError, {"eps": NAN, "match": ["eps", "nan"]}),
+              ("eps=inf", ValueError, {"eps": INF, "match": ["eps", "inf"]}),
+              ("weight_decay=nan", ValueError, {"weight_decay": NAN,
+                                                "match": ["weight_decay", "nan"]}),
+              ("weight_decay=inf", ValueError, {"weight_decay": INF,
+                                                "match": ["weight_decay", "inf"]})]),
     Op("scale_finite_t", Arr("a", SH), Scalar("factor", 0.5), Arr("flag", (1,)),
-       bad_shapes=[("flag", (2,))]),
+       bad_shapes=[("flag", (2,))],
+       extra=[("factor=nan", ValueError, {"factor": NAN, "match": ["factor", "nan"]}),
+              ("factor=inf", ValueError, {"factor": INF, "match": ["factor", "inf"]}),
+              ("factor=-inf", ValueError, {"factor": -INF, "match": ["factor", "-inf"]})]),
     Op("update_loss_scale", Arr("flag", (1,)), Arr("state", (4,), positive),
        Scalar("interval", 2.0), Scalar("max_scale", 1024.0),
        bad_shapes=[("flag", (2,)), ("state", (3,)), ("state", (2, 2))],
        extra=[("interval=0", ValueError, {"interval": 0.0}),
               ("interval=1.5", ValueError, {"interval": 1.5}),
-              ("max_scale=0", ValueError, {"max_scale": 0.0})]),
+              ("interval=nan", ValueError, {"interval": NAN, "match": ["interval", "nan"]}),
+              ("interval=inf", ValueError, {"interval": INF, "match": ["interval", "inf"]}),
+              ("interval=-inf", ValueError, {"interval": -INF, "match": ["interval", "inf"]}),
+              ("max_scale=0", ValueError, {"max_scale": 0.0}),
+              ("max_scale=nan", ValueError, {"max_scale": NAN, "match": ["max_scale", "nan"]}),
+              ("max_scale=inf", ValueError, {"max_scale": INF,
+                                             "match": ["max_scale", "inf"]})]),
     # reduction
     Op("sum_t", Arr("a", (3, 4, 5)), Fixed("axis", 1), Arr("out", (3, 5)),
        bad_shapes=[("out", (3, 4)), ("out", (4, 5)), ("a", (3, 4, 6))],
@@ -327,7 +354,8 @@ OPS = [
        bad_shapes=[("xhat", OTHER), ("rstd", (4, 1)), ("rstd", (3, 2))],
        bad_ranks=[("x", FLAT), ("rstd", (3,))],
        extra=[("eps<0", ValueError, {"eps": -1e-3}),
-              ("eps=nan", ValueError, {"eps": float("nan")}),
+              ("eps=nan", ValueError, {"eps": NAN}),
+              ("eps=inf", ValueError, {"eps": INF, "match": ["eps", "inf"]}),
               ("empty-rows", ValueError, {"shapes": {"x": (3, 0), "xhat": (3, 0)}}),
               ("xhat-overlaps-x", ValueError, {"overlap": ("x", "xhat", (4, 4))}),
               ("rstd-overlaps-x", ValueError, {"overlap": ("x", "rstd", (3, 4))}),
@@ -342,10 +370,15 @@ OPS = [
     Op("is_fully_finite", Arr("a", SH)),
     # randomness
     Op("fill_gaussian", Scalar("mean", 0.0), Scalar("std", 1.0), Arr("out", SH),
-       extra=[("std<0", ValueError, {"std": -1.0})]),
+       extra=[("std<0", ValueError, {"std": -1.0}),
+              ("std=nan", ValueError, {"std": NAN, "match": ["std", "nan"]}),
+              ("std=inf", ValueError, {"std": INF, "match": ["std", "inf"]}),
+              ("mean=nan", ValueError, {"mean": NAN, "match": ["mean", "nan"]}),
+              ("mean=inf", ValueError, {"mean": INF, "match": ["mean", "inf"]}),
+              ("mean=-inf", ValueError, {"mean": -INF, "match": ["mean", "-inf"]})]),
     Op("generate_probability_mask", Arr("mask", SH), Scalar("p", 0.5),
        extra=[("p=1.5", ValueError, {"p": 1.5}), ("p=-0.1", ValueError, {"p": -0.1}),
-              ("p=nan", ValueError, {"p": float("nan")})]),
+              ("p=nan", ValueError, {"p": NAN, "match": ["p", "nan"]})]),
     # convolution and pooling (NCHW): x (2, 3, 5, 6), w (4, 3, 3, 2), y (2, 4, 3, 5)
     *[conv(name, arrays) for name, arrays in [
         ("conv2d_forward", (("x", X4), ("w", W4), ("out", Y4))),
@@ -442,7 +475,8 @@ class Call:
             name, kind = change["bad"]
             self.args[name] = self.broken(kind, name, self.args[name])
         for key, value in change.items():
-            if key not in ("shapes", "alias", "overlap", "view", "bad", "names_shape", "xfail"):
+            if key not in ("shapes", "alias", "overlap", "view", "bad", "names_shape", "xfail",
+                           "match"):
                 self.args[key] = value
         if self.args.get("other") == "self":
             self.args["other"] = handler.with_streams(1 % handler.num_stream_groups)
@@ -519,6 +553,9 @@ def test_bad_input(handler, handler_id, sibling_handler, make_handler, rng, op_n
         assert str(call.bad_dtype) in msg, f"message does not show the dtype: {msg!r}"
     if "bad" in change and change["bad"][1] == "list":
         assert "list" in msg, f"message does not name the type: {msg!r}"
+    match = change.get("match", ())
+    for pattern in [match] if isinstance(match, str) else match:
+        assert re.search(pattern, msg), f"message does not say {pattern!r}: {msg!r}"
     call.check_unchanged()
 
 
