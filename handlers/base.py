@@ -96,9 +96,11 @@ class Handler(ABC):
             bfloat16 (``ml_dtypes.bfloat16`` or ``"bfloat16"``; see
             :mod:`handlers.dtypes`); every array the handler creates or
             accepts has this dtype.
-        seed: seed of the handler's random generator; the same seed gives the
+        seed: seed of the handler's random generator, None (a random seed)
+            or an int >= 0 (NumPy integers too); the same seed gives the
             same sequence of ``fill_gaussian`` and ``generate_probability_mask``
-            results on the same handler class.
+            results on the same handler class.  Anything else raises
+            TypeError (ValueError for a negative int) naming the handler.
         num_stream_groups: number of stream groups (group 0 is the default).
             A group is one stream on a GPU: no op uses more than one.
     """
@@ -124,6 +126,14 @@ class Handler(ABC):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{type(self).__name__}: num_stream_groups must be a positive int, "
                              f"got {v!r}")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"{type(self).__name__}: seed must be None or an int >= 0, "
+                                f"got {seed!r}")
+            if seed < 0:
+                raise ValueError(f"{type(self).__name__}: seed must be None or an int >= 0, "
+                                 f"got {seed!r}")
+            seed = int(seed)
         self.dtype = dt
         self.seed = seed
         self.num_stream_groups = int(num_stream_groups)
@@ -357,15 +367,19 @@ class Handler(ABC):
     def allocate(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` with undefined contents.
 
-        The array is ready for use on every stream group when returned.
+        The array is ready for use on every stream group when returned.  A
+        shape of more than 2**63 - 1 bytes, which no machine holds, raises
+        ValueError naming the shape and the bytes (as ``zeros``, ``ones``
+        and ``empty_pinned`` do); one too big for the memory at hand raises
+        the backend's ``MemoryError``.
         """
         self._not_capturing("allocate")
-        return self._allocate(check_shape_arg("allocate", shape))
+        return self._allocate(check_shape_arg("allocate", shape, self.dtype.itemsize))
 
     def zeros(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 0, ready on every group."""
         self._not_capturing("zeros")
-        a = self._allocate(check_shape_arg("zeros", shape))
+        a = self._allocate(check_shape_arg("zeros", shape, self.dtype.itemsize))
         self._fill(a, 0.0)
         self._ready(a)
         return a
@@ -373,7 +387,7 @@ class Handler(ABC):
     def ones(self, shape: Shape) -> Array:
         """Return a new array of ``shape`` filled with 1, ready on every group."""
         self._not_capturing("ones")
-        a = self._allocate(check_shape_arg("ones", shape))
+        a = self._allocate(check_shape_arg("ones", shape, self.dtype.itemsize))
         self._fill(a, 1.0)
         self._ready(a)
         return a
@@ -531,7 +545,7 @@ class Handler(ABC):
         """Return a new NumPy array of ``shape`` and the handler's dtype in
         page-locked host memory (plain memory on NumpyHandler): the ``out`` to
         give ``get_numpy_copy_async`` for copies that do not block the host."""
-        return self._empty_pinned(check_shape_arg("empty_pinned", shape))
+        return self._empty_pinned(check_shape_arg("empty_pinned", shape, self.dtype.itemsize))
 
     def get_numpy_copy_async(self, a: Array, out: np.ndarray | None = None) -> Any:
         """Start copying ``a`` to the host and return a handle whose

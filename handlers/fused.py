@@ -38,7 +38,10 @@ The language (:data:`FUNCTIONS` lists the calls):
   ``max(x, 0)`` of NaN is NaN.
 
 Errors in a declaration raise ``ValueError`` naming the op and, for the body,
-the line and column.
+the line and column.  A statement's expression may nest at most
+:data:`MAX_DEPTH` operations (a chain ``a + b + c`` nests two, as does
+``a and b and c``); a deeper one is refused with a ``ValueError`` naming
+``fused_op`` and the limit, never a ``RecursionError``.
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ import numpy as np
 from . import optable
 from .checks import fail_value
 
-__all__ = ["FUNCTIONS", "FusedOp", "OPERATIONS", "fused_op"]
+__all__ = ["FUNCTIONS", "FusedOp", "MAX_DEPTH", "OPERATIONS", "fused_op"]
 
 #: The functions a body may call, with their number of arguments.
 FUNCTIONS = {"exp": 1, "expm1": 1, "log": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
@@ -65,6 +68,10 @@ OPERATIONS = frozenset(FUNCTIONS) | {"add", "sub", "mul", "div", "neg", "pow", "
                                      "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not"}
 #: The largest integer exponent taken as repeated multiplication.
 MAX_INT_POWER = 64
+#: The deepest a statement's expression may nest operations.  Parsing,
+#: evaluating and generating the kernel each recurse once (or a few times)
+#: per level, well within Python's recursion limit at this depth.
+MAX_DEPTH = 100
 
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
 _COMPARE = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq",
@@ -92,6 +99,7 @@ class _Parser:
 
     def __init__(self, op, arrays, scalars, outputs):
         self.op = op
+        self.level = 0           # operations nested around the expression being parsed
         self.env = {n: f"in:{n}" for n in arrays}
         self.env.update({n: f"sc:{n}" for n in scalars})
         self.inputs = set(arrays) | set(scalars)
@@ -111,6 +119,13 @@ class _Parser:
         except SyntaxError as e:
             fail_value(self.op, f"syntax error in the body at line {e.lineno}, column "
                                 f"{e.offset}: {e.msg}")
+        except (RecursionError, MemoryError):
+            # Python's parser gives up on a body nested thousands deep (a
+            # MemoryError without a message for the deepest).
+            tree = None
+        if tree is None:
+            fail_value(self.op, f"the body nests deeper than Python's parser can read, far "
+                                f"beyond fused_op's limit of {MAX_DEPTH} nested operations")
         statements, text = [], []
         for stmt in tree.body:
             if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
@@ -129,6 +144,8 @@ class _Parser:
                 self.fail(target, f"assignment to input {name!r}")
             self.check_name(name, target)
             expr = self.expr(value)
+            if _depth(expr) > MAX_DEPTH:   # chains (a and b and ...) nest as they are built
+                self.too_deep(value)
             slot = f"t{len(statements)}:{name}"
             statements.append((slot, expr))
             text.append(f"{name} = {ast.unparse(value)}")
@@ -165,7 +182,22 @@ class _Parser:
             self.read.add(name)
         return ("ref", slot)
 
+    def too_deep(self, node):
+        self.fail(node, f"the expression nests operations deeper than fused_op's limit of "
+                        f"{MAX_DEPTH}")
+
     def expr(self, node):
+        # Each level of the syntax is one level here: bounded, so that a body
+        # nested deeper than Python's recursion limit gets this error instead.
+        if self.level > MAX_DEPTH:   # a name or number is at the depth of its operations
+            self.too_deep(node)
+        self.level += 1
+        try:
+            return self._expr(node)
+        finally:
+            self.level -= 1
+
+    def _expr(self, node):
         if isinstance(node, ast.Constant):
             v = node.value
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -390,6 +422,21 @@ class FusedOp:
             values = [v.copy() if id(v) in given else v for v in values]
         for o, v in zip(self.outputs, values):
             np.copyto(args[self.params.index(o)], v)
+
+
+def _depth(expr):
+    """The operations nested in a program expression (0 for a number or a
+    name), counted without recursion."""
+    deepest, stack = 0, [(expr, 0)]
+    while stack:
+        e, d = stack.pop()
+        if e[0] in ("num", "ref"):
+            deepest = max(deepest, d)
+        elif e[0] == "ipow":
+            stack.append((e[1], d + 1))
+        else:
+            stack.extend((a, d + 1) for a in e[1:])
+    return deepest
 
 
 def _evaluate(expr, env, t):

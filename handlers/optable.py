@@ -330,7 +330,9 @@ kernel), out/dy (N, K, P, Q) with P = (H + 2*ph - dh*(R-1) - 1) // sh + 1
 and Q likewise from W, S, pw, dw, sw.  ``stride`` (sh, sw), ``padding``
 (ph, pw) and ``dilation`` (dh, dw) are each an int (both axes) or a pair
 (height, width): stride and dilation >= 1, padding >= 0 (zeros), and P, Q
-must be >= 1.  {alias}"""
+must be >= 1.  Nothing may be empty: a batch (N), channels (C), filters
+(K), an image (H, W) or a kernel (R, S) of size 0 raises ValueError naming
+it.  {alias}"""
 
 _POOL_DOC = """{what}
 
@@ -339,6 +341,7 @@ Layout NCHW: {arrays}
 an int (both axes) or a pair (height, width); stride None (the default) is
 the window.  Window and stride >= 1, 0 <=
 padding < window, and P = (H + 2*ph - wh) // sh + 1 (Q likewise) >= 1.
+A batch (N) or channels (C) of size 0 raises ValueError naming it.
 Windows may overlap (stride < window).  {alias}"""
 
 
@@ -577,7 +580,8 @@ OPS = {op.name: op for op in [
     _op("softmax_m", "m out=", shape=rules.softmax_m, call="_softmax_m(m, out)",
         doc="""Row-wise softmax of the matrix m into out, computed as
         exp(m - rowmax) / rowsum so that large inputs do not overflow.
-        out may be m."""),
+        Rows must not be empty (m with 0 columns raises ValueError: the
+        softmax of nothing is undefined); m may have 0 rows.  out may be m."""),
     _op("index_m_by_v", "m v out=", disjoint=("m",), exact=("v",), shape=rules.index_m_by_v,
         call="_index_m_by_v(m, v, out)",
         doc="""out[i, 0] = m[i, v[i, 0]] for a matrix m (r, c) and index vector v (r, 1).

@@ -181,9 +181,12 @@ def mv(op):
 
 
 def softmax_m(h, m, out):
-    """``softmax_m``: one 2-D shape."""
+    """``softmax_m``: one 2-D shape, with at least one column (rows may be 0)."""
     check_same_shape(h, "softmax_m", m, out)
     check_ndim("softmax_m", m, 2, "m")
+    if m.shape[1] == 0:
+        fail_value("softmax_m", f"m has 0 columns: the softmax of an empty row is undefined, "
+                                f"got m {m.shape}")
 
 
 def index_m_by_v(h, m, v, out):
@@ -333,6 +336,15 @@ def _conv_geometry(op, x_shape, w_shape, y_shape, params, names):
         fail_value(op, f"channels differ: {names[0]} has {c}, {names[1]} has {c2} ({shapes()})")
     p, q = conv_out_size(h, r, sh, ph, dh), conv_out_size(wd, s, sw, pw, dw)
     if p < 1 or q < 1 or min(n, c, k, h, wd, r, s) < 1:
+        # Something empty first: each named, rather than "the kernel does not fit".
+        for size, what in ((n, f"the batch is empty: N = 0 samples in {names[0]}"),
+                           (c, f"there are 0 channels (C) in {names[0]} and {names[1]}"),
+                           (k, f"there are 0 filters (K) in {names[1]}, so 0 channels in "
+                               f"{names[2]}"),
+                           (min(h, wd), f"the image of {names[0]} is empty (H or W is 0)"),
+                           (min(r, s), f"the kernel of {names[1]} is empty (R or S is 0)")):
+            if size < 1:
+                fail_value(op, f"{what}; every size must be >= 1, got {shapes()}")
         fail_value(op, f"no output: the dilated {r}x{s} kernel (dilation {(dh, dw)}) does "
                        f"not fit the padded input ({shapes()}, padding {(ph, pw)})")
     if y_shape != (n, k, p, q):
@@ -386,6 +398,11 @@ def pool2d(op):
         q = conv_out_size(ww, window[1], stride[1], padding[1], 1)
         shapes = ", ".join(f"{nm} {a.shape}" for nm, a in zip(names, arrays))
         if p < 1 or q < 1 or min(n, c) < 1:
+            if n < 1:
+                fail_value(op, f"the batch is empty: N = 0 samples; N and C must be >= 1, "
+                               f"got {shapes}")
+            if c < 1:
+                fail_value(op, f"there are 0 channels (C); N and C must be >= 1, got {shapes}")
             fail_value(op, f"no output: window {window} does not fit {big_name} {big.shape} "
                            f"with padding {padding}")
         if op.startswith("max"):

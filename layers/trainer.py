@@ -17,6 +17,7 @@ end of each epoch.  ``on_nonfinite="skip"`` skips such steps instead.
 import math
 import time
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -44,6 +45,27 @@ class NonFiniteLossError(FloatingPointError):
     def __init__(self, message, epoch, step, steps):
         super().__init__(message)
         self.epoch, self.step, self.steps = epoch, step, steps
+
+
+def _check_metrics(metrics):
+    """``metrics`` (None or a mapping {name: f(outputs, targets)}) as a dict;
+    TypeError saying what it must be otherwise (a str such as "accuracy",
+    a list, a bare function, a name that is not a str, a value that cannot
+    be called)."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"Trainer: metrics must be a mapping {{name: f(outputs, targets)}}, "
+                        f"e.g. {{'accuracy': layers.metrics.accuracy}}, or None; got "
+                        f"{type(metrics).__name__} {metrics!r}")
+    for name, fn in metrics.items():
+        if not isinstance(name, str):
+            raise TypeError(f"Trainer: metrics names must be str, got {type(name).__name__} "
+                            f"{name!r}")
+        if not callable(fn):
+            raise TypeError(f"Trainer: metrics[{name!r}] must be callable as f(outputs, "
+                            f"targets), got {type(fn).__name__} {fn!r}")
+    return dict(metrics)
 
 
 def _check_int(name, value, minimum):
@@ -155,7 +177,8 @@ class Trainer:
             evaluation outputs, e.g. {"accuracy": layers.metrics.accuracy}.
             ``layers.metrics.accuracy`` itself is counted on the device
             instead (``DeviceAccuracy``, the same value), so evaluation
-            downloads no outputs for it.
+            downloads no outputs for it.  Anything but None or such a
+            mapping (names str, values callable) raises TypeError.
         graph: capture the training step once (after one eager warm-up step)
             and replay it for every full batch (``Handler.capture``); a
             smaller last batch runs eagerly.  None (default) captures where
@@ -235,7 +258,7 @@ class Trainer:
             raise ValueError("Trainer: on_nonfinite='skip' reads the loss on the host every "
                              "step, which a captured graph cannot do: pass graph=False or None")
         self.progress = progress
-        self.metrics = dict(metrics or {})
+        self.metrics = _check_metrics(metrics)
         if graph is None:
             graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
         self.graph = bool(graph)

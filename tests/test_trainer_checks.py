@@ -22,6 +22,7 @@ from layers import (
     SquaredError,
     Tanh,
     Trainer,
+    accuracy,
 )
 
 NAN, INF = float("nan"), float("inf")
@@ -193,6 +194,21 @@ def test_bad_fit_raises_before_training(handler, rng, case):
     with pytest.raises(exc, match=match):
         trainer.fit(*args)
     np.testing.assert_array_equal(net.parameters.get(), before, err_msg=name)
+
+
+def test_bad_metrics_are_refused(handler):
+    net = mlp(handler)
+    for metrics, match in [
+            ("accuracy", r"metrics must be a mapping \{name: f\(outputs, targets\)\}.*"
+                         r"got str 'accuracy'"),
+            (["accuracy"], "metrics must be a mapping.*got list"),
+            (accuracy, "metrics must be a mapping.*got function"),
+            ({"accuracy": "accuracy"}, "metrics\\['accuracy'\\] must be callable.*got str"),
+            ({1: accuracy}, "metrics names must be str, got int 1")]:
+        with pytest.raises(TypeError, match=match):
+            Trainer(net, SGD(net.parameters), progress=False, metrics=metrics)
+    for metrics in (None, {}, {"accuracy": accuracy}):
+        Trainer(net, SGD(net.parameters), progress=False, metrics=metrics)
 
 
 def test_bad_fit_calls_are_all_run():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import other_dtype, rand
 
-from handlers import Handler, NumpyHandler
+from handlers import Handler, NumpyHandler, fused, fused_op
 from handlers.optable import ELEMENTWISE, PUBLIC
 
 SH = (3, 4)          # default shape of same-shape ops
@@ -101,9 +101,14 @@ def dot(name):
 def shape_arg_op(name):
     def bad(value, exc):
         return f"shape={value!r}", exc, {"shape": value}
+    def huge(shape):   # more bytes than any array can hold (2**63 - 1)
+        return (f"shape={shape!r}", ValueError,
+                {"shape": shape, "match": [re.escape(str(shape)), r"\d+ bytes"]})
     return Op(name, Fixed("shape", SH),
               extra=[bad(-1, ValueError), bad((3, -1), ValueError), bad(None, TypeError),
-                     bad(2.5, TypeError), bad("ab", TypeError), bad((2.5, 3), TypeError)])
+                     bad(2.5, TypeError), bad("ab", TypeError), bad((2.5, 3), TypeError),
+                     huge((2**62,)), huge((2**61,)), huge((2**40, 2**40)), huge(2**64),
+                     huge((2**31, 2**31, 4))])
 
 
 class NotAnArray:
@@ -142,7 +147,20 @@ def conv(name, arrays):
                      ("no-output", ValueError, {"dilation": 3}),
                      *[(f"{o}-overlaps-{i}", ValueError,
                         {"overlap": (i, o, (max(math.prod(si), math.prod(so)) + 1,))})
-                       for i, si in ((i1, s1), (i2, s2))]])
+                       for i, si in ((i1, s1), (i2, s2))],
+                     *_empty_conv_cases(arrays)])
+
+
+def _empty_conv_cases(arrays):
+    """No samples, no channels, no filters: each refused, naming what is empty."""
+    def zero(shape, axis):
+        return shape[:axis] + (0,) + shape[axis + 1:]
+    batch = {n: zero(sh, 0) for n, sh in arrays if sh != W4}
+    channels = {n: zero(sh, 1) for n, sh in arrays if sh != Y4}
+    filters = {n: zero(sh, 0 if sh == W4 else 1) for n, sh in arrays if sh != X4}
+    return [("batch=0", ValueError, {"shapes": batch, "match": ["batch", r"\b0\b"]}),
+            ("channels=0", ValueError, {"shapes": channels, "match": ["channels", r"\b0\b"]}),
+            ("filters=0", ValueError, {"shapes": filters, "match": ["filters", r"\b0\b"]})]
 
 
 def argmax_values(shape, rng):
@@ -171,7 +189,12 @@ def pool(name, arrays, extra):
                      ("window-too-big", ValueError, {"window": (6, 2),
                                                      "shapes": {big: (2, 3, 5, 4)}}),
                      (f"{out}-overlaps-{first_in}", ValueError,
-                      {"overlap": (first_in, out, (200,))}), *extra])
+                      {"overlap": (first_in, out, (200,))}),
+                     ("batch=0", ValueError, {"shapes": {a[0]: (0,) + a[1][1:] for a in arrays},
+                                              "match": ["batch", r"\b0\b"]}),
+                     ("channels=0", ValueError,
+                      {"shapes": {a[0]: a[1][:1] + (0,) + a[1][2:] for a in arrays},
+                       "match": ["channels", r"\b0\b"]}), *extra])
 
 
 SCALAR_VALUES = {"a_min": -0.5, "a_max": 0.5}
@@ -323,7 +346,9 @@ OPS = [
     *[mv(n) for n in ("add_mv", "subtract_mv", "mult_mv", "divide_mv")],
     Op("softmax_m", Arr("m", SH), Arr("out", SH), same_shape=True,
        extra=[("both-1d", ValueError, {"shapes": {"m": FLAT, "out": FLAT}}),
-              ("both-3d", ValueError, {"shapes": {"m": (2, 3, 4), "out": (2, 3, 4)}})]),
+              ("both-3d", ValueError, {"shapes": {"m": (2, 3, 4), "out": (2, 3, 4)}}),
+              ("no-columns", ValueError, {"shapes": {"m": (3, 0), "out": (3, 0)},
+                                          "match": ["columns", r"\(3, 0\)"]})]),
     # indexing and masks
     Op("index_m_by_v", Arr("m", (4, 5)), Arr("v", (4, 1), index_values(5)), Arr("out", (4, 1)),
        bad_shapes=[("m", (5, 5)), ("v", (5, 1)), ("v", (4, 2)), ("out", (5, 1)), ("out", (4, 2))],
@@ -620,3 +645,74 @@ def test_every_forbidden_overlap_has_a_case():
             if name in OPS_BY_NAME else set()
         missing = set(row.disjoint + row.exact) - covered
         assert not missing, f"{name}: no case puts the output over {sorted(missing)}"
+
+
+# ---------------------------------------------------------------- the handler's seed
+@pytest.mark.parametrize("seed, exc", [
+    ("abc", TypeError), (1.5, TypeError), (True, TypeError), ([1], TypeError),
+    (np.float64(2.0), TypeError), (-1, ValueError), (np.int64(-2), ValueError)],
+    ids=["str", "float", "bool", "list", "np.float64", "-1", "np.int64(-2)"])
+def test_bad_seed_is_refused(handler_id, make_handler, seed, exc):
+    with pytest.raises(exc) as info:
+        make_handler(handler_id, seed=seed)
+    assert info.type is exc
+    msg = str(info.value)
+    cls = "NumpyHandler" if handler_id.startswith("numpy") else "PyCudaHandler"
+    assert msg.startswith(f"{cls}: seed must be None or an int >= 0"), msg
+    assert msg.endswith(f"got {seed!r}"), msg
+
+
+@pytest.mark.parametrize("seed", [None, 0, 5, np.int64(5), np.uint8(5), 2**70],
+                         ids=["None", "0", "5", "np.int64", "np.uint8", "2**70"])
+def test_good_seed_is_accepted(handler_id, make_handler, seed):
+    h = make_handler(handler_id, seed=seed)
+    out = h.zeros((4,))
+    h.fill_gaussian(0.0, 1.0, out)
+    if seed is not None and seed == 5:   # a NumPy int seeds as the int it holds
+        ref = make_handler(handler_id, seed=5)
+        want = ref.zeros((4,))
+        ref.fill_gaussian(0.0, 1.0, want)
+        np.testing.assert_array_equal(h.get_numpy_copy(out), ref.get_numpy_copy(want))
+
+
+# ---------------------------------------------------------------- fused_op nesting
+def _limit():
+    return getattr(fused, "MAX_DEPTH", 100)
+
+
+def _chain(op, n):
+    """y = x <op> x <op> ... : n operations nested (left to right)."""
+    return "y = " + f" {op} ".join(["x"] * (n + 1))
+
+
+@pytest.mark.parametrize("body", [
+    _chain("+", 3000), _chain("*", 1500), _chain("and", 3000), _chain("<", 3000),
+    "y = " + "-" * 3000 + "x", "y = " + "not " * 3000 + "x", "y = " + "-" * 100000 + "x",
+    "y = " + " if x else ".join(["x"] * 3000), "y = x ** " + "-" * 5000 + "2",
+    "y = " + "+".join(["x"] * 300000), _chain("+", 101), "y = " + "-" * 101 + "x",
+    "t = " + "exp(" * 60 + "x" + ")" * 60 + "\ny = " + "tanh(" * 60 + "t" + ")" * 60 + " + x"
+    + " and x" * 50],
+    ids=["sum-3000", "product-1500", "and-3000", "compare-3000", "neg-3000", "not-3000",
+         "neg-100000", "if-3000", "pow-neg-5000", "sum-300000", "sum-101", "neg-101",
+         "calls-and-chain"])
+def test_fused_op_nesting_beyond_the_limit(body):
+    """A body nested deeper than the limit is refused with a ValueError that
+    names fused_op and the limit, never a RecursionError or MemoryError."""
+    with pytest.raises(ValueError) as info:
+        fused_op("deep", inputs="x", outputs="y", body=body)
+    msg = str(info.value)
+    assert msg.startswith("deep: "), msg
+    assert "fused_op" in msg and f"limit of {_limit()} " in msg, msg
+
+
+def test_fused_op_at_the_nesting_limit_runs(handler, rng):
+    n = _limit()
+    x0 = rand((3, 4), rng, 0.5, 1.0)
+    x = handler.create_from_numpy(x0)
+    held = x0.astype(handler.dtype).astype(np.float64)
+    for body, want in ((_chain("+", n), (n + 1) * held),
+                       ("y = " + "-" * n + "x", held if n % 2 == 0 else -held)):
+        op = fused_op("at_limit", inputs="x", outputs="y", body=body)
+        y = handler.zeros((3, 4))
+        op(handler, x, y)
+        np.testing.assert_allclose(handler.get_numpy_copy(y), want, rtol=1e-4)
