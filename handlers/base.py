@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import dtypes
+from . import closed, dtypes
 from .checks import (
     check_arrays,
     check_shape_arg,
@@ -331,11 +331,18 @@ class Handler(ABC):
     def close(self) -> None:
         """Finish the work issued so far and release the handler's device
         resources (streams' library handles, events); graphs of this handler
-        cannot be replayed afterwards.  Safe to call twice."""
+        cannot be replayed afterwards.  Safe to call twice.
+
+        Closing closes the handler's views and twins too.  Afterwards every
+        op of any of them raises ``CaptureError`` (a ``RuntimeError``)
+        "<op>: the handler is closed" before touching memory, on every
+        handler class (``handlers.closed``); an open handler's ops pay
+        nothing for this."""
         self._not_capturing("close")
         if not self._closed_box[0]:
             self._closed_box[0] = True
             self._close()
+            closed.install(self)
 
     def _run_fused(self, op, args, kwargs):
         """A fused op's call (``handlers.fused.FusedOp``): the checks its

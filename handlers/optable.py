@@ -588,7 +588,9 @@ OPS = {op.name: op for op in [
 
         v holds indices stored as floats, truncated towards zero.  An index
         whose value is not in [0, c) (NaN included) gives NaN: nothing is read
-        out of bounds.  out has shape (r, 1); it may be v but must not overlap m."""),
+        out of bounds.  With c = 0 no index is valid and every row gives NaN
+        (m is never read).  out has shape (r, 1); it may be v but must not
+        overlap m."""),
     _op("binarize_v", "v out=", disjoint=("v",), shape=rules.binarize_v,
         call="_binarize_v(v, out)",
         doc="""One-hot encode: out[i, j] = 1 if j == v[i, 0] else 0.

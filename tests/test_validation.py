@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import other_dtype, rand
 
-from handlers import Handler, NumpyHandler, fused, fused_op
+from handlers import CaptureError, Handler, NumpyHandler, fused, fused_op
 from handlers.optable import ELEMENTWISE, PUBLIC
 
 SH = (3, 4)          # default shape of same-shape ops
@@ -645,6 +645,107 @@ def test_every_forbidden_overlap_has_a_case():
             if name in OPS_BY_NAME else set()
         missing = set(row.disjoint + row.exact) - covered
         assert not missing, f"{name}: no case puts the output over {sorted(missing)}"
+
+
+# ---------------------------------------------------------------- index_m_by_v without columns
+@pytest.mark.parametrize("out_is_v", [False, True], ids=["out", "out-is-v"])
+def test_index_m_by_v_without_columns_gives_nan(handler, rng, out_is_v):
+    """m (r, 0): no index is in [0, 0), so every row's result is NaN (the
+    op's doc), whatever v holds; m, which has no memory, is never read."""
+    idx = np.array([[0.0], [1.0], [-1.0], [np.nan], [2.5]])
+    m = handler.create_from_numpy(np.zeros((5, 0)))
+    v = handler.create_from_numpy(idx)
+    out = v if out_is_v else handler.create_from_numpy(rand((5, 1), rng))
+    assert handler.index_m_by_v(m, v, out) is None
+    got = handler.get_numpy_copy(out)
+    assert got.shape == (5, 1) and np.isnan(got).all(), got
+    if not out_is_v:
+        np.testing.assert_array_equal(handler.get_numpy_copy(v), idx.astype(handler.dtype))
+    empty = handler.zeros((0, 0))           # no rows either: nothing to do
+    handler.index_m_by_v(empty, handler.zeros((0, 1)), handler.zeros((0, 1)))
+
+
+# ---------------------------------------------------------------- a closed handler
+def _assert_closed_error(info, op):
+    assert info.type is CaptureError, f"{op}: raised {info.type.__name__}: {info.value}"
+    assert str(info.value) == f"{op}: the handler is closed", str(info.value)
+    assert info.value.op == op
+
+
+def test_every_op_raises_after_close(handler, handler_id, sibling_handler, make_handler, rng):
+    """After close(), each op of the handler and of its stream-group views
+    (made before or after the close) raises CaptureError "<op>: the handler
+    is closed", and writes nothing."""
+    h = make_handler(handler_id, seed=0)
+    early = h.with_streams(1)                # a view made before the close
+    calls = [(name, Call(h, handler_id, sibling_handler, make_handler, rng, op, {}))
+             for name, op in OPS_BY_NAME.items()]
+    h.close()
+    h.close()                                # safe twice
+    late = h.with_streams(h.num_stream_groups - 1)
+    failures = []
+    for target in (h, early, late):
+        for name, call in calls:
+            op = method(name)
+            try:
+                getattr(target, op)(*call.args.values())
+            except Exception as e:
+                if type(e) is not CaptureError or str(e) != f"{op}: the handler is closed" \
+                        or e.op != op:
+                    failures.append(f"group {target.group} {name}: {type(e).__name__}: {e}")
+            else:
+                failures.append(f"group {target.group} {name}: no error")
+    assert not failures, "\n".join(failures)
+    for _, call in calls:   # read through the session's open handler
+        for _, a, before in call.watched:
+            np.testing.assert_array_equal(handler.get_numpy_copy(a), before,
+                                          err_msg="an array changed after close()")
+
+
+SQUARE = fused_op("closed_square", inputs="x", outputs="y", body="y = x * x")
+
+
+def test_other_calls_raise_after_close(handler, handler_id, make_handler, rng):
+    """The calls outside the op table too: events, synchronization, transfers,
+    twins, fused ops (called or bound before the close), captures."""
+    h = make_handler(handler_id, seed=0)
+    other = other_dtype(h.dtype)
+    twin = h.twin(other)
+    t_a = twin.create_from_numpy(rand((3, 4), rng))
+    a0, y0 = rand((3, 4), rng), rand((3, 4), rng)
+    a, y = h.create_from_numpy(a0), h.create_from_numpy(y0)
+    event = h.record_event()
+    bound = SQUARE.bind(h, a, y)
+    g = h.capture(lambda: h.relu(a, y))
+    h.close()
+    v = h.with_streams(1)
+    calls = {
+        "record_event": lambda: v.record_event(),
+        "wait_event": lambda: v.wait_event(event),
+        "wait_for": lambda: v.wait_for(h),
+        "synchronize": lambda: v.synchronize(),
+        "synchronize_all_streams": lambda: h.synchronize_all_streams(),
+        "prefetch": lambda: h.prefetch([np.zeros((2, 3))]),
+        "pin": lambda: h.pin(np.zeros(3)),
+        "empty_pinned": lambda: h.empty_pinned((3,)),
+        "get_numpy_copy_async": lambda: v.get_numpy_copy_async(a),
+        "create_from_device_array": lambda: h.create_from_device_array(a),
+        "twin": lambda: h.twin("float16" if h.dtype != np.float16 else "float32"),
+        "add_tt": lambda: twin.add_tt(t_a, t_a, t_a),   # a twin closes with its family
+        "closed_square": lambda: SQUARE(v, a, y),
+        "capture": lambda: h.capture(lambda: None),
+        "replay": lambda: g.replay(),
+    }
+    for op, call in calls.items():
+        with pytest.raises(CaptureError) as info:
+            call()
+        _assert_closed_error(info, op)
+    with pytest.raises(CaptureError) as info:
+        bound()
+    _assert_closed_error(info, "closed_square")
+    assert h.with_streams(0) is h and h.twin(other) is twin
+    np.testing.assert_array_equal(handler.get_numpy_copy(a), a0.astype(h.dtype))
+    np.testing.assert_array_equal(handler.get_numpy_copy(y), y0.astype(h.dtype))
 
 
 # ---------------------------------------------------------------- the handler's seed

@@ -492,8 +492,11 @@ class PyCudaHandler(Handler):
     def _make_view(self, k):
         view = super()._make_view(k)
         view._slot, view._gemm = self._slots[k], self._gemms[k]
-        view._one_call = one_call.make(self, view._slot, view._gemm, _BLOCK, _SMALL_GEMM_OUT,
-                                       _SMALL_GEMM_K)
+        if self._closed_box[0]:   # close() makes the views it lacks: their cuBLAS is gone,
+            view._one_call = one_call.Declined()   # and the Python path's hooks raise
+        else:
+            view._one_call = one_call.make(self, view._slot, view._gemm, _BLOCK,
+                                           _SMALL_GEMM_OUT, _SMALL_GEMM_K)
         return view
 
     # kernels ------------------------------------------------------------------
@@ -1180,13 +1183,18 @@ class PyCudaHandler(Handler):
         # or, while a capture records, the _fused hook that it shadows.
         checked = op._checks(self, *args, **kwargs)
         n, values = self._fused_arguments(op, checked)
+        # Once the handler is closed, a call goes to the _fused hook, whose
+        # stand-in raises (handlers.closed), as the unbound op would.
+        capturing, closed = self._capture_box, self._closed_box
         if not n:
-            return lambda: None
+            def nothing():
+                if closed[0]:
+                    self._fused(op, *checked)
+            return nothing
         kernel, grid, launch = self._k[op], self._grid(n), _launch_kernel
-        capturing = self._capture_box
 
         def call():
-            if capturing[0] is None:
+            if capturing[0] is None and not closed[0]:
                 launch(kernel.handle, self._slot.handle, grid, _BLOCK, kernel.fmt, *values)
             else:
                 self._fused(op, *checked)
@@ -1216,7 +1224,11 @@ class PyCudaHandler(Handler):
     # indexing and masks -------------------------------------------------------
     def _index_m_by_v(self, m, v, out):
         rows, cols = m.shape
-        self._launch("index_m_by_v", rows, m.gpudata, v.gpudata, out.gpudata, rows, cols)
+        # With no columns m has no memory (gpudata is None, which the launch
+        # refuses); no index is then in [0, 0), so the kernel writes NaN for
+        # every row and never reads m: any address does.
+        self._launch("index_m_by_v", rows, m.gpudata if m.size else 0, v.gpudata, out.gpudata,
+                     rows, cols)
 
     def _binarize_v(self, v, out):
         rows, cols = out.shape
