@@ -87,6 +87,52 @@ def test_early_break_and_close_stop_the_thread(handler, rng):
     assert _wait_threads(before) == before
 
 
+def _bounded(fn, seconds=60):
+    """Run ``fn()`` on a daemon thread and return its result, failing the
+    test (instead of hanging the run) if it has not finished in ``seconds``."""
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as e:   # re-raised on the test's thread
+            box["error"] = e
+    worker = threading.Thread(target=run, name="prefetch-test-consumer", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"prefetch did not finish within {seconds} s (hangs)"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_batch_width_changing_mid_stream(handler, rng, depth):
+    """Batches whose trailing shape changes mid-stream ((16, 7) then (16, 9),
+    back to 7, with a shorter last batch) arrive intact and in order, the
+    labels beside them too, and the loop ends: staging slots of the old
+    width are dropped and new ones made, not waited for forever."""
+    widths = [7] * 4 + [9] * 5 + [7] * 3
+    xs = [rng.standard_normal((16, w)) for w in widths] + [rng.standard_normal((5, 7))]
+    ys = [rng.integers(0, 10, (x.shape[0], 1)) for x in xs]
+    before = threading.active_count()
+
+    def consume():
+        seen = []
+        for xb, yb in handler.prefetch(list(zip(xs, ys)), depth=depth):
+            out = handler.allocate(xb.shape)
+            handler.mult_st(2.0, xb, out)                # used by an op before the next
+            seen.append((handler.get_numpy_copy(out).astype(np.float64) / 2.0,
+                         handler.get_numpy_copy(yb)))
+        return seen
+    seen = _bounded(consume)
+    assert len(seen) == len(xs)
+    for (got_x, got_y), x, y in zip(seen, xs, ys):
+        np.testing.assert_array_equal(got_x, x.astype(handler.dtype).astype(np.float64))
+        np.testing.assert_array_equal(got_y, y.astype(handler.dtype))
+    assert _wait_threads(before) == before
+
+
 # Staging copies of at least PARALLEL_BYTES are split across threads.  Four
 # threads whatever the machine, so that the rows split unevenly (401 = 100 +
 # 100 + 100 + 101) and the workers exist even on one core.
