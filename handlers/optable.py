@@ -866,7 +866,8 @@ def _method_source(op, checks_only=False):
         body.append(f'self._check_overlaps("{name}", {names!r}, {tuple(pairs[0])!r}, '
                     f'{tuple(pairs[1])!r}, {", ".join(names)})')
     if op.writes:   # NumpyHandler: an output may be read-only memory
-        body.append(f'if self.read_only_arrays:\n'
+        writable = " and ".join(f"{w}.flags.writeable" for w in op.writes)
+        body.append(f'if self.read_only_arrays and not ({writable}):\n'
                     f'        check_writable("{name}", {op.writes!r}, {", ".join(op.writes)})')
     if checks_only:
         body.append(f"return ({', '.join(op.params)},)")
