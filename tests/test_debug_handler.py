@@ -750,6 +750,44 @@ def test_partial_overlap_raises(handler, case):
     np.testing.assert_array_equal(handler.get_numpy_copy(flat), before)
 
 
+BIAS_ADD = handlers.fused_op("bias_add_debug", inputs="x b:row", outputs="y", body="y = x + b")
+
+
+@pytest.mark.parametrize("case", ["broadcast_t", "add_mv", "fused-row", "add_tt-later-start",
+                                  "tanh-earlier-start", "mult_st-inside"])
+def test_partial_overlap_is_judged_on_whole_ranges(handler, rng, case):
+    """DebugHandler reports a partial overlap of an output and an input
+    itself, whatever their starts: an input starting where the output starts
+    but shorter (so equal starts do not make the same memory), and arrays
+    with different starts that overlap; nothing is written."""
+    debug = DebugHandler(handler)
+    flat = handler.create_from_numpy(rand((40,), rng))
+    before = handler.get_numpy_copy(flat)
+
+    def part(lo, hi, shape):
+        return view_of(handler, lambda: flat[lo:hi].reshape(shape))
+    other = debug.ones((3, 4))
+    calls = {   # case -> (call, output name, input name)
+        "broadcast_t": (lambda: debug.broadcast_t(part(0, 4, (1, 4)), 0, part(0, 12, (3, 4))),
+                        "out", "a"),
+        "add_mv": (lambda: debug.add_mv(other, part(4, 7, (3, 1)), part(4, 16, (3, 4))),
+                   "out", "v"),
+        "fused-row": (lambda: BIAS_ADD(debug, other, part(8, 12, (4,)), part(8, 20, (3, 4))),
+                      "y", "b"),
+        "add_tt-later-start": (lambda: debug.add_tt(part(0, 12, (3, 4)), other,
+                                                    part(2, 14, (3, 4))), "out", "a"),
+        "tanh-earlier-start": (lambda: debug.tanh(part(5, 17, (3, 4)), part(1, 13, (3, 4))),
+                               "y", "x"),
+        "mult_st-inside": (lambda: debug.mult_st(2.0, part(0, 12, (12,)), part(4, 16, (12,))),
+                           "out", "t"),
+    }
+    call, out, src = calls[case]
+    with pytest.raises(ValueError, match=rf"{out} \(shape \([0-9, ]+\)\) partially overlaps "
+                                         rf"{src} \(shape"):
+        call()
+    np.testing.assert_array_equal(handler.get_numpy_copy(flat), before)
+
+
 @pytest.mark.parametrize("case", ["dot_mm", "dot_add_mm", "sum_t", "index_m_by_v-m",
                                   "index_m_by_v-out-is-m", "binarize_v"])
 def test_forbidden_overlap_raises(handler, case):
