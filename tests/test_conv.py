@@ -357,40 +357,86 @@ def test_maxpool_outputs_must_not_overlap(handler, rng):
 
 
 # ---------------------------------------------------------------- a small network
+def _conv_refs(x, w, dy, pad):
+    """(y, dx, dw) of a stride-1 conv2d with zero padding ``pad``, in float64
+    by sums over the kernel's offsets (``dy`` None: y alone)."""
+    k_, _, r_, s_ = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    p_, q_ = xp.shape[2] - r_ + 1, xp.shape[3] - s_ + 1
+    y = np.zeros((x.shape[0], k_, p_, q_))
+    dxp, dw = np.zeros(xp.shape), np.zeros(w.shape)
+    for r in range(r_):
+        for s in range(s_):
+            xw = xp[:, :, r:r + p_, s:s + q_]
+            y += np.einsum("ncpq,kc->nkpq", xw, w[:, :, r, s])
+            if dy is not None:
+                dw[:, :, r, s] = np.einsum("nkpq,ncpq->kc", dy, xw)
+                dxp[:, :, r:r + p_, s:s + q_] += np.einsum("nkpq,kc->ncpq", dy, w[:, :, r, s])
+    dx = dxp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]]
+    return y, dx, dw
+
+
+def _windows_2x2(x):
+    """The 2x2 stride-2 windows of x (N, C, H, W) as (N, C, H/2, W/2, 4),
+    element r * 2 + s of a window at row r, column s."""
+    n, c, hh, ww = x.shape
+    return x.reshape(n, c, hh // 2, 2, ww // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(
+        n, c, hh // 2, ww // 2, 4)
+
+
+def _from_windows_2x2(win):
+    """The inverse of _windows_2x2."""
+    n, c, p, q, _ = win.shape
+    return win.reshape(n, c, p, q, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, 2 * p, 2 * q)
+
+
 def test_lenet_sized_step_runs_and_matches_float64(handler, rng):
-    """One forward and backward of a LeNet-like stack on 28x28 inputs: shapes
-    chain, and the handler agrees with itself in float64 terms (the adjoint
-    identity at realistic sizes)."""
+    """One forward and backward of a LeNet-like stack on 28x28 inputs (conv
+    5x5 padding 2, max pool 2, conv 5x5, average pool 2, and back): every
+    op's result matches a float64 NumPy reference (sums over the kernel's
+    offsets, pooling by 2x2 windows, written here) computed on its inputs as
+    the handler holds them, so that a rounding upstream is not blamed
+    downstream; the max pool's values and argmax exactly."""
+    held = lambda a: handler.get_numpy_copy(a).astype(np.float64)   # noqa: E731
     x, xv = upload(handler, rand((16, 1, 28, 28), rng))
     w1, w1v = upload(handler, rand((6, 1, 5, 5), rng, -0.3, 0.3))
-    h1 = handler.allocate((16, 6, 28, 28))
+    h1 = poisoned(handler, (16, 6, 28, 28))
     handler.conv2d_forward(x, w1, h1, 1, 2)
-    p1, a1 = handler.allocate((16, 6, 14, 14)), handler.allocate((16, 6, 14, 14))
+    assert_close(handler, h1, _conv_refs(xv, w1v, None, 2)[0], n=25, err_msg="conv1")
+    p1, a1 = poisoned(handler, (16, 6, 14, 14)), poisoned(handler, (16, 6, 14, 14))
     # indices within the 2x2 window: exact in every format (bfloat16 included)
     handler.maxpool2d_forward(h1, p1, a1, 2)
-    w2, _ = upload(handler, rand((16, 6, 5, 5), rng, -0.3, 0.3))
-    h2 = handler.allocate((16, 16, 10, 10))
+    win = _windows_2x2(held(h1))
+    arg = win.argmax(axis=-1)                       # the first of equals, row-major
+    np.testing.assert_array_equal(held(p1), win.max(axis=-1), err_msg="max pool")
+    np.testing.assert_array_equal(held(a1), arg, err_msg="max pool argmax")
+    w2, w2v = upload(handler, rand((16, 6, 5, 5), rng, -0.3, 0.3))
+    h2 = poisoned(handler, (16, 16, 10, 10))
     handler.conv2d_forward(p1, w2, h2)
-    p2 = handler.allocate((16, 16, 5, 5))
+    p1v = held(p1)
+    assert_close(handler, h2, _conv_refs(p1v, w2v, None, 0)[0], n=150, err_msg="conv2")
+    p2 = poisoned(handler, (16, 16, 5, 5))
     handler.avgpool2d_forward(h2, p2, 2)
-    g2 = handler.allocate((16, 16, 10, 10))
-    dp2, _ = upload(handler, rand((16, 16, 5, 5), rng))
+    assert_close(handler, p2, _windows_2x2(held(h2)).mean(axis=-1), n=4, err_msg="avg pool")
+    g2 = poisoned(handler, (16, 16, 10, 10))
+    dp2, dp2v = upload(handler, rand((16, 16, 5, 5), rng))
     handler.avgpool2d_backward(dp2, g2, 2)
-    gp1, gw2 = handler.allocate((16, 6, 14, 14)), handler.allocate((16, 6, 5, 5))
+    assert_close(handler, g2, _from_windows_2x2(np.repeat(dp2v[..., None] / 4, 4, axis=-1)),
+                 err_msg="avg pool backward")
+    gp1, gw2 = poisoned(handler, (16, 6, 14, 14)), poisoned(handler, (16, 6, 5, 5))
     handler.conv2d_backward_data(g2, w2, gp1)
     handler.conv2d_backward_filter(p1, g2, gw2)
-    gh1 = handler.allocate((16, 6, 28, 28))
+    _, gp1_ref, gw2_ref = _conv_refs(p1v, w2v, held(g2), 0)
+    assert_close(handler, gp1, gp1_ref, n=16 * 25, err_msg="conv2 backward data")
+    assert_close(handler, gw2, gw2_ref, n=16 * 10 * 10, err_msg="conv2 backward filter")
+    gh1 = poisoned(handler, (16, 6, 28, 28))
     handler.maxpool2d_backward(a1, gp1, gh1, 2)
-    gw1 = handler.allocate((6, 1, 5, 5))
+    routed = (np.arange(4) == arg[..., None]) * held(gp1)[..., None]
+    assert_close(handler, gh1, _from_windows_2x2(routed), err_msg="max pool backward")
+    gw1 = poisoned(handler, (6, 1, 5, 5))
     handler.conv2d_backward_filter(x, gh1, gw1, 1, 2)
-    got = handler.get_numpy_copy(gw1).astype(np.float64)
-    # <conv(x, w1), gh1> = <w1, backward_filter(x, gh1)>
-    y = handler.get_numpy_copy(h1).astype(np.float64)
-    g = handler.get_numpy_copy(gh1).astype(np.float64)
-    lhs, rhs = np.vdot(y, g), np.vdot(w1v, got)
-    assert abs(lhs - rhs) <= by_dtype(handler, 1e-4, 1e-4) * np.abs(g).sum() * np.abs(w1v).sum() \
-        + 1e-12
-    assert np.isfinite(got).all()
+    assert_close(handler, gw1, _conv_refs(xv, w1v, held(gh1), 2)[2], n=16 * 28 * 28,
+                 err_msg="conv1 backward filter")
 
 
 # ---------------------------------------------------------------- LeNet sizes, engine choice
