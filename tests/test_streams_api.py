@@ -6,7 +6,7 @@ No timing is measured: NumpyHandler runs ops at once, which is a valid schedule.
 import numpy as np
 import pytest
 
-from helpers import assert_close, rand, rand_input
+from helpers import assert_close, poisoned, rand, rand_input
 
 
 def groups(handler):
@@ -93,19 +93,93 @@ def test_bad_stream_group(handler, bad):
         handler.with_streams(1 % n).with_streams(bad)
 
 
-def test_events_and_synchronisation_run(handler):
+def _long_work(h, a, x, tmp, rounds=4):
+    """x = tanh(...tanh(tanh(a @ a) @ a)... @ a), ``rounds`` products of
+    (512, 512) matrices on ``h``'s group: work a GPU is still busy with when
+    the host issues the next call."""
+    h.dot_mm(a, a, x)
+    h.tanh(x, x)
+    for _ in range(rounds - 1):
+        h.dot_mm(x, a, tmp)
+        h.tanh(tmp, x)
+
+
+def _long_work_ref(ra, rounds=4):
+    """_long_work in float64 NumPy."""
+    r = np.tanh(ra @ ra)
+    for _ in range(rounds - 1):
+        r = np.tanh(r @ ra)
+    return r
+
+
+@pytest.mark.parametrize("order", ["record_event/wait_event", "wait_for", "synchronize",
+                                   "synchronize_all_streams"])
+def test_events_and_synchronisation_order_work(handler, rng, order):
+    """Each ordering point makes work on one group see work issued before it
+    on another: a long chain of products on the producer group, then the
+    ordering point, then an op on the consumer group that reads the chain's
+    result (into a NaN-poisoned output) must compute from the finished
+    values, for every pair of neighbouring groups.  After a synchronize (or
+    an event's own synchronize) the events recorded before it report
+    ``query()`` True.  (NumpyHandler runs ops at once; on a GPU a no-op
+    wait or synchronize lets the consumer read unfinished values.)"""
+    need_groups(handler, 2)
+    n = handler.num_stream_groups
+    c = 2 * np.sqrt(3 / 512)      # rows of norm about 2: the chain's values stay about 0.5
+    a, ra = rand_input(handler, (512, 512), rng, -c, c)
+    want = 2 * _long_work_ref(ra)
+    for k in range(n):
+        producer, consumer = handler.with_streams(k), handler.with_streams((k + 1) % n)
+        x, tmp = poisoned(handler, (512, 512)), poisoned(handler, (512, 512))
+        z = poisoned(handler, (512, 512))
+        _long_work(producer, a, x, tmp)
+        if order == "record_event/wait_event":
+            event = producer.record_event()
+            consumer.wait_event(event)
+            consumer.mult_st(2.0, x, z)
+            event.synchronize()
+        elif order == "wait_for":
+            consumer.wait_for(producer)
+            consumer.mult_st(2.0, x, z)
+            event = consumer.record_event()     # after the consumer's op, so after x too
+            consumer.synchronize()
+        elif order == "synchronize":
+            event = producer.record_event()
+            producer.synchronize()              # the host waits: later work sees x
+            assert event.query() is True
+            consumer.mult_st(2.0, x, z)
+        else:
+            events = []
+            for g in range(n):                  # every group busy, then one host wait
+                view = handler.with_streams(g)
+                own = (x, tmp) if g == k else (poisoned(handler, (512, 512)),
+                                               poisoned(handler, (512, 512)))
+                _long_work(view, a, *own)
+                events.append(view.record_event())
+            handler.with_streams(k).synchronize_all_streams()
+            assert all(e.query() is True for e in events)
+            event = events[k]
+            consumer.mult_st(2.0, x, z)
+        assert event.query() is True
+        assert_close(handler, z, want, n=512, err_msg=f"{order}, groups {k} -> "
+                                                           f"{(k + 1) % n}")
+
+
+def test_wait_event_takes_only_events(handler):
+    """``wait_event`` checks its argument: an event from ``record_event``
+    (of any group) is waited on; anything else is a TypeError naming the
+    op, so a no-op wait is not mistaken for a working one."""
     need_groups(handler, 2)
     for k in groups(handler):
         view = handler.with_streams(k)
         other = handler.with_streams((k + 1) % handler.num_stream_groups)
         event = view.record_event()
-        assert event is not None
         assert other.wait_event(event) is None
-        assert other.wait_for(view) is None
+        assert view.wait_event(event) is None          # the same group: allowed
         assert view.wait_for(view) is None
-        assert view.synchronize() is None
-    assert handler.synchronize_all_streams() is None
-    assert handler.with_streams(1).synchronize_all_streams() is None
+        for bad in (None, object(), 1.0, view):
+            with pytest.raises(TypeError, match="wait_event"):
+                other.wait_event(bad)
 
 
 def test_get_numpy_copy_sees_work_of_other_groups(handler, rng):
