@@ -143,6 +143,7 @@ def trained_on_gpus(tmp_path_factory):
     return out
 
 
+@pytest.mark.timeout(400)   # the first case's setup trains them all (up to 300 s)
 @pytest.mark.parametrize("case", list(dp_worker.CASES))
 def test_two_gpus_match_one_gpu(case, trained_on_gpus):
     check_against_one_process(case, trained_on_gpus, gpu=True)
