@@ -1,4 +1,6 @@
 """``Dropout``: inverted dropout with masks drawn on the device."""
+from handlers.checks import check_real
+
 from .base import Layer
 
 
@@ -14,7 +16,8 @@ class Dropout(Layer):
 
     def __init__(self, p=0.5):
         super().__init__()
-        if not 0.0 <= p < 1.0:
+        p = check_real("Dropout", "p", p)
+        if not 0.0 <= p < 1.0:   # NaN fails too
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = float(p)
         self.resample = True

@@ -2,6 +2,10 @@
 import math
 from types import SimpleNamespace
 
+import numpy as np
+
+from handlers.checks import check_real
+
 from . import init
 from .base import Layer
 from .params import view
@@ -26,11 +30,13 @@ class LayerNorm(Layer):
 
     def __init__(self, d, eps=1e-5):
         super().__init__()
-        self.d, self.eps = int(d), float(eps)
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"LayerNorm: d must be an int, got {type(d).__name__} {d!r}")
+        self.d, self.eps = int(d), check_real("LayerNorm", "eps", eps)
         if self.d < 1:
             raise ValueError(f"LayerNorm: d must be >= 1, got {d}")
-        if not self.eps > 0.0:
-            raise ValueError(f"LayerNorm: eps must be > 0, got {eps}")
+        if not 0.0 < self.eps < math.inf:   # NaN fails too
+            raise ValueError(f"LayerNorm: eps must be finite and > 0, got {eps}")
 
     def __repr__(self):
         return f"LayerNorm({self.d}, eps={self.eps:g})"
