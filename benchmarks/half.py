@@ -18,7 +18,10 @@ against NumPy in float64 (``checks`` in the saved run):
   mixed-precision step (bfloat16 compute on a PyCudaHandler twin, float32
   master parameters, ``precision="bf16"``) against our float32 step and
   against PyTorch eager under ``torch.autocast(bfloat16)`` (float32
-  parameters); targets >= 2x our float32 step and >= 1.0x PyTorch.  Printed
+  parameters); targets >= 2x our float32 step and >= 1.0x PyTorch.  Our
+  loss computes in float32 on the cast logits, with float32 labels (4096
+  classes: bfloat16 labels would name other classes), as autocast runs
+  ``log_softmax`` and ``nll_loss`` in float32.  Printed
   beside them, without targets: our step with bfloat16 parameters (no master
   copy) and PyTorch's like it, and the float16 steps with dynamic loss
   scaling (ours decided on the device; PyTorch's ``GradScaler``).
@@ -201,8 +204,10 @@ def _our_mlp(h, precision=None):
     if precision:
         net.mixed_precision(precision)
     rng = np.random.default_rng(4)
-    x = net.h.create_from_numpy(rng.standard_normal((n, w)))
-    y = net.h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
+    x = net.input_h.create_from_numpy(rng.standard_normal((n, w)))
+    # labels in the loss's format (float32 for every case): 4096 classes, past
+    # the whole numbers bfloat16 (256) and float16 (2048) hold exactly
+    y = net.target_h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
     scaler = net.loss_scaler
 
     def step(i):

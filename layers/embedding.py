@@ -1,5 +1,8 @@
 """``Embedding``: a learned vector per token id, looked up on the device."""
 import math
+from types import SimpleNamespace
+
+from handlers import dtypes
 
 from .base import Layer
 
@@ -25,13 +28,33 @@ class Embedding(Layer):
     Ids have no gradient: ``backward`` returns None, so the layer comes first
     in a network (``Sequential`` makes the first layer's ``input_grad``
     False).
+
+    Ids must be exact in their format: a half format holds whole numbers
+    only up to 256 (bfloat16) or 2048 (float16), so ids of that format for a
+    larger vocabulary raise ValueError before any work.  Under mixed
+    precision (``Sequential.mixed_precision``) the ids come in the master
+    format instead (``net.input_h``, float32 say): the rows are looked up in
+    the master table and rounded once into the compute format (the bits a
+    lookup in the working copy gives), and the gradient is added up in the
+    master format and rounded once into the half gradient.  That path keeps
+    one more table-sized buffer of the master format.
     """
+
+    #: the input holds indices: under mixed precision ``Sequential`` gives
+    #: them in the master format (``input_h``) and calls ``use_master``
+    takes_indices = True
 
     def __init__(self, vocab, d):
         super().__init__()
         self.vocab, self.d = int(vocab), int(d)
         if self.vocab < 1 or self.d < 1:
             raise ValueError(f"Embedding: vocab and d must be >= 1, got {vocab}, {d}")
+        self._master = None
+
+    def use_master(self, h, params):
+        """Mixed precision: ids of ``h``'s format (the master's) are looked up
+        in ``params["W"]``, the master table, a view of ``h``."""
+        self._master = (h, params["W"])
 
     def __repr__(self):
         return f"Embedding({self.vocab}, {self.d})"
@@ -47,9 +70,29 @@ class Embedding(Layer):
             raise ValueError(f"{self!r}: ids must have shape (n,) or (n, 1), got {x.shape}")
         n = math.prod(x.shape)
         b = self.buffers(("y", n), y=(n, self.d))
-        self.h.gather_rows_m(self.params["W"], x, b.y)
         self._ids = x
+        if self._master is not None and x.dtype == self._master[0].dtype:
+            hm, table = self._master
+            m = self._master_buffers(n)
+            hm.gather_rows_m(table, x, m.y)
+            self.h.cast_t(m.y, b.y)               # rounded once, as the working copy is
+            return b.y
+        limit = dtypes.exact_integers(x.dtype)
+        if self.vocab - 1 > limit:
+            where = ("pass them in the master format (net.input_h)" if self._master is not None
+                     else "train in mixed precision, which takes them in the master format")
+            raise ValueError(f"{self!r}: ids in {x.dtype} are exact only up to {limit}, too "
+                             f"few for a vocabulary of {self.vocab}: {where}")
+        self.h.gather_rows_m(self.params["W"], x, b.y)
         return b.y
+
+    def _master_buffers(self, n):
+        """Master-format buffers of the mixed-precision path: the rows, dy,
+        and the table-sized gradient (one, whatever n)."""
+        hm = self._master[0]
+        grad = self.cached("master dW", lambda: hm.allocate((self.vocab, self.d)))
+        return self.cached(("master", n), lambda: SimpleNamespace(
+            y=hm.allocate((n, self.d)), dy=hm.allocate((n, self.d)), dW=grad))
 
     def backward(self, dy):
         h = self.h
@@ -58,6 +101,13 @@ class Embedding(Layer):
             raise ValueError(f"{self!r}: dy must have the output's shape {(n, self.d)}, "
                              f"got {tuple(dy.shape)}")
         dW = self.grads["W"]
+        if self._master is not None and self._ids.dtype == self._master[0].dtype:
+            hm, m = self._master[0], self._master_buffers(n)
+            hm.cast_t(dy, m.dy)                   # exact: a half number is a master number
+            hm.fill(m.dW, 0.0)
+            hm.scatter_add_rows_m(m.dy, self._ids, m.dW)
+            h.cast_t(m.dW, dW)                    # rounded once into the half gradient
+            return None
         h.fill(dW, 0.0)                           # backward overwrites the gradient
         h.scatter_add_rows_m(dy, self._ids, dW)   # repeated ids add up
         return None

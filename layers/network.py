@@ -46,19 +46,25 @@ class Sequential:
         """Compute in ``dtype`` (float16 or bfloat16) and keep the parameters
         in the network's own format as the master copy.
 
-        The layers move to ``h.twin(dtype)`` (``self.h`` becomes it; feed
-        inputs and targets of that handler), with their parameters and
-        gradients in half-format working buffers (``self.compute``), while
-        ``parameters`` (and ``params``, ``grads``) stay the master copy, in
-        float32 say, which the optimizer updates.  Each forward pass first
-        rounds the master parameters into the working copy (one ``cast_t``);
-        ``train_step`` ends by carrying the half gradients into the master
-        gradients (one ``cast_t``), so the optimizer, its state and its
-        update run in the master format.  In float16 a ``LossScaler``
+        The layers move to ``h.twin(dtype)`` (``self.h`` becomes it), with
+        their parameters and gradients in half-format working buffers
+        (``self.compute``), while ``parameters`` (and ``params``, ``grads``)
+        stay the master copy, in float32 say, which the optimizer updates.
+        Each forward pass first rounds the master parameters into the
+        working copy (one ``cast_t``); ``train_step`` ends by carrying the
+        half gradients into the master gradients (one ``cast_t``), so the
+        optimizer, its state and its update run in the master format.  In float16 a ``LossScaler``
         (``self.loss_scaler``, its defaults) scales the loss gradient and
         unscales the master gradients, and the optimizer's step must go
         through it (``Trainer`` does).  Once per network: ValueError if
         called again or for a format that is not a half format.
+
+        Indices stay exact, whatever few whole numbers ``dtype`` holds: the
+        loss computes in float32 on the float32 twin and takes its targets
+        there (``target_h``; class labels up to 2^24), and a first layer
+        that takes indices (``Embedding``) takes them in the master format
+        (``input_h``) and looks them up in the master parameters.  Feed
+        inputs as arrays of ``input_h`` and targets of ``target_h``.
         """
         master = self.parameters.h
         dt = dtypes.resolve(dtype)
@@ -69,16 +75,39 @@ class Sequential:
             raise ValueError("mixed_precision: this network already computes in "
                              f"{self.h.dtype}")
         hc = master.twin(dt)
+        # the master views, before compute_copies moves the layers' views
+        masters = [dict(layer.params) for layer in self.layers]
         for layer in self.layers + [self.loss]:
             layer.bind(hc)
         self.compute = self.parameters.compute_copies(hc)
         self.h = hc
+        for layer, views in zip(self.layers, masters):
+            if getattr(layer, "takes_indices", False):
+                layer.use_master(master, views)
         if dt == np.float16:   # 3 bits fewer of exponent than bfloat16: gradients underflow
             self.loss_scaler = LossScaler(self)
 
     def __repr__(self):
         inner = ", ".join(repr(layer) for layer in self.layers)
         return f"Sequential([{inner}], loss={self.loss!r})"
+
+    @property
+    def input_h(self):
+        """The handler whose arrays ``forward`` takes: ``h``, except under
+        mixed precision when the first layer takes indices (``Embedding``:
+        ``takes_indices``), which it takes in the master format, where they
+        are exact (``parameters.h``)."""
+        if self.compute is not None and self.layers \
+                and getattr(self.layers[0], "takes_indices", False):
+            return self.parameters.h
+        return self.h
+
+    @property
+    def target_h(self):
+        """The handler whose arrays the loss takes as targets: ``loss.h``,
+        ``h`` itself for float32 and float64, the float32 twin for a half
+        format (class labels stay exact)."""
+        return self.loss.h
 
     @property
     def params(self):
@@ -110,7 +139,8 @@ class Sequential:
 
     def train_step(self, x, targets):
         """Forward, loss and backward for one batch; the gradients are written
-        into ``grads``.  Returns the mean loss as a (1,) handler array (still
+        into ``grads``.  ``x`` is an array of ``input_h``, ``targets`` of
+        ``target_h``.  Returns the mean loss as a (1,) array of ``h`` (still
         on the device: nothing here waits for the device)."""
         loss = self.loss.forward(self.forward(x, training=True), targets)
         dy = self.loss.backward()

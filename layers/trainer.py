@@ -1,11 +1,14 @@
 """``Trainer``: epochs of mini-batch training, evaluation, the loss history.
 
 Batches are cut from host (NumPy) arrays and reach the device through
-``h.prefetch`` (double-buffered uploads that overlap compute).  The loss of
-each step stays on the device, copied into a per-epoch log buffer.  Every
-``log_every`` steps the progress bar starts an asynchronous copy of the log
-(``get_numpy_copy_async`` into pinned memory) and shows the last one that has
-finished, so it never stalls the device; only the end of an epoch waits.
+``h.prefetch`` (double-buffered uploads that overlap compute): inputs in the
+network's input format (``net.input_h``), targets in its loss's
+(``net.target_h``, float32 for a network computing in a half format, so that
+class labels stay exact).  The loss of each step stays on the device, copied
+into a per-epoch log buffer.  Every ``log_every`` steps the progress bar
+starts an asynchronous copy of the log (``get_numpy_copy_async`` into pinned
+memory) and shows the last one that has finished, so it never stalls the
+device; only the end of an epoch waits.
 
 Every input is checked before the first step, so a bad call raises (and
 leaves the parameters untouched) instead of training on garbage.  A loss that
@@ -97,9 +100,16 @@ def _check_finite(where, name, a):
                          f"{a[tuple(bad[0])]} at index {tuple(int(i) for i in bad[0])}")
 
 
-def _class_labels(where, y, c):
+def _class_labels(where, y, c, dtype):
     """Class indices (n,) or (n, 1), ints or integer-valued floats, checked
-    to lie in [0, c); returned as (n, 1) floats (the losses' label format)."""
+    to lie in [0, c); returned as (n, 1) floats (the losses' label format).
+    ValueError where indices 0 .. c-1 are not all exact in ``dtype``, the
+    format the loss takes them in (float32: up to 2^24)."""
+    limit = dtypes.exact_integers(dtype)
+    if c - 1 > limit:
+        raise ValueError(f"{where}: the network has {c} classes, but its loss takes class "
+                         f"labels in {dtype}, which holds whole numbers exactly only up to "
+                         f"{limit}: some labels would name other classes")
     labels = y.reshape(-1)
     if y.dtype.kind == "f" and np.any(labels != np.floor(labels)):
         i = int(np.flatnonzero(labels != np.floor(labels))[0])
@@ -112,6 +122,16 @@ def _class_labels(where, y, c):
                          f"{c} outputs; {int(out.sum())} are not, the first y[{i}] = "
                          f"{labels[i]}")
     return labels.astype(np.float64).reshape(-1, 1)
+
+
+def _in_step(xs, ys):
+    """(x, y) pairs of two prefetches of one pass; both are closed (their
+    threads joined) when the iteration ends or is left."""
+    try:
+        yield from zip(xs, ys)
+    finally:
+        xs.close()
+        ys.close()
 
 
 def _progress_bar(total, enabled):
@@ -208,7 +228,10 @@ class Trainer:
             (or "bfloat16") trains in mixed precision: the network computes
             in bfloat16 on ``h.twin("bfloat16")`` while its parameters stay
             the master copy in their own format (float32, say), which the
-            optimizer updates (``Sequential.mixed_precision``).  A captured
+            optimizer updates (``Sequential.mixed_precision``).  The loss
+            computes in float32, and targets, class labels above all, are
+            uploaded in float32 (a bfloat16 label past 256 would name
+            another class), as are an ``Embedding``'s ids.  A captured
             step records the work of both formats (twins share a capture).
             "fp16" (or "float16") likewise in float16, with dynamic loss
             scaling decided on the device (``net.loss_scaler``, a
@@ -233,10 +256,12 @@ class Trainer:
     loss.  For ``SoftmaxCrossEntropy`` y is integer class labels (n,),
     class indices (n, 1) (ints or whole floats) in [0, c) for c outputs, or
     a distribution per row (n, c); labels are converted once, on the host, to
-    the (n, 1) floats the loss takes.  For ``SquaredError`` y has the shape
-    of the network's output.  The output shape comes from one inference
-    forward pass of the first batch (no parameter changes), which also
-    checks that x fits the first layer.
+    the (n, 1) floats the loss takes, and uploaded in the loss's format
+    (``net.target_h``: float32 under mixed precision, where they are exact
+    up to 2^24; more classes than that raise ValueError).  For
+    ``SquaredError`` y has the shape of the network's output.  The output
+    shape comes from one inference forward pass of the first batch (no
+    parameter changes), which also checks that x fits the first layer.
     """
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
@@ -286,16 +311,35 @@ class Trainer:
         taken = np.take(x, idx, axis=self.batch_axis) if self.batch_axis else x[idx]
         return np.ascontiguousarray(taken)
 
-    def batches(self, x, y, shuffle, shard=False):
-        """Host (x, y) batches of one pass over the data; with ``shard``, under
-        data parallelism, this rank's part of each batch."""
-        n = x.shape[self.batch_axis]
+    def _batch_indices(self, n, shuffle, shard):
+        """The sample indices of each batch of one pass over n samples."""
         order = self.rng.permutation(n) if shuffle else np.arange(n)
         for start in range(0, n, self.batch_size):
             idx = order[start:start + self.batch_size]
             if shard and self._dp is not None:
                 idx = self._dp.shard(idx)
+            yield idx
+
+    def batches(self, x, y, shuffle, shard=False):
+        """Host (x, y) batches of one pass over the data; with ``shard``, under
+        data parallelism, this rank's part of each batch."""
+        for idx in self._batch_indices(x.shape[self.batch_axis], shuffle, shard):
             yield self._take(x, idx), np.ascontiguousarray(y[idx])
+
+    def _uploads(self, x, y, shuffle, shard=False, into=None):
+        """Device (x, y) batches of one pass (``prefetch``): x in the
+        network's input format, y in its loss's.  Where the two differ (mixed
+        precision, a half network) they are two prefetches in step, each
+        with its own destinations of ``into``."""
+        hx, hy = self.net.input_h, self.net.target_h
+        if hx is hy:
+            return hx.prefetch(self.batches(x, y, shuffle, shard), _Step.DEPTH, into=into)
+        order = list(self._batch_indices(x.shape[self.batch_axis], shuffle, shard))
+        xs = hx.prefetch((self._take(x, idx) for idx in order), _Step.DEPTH,
+                         into=None if into is None else [d[0] for d in into])
+        ys = hy.prefetch((np.ascontiguousarray(y[idx]) for idx in order), _Step.DEPTH,
+                         into=None if into is None else [d[1] for d in into])
+        return _in_step(xs, ys)
 
     def _batch_shapes(self, x, y):
         """The shapes of a full (x, y) batch (this rank's shard of one, data parallel)."""
@@ -327,7 +371,7 @@ class Trainer:
         forward pass, which also rejects an x the first layer cannot take."""
         first = self._take(x, np.arange(min(self.batch_size, x.shape[self.batch_axis])))
         try:
-            return tuple(self.net.forward(self.h.create_from_numpy(first)).shape)
+            return tuple(self.net.forward(self.net.input_h.create_from_numpy(first)).shape)
         except ValueError as e:
             raise ValueError(f"{where}: x of shape {x.shape} does not fit the network: "
                              f"{e}") from e
@@ -338,7 +382,7 @@ class Trainer:
         if isinstance(loss, SoftmaxCrossEntropy) and len(out) == 2:
             c = out[1]
             if y.ndim == 1 or (y.shape[1:] == (1,) and c != 1):
-                return _class_labels(where, y, c)
+                return _class_labels(where, y, c, self.net.target_h.dtype)
             if y.shape[1:] == (c,):
                 return y
             raise ValueError(f"{where}: y must be class labels (n,) or (n, 1), or "
@@ -392,9 +436,9 @@ class Trainer:
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
-                into = self._step.destinations(*self._batch_shapes(x, y))
-                batches = h.prefetch(self.batches(x, y, True, shard=True), _Step.DEPTH,
-                                     into=into)
+                into = self._step.destinations(*self._batch_shapes(x, y), self.net.input_h,
+                                               self.net.target_h)
+                batches = self._uploads(x, y, True, shard=True, into=into)
                 for i, (xb, yb) in enumerate(batches):
                     if self._dp is not None:
                         self._dp.set_batch(sizes[i])
@@ -507,10 +551,13 @@ class Trainer:
         outputs = []
         # accuracy is counted on the device, batch by batch, where the shapes
         # allow (2-D outputs); the other metrics need the outputs on the host.
+        # It is counted in acc's format, where the labels are (the loss's) and
+        # the argmax of more classes than a half format counts stays exact.
         on_device = {k for k, fn in self.metrics.items() if fn is accuracy}
-        counter, correct = (DeviceAccuracy(h), acc.zeros((1,))) if on_device else (None, None)
+        counter, correct = (DeviceAccuracy(acc), acc.zeros((1,))) if on_device else (None, None)
+        widened = {}                 # shape -> outputs cast into acc's format
         first = True
-        for xb, yb in h.prefetch(self.batches(x, y, False)):
+        for xb, yb in self._uploads(x, y, False):
             loss, out = net.evaluate_batch(xb, yb)
             nb = yb.shape[0]
             if acc is not h:
@@ -521,7 +568,13 @@ class Trainer:
                 on_device = set()   # shapes hold for every batch: the host for all of them
             first = False
             if on_device:
-                acc.axpby(1.0, counter.count(out, yb), 1.0, correct)
+                if out.dtype != acc.dtype:
+                    wide = widened.get(out.shape)
+                    if wide is None:
+                        wide = widened[out.shape] = acc.allocate(out.shape)
+                    acc.cast_t(out, wide)    # exact
+                acc.axpby(1.0, counter.count(out if out.dtype == acc.dtype else wide, yb),
+                          1.0, correct)
             if len(on_device) < len(self.metrics):
                 outputs.append(h.get_numpy_copy(out))
         result = {"loss": float(acc.get_numpy_copy(total)[0]) / n}
@@ -562,15 +615,18 @@ class _Step:
         """The graphs captured so far."""
         return [s[3] for s in self._sets if s[3] is not None]
 
-    def destinations(self, x_shape, y_shape):
+    def destinations(self, x_shape, y_shape, hx=None, hy=None):
         """``into`` for ``prefetch`` of batches of these shapes (None with
-        graphs off); the arrays and graphs are kept while the shapes hold."""
+        graphs off), x an array of ``hx`` and y of ``hy`` (``net.h`` if None:
+        ``Sequential.input_h`` and ``target_h`` in general); the arrays and
+        graphs are kept while the shapes and formats hold."""
         if not self.graph:
             return None
-        if not self._sets or self._sets[0][0].shape != x_shape \
-                or self._sets[0][1].shape != y_shape:
-            h = self.h
-            self._sets = [[h.allocate(x_shape), h.allocate(y_shape), h.zeros((1,)), None]
+        hx, hy = hx or self.h, hy or self.h
+        first = self._sets[0] if self._sets else None
+        if first is None or (first[0].shape, first[1].shape) != (x_shape, y_shape) \
+                or (first[0].dtype, first[1].dtype) != (hx.dtype, hy.dtype):
+            self._sets = [[hx.allocate(x_shape), hy.allocate(y_shape), self.h.zeros((1,)), None]
                           for _ in range(self.DEPTH)]
         return [(s[0], s[1]) for s in self._sets]
 
