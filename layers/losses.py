@@ -75,11 +75,12 @@ class SoftmaxCrossEntropy(Loss):
     (softmax(y) - onehot) / n.  ``probabilities`` holds softmax(y) after
     ``forward`` (an array of ``self.h``).
 
-    Class indices must be exact in the format they come in: ValueError,
-    before any work, where c classes need an index beyond the whole numbers
-    that format holds (half-format labels for more than 257 or 2049 classes;
-    float32 ones for more than 2^24 + 1).  Give them as arrays of
-    ``self.h``, float32 for a network in a half format.
+    Class indices must be exact in the format they come in and in
+    ``self.h``'s, where they are read: ValueError, before any work, where c
+    classes need an index beyond the whole numbers either holds (half-format
+    labels for more than 257 or 2049 classes; float32 for more than
+    2^24 + 1).  Give them as arrays of ``self.h``, float32 for a network in
+    a half format.
 
     The log-probabilities are computed as (y - rowmax) - log(sum(exp(y -
     rowmax))), never as log(softmax(y)): a probability that underflows to 0
@@ -130,15 +131,17 @@ class SoftmaxCrossEntropy(Loss):
         return self.in_format_of("dy", b.work, self._y)
 
     def _check_labels(self, dtype, c):
-        """ValueError unless class indices 0 .. c-1 are all exact in ``dtype``."""
-        limit = dtypes.exact_integers(dtype)
-        if c - 1 > limit:
-            ours = dtypes.exact_integers(self.h.dtype)
-            hint = (f"; give them as {self.h.dtype} arrays of the loss's handler (loss.h)"
-                    if c - 1 <= ours else "")
-            raise ValueError(f"SoftmaxCrossEntropy: y has {c} classes, but {dtype} holds "
-                             f"whole numbers exactly only up to {limit}, so some class "
-                             f"indices would name other classes{hint}")
+        """ValueError unless class indices 0 .. c-1 are all exact in ``dtype``,
+        the labels' format, and in ``self.h``'s, where the ops read them."""
+        ours = dtypes.exact_integers(self.h.dtype)
+        for dt in (dtype, self.h.dtype):
+            limit = dtypes.exact_integers(dt)
+            if c - 1 > limit:
+                hint = (f"; give them as {self.h.dtype} arrays of the loss's handler (loss.h)"
+                        if c - 1 <= ours else "")
+                raise ValueError(f"SoftmaxCrossEntropy: y has {c} classes, but {dt} holds "
+                                 f"whole numbers exactly only up to {limit}, so some class "
+                                 f"indices would name other classes{hint}")
 
 
 class SquaredError(Loss):

@@ -126,7 +126,8 @@ def test_trainer_losses_and_accuracy_are_those_of_the_exact_labels(make_handler,
 def test_class_counts_no_format_holds_are_refused(make_handler, handler_id):
     """Where labels cannot all be exact, the loss and the trainer raise
     ValueError before any work: half-format labels for more classes than the
-    format counts, float32 labels for more than 2^24 + 1 classes."""
+    format counts, float32 labels (or float64 ones, which the float32 loss
+    reads in float32) for more than 2^24 + 1 classes."""
     h = make_handler(handler_id, seed=0)
     for _, dt in _compute_formats(h):
         hc = h.twin(dt)
@@ -143,8 +144,10 @@ def test_class_counts_no_format_holds_are_refused(make_handler, handler_id):
     hc = h.twin(_compute_formats(h)[0][1])
     loss = SoftmaxCrossEntropy()
     loss.bind(hc)
-    with pytest.raises(ValueError, match=f"{big} classes"):
-        loss.forward(hc.zeros((1, big)), loss.h.zeros((1, 1)))
+    y = hc.zeros((1, big))
+    for labels_h in (loss.h, hc.twin(np.float64)):   # float64 labels are read in float32
+        with pytest.raises(ValueError, match=f"{big} classes, but float32"):
+            loss.forward(y, labels_h.zeros((1, 1)))
     net = Sequential(h, [], SoftmaxCrossEntropy())
     tr = Trainer(net, SGD(net.parameters), progress=False, precision=_compute_formats(h)[0][0])
     with pytest.raises(ValueError, match=f"{big} classes"):
