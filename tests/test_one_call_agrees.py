@@ -18,6 +18,7 @@ that records what PyCudaHandler would launch.  For each case and dtype:
 Runs on a CPU: no kernel is launched, only recorded.
 """
 import math
+import threading
 import zlib
 from types import SimpleNamespace
 
@@ -126,6 +127,8 @@ class _Recorder(Handler):
         self._max_blocks = MAX_BLOCKS
         self._grids = {}
         self._k = {name: SimpleNamespace(handle=h) for name, h in HANDLES.items()}
+        # PyCudaHandler's hooks hold their stream's lock while they issue
+        self._slot = SimpleNamespace(lock=threading.RLock())
         self._next = 0x7F00_0000_0000
         self.launched = None
 
