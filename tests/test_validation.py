@@ -15,10 +15,10 @@ import re
 
 import numpy as np
 import pytest
-from helpers import other_dtype, rand
 
 from handlers import CaptureError, Handler, NumpyHandler, fused, fused_op
 from handlers.optable import ELEMENTWISE, PUBLIC
+from helpers import other_dtype, rand
 
 SH = (3, 4)          # default shape of same-shape ops
 OTHER = (3, 5)       # a wrong shape for them
