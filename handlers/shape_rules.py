@@ -196,6 +196,7 @@ def index_m_by_v(h, m, v, out):
     if v.shape != (rows, 1) or out.shape != (rows, 1):
         fail_value("index_m_by_v", f"for m {m.shape}, v and out must be ({rows}, 1); "
                                    f"got v {v.shape}, out {out.shape}")
+    _exact_indices(h, "index_m_by_v", m.shape[1], f"m {m.shape} (its columns)")
 
 
 def binarize_v(h, v, out):
@@ -204,6 +205,7 @@ def binarize_v(h, v, out):
     if v.shape != (out.shape[0], 1):
         fail_value("binarize_v", f"v shape {v.shape} must be ({out.shape[0]}, 1) "
                                  f"for out {out.shape}")
+    _exact_indices(h, "binarize_v", out.shape[1], f"out {out.shape} (its columns)")
 
 
 def rows_by_index(op, rows):
@@ -222,6 +224,7 @@ def rows_by_index(op, rows):
         if idx.shape != (n,) and idx.shape != (n, 1):
             fail_value(op, f"idx shape {idx.shape} must be ({n},) or ({n}, 1) for "
                            f"{rows} {picked.shape}")
+        _exact_indices(h, op, table.shape[0], f"{tname} {table.shape} (its rows)")
     return rule
 
 

@@ -196,3 +196,29 @@ def test_embedding_ids_stay_exact(make_handler, handler_id, rng):
         u = dtypes.unit_roundoff(dt)
         np.testing.assert_allclose(got.astype(np.float64) * scale, grad, rtol=4 * u,
                                    atol=1e-7 * scale)
+
+
+@pytest.mark.parametrize("op", ["index_m_by_v", "binarize_v", "gather_rows_m",
+                                "scatter_add_rows_m"])
+def test_index_ops_refuse_more_indices_than_the_format_counts(handler, rng, op):
+    """An op that reads indices stored in the handler's format refuses, before
+    writing anything, a class or row count whose largest index the format
+    cannot hold exactly (bfloat16: 257 and more, float16: 2049 and more)."""
+    limit = dtypes.exact_integers(handler.dtype)
+    if limit > 4096:
+        pytest.skip(f"{handler.dtype} counts indices beyond any size tested here")
+    n, c = 3, limit + 2          # index limit + 1 is not exact in the format
+    h = handler
+    idx = h.create_from_numpy(np.array([[0.0], [1.0], [2.0]]))
+    table = h.create_from_numpy(rng.standard_normal((c, 2)))
+    args = {"index_m_by_v": (h.create_from_numpy(rng.standard_normal((n, c))), idx,
+                             h.create_from_numpy(rng.standard_normal((n, 1)))),
+            "binarize_v": (idx, h.create_from_numpy(rng.standard_normal((n, c)))),
+            "gather_rows_m": (table, idx, h.create_from_numpy(rng.standard_normal((n, 2)))),
+            "scatter_add_rows_m": (h.create_from_numpy(rng.standard_normal((n, 2))), idx,
+                                   table)}[op]
+    before = [h.get_numpy_copy(a) for a in args]
+    with pytest.raises(ValueError, match=rf"{op}: .*too many for {h.dtype} indices"):
+        getattr(h, op)(*args)
+    for a, b in zip(args, before):
+        np.testing.assert_array_equal(h.get_numpy_copy(a).view(np.uint16), b.view(np.uint16))
