@@ -11,7 +11,6 @@ boundary (:meth:`Deferral.take`), so its steps pay nothing for it.
 """
 import signal
 import threading
-from contextlib import contextmanager
 
 
 class Deferral:
@@ -41,28 +40,41 @@ class Deferral:
 _active = [None]   # the Deferral of the outermost block in progress
 
 
-@contextmanager
-def deferred():
+class deferred:   # noqa: N801 - used as a function: ``with deferred() as held:``
     """Hold SIGINT back until the block ends, then deliver it.
 
     Only the main thread receives signals, so on any other thread (or where
     Python's handler cannot be replaced) the block runs as is.  Nested blocks
-    cost nothing: the outermost one holds and delivers.  Yields the
-    :class:`Deferral` (None where nothing is held)."""
-    if _active[0] is not None or threading.current_thread() is not threading.main_thread():
-        yield _active[0]
-        return
-    deferral = Deferral(signal.getsignal(signal.SIGINT))
-    try:
-        signal.signal(signal.SIGINT, deferral.hold)
-    except ValueError:        # not the main interpreter's main thread
-        yield None
-        return
-    _active[0] = deferral
-    try:
-        yield deferral
-    finally:
+    cost nothing: the outermost one holds and delivers.  ``as`` gives the
+    :class:`Deferral` (None where nothing is held).  If the block raises, its
+    own exception goes out and a held interrupt is dropped.  (A class, not a
+    generator: a nested block inside ``Trainer.fit`` costs a few attribute
+    tests.)"""
+
+    __slots__ = ("_deferral", "_outer")
+
+    def __enter__(self):
+        self._outer = False
+        self._deferral = _active[0]
+        if self._deferral is not None or \
+                threading.current_thread() is not threading.main_thread():
+            return self._deferral
+        deferral = Deferral(signal.getsignal(signal.SIGINT))
+        try:
+            signal.signal(signal.SIGINT, deferral.hold)
+        except ValueError:        # not the main interpreter's main thread
+            return None
+        _active[0] = self._deferral = deferral
+        self._outer = True
+        return deferral
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._outer:
+            return False
+        deferral = self._deferral
         _active[0] = None
         signal.signal(signal.SIGINT, deferral.previous
                       if deferral.previous is not None else signal.SIG_DFL)
-    deferral.take()
+        if exc_type is None:
+            deferral.take()
+        return False
