@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import HANDLER_CONFIGS
+from handlers.testing import CONFIGS as HANDLER_CONFIGS
 from test_readme import python_blocks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from handlers.testing import check_layer_gradients
 from layers import AvgPool2D, Conv2D, MaxPool2D, ParameterSet, Sequential, SquaredError
-from test_layers_gradients import away_from_zero, check_layer
 
 LAYERS = {
     "conv-3x3-pad1": (lambda: Conv2D(2, 3, 3, padding=1), (2, 2, 5, 5)),
@@ -22,17 +22,12 @@ LAYERS = {
 }
 
 
-@pytest.fixture
-def h64(handler):
-    if np.dtype(handler.dtype) != np.float64:
-        pytest.skip("gradient checks run on float64 handlers only")
-    return handler
-
-
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_conv_layer_gradients(h64, rng, name):
+def test_conv_layer_gradients(handler, rng, name):
+    """Backward against float64 central differences, and this handler's
+    forward and backward against float64 (handlers.testing)."""
     make, shape = LAYERS[name]
-    check_layer(h64, make(), away_from_zero(rng.uniform(-1, 1, shape)), rng)
+    check_layer_gradients(handler, make(), shape, rng)
 
 
 def _loop_conv(x, W, b, stride, pad, dil):

@@ -15,6 +15,7 @@ rounding term alone would be about 1e-1.
 import numpy as np
 import pytest
 
+from handlers.testing import assert_normwise_close, central_differences, check_layer_gradients
 from layers import (
     ELU,
     LSTM,
@@ -23,7 +24,6 @@ from layers import (
     Flatten,
     FullyConnected,
     LayerNorm,
-    ParameterSet,
     ReLU,
     Sequential,
     Sigmoid,
@@ -44,86 +44,19 @@ def h64(handler):
     return handler
 
 
-def rel_error(num, ana):
-    scale = max(np.abs(num).max(), np.abs(ana).max(), 1e-300)
-    return np.abs(num - ana).max() / scale
-
-
 def assert_grad(num, ana, what):
-    assert num.shape == ana.shape, what
-    if not num.any():   # e.g. Wh of a 1-step LSTM: h[-1] = 0 makes it exactly 0
-        assert not ana.any(), f"{what}: numeric gradient is 0, analytic {ana.ravel()[:8]}"
-        return
-    err = rel_error(num, ana)
-    assert err < RTOL, (f"{what}: relative error {err:.2e} >= {RTOL:g}\n"
-                        f"numeric  {num.ravel()[:8]}\nanalytic {ana.ravel()[:8]}")
-
-
-def away_from_zero(x, gap=0.1):
-    """Keep |x| >= gap, so no difference straddles the kink of ReLU at 0."""
-    return np.sign(x) * (gap + (1 - gap) * np.abs(x))
+    assert_normwise_close(num, ana, RTOL, what, "central difference", "backward")
 
 
 def numeric_grad(f, values):
-    """Central differences of the scalar f() with respect to each element of
-    the host array ``values`` (modified in place and restored)."""
-    grad = np.zeros_like(values)
-    flat, g = values.reshape(-1), grad.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + EPS
-        plus = f()
-        flat[i] = old - EPS
-        minus = f()
-        flat[i] = old
-        g[i] = (plus - minus) / (2 * EPS)
-    return grad
+    """Central differences of the scalar f() (the kit's, with step EPS)."""
+    return central_differences(f, values, EPS)
 
 
 def param_slices(ps):
     """(name, flat index array) of every parameter element of a ParameterSet."""
     return [(f"{type(layer).__name__}.{name}", np.arange(off, off + int(np.prod(shape))))
             for layer, name, off, shape in ps.entries]
-
-
-def check_layer(h, layer, x_host, rng, prepare=None, x_grad=True):
-    """Check dL/dx and dL/dparams of ``layer`` at input ``x_host`` (dL/dx only
-    if ``x_grad``: an input that is not differentiable, such as ids, has none)."""
-    layer.bind(h)
-    ps = ParameterSet(h, [layer], seed=int(rng.integers(2**31)))
-    x = h.create_from_numpy(x_host)
-    y = layer.forward(x, True)
-    if prepare:
-        prepare(layer)
-        y = layer.forward(x, True)
-    R = rng.standard_normal(y.shape)
-    dx = layer.backward(h.create_from_numpy(R))
-    ana_x = h.get_numpy_copy(dx) if x_grad else None
-    ana_p = h.get_numpy_copy(ps.grads)
-
-    def loss():
-        return float(np.sum(R * h.get_numpy_copy(layer.forward(x, True))))
-
-    xv = x_host.astype(np.float64).copy()
-
-    def loss_x():
-        h.set_from_numpy(x, xv)
-        return loss()
-    if x_grad:
-        assert_grad(numeric_grad(loss_x, xv), ana_x, f"{layer!r} dL/dx")
-        h.set_from_numpy(x, x_host)
-
-    pv = ps.get().astype(np.float64)
-    for name, idx in param_slices(ps):
-        sub = pv[idx]
-
-        def loss_p(idx=idx, sub=sub):
-            full = pv.copy()
-            full[idx] = sub
-            ps.set(full)
-            return loss()
-        assert_grad(numeric_grad(loss_p, sub), ana_p[idx], f"{layer!r} dL/d{name}")
-    ps.set(pv)
 
 
 LAYERS = {
@@ -144,46 +77,38 @@ LAYERS = {
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_layer_gradients(h64, rng, name):
+def test_layer_gradients(handler, rng, name):
+    """Backward against float64 central differences, and this handler's
+    forward and backward against float64 (handlers.testing)."""
     make, shape = LAYERS[name]
-    x = away_from_zero(rng.uniform(-1, 1, shape))
-    check_layer(h64, make(), x, rng)
-
-
-def random_params(h, rng):
-    """A ``prepare`` for check_layer: every parameter to fresh random values
-    (away from a start such as LayerNorm's gain 1 and bias 0, where a missing
-    factor of the gain in backward would go unnoticed)."""
-    def prepare(layer):
-        for p in layer.params.values():
-            h.set_from_numpy(p, rng.uniform(0.5, 1.5, tuple(p.shape))
-                             * rng.choice([-1.0, 1.0], tuple(p.shape)))
-    return prepare
+    check_layer_gradients(handler, make(), shape, rng)
 
 
 @pytest.mark.parametrize("d,shape", [(5, (3, 5)), (4, (2, 3, 4)), (7, (1, 7)), (1, (3, 1))],
                          ids=["2d", "3d-sequence", "one-row", "d1"])
-def test_layernorm_gradients(h64, rng, d, shape):
-    x = rng.uniform(-2, 2, shape)
-    check_layer(h64, LayerNorm(d, eps=1e-3), x, rng, prepare=random_params(h64, rng))
+def test_layernorm_gradients(handler, rng, d, shape):
+    """Random gain and bias (a gain of 1 would hide a missing factor)."""
+    check_layer_gradients(handler, LayerNorm(d, eps=1e-3), shape, rng,
+                          x=rng.uniform(-2, 2, shape), params="random")
 
 
 @pytest.mark.parametrize("ids", [[3.0, 0.0, 3.0, 1.0, 3.0], [[2.0], [2.0]], [0.0]],
                          ids=["repeats-and-unused-rows", "n1-column", "one-id"])
-def test_embedding_gradients(h64, rng, ids):
+def test_embedding_gradients(handler, rng, ids):
     """dL/dW through gather and scatter-add: repeated ids add up, rows no id
     names get 0.  Ids have no gradient."""
     layer = Embedding(4, 3)
-    check_layer(h64, layer, np.array(ids), rng, x_grad=False)
-    assert layer.backward(h64.create_from_numpy(np.ones((len(ids), 3)))) is None
+    check_layer_gradients(handler, layer, None, rng, x=np.array(ids), x_grad=False)
+    assert layer.backward(handler.create_from_numpy(np.ones((len(ids), 3)))) is None
 
 
 def test_dropout_gradient_with_fixed_mask(h64, rng):
+    """A frozen mask (float64 only: each handler draws its own mask)."""
     layer = Dropout(0.4)
 
     def freeze(layer):
         layer.resample = False
-    check_layer(h64, layer, rng.uniform(-1, 1, (6, 7)), rng, prepare=freeze)
+    check_layer_gradients(h64, layer, (6, 7), rng, prepare=freeze)
     mask = h64.get_numpy_copy(next(iter(layer._cache.values())).mask)
     assert set(np.unique(mask)) <= {0.0, 1 / 0.6}, "mask is not 0 or 1/(1-p)"
 

@@ -6,7 +6,8 @@ GPU only: skipped on machines without pycuda or a GPU."""
 import numpy as np
 import pytest
 
-from conftest import HANDLER_CONFIGS, make_handler
+from handlers.testing import CONFIGS as HANDLER_CONFIGS
+from handlers.testing import make_handler
 
 GPU_F32 = [k for k, (backend, kw) in HANDLER_CONFIGS.items()
            if backend != "numpy" and kw.get("dtype", np.float32) == np.float32]
