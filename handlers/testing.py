@@ -399,7 +399,8 @@ def _layer_run(h, layer, x_host, dy_host, params, seed, prepare):
 
 
 def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=None,
-                          x_grad=True, prepare=None, eps=1e-6, rtol=1e-6, tol=None):
+                          x_grad=True, prepare=None, eps=1e-6, rtol=1e-6, tol=None,
+                          on_handler=False):
     """Check ``layer``'s backward, then ``handler``'s forward and backward.
 
     1. On a float64 NumpyHandler: with a random input of ``input_shape`` (or
@@ -418,7 +419,10 @@ def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=No
     instead of the layer's initialization (where LayerNorm's gain is 1 and
     its bias 0, say, a missing factor of the gain in backward would go
     unnoticed).  ``prepare(layer)``, if given, runs after one forward and before the
-    checked ones (to fix a dropout mask, say).  Each failure is an
+    checked ones (to fix a dropout mask, say).  ``on_handler=True`` runs
+    step 1 on ``handler`` itself (a float64 one) and skips step 2: for a
+    layer whose random draws differ between handlers (dropout's mask), so
+    that no other handler can reproduce its forward.  Each failure is an
     AssertionError naming the layer, the gradient (``dL/dW`` for a
     parameter ``W``, ``dL/dx``) or output, the error and the worst element
     with both values.  The layer is left bound to ``handler``.
@@ -429,7 +433,10 @@ def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=No
         x_host = np.sign(x_host) * (0.1 + 0.9 * np.abs(x_host))
     from layers import ParameterSet  # layers builds on handlers, not the reverse
     seed = int(rng.integers(2**31))
-    exact = isinstance(handler, NumpyHandler) and handler.dtype == np.float64
+    if on_handler and handler.dtype != np.float64:
+        raise ValueError(f"check_layer_gradients: on_handler needs a float64 handler, "
+                         f"got {handler!r}")
+    exact = handler.dtype == np.float64 and (on_handler or isinstance(handler, NumpyHandler))
     h64 = handler if exact else NumpyHandler(np.float64)
     # 1. Central differences on float64.
     layer.bind(h64)

@@ -108,7 +108,7 @@ def test_dropout_gradient_with_fixed_mask(h64, rng):
 
     def freeze(layer):
         layer.resample = False
-    check_layer_gradients(h64, layer, (6, 7), rng, prepare=freeze)
+    check_layer_gradients(h64, layer, (6, 7), rng, prepare=freeze, on_handler=True)
     mask = h64.get_numpy_copy(next(iter(layer._cache.values())).mask)
     assert set(np.unique(mask)) <= {0.0, 1 / 0.6}, "mask is not 0 or 1/(1-p)"
 
