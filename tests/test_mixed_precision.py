@@ -36,9 +36,10 @@ def _mlp(h, seed=0, loss=None):
                       loss or SoftmaxCrossEntropy(), seed=seed)
 
 
-def _blobs(n, rng, spread=0.7):
-    """Three Gaussian blobs in 6-D: (x, labels as (n, 1) floats)."""
-    centers = rng.normal(0.0, 1.0, (3, 6))
+def _blobs(n, rng, spread=0.7, centers=None):
+    """Three Gaussian blobs in 6-D around ``centers`` (3, 6), random by
+    default: (x, labels as (n, 1) floats)."""
+    centers = rng.normal(0.0, 1.0, (3, 6)) if centers is None else centers
     labels = rng.integers(0, 3, n)
     x = centers[labels] + rng.normal(0.0, spread, (n, 6))
     return x, labels.astype(np.float64).reshape(-1, 1)
