@@ -6,6 +6,7 @@ attribute comparisons (no array traversal), so they cost about a microsecond.
 """
 import math
 import numbers
+import reprlib
 
 import numpy as np
 
@@ -111,7 +112,8 @@ def check_scalar(op, name, value):
         return float(value)
     if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu":
         return float(value)
-    fail_type(op, f"{name} must be a real number, got {type(value).__name__}")
+    fail_type(op, f"{name} must be a real number, got {type(value).__name__} "
+                  f"{reprlib.repr(value)}")
 
 
 def check_flag(op, name, value):
@@ -177,15 +179,3 @@ def check_shape_arg(op, shape, itemsize=None):
                            f"than any array can span (2**63 - 1 bytes), got shape {shape}")
     return shape
 
-
-def check_real(op, name, value):
-    """``value`` as a Python float if it is a real number (as
-    :func:`check_scalar` takes them: int, float, NumPy's, a 0-d real
-    array; never a bool), else TypeError naming ``op``, ``name``, the type
-    and the value.  NaN and inf pass: the caller's range test refuses them
-    (written as "not in range", which NaN fails)."""
-    try:
-        return check_scalar(op, name, value)
-    except TypeError:
-        pass
-    fail_type(op, f"{name} must be a real number, got {type(value).__name__} {value!r}")

@@ -3,8 +3,8 @@
 Every op writes into its output with ``out=``.  Where an op needs an
 intermediate (``dot_add_mm``, ``mult_add_tt``, some derivatives), it uses a
 scratch array cached per shape and per thread instead of allocating on every
-call.  Ops run at once, which is a valid schedule for every stream group, so events are complete
-when they are recorded.
+call.  Ops run at once, which is a valid schedule for every stream group, so
+events are complete when they are recorded.
 """
 import threading
 
@@ -44,6 +44,13 @@ class DoneCopy:
         return self._out
 
 
+class _PerThread(threading.local):
+    """A ``cache`` dict of each thread's own."""
+
+    def __init__(self):
+        self.cache = {}
+
+
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
 
 
@@ -60,7 +67,7 @@ class NumpyHandler(Handler):
         super().__init__(dtype, seed, num_stream_groups)
         self._rng = np.random.default_rng(seed)
         # Scratch buffers per thread: ops from several threads run at once.
-        self._scratch_local = threading.local()
+        self._scratch_local = _PerThread()
         # Half formats compute in float32 and round once on store: every work
         # hook runs on this float32 twin, which draws from the same generator
         # (see _widened).  None for float32 and float64.
@@ -86,10 +93,7 @@ class NumpyHandler(Handler):
         # One cached buffer per shape and thread: an op runs to completion
         # before its thread issues the next, so a buffer is never used by two
         # ops at once (a buffer shared between threads was: wrong results).
-        try:
-            cache = self._scratch_local.cache
-        except AttributeError:
-            cache = self._scratch_local.cache = {}
+        cache = self._scratch_local.cache
         buf = cache.get(shape)
         if buf is None:
             buf = cache[shape] = np.empty(shape, self.dtype)

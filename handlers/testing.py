@@ -378,24 +378,39 @@ def central_differences(f, values, eps=1e-6):
     return grad
 
 
-def _layer_run(h, layer, x_host, dy_host, params, seed, prepare):
-    """Bind ``layer`` to ``h`` with the flat parameters ``params`` (None:
-    its own initialization from ``seed``); return (parameter set, input
-    array, y, dx or None, flat gradients), all on the host but the first two."""
+def _bound(h, layer, x_host, params, seed, prepare):
+    """Bind ``layer`` to ``h`` with its own initial parameters from ``seed``,
+    or ``params`` (a flat host array, or a function of the flat buffer's
+    shape giving one), then run ``prepare`` after one forward; returns the
+    parameter set and the input array."""
     from layers import ParameterSet  # layers builds on handlers, not the reverse
     layer.bind(h)
     ps = ParameterSet(h, [layer], seed=seed)
+    if callable(params):
+        params = params(ps.params.shape)
     if params is not None:
-        ps.set(params)
+        ps.set(np.asarray(params, dtype=np.float64))
     x = h.create_from_numpy(x_host)
     if prepare is not None:
         layer.forward(x, True)
         prepare(layer)
-    y = layer.forward(x, True)
-    y_host = h.get_numpy_copy(y).astype(np.float64)
+    return ps, x
+
+
+def _param_slices(ps):
+    """(name, slice of the flat buffer, shape) of every parameter of ``ps``."""
+    return [(name, slice(off, off + math.prod(shape)), shape)
+            for _, name, off, shape in ps.entries]
+
+
+def _layer_run(h, layer, x_host, dy_host, params, seed, prepare):
+    """One forward and backward of ``layer`` on ``h`` (see :func:`_bound`):
+    y, dx (or None) and the flat gradients, on the host in float64."""
+    ps, x = _bound(h, layer, x_host, params, seed, prepare)
+    y = h.get_numpy_copy(layer.forward(x, True)).astype(np.float64)
     dx = layer.backward(h.create_from_numpy(dy_host))
-    dx_host = None if dx is None else h.get_numpy_copy(dx).astype(np.float64)
-    return ps, x, y_host, dx_host, h.get_numpy_copy(ps.grads).astype(np.float64)
+    dx = None if dx is None else h.get_numpy_copy(dx).astype(np.float64)
+    return y, dx, h.get_numpy_copy(ps.grads).astype(np.float64)
 
 
 def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=None,
@@ -418,8 +433,8 @@ def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=No
     ``params="random"`` draws every parameter uniformly from +-[0.5, 1.5]
     instead of the layer's initialization (where LayerNorm's gain is 1 and
     its bias 0, say, a missing factor of the gain in backward would go
-    unnoticed).  ``prepare(layer)``, if given, runs after one forward and before the
-    checked ones (to fix a dropout mask, say).  ``on_handler=True`` runs
+    unnoticed).  ``prepare(layer)``, if given, runs after one forward and
+    before the checked ones (to fix a dropout mask, say).  ``on_handler=True`` runs
     step 1 on ``handler`` itself (a float64 one) and skips step 2: for a
     layer whose random draws differ between handlers (dropout's mask), so
     that no other handler can reproduce its forward.  Each failure is an
@@ -427,36 +442,26 @@ def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=No
     parameter ``W``, ``dL/dx``) or output, the error and the worst element
     with both values.  The layer is left bound to ``handler``.
     """
-    x_host = x if x is not None else rand(input_shape, rng)
-    x_host = np.asarray(x_host, dtype=np.float64)
-    if x is None:
-        x_host = np.sign(x_host) * (0.1 + 0.9 * np.abs(x_host))
-    from layers import ParameterSet  # layers builds on handlers, not the reverse
-    seed = int(rng.integers(2**31))
     if on_handler and handler.dtype != np.float64:
         raise ValueError(f"check_layer_gradients: on_handler needs a float64 handler, "
                          f"got {handler!r}")
+    x_host = np.asarray(x if x is not None else rand(input_shape, rng), dtype=np.float64)
+    if x is None:
+        x_host = np.sign(x_host) * (0.1 + 0.9 * np.abs(x_host))
+    if isinstance(params, str) and params == "random":
+        def params(shape):
+            return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+    seed = int(rng.integers(2**31))
     exact = handler.dtype == np.float64 and (on_handler or isinstance(handler, NumpyHandler))
     h64 = handler if exact else NumpyHandler(np.float64)
+    name = repr(layer)
     # 1. Central differences on float64.
-    layer.bind(h64)
-    ps = ParameterSet(h64, [layer], seed=seed)
-    if isinstance(params, str) and params == "random":
-        size = ps.params.shape
-        params = rng.uniform(0.5, 1.5, size) * rng.choice([-1.0, 1.0], size)
-    if params is not None:
-        ps.set(np.asarray(params, dtype=np.float64))
+    ps, x64 = _bound(h64, layer, x_host, params, seed, prepare)
     p_host = ps.get().astype(np.float64)
-    x64 = h64.create_from_numpy(x_host)
-    if prepare is not None:
-        layer.forward(x64, True)
-        prepare(layer)
-    y = layer.forward(x64, True)
-    R = rng.standard_normal(y.shape)
+    R = rng.standard_normal(layer.forward(x64, True).shape)
     dx = layer.backward(h64.create_from_numpy(R))
     ana_x = None if dx is None or not x_grad else h64.get_numpy_copy(dx).copy()
     ana_p = h64.get_numpy_copy(ps.grads).copy()
-    name = repr(layer)
 
     def loss():
         return float(np.sum(R * h64.get_numpy_copy(layer.forward(x64, True))))
@@ -468,37 +473,34 @@ def check_layer_gradients(handler, layer, input_shape, rng, *, x=None, params=No
             h64.set_from_numpy(x64, xv)
             return loss()
         assert_normwise_close(central_differences(loss_x, xv, eps), ana_x, rtol,
-                 f"{name} dL/dx", "central difference", "backward")
+                              f"{name} dL/dx", "central difference", "backward")
         h64.set_from_numpy(x64, x_host)
-    pv = p_host.copy()
-    for lay, pname, off, shape in ps.entries:
-        idx = slice(off, off + int(np.prod(shape)))
-        sub = pv[idx].copy()
+    for pname, at, shape in _param_slices(ps):
+        sub = p_host[at].copy()
 
-        def loss_p(idx=idx, sub=sub):
-            full = pv.copy()
-            full[idx] = sub
+        def loss_p(at=at, sub=sub):
+            full = p_host.copy()
+            full[at] = sub
             ps.set(full)
             return loss()
-        num = central_differences(loss_p, sub, eps).reshape(shape)
-        assert_normwise_close(num, ana_p[idx].reshape(shape), rtol, f"{name} dL/d{pname}",
-                 "central difference", "backward")
-    ps.set(pv)
+        assert_normwise_close(central_differences(loss_p, sub, eps).reshape(shape),
+                              ana_p[at].reshape(shape), rtol, f"{name} dL/d{pname}",
+                              "central difference", "backward")
+    ps.set(p_host)
     if exact:
         return
     # 2. The handler against float64 on the values it holds.
     xr, pr, Rr = (as_handler_values(handler, a) for a in (x_host, p_host, R))
-    _, _, y_ref, dx_ref, g_ref = _layer_run(h64, layer, xr, Rr, pr, seed, prepare)
-    _, _, y_got, dx_got, g_got = _layer_run(handler, layer, xr, Rr, pr, seed, prepare)
+    y_ref, dx_ref, g_ref = _layer_run(h64, layer, xr, Rr, pr, seed, prepare)
+    y_got, dx_got, g_got = _layer_run(handler, layer, xr, Rr, pr, seed, prepare)
     limit = tol if tol is not None else LAYER_TOLERANCE[handler.dtype.name]
     where = f"{name} on {handler!r}"
     assert_normwise_close(y_ref, y_got, limit, f"{where} forward", "float64", "handler")
     if x_grad and dx_ref is not None:
         assert_normwise_close(dx_ref, dx_got, limit, f"{where} dL/dx", "float64", "handler")
-    for lay, pname, off, shape in ps.entries:
-        idx = slice(off, off + int(np.prod(shape)))
-        assert_normwise_close(g_ref[idx].reshape(shape), g_got[idx].reshape(shape), limit,
-                 f"{where} dL/d{pname}", "float64", "handler")
+    for pname, at, shape in _param_slices(ps):
+        assert_normwise_close(g_ref[at].reshape(shape), g_got[at].reshape(shape), limit,
+                              f"{where} dL/d{pname}", "float64", "handler")
 
 
 # ------------------------------------------------------------------ fused ops
@@ -549,5 +551,6 @@ def check_fused_op(handler, op, expected, shape, rng, *, scalars=None, low=-1.0,
                else 4 * tolerance(handler)[0])
     for name, w in zip(op.outputs, want):
         got = handler.get_numpy_copy(args[op.params.index(name)]).astype(np.float64)
-        assert_normwise_close(np.broadcast_to(np.asarray(w, np.float64), got.shape), got, tol,
-                 f"{op.name} output {name} on {handler!r}", "NumPy", "handler")
+        want_w = np.broadcast_to(np.asarray(w, np.float64), got.shape)
+        assert_normwise_close(want_w, got, tol, f"{op.name} output {name} on {handler!r}",
+                              "NumPy", "handler")

@@ -1,5 +1,5 @@
 """``Dropout``: inverted dropout with masks drawn on the device."""
-from handlers.checks import check_real
+from handlers.checks import check_scalar
 
 from .base import Layer
 
@@ -16,7 +16,7 @@ class Dropout(Layer):
 
     def __init__(self, p=0.5):
         super().__init__()
-        p = check_real("Dropout", "p", p)
+        p = check_scalar("Dropout", "p", p)
         if not 0.0 <= p < 1.0:   # NaN fails too
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = float(p)

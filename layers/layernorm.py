@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from handlers.checks import check_real
+from handlers.checks import check_scalar
 
 from . import init
 from .base import Layer
@@ -32,7 +32,7 @@ class LayerNorm(Layer):
         super().__init__()
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
             raise TypeError(f"LayerNorm: d must be an int, got {type(d).__name__} {d!r}")
-        self.d, self.eps = int(d), check_real("LayerNorm", "eps", eps)
+        self.d, self.eps = int(d), check_scalar("LayerNorm", "eps", eps)
         if self.d < 1:
             raise ValueError(f"LayerNorm: d must be >= 1, got {d}")
         if not 0.0 < self.eps < math.inf:   # NaN fails too

@@ -2,7 +2,7 @@
 on the device (no host read per step)."""
 import numpy as np
 
-from handlers.checks import check_real
+from handlers.checks import check_scalar
 
 from . import interrupts
 from .params import view
@@ -40,8 +40,8 @@ class LossScaler:
         if net.compute is None:
             raise ValueError("LossScaler: the network is not in mixed precision "
                              "(net.mixed_precision)")
-        max_scale = check_real("LossScaler", "max_scale", max_scale)
-        init_scale = check_real("LossScaler", "init_scale", init_scale)
+        max_scale = check_scalar("LossScaler", "max_scale", max_scale)
+        init_scale = check_scalar("LossScaler", "init_scale", init_scale)
         if not 0.0 < max_scale <= 2.0 ** 15:
             raise ValueError(f"LossScaler: max_scale must be in (0, 2^15], got {max_scale}")
         if not 0.0 < init_scale <= max_scale:

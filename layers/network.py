@@ -53,10 +53,10 @@ class Sequential:
         Each forward pass first rounds the master parameters into the
         working copy (one ``cast_t``); ``train_step`` ends by carrying the
         half gradients into the master gradients (one ``cast_t``), so the
-        optimizer, its state and its update run in the master format.  In float16 a ``LossScaler``
-        (``self.loss_scaler``, its defaults) scales the loss gradient and
-        unscales the master gradients, and the optimizer's step must go
-        through it (``Trainer`` does).  Once per network: ValueError if
+        optimizer, its state and its update run in the master format.  In
+        float16 a ``LossScaler`` (``self.loss_scaler``, its defaults) scales
+        the loss gradient and unscales the master gradients, and the
+        optimizer's step must go through it (``Trainer`` does).  Once per network: ValueError if
         called again or for a format that is not a half format.
 
         Indices stay exact, whatever few whole numbers ``dtype`` holds: the

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from handlers.checks import check_real
+from handlers.checks import check_scalar
 from handlers.optable import check_adam_hyperparameters
 
 from . import interrupts
@@ -27,14 +27,14 @@ def _parameter_set(owner, parameters):
 
 def _rate(owner, value):
     """A learning rate: a real number, finite and >= 0 (NaN fails), as a float."""
-    lr = check_real(owner, "lr", value)
+    lr = check_scalar(owner, "lr", value)
     if not 0.0 <= lr < math.inf:
         raise ValueError(f"{owner}: lr must be finite and >= 0, got {value!r}")
     return lr
 
 
 def _momentum(value):
-    m = check_real("SGD", "momentum", value)
+    m = check_scalar("SGD", "momentum", value)
     if not 0.0 <= m < 1.0:   # NaN fails too
         raise ValueError(f"SGD: momentum must be in [0, 1), got {value!r}")
     return m
@@ -170,8 +170,8 @@ class Adam:
             beta1, beta2 = betas
         except (TypeError, ValueError):
             raise ValueError(f"{name}: betas must be a pair of numbers, got {betas!r}") from None
-        beta1, beta2 = check_real(name, "beta1", beta1), check_real(name, "beta2", beta2)
-        eps, weight_decay = check_real(name, "eps", eps), check_real(name, "weight_decay",
+        beta1, beta2 = check_scalar(name, "beta1", beta1), check_scalar(name, "beta2", beta2)
+        eps, weight_decay = check_scalar(name, "eps", eps), check_scalar(name, "weight_decay",
                                                                      weight_decay)
         check_adam_hyperparameters(name, beta1, beta2, eps, weight_decay)
         lr = _rate(name, lr)

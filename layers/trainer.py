@@ -568,13 +568,13 @@ class Trainer:
                 on_device = set()   # shapes hold for every batch: the host for all of them
             first = False
             if on_device:
-                if out.dtype != acc.dtype:
-                    wide = widened.get(out.shape)
-                    if wide is None:
-                        wide = widened[out.shape] = acc.allocate(out.shape)
-                    acc.cast_t(out, wide)    # exact
-                acc.axpby(1.0, counter.count(out if out.dtype == acc.dtype else wide, yb),
-                          1.0, correct)
+                scored = out
+                if out.dtype != acc.dtype:   # cast exactly into acc's format
+                    scored = widened.get(out.shape)
+                    if scored is None:
+                        scored = widened[out.shape] = acc.allocate(out.shape)
+                    acc.cast_t(out, scored)
+                acc.axpby(1.0, counter.count(scored, yb), 1.0, correct)
             if len(on_device) < len(self.metrics):
                 outputs.append(h.get_numpy_copy(out))
         result = {"loss": float(acc.get_numpy_copy(total)[0]) / n}
@@ -615,14 +615,13 @@ class _Step:
         """The graphs captured so far."""
         return [s[3] for s in self._sets if s[3] is not None]
 
-    def destinations(self, x_shape, y_shape, hx=None, hy=None):
+    def destinations(self, x_shape, y_shape, hx, hy):
         """``into`` for ``prefetch`` of batches of these shapes (None with
-        graphs off), x an array of ``hx`` and y of ``hy`` (``net.h`` if None:
-        ``Sequential.input_h`` and ``target_h`` in general); the arrays and
-        graphs are kept while the shapes and formats hold."""
+        graphs off), x an array of ``hx`` and y of ``hy`` (the network's
+        ``input_h`` and ``target_h``); the arrays and graphs are kept while
+        the shapes and formats hold."""
         if not self.graph:
             return None
-        hx, hy = hx or self.h, hy or self.h
         first = self._sets[0] if self._sets else None
         if first is None or (first[0].shape, first[1].shape) != (x_shape, y_shape) \
                 or (first[0].dtype, first[1].dtype) != (hx.dtype, hy.dtype):
