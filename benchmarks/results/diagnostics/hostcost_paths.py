@@ -2,7 +2,7 @@
 (and two one-call ops, and an eager SGD step), for the code tree given as
 argv[1] and labelled argv[2]: run for two trees in turn on one warm machine
 to compare them (the log: the tree before this session's issue-37 work,
-03697c3, as "old", against a71dfbd as "new", twice).
+03697c3, as "old", against 03735a9 as "new", twice).
 
     python hostcost_paths.py /path/to/old old; python hostcost_paths.py . new
 """
