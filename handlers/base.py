@@ -344,6 +344,46 @@ class Handler(ABC):
             self._close()
             closed.install(self)
 
+    # ------------------------------------------------------------------ random state
+    def random_state(self) -> dict:
+        """The state of the generator that ``fill_gaussian`` and
+        ``generate_probability_mask`` draw from, as a dict of plain values
+        (ints and str, JSON-serializable): ``{"generator": name, ...}``.
+
+        One generator serves a handler, its views and its twins, so this is
+        the state of all of them.  ``set_random_state`` on a handler of the
+        same class restores it, after which the draws repeat those that
+        followed the call (what a checkpoint needs to resume bit for bit).
+        Issued draws count at once (a GPU handler reserves its values on
+        the host when it issues the op): nothing here waits for the device.
+        Not inside a capture (``CaptureError``)."""
+        self._check_open("random_state")
+        self._not_capturing("random_state")
+        return self._random_state()
+
+    def set_random_state(self, state: dict) -> None:
+        """Restore a ``random_state()`` of a handler of the same class (of
+        any format or seed: the state holds the seed).  ValueError, with
+        nothing changed, for a state of another generator (another handler
+        class) or one that is not such a dict."""
+        self._check_open("set_random_state")
+        self._not_capturing("set_random_state")
+        mine = self._random_state()["generator"]
+        theirs = state.get("generator") if isinstance(state, dict) else None
+        if theirs != mine:
+            raise ValueError(f"set_random_state: {type(self).__name__} draws from the generator "
+                             f"{mine!r}; the state given is of {theirs!r}"
+                             if theirs is not None else
+                             f"set_random_state: expected a dict from random_state(), got "
+                             f"{type(state).__name__}")
+        self._set_random_state(state)
+
+    def _random_state(self):
+        raise NotImplementedError(f"{type(self).__name__} does not expose its random state")
+
+    def _set_random_state(self, state):
+        raise NotImplementedError(f"{type(self).__name__} does not expose its random state")
+
     def _run_fused(self, op, args, kwargs):
         """A fused op's call (``handlers.fused.FusedOp``): the checks its
         declaration derives, then ``_fused`` on this group."""

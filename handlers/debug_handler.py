@@ -530,6 +530,14 @@ class DebugHandler:
     reshape_t.__doc__ = Handler.reshape_t.__doc__
     view_t.__doc__ = Handler.view_t.__doc__
 
+    def random_state(self):
+        """The inner handler's ``random_state()`` (no memory is touched)."""
+        return self._inner.random_state()
+
+    def set_random_state(self, state):
+        """The inner handler's ``set_random_state(state)``."""
+        self._inner.set_random_state(state)
+
     def pin(self, array):
         """Page-lock a host array (see ``Handler.pin``); touches no handler array."""
         return self._inner.pin(array)

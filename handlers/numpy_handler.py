@@ -78,8 +78,13 @@ class NumpyHandler(Handler):
 
     def _make_twin(self, dtype):
         # Ops run to completion when issued, so any two handlers are ordered:
-        # a twin needs only the same group count (and its own generator).
-        return NumpyHandler(dtype, seed=self.seed, num_stream_groups=self.num_stream_groups)
+        # a twin needs only the same group count, and draws from this
+        # handler's generator (one random state for the family, as on a GPU).
+        twin = NumpyHandler(dtype, seed=self.seed, num_stream_groups=self.num_stream_groups)
+        twin._rng = self._rng
+        if twin._wide is not None:
+            twin._wide._rng = self._rng
+        return twin
 
     def _cast_t(self, src, dst):
         # Half sources are widened to float32 first, so that NumPy does not
@@ -428,6 +433,17 @@ class NumpyHandler(Handler):
     def _probability_mask(self, mask, p):
         self._rng.random(out=mask, dtype=self.dtype)
         np.less(mask, p, out=mask)
+
+    def _random_state(self):
+        state = self._rng.bit_generator.state
+        return {"generator": f"numpy.{state['bit_generator']}", "state": state}
+
+    def _set_random_state(self, state):
+        try:
+            # in place: the views, twins and the float32 twin share the object
+            self._rng.bit_generator.state = state["state"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"set_random_state: not a state of this generator: {e}") from None
 
 
 def _taps(x, kernel, out_hw, stride, padding, dilation):

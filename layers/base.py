@@ -47,6 +47,16 @@ class Layer:
     def __repr__(self):
         return f"{type(self).__name__}()"
 
+    def __reduce_ex__(self, protocol):
+        # A layer in a network holds views of the network's flat buffers: a
+        # copy would train linked to nothing.  Before that, it copies freely.
+        if self.h is not None or self.params:
+            raise TypeError(
+                f"{self!r} is part of a network (its parameters are views of the network's "
+                f"flat buffer) and cannot be pickled or copied; save the network's "
+                f"state_dict(), build a new network, and load_state_dict() it")
+        return super().__reduce_ex__(protocol)
+
     def bind(self, h):
         """Attach the layer to handler ``h`` (and forget buffers of another)."""
         self.h = h

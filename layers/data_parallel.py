@@ -33,6 +33,7 @@ import numpy as np
 
 from handlers.process_group import process_group as default_group
 
+from .checkpoint import NoCopies
 from .params import view
 
 #: Bytes of gradient per all-reduce (PyTorch DDP's default bucket, 25 MiB).
@@ -45,7 +46,7 @@ def shard_bounds(n, rank, size):
     return n * rank // size, n * (rank + 1) // size
 
 
-class DataParallel:
+class DataParallel(NoCopies):
     """The data-parallel step of a ``Sequential`` ``net`` (see the module
     docstring); ``Trainer(net, opt, data_parallel=True)`` makes one.
 

@@ -5,10 +5,11 @@ import numpy as np
 from handlers.checks import check_scalar
 
 from . import interrupts
+from .checkpoint import ArrayChecker, NoCopies
 from .params import view
 
 
-class LossScaler:
+class LossScaler(NoCopies):
     """Dynamic loss scaling for a network that computes in float16.
 
     float16 holds nothing below 2^-24, so small gradients vanish on the way
@@ -78,6 +79,38 @@ class LossScaler:
             optimizer.step(gate=self.flag)
             self.master.update_loss_scale(self.flag, self._state, self.interval,
                                           self.max_scale)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self):
+        """``{"interval", "max_scale"}`` and ``"state"``, the device's four
+        values [S, 1 / S, finite steps in a row, steps skipped] in the
+        master format (a host read: waits for the device)."""
+        return {"interval": self.interval, "max_scale": self.max_scale,
+                "state": self.master.get_numpy_copy(self._state)}
+
+    def loader(self, state, cast=False):
+        """Check ``state`` (a ``state_dict()``) and return the function that
+        writes it; ValueError naming the first mismatch, before anything is
+        written."""
+        c = ArrayChecker("LossScaler.load_state_dict", state, cast)
+        interval = c.value("interval", int)
+        max_scale = float(c.value("max_scale", (int, float)))
+        values = c.array("state", (4,), self.master.dtype).astype(np.float64)
+        c.done()
+        if interval < 1 or not 0.0 < max_scale <= 2.0 ** 15 \
+                or not 0.0 < values[0] <= max_scale or not np.isfinite(values).all():
+            raise ValueError(f"LossScaler.load_state_dict: not a loss scaler's state: "
+                             f"interval {interval}, max_scale {max_scale}, state {values}")
+
+        def write():
+            self.interval, self.max_scale = interval, max_scale
+            self.master.set_from_numpy(self._state, values)
+        return write
+
+    def load_state_dict(self, state, cast=False):
+        """Restore the scale, its counters and settings from ``state`` (see
+        ``loader``); nothing is written unless all of it fits."""
+        self.loader(state, cast)()
 
     def read(self):
         """``(S, steps skipped so far)``, in one host read (waits for the device)."""

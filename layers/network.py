@@ -3,11 +3,12 @@ import numpy as np
 
 from handlers import dtypes
 
+from . import checkpoint
 from .loss_scale import LossScaler
 from .params import ParameterSet
 
 
-class Sequential:
+class Sequential(checkpoint.NoCopies):
     """Layers applied one after another, then a loss.
 
     Binds every layer to the handler ``h`` and lays all parameters out in one
@@ -86,6 +87,40 @@ class Sequential:
                 layer.use_master(master, views)
         if dt == np.float16:   # 3 bits fewer of exponent than bfloat16: gradients underflow
             self.loss_scaler = LossScaler(self)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self):
+        """Every parameter as a NumPy array (a host copy; waits for the
+        device), named by its layer's position and class and its own name:
+        ``{"0.LSTM.W": ..., "1.FullyConnected.W": ..., "1.FullyConnected.b":
+        ...}``.  Under mixed precision these are the master parameters (in
+        float32, say): the half working copy is derived from them."""
+        return self.parameters.state_dict()
+
+    def load_state_dict(self, state, cast=False):
+        """Overwrite every parameter from ``state`` (a ``state_dict()``, of
+        this network on any handler).  The names, shapes and formats are all
+        checked first: ValueError naming the first missing, unexpected or
+        mismatched entry, with nothing written.  A format that converts
+        exactly (the same, or a wider float: a float32 state into a float64
+        network) is accepted; one that would round (float32 into a bfloat16
+        network) only with ``cast=True``."""
+        self.parameters.loader(state, "Sequential.load_state_dict", cast)()
+
+    def save(self, path):
+        """Write ``state_dict()`` to the safetensors file ``path``
+        (atomically; ``layers.checkpoint.save``)."""
+        checkpoint.save(path, self.state_dict())
+
+    def load(self, path, cast=False):
+        """``load_state_dict`` from the safetensors file ``path``: a file of
+        ``save``, or a ``Trainer.save`` checkpoint (its ``"net."`` part), so
+        a run's checkpoint loads for inference on any handler."""
+        state = checkpoint.load(path)
+        if not any(name in state for name in self.parameters.names):
+            inner = checkpoint.subset(state, "net.")
+            state = inner if inner else state
+        self.load_state_dict(state, cast)
 
     def __repr__(self):
         inner = ", ".join(repr(layer) for layer in self.layers)

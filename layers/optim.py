@@ -10,10 +10,12 @@ import math
 
 import numpy as np
 
+from handlers import dtypes
 from handlers.checks import check_scalar
 from handlers.optable import check_adam_hyperparameters
 
 from . import interrupts
+from .checkpoint import ArrayChecker, NoCopies
 from .params import ParameterSet, view
 
 
@@ -33,6 +35,13 @@ def _rate(owner, value):
     return lr
 
 
+def _check_kind(checker, name):
+    """ValueError unless the state is of the optimizer class ``name``."""
+    kind = checker.value("optimizer", str)
+    if kind != name:
+        raise ValueError(f"{checker.owner}: the state is of {kind}, not {name}")
+
+
 def _momentum(value):
     m = check_scalar("SGD", "momentum", value)
     if not 0.0 <= m < 1.0:   # NaN fails too
@@ -40,7 +49,7 @@ def _momentum(value):
     return m
 
 
-class SGD:
+class SGD(NoCopies):
     """SGD with momentum over a whole ``ParameterSet``:
 
         v = momentum * v - lr * g
@@ -100,6 +109,36 @@ class SGD:
         self.parameters.h.fill(self._momentum, momentum)
         self._mom = momentum
 
+    # ------------------------------------------------------------------ state
+    def state_dict(self):
+        """``{"optimizer": "SGD", "lr": ..., "momentum": ...}`` and the
+        velocity of each parameter, ``"velocity.<parameter name>"`` (a host
+        read: waits for the device)."""
+        p = self.parameters
+        return {"optimizer": "SGD", "lr": self.lr, "momentum": self.momentum,
+                **p.split(p.h.get_numpy_copy(self.velocity), "velocity.")}
+
+    def loader(self, state, cast=False):
+        """Check ``state`` (a ``state_dict()`` of an SGD over the same
+        parameters) and return the function that writes it; ValueError
+        naming the first mismatch, before anything is written."""
+        c = ArrayChecker("SGD.load_state_dict", state, cast)
+        _check_kind(c, "SGD")
+        lr = _rate("SGD", c.value("lr", (int, float)))
+        momentum = _momentum(c.value("momentum", (int, float)))
+        velocity = self.parameters.join(c, "velocity.")
+        c.done()
+
+        def write():
+            self.lr, self.momentum = lr, momentum
+            self.parameters.h.set_from_numpy(self.velocity, velocity)
+        return write
+
+    def load_state_dict(self, state, cast=False):
+        """Restore ``lr``, ``momentum`` and the velocity from ``state``
+        (see ``loader``); nothing is written unless all of it fits."""
+        self.loader(state, cast)()
+
     def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.
 
@@ -129,7 +168,7 @@ class SGD:
         h.axpby(g, self.velocity, 1.0, p.params)
 
 
-class Adam:
+class Adam(NoCopies):
     """Adam (Kingma and Ba) over a whole ``ParameterSet``, as ``torch.optim.Adam``.
 
     With t the step number (1 for the first step) and g the gradient::
@@ -201,6 +240,55 @@ class Adam:
     def steps(self):
         """The number of steps taken (a host read: blocks until they ran)."""
         return int(self.parameters.h.get_numpy_copy(self._steps)[0])
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self):
+        """``{"optimizer": "Adam" (or "AdamW"), "lr", "betas", "eps",
+        "weight_decay", "steps"}`` and the moments of each parameter,
+        ``"m.<parameter name>"`` and ``"v.<parameter name>"`` (host reads:
+        waits for the device)."""
+        p, h = self.parameters, self.parameters.h
+        return {"optimizer": type(self).__name__, "lr": self.lr, "betas": list(self.betas),
+                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps,
+                **p.split(h.get_numpy_copy(self.m), "m."),
+                **p.split(h.get_numpy_copy(self.v), "v.")}
+
+    def loader(self, state, cast=False):
+        """Check ``state`` (a ``state_dict()`` of the same optimizer class
+        over the same parameters) and return the function that writes it;
+        ValueError naming the first mismatch, before anything is written.
+        ``betas``, ``eps`` and ``weight_decay`` must be this optimizer's
+        (a captured step holds them): build it with the checkpoint's."""
+        name = type(self).__name__
+        c = ArrayChecker(f"{name}.load_state_dict", state, cast)
+        _check_kind(c, name)
+        lr = _rate(name, c.value("lr", (int, float)))
+        fixed = {"betas": list(self.betas), "eps": self.eps, "weight_decay": self.weight_decay}
+        for key, mine in fixed.items():
+            theirs = c.value(key)
+            if theirs != mine:
+                raise ValueError(f"{name}.load_state_dict: the state's {key} is {theirs!r}, "
+                                 f"this optimizer's {mine!r}; build it with {key}={theirs!r}")
+        steps = c.value("steps", int)
+        limit = dtypes.exact_integers(self.parameters.h.dtype)
+        if not 0 <= steps <= limit:
+            raise ValueError(f"{name}.load_state_dict: steps must be in [0, {limit}], "
+                             f"got {steps}")
+        m, v = self.parameters.join(c, "m."), self.parameters.join(c, "v.")
+        c.done()
+
+        def write():
+            h = self.parameters.h
+            self.lr = lr
+            h.fill(self._steps, float(steps))
+            h.set_from_numpy(self.m, m)
+            h.set_from_numpy(self.v, v)
+        return write
+
+    def load_state_dict(self, state, cast=False):
+        """Restore ``lr``, the step count and the moments from ``state``
+        (see ``loader``); nothing is written unless all of it fits."""
+        self.loader(state, cast)()
 
     def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.

@@ -10,6 +10,8 @@ make their views once, when they allocate a buffer, never per step.
 """
 import numpy as np
 
+from .checkpoint import ArrayChecker, NoCopies
+
 #: Parameter offsets are rounded up to this many elements (256 bytes in
 #: float32), so every parameter view starts on a boundary the vectorised
 #: kernels and cuBLAS like.  The padding stays 0 in every buffer.
@@ -43,7 +45,7 @@ def layout(shapes):
     return offsets, total
 
 
-class ParameterSet:
+class ParameterSet(NoCopies):
     """All parameters of some layers in one flat handler buffer, and all their
     gradients in another of the same size.
 
@@ -71,10 +73,15 @@ class ParameterSet:
         host = np.zeros(max(total, 1))
         #: (layer, name, offset, shape) of every parameter, in layer order
         self.entries = []
+        #: the state-dict name of each entry: layer position, class, name
+        #: ("1.FullyConnected.W"), stable while the layers are
+        self.names = []
+        position = {id(layer): i for i, layer in enumerate(layers)}
         for (layer, name, shape), off in zip(entries, offsets):
             layer.params[name] = view(h, self.params, off, shape)
             layer.grads[name] = view(h, self.grads, off, shape)
             self.entries.append((layer, name, off, shape))
+            self.names.append(f"{position[id(layer)]}.{type(layer).__name__}.{name}")
         rng = np.random.default_rng(seed)
         for layer in layers:
             mine = {name: host[off:off + int(np.prod(shape))].reshape(shape)
@@ -108,3 +115,41 @@ class ParameterSet:
     def set(self, host):
         """Overwrite the flat parameter buffer from a host array of its shape."""
         self.h.set_from_numpy(self.params, host)
+
+    # ------------------------------------------------------------------ state
+    def split(self, flat, prefix=""):
+        """{prefix + name: array} of a host copy ``flat`` of a buffer in this
+        set's layout (the parameters, or an optimizer's per-parameter state),
+        each a copy of its parameter's part (the padding left out)."""
+        return {prefix + name: flat[off:off + int(np.prod(shape))].reshape(shape).copy()
+                for name, (_, _, off, shape) in zip(self.names, self.entries)}
+
+    def join(self, checker, prefix=""):
+        """The host buffer in this set's layout (format ``h.dtype``, the
+        padding 0) from the arrays ``prefix + name`` of the state that
+        ``checker`` (an ``ArrayChecker``) reads, each checked for its shape
+        and format; ValueError naming the first that does not fit."""
+        flat = np.zeros(self.params.shape, self.h.dtype)
+        for name, (_, _, off, shape) in zip(self.names, self.entries):
+            a = checker.array(prefix + name, shape, self.h.dtype)
+            flat[off:off + int(np.prod(shape))] = a.reshape(-1)
+        return flat
+
+    def state_dict(self):
+        """{name: NumPy array} of every parameter, in the set's format (one
+        host read: waits for the device)."""
+        return self.split(self.get())
+
+    def loader(self, state, owner, cast=False):
+        """Check ``state`` (``state_dict``'s names, shapes and formats; no
+        other entries) and return a function that writes it, so that a
+        caller can check several states before writing any."""
+        checker = ArrayChecker(owner, state, cast)
+        flat = self.join(checker)
+        checker.done()
+        return lambda: self.set(flat)
+
+    def load_state_dict(self, state, cast=False):
+        """Overwrite the parameters from ``state`` (see ``loader``); nothing
+        is written unless all of it fits."""
+        self.loader(state, "ParameterSet.load_state_dict", cast)()

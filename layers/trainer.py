@@ -18,6 +18,7 @@ steps (not every step, which would wait for the device each time) and at the
 end of each epoch.  ``on_nonfinite="skip"`` skips such steps instead.
 """
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ import numpy as np
 
 from handlers import CaptureError, dtypes
 
-from . import interrupts
+from . import checkpoint, interrupts
 from .data_parallel import data_parallel_for
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
@@ -178,7 +179,7 @@ class History:
         return f"History({len(self.epochs)} epochs, {len(self.step_losses)} steps)"
 
 
-class Trainer:
+class Trainer(checkpoint.NoCopies):
     """Mini-batch training of a ``Sequential`` with an optimizer.
 
     Args:
@@ -273,6 +274,19 @@ class Trainer:
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.batch_axis = _check_int("batch_axis", batch_axis, 0)
         self.rng = np.random.default_rng(seed)
+        #: epochs of the run completed (``fit``'s ``epochs`` is the number to reach)
+        self.epoch = 0
+        #: steps of epoch ``epoch + 1`` completed (0 between epochs): a run
+        #: stopped inside an epoch and reloaded resumes at the next step
+        self.step = 0
+        # the shuffling generator's state when the epoch in progress drew
+        # its order, and what that epoch recorded so far: a save inside an
+        # epoch keeps them, so a resume draws the same order and ends it
+        # with the same record
+        self._epoch_start = None
+        self._partial = None          # (losses, skipped steps, samples) of a loaded run
+        self._epoch_log = None        # (device log, skipped list) while fit runs
+        self._epoch_samples = None    # the samples of the epoch in progress
         self.log_every = _check_int("log_every", log_every, 0)
         self.check_every = _check_int("check_every", check_every, 1)
         if on_nonfinite not in ("raise", "skip"):
@@ -311,30 +325,40 @@ class Trainer:
         taken = np.take(x, idx, axis=self.batch_axis) if self.batch_axis else x[idx]
         return np.ascontiguousarray(taken)
 
-    def _batch_indices(self, n, shuffle, shard):
-        """The sample indices of each batch of one pass over n samples."""
+    def _batch_indices(self, n, shuffle, shard, first=0):
+        """The sample indices of each batch of one pass over n samples, from
+        batch number ``first`` on (a resumed epoch: the order is drawn whole,
+        as the interrupted pass drew it).  The order is drawn now, in the
+        caller's thread, not when a prefetch thread first asks."""
+        if shuffle:
+            self._epoch_start = self.rng.bit_generator.state
         order = self.rng.permutation(n) if shuffle else np.arange(n)
-        for start in range(0, n, self.batch_size):
-            idx = order[start:start + self.batch_size]
-            if shard and self._dp is not None:
-                idx = self._dp.shard(idx)
-            yield idx
+        dp = self._dp if shard else None
 
-    def batches(self, x, y, shuffle, shard=False):
-        """Host (x, y) batches of one pass over the data; with ``shard``, under
-        data parallelism, this rank's part of each batch."""
-        for idx in self._batch_indices(x.shape[self.batch_axis], shuffle, shard):
-            yield self._take(x, idx), np.ascontiguousarray(y[idx])
+        def each():
+            for start in range(first * self.batch_size, n, self.batch_size):
+                idx = order[start:start + self.batch_size]
+                yield idx if dp is None else dp.shard(idx)
+        return each()
 
-    def _uploads(self, x, y, shuffle, shard=False, into=None):
-        """Device (x, y) batches of one pass (``prefetch``): x in the
-        network's input format, y in its loss's.  Where the two differ (mixed
-        precision, a half network) they are two prefetches in step, each
-        with its own destinations of ``into``."""
+    def batches(self, x, y, shuffle, shard=False, first=0):
+        """Host (x, y) batches of one pass over the data, from batch number
+        ``first`` on; with ``shard``, under data parallelism, this rank's
+        part of each batch."""
+        order = self._batch_indices(x.shape[self.batch_axis], shuffle, shard, first)
+        return ((self._take(x, idx), np.ascontiguousarray(y[idx])) for idx in order)
+
+    def _uploads(self, x, y, shuffle, shard=False, into=None, first=0):
+        """Device (x, y) batches of one pass (``prefetch``), from batch
+        number ``first`` on: x in the network's input format, y in its
+        loss's.  Where the two differ (mixed precision, a half network) they
+        are two prefetches in step, each with its own destinations of
+        ``into``."""
         hx, hy = self.net.input_h, self.net.target_h
         if hx is hy:
-            return hx.prefetch(self.batches(x, y, shuffle, shard), _Step.DEPTH, into=into)
-        order = list(self._batch_indices(x.shape[self.batch_axis], shuffle, shard))
+            return hx.prefetch(self.batches(x, y, shuffle, shard, first), _Step.DEPTH,
+                               into=into)
+        order = list(self._batch_indices(x.shape[self.batch_axis], shuffle, shard, first))
         xs = hx.prefetch((self._take(x, idx) for idx in order), _Step.DEPTH,
                          into=None if into is None else [d[0] for d in into])
         ys = hy.prefetch((np.ascontiguousarray(y[idx]) for idx in order), _Step.DEPTH,
@@ -395,8 +419,17 @@ class Trainer:
         return y      # another loss checks its own targets
 
     # ------------------------------------------------------------------- train
-    def fit(self, x, y, epochs, eval_data=None, on_epoch=None):
-        """Train for ``epochs`` passes over (x, y); returns a ``History``.
+    def fit(self, x, y, epochs, eval_data=None, on_epoch=None, checkpoint=None,
+            checkpoint_every=1):
+        """Train until the run has done ``epochs`` epochs; returns the
+        ``History`` of the epochs this call ran.
+
+        ``epochs`` is the number of epochs to reach, counted over the run
+        (``self.epoch`` of them are done): a new trainer runs ``epochs``
+        passes over (x, y); one restored by ``load`` runs those that remain,
+        starting inside the epoch where the saved run stopped, at its next
+        step.  A call with nothing left to run warns and returns an empty
+        history (for more, pass a larger ``epochs``).
 
         ``eval_data`` (x, y) is evaluated after each epoch; ``on_epoch(record)``
         is called with each epoch's dict (e.g. to print it).  Everything is
@@ -405,11 +438,35 @@ class Trainer:
         with ``on_nonfinite="skip"``).  Ctrl-C (``KeyboardInterrupt``) stops
         it between two steps, never inside one, so the parameters and the
         optimizer's state are those of the last whole step.
-        """
-        with interrupts.deferred() as held:
-            return self._fit(x, y, epochs, eval_data, on_epoch, held)
 
-    def _fit(self, x, y, epochs, eval_data, on_epoch, held):
+        ``checkpoint``: a path; the run is saved there (``save``) after every
+        ``checkpoint_every`` epochs and after the last, and on Ctrl-C once the
+        step in flight has completed, before the ``KeyboardInterrupt`` goes
+        on (except under data parallelism with several processes, where the
+        ranks may stand at different steps: there the last epoch's
+        checkpoint stands).
+        """
+        checkpoint_every = _check_int("checkpoint_every", checkpoint_every, 1)
+        if checkpoint is not None:
+            checkpoint = os.fspath(checkpoint)
+            folder = os.path.dirname(os.path.abspath(checkpoint))
+            if not os.path.isdir(folder):
+                raise ValueError(f"Trainer.fit: checkpoint {checkpoint!r}: the folder "
+                                 f"{folder} does not exist")
+        with interrupts.deferred() as held:
+            try:
+                return self._fit(x, y, epochs, eval_data, on_epoch, held, checkpoint,
+                                 checkpoint_every)
+            except KeyboardInterrupt:
+                # raised only between two steps (interrupts.deferred): the
+                # state is that of the last whole step
+                if checkpoint is not None and (self._dp is None or self._dp.size == 1):
+                    self.save(checkpoint)
+                raise
+            finally:
+                self._epoch_log = None
+
+    def _fit(self, x, y, epochs, eval_data, on_epoch, held, path, every):
         epochs = _check_int("epochs", epochs, 0)
         x, y = self._prepare("Trainer.fit", x, y)
         if eval_data is not None:
@@ -420,30 +477,44 @@ class Trainer:
         h = self.h
         n = x.shape[self.batch_axis]
         steps = math.ceil(n / self.batch_size)
+        first = self._resume_point(n, steps)
+        history = History()
+        if epochs <= self.epoch:
+            if epochs > 0:
+                warnings.warn(f"Trainer.fit: this run has done {self.epoch} epochs, and epochs="
+                              f"{epochs} is the number to reach, so there is nothing to run; "
+                              f"pass epochs={self.epoch + epochs} for {epochs} more",
+                              stacklevel=3)
+            return history
         sizes = np.array([min(self.batch_size, n - s * self.batch_size) for s in range(steps)])
         log = h.zeros((steps,))
         slots = [view(h, log, i, (1,)) for i in range(steps)]
-        history = History()
         scaler = self.net.loss_scaler     # float16 mixed precision, else None
         overflow_seen = 0 if scaler is None else scaler.skipped
         if self._dp is not None:
             self._dp.check_epoch(sizes)
-        bar = _progress_bar(epochs * steps, self.progress)
+        bar = _progress_bar((epochs - self.epoch) * steps - first, self.progress)
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
-            for epoch in range(1, epochs + 1):
-                pending, checked, skipped = None, 0, []
+            for epoch in range(self.epoch + 1, epochs + 1):
+                pending, checked, skipped = None, first, []
+                if first:   # a resumed epoch: what its first steps recorded
+                    losses, skipped, _ = self._partial
+                    h.set_from_numpy(view(h, log, 0, (first,)), losses)
+                    self._partial = None
+                self._epoch_log, self._epoch_samples = (log, skipped), n
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
                 into = self._step.destinations(*self._batch_shapes(x, y), self.net.input_h,
                                                self.net.target_h)
-                batches = self._uploads(x, y, True, shard=True, into=into)
-                for i, (xb, yb) in enumerate(batches):
+                batches = self._uploads(x, y, True, shard=True, into=into, first=first)
+                for i, (xb, yb) in enumerate(batches, first):
                     if self._dp is not None:
                         self._dp.set_batch(sizes[i])
                     if not self._step(xb, yb, slots[i]):   # the loss stays on the device
                         skipped.append(i)
+                    self.step = i + 1
                     if held is not None:
                         held.take()            # a Ctrl-C, now that the step is whole
                     if self._dp is not None:
@@ -463,6 +534,7 @@ class Trainer:
                                 pending = None
                             if pending is None:
                                 pending = (h.get_numpy_copy_async(log, out=host_log), i + 1)
+                first = 0
                 if pending is not None:
                     pending[0].result()           # host_log is reused next epoch
                 if checked < steps:
@@ -470,6 +542,7 @@ class Trainer:
                 # waits for the epoch's device work; float64 from any format
                 losses = h.get_numpy_copy(log).astype(np.float64)
                 seconds = time.perf_counter() - t0
+                self.epoch, self.step, self._epoch_log = epoch, 0, None
                 record = {"epoch": epoch,
                           "train_loss": self._epoch_loss(losses, sizes, skipped),
                           "seconds": seconds}
@@ -485,12 +558,29 @@ class Trainer:
                     bar.set_postfix(loss=f"{record['train_loss']:.4f}")
                 if on_epoch is not None:
                     on_epoch(record)
+                if path is not None and (epoch % every == 0 or epoch == epochs):
+                    self.save(path)
                 if held is not None:
                     held.take()
         finally:
             if bar is not None:
                 bar.close()
         return history
+
+    def _resume_point(self, n, steps):
+        """The step at which the epoch in progress resumes (0 unless a run
+        saved inside an epoch was loaded); ValueError where the data or the
+        batch size differ from the saved run's, which would change its
+        batches."""
+        if self.step == 0:
+            return 0
+        losses, skipped, samples = self._partial
+        if samples != n or self.step >= steps:
+            raise ValueError(f"Trainer.fit: the loaded run stopped after step {self.step} of "
+                             f"epoch {self.epoch + 1}, over {samples} samples in batches of "
+                             f"{self.batch_size}; resume it on the same data ({n} samples "
+                             f"given)")
+        return self.step
 
     @staticmethod
     def _epoch_loss(losses, sizes, skipped):
@@ -529,6 +619,135 @@ class Trainer:
             msg + "; check the learning rate, the inputs and the labels, or pass "
             "on_nonfinite='skip' to skip steps whose loss is not finite",
             epoch, step, (start + 1, stop))
+
+    # ------------------------------------------------------------------- state
+    def state_dict(self):
+        """The whole state of the run as one flat state dict: the network's
+        (``"net."``), the optimizer's (``"optimizer."``), the loss scaler's
+        under float16 mixed precision (``"loss_scaler."``), and the
+        trainer's own (``"trainer."``): ``epoch`` and ``step`` (the position),
+        ``shuffle`` (the shuffling generator's state), ``random`` (the
+        handler's generator state, which dropout draws from; one per rank
+        under data parallelism), ``batch_size``, and inside an epoch the
+        losses of its steps so far.  Host reads: waits for the device.
+        Under data parallelism a collective: every rank calls it."""
+        state = checkpoint.prefixed("net.", self.net.state_dict())
+        state.update(checkpoint.prefixed("optimizer.", self.optimizer.state_dict()))
+        if self.net.loss_scaler is not None:
+            state.update(checkpoint.prefixed("loss_scaler.",
+                                             self.net.loss_scaler.state_dict()))
+        random = self.net.parameters.h.random_state()
+        randoms = [random] if self._dp is None else self._dp.group.allgather_object(random)
+        mine = {"epoch": self.epoch, "step": self.step, "batch_size": self.batch_size,
+                "random": randoms,
+                "shuffle": self.rng.bit_generator.state if self.step == 0 else self._epoch_start}
+        if self.step:
+            if self._epoch_log is not None:       # inside fit
+                log, skipped = self._epoch_log
+                losses = self.h.get_numpy_copy(log)[:self.step].astype(np.float64)
+                samples = int(self._epoch_samples)
+            else:                                 # loaded, not yet resumed
+                losses, skipped, samples = self._partial
+            mine.update({"epoch_losses": np.asarray(losses, np.float64),
+                         "epoch_skipped": [int(i) for i in skipped], "samples": samples})
+        state.update(checkpoint.prefixed("trainer.", mine))
+        return state
+
+    def load_state_dict(self, state, cast=False):
+        """Restore a ``state_dict()`` of a run of the same network and
+        optimizer (on any handler; loss scaler and all).  Everything is
+        checked first (names, shapes, formats, the optimizer's class and
+        settings, the batch size): ValueError naming the first mismatch,
+        with nothing written.  The handler's random state is restored where
+        the handler draws from the same generator (the same handler class);
+        on another it warns, and dropout masks will differ from the saved
+        run's.  Then ``fit`` resumes where the saved run stopped."""
+        known = ("net.", "optimizer.", "loss_scaler.", "trainer.")
+        stray = [k for k in state if not k.startswith(known)] if hasattr(state, "items") else []
+        if stray:
+            raise ValueError(f"Trainer.load_state_dict: {stray[0]!r} is not part of a "
+                             f"trainer's state (a network's state? use net.load_state_dict)")
+        sub = {p: checkpoint.subset(state, p) for p in known}
+        writes = [self.net.parameters.loader(sub["net."], "Trainer.load_state_dict (net.)",
+                                             cast),
+                  self.optimizer.loader(sub["optimizer."], cast)]
+        scaler = self.net.loss_scaler
+        if (scaler is None) != (not sub["loss_scaler."]):
+            raise ValueError("Trainer.load_state_dict: the state is of a run "
+                             + ("with" if sub["loss_scaler."] else "without")
+                             + " float16 loss scaling, this trainer's network is not: build "
+                             "it with the saved run's precision")
+        if scaler is not None:
+            writes.append(scaler.loader(sub["loss_scaler."], cast))
+        writes.append(self._trainer_loader(sub["trainer."]))
+        for write in writes:
+            write()
+        self._step.reset()   # graphs captured before hold the old random seed
+
+    def _trainer_loader(self, state):
+        """Check the trainer's own part of a state; return what writes it."""
+        c = checkpoint.ArrayChecker("Trainer.load_state_dict (trainer.)", state)
+        epoch, step = c.value("epoch", int), c.value("step", int)
+        batch_size = c.value("batch_size", int)
+        shuffle, randoms = c.value("shuffle", dict), c.value("random", list)
+        if epoch < 0 or step < 0:
+            raise ValueError(f"Trainer.load_state_dict: epoch {epoch} and step {step} must "
+                             f"be >= 0")
+        partial = None
+        if step:
+            if batch_size != self.batch_size:
+                raise ValueError(f"Trainer.load_state_dict: the run stopped inside an epoch "
+                                 f"with batch_size {batch_size}; resume it with the same "
+                                 f"(this trainer's is {self.batch_size})")
+            losses = c.array("epoch_losses", (step,), np.float64)
+            partial = (losses, list(c.value("epoch_skipped", list)),
+                       c.value("samples", int))
+        c.done()
+        rank, size = (0, 1) if self._dp is None else (self._dp.rank, self._dp.size)
+        if len(randoms) not in (1, size):
+            raise ValueError(f"Trainer.load_state_dict: the state holds the random states "
+                             f"of {len(randoms)} processes, this run has {size}")
+        random = randoms[rank if len(randoms) == size else 0]
+        h = self.net.parameters.h
+        same_generator = random.get("generator") == h.random_state()["generator"]
+        probe = np.random.default_rng()
+        try:
+            probe.bit_generator.state = shuffle
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"Trainer.load_state_dict: 'shuffle' is not a generator "
+                             f"state: {e}") from None
+
+        def write():
+            self.rng.bit_generator.state = shuffle
+            self.epoch, self.step, self._partial = epoch, step, partial
+            if same_generator:
+                h.set_random_state(random)
+            else:
+                warnings.warn(f"Trainer.load_state_dict: the state's random generator is "
+                              f"{random.get('generator')!r}, this handler's "
+                              f"{h.random_state()['generator']!r}: dropout and other random "
+                              f"draws go on from this handler's own state", stacklevel=4)
+        return write
+
+    def save(self, path):
+        """Write the whole run (``state_dict()``) to the safetensors file
+        ``path``, atomically (``layers.checkpoint.save``): a crash or a kill
+        during the save leaves the previous file whole.  Under data
+        parallelism every rank calls it (a collective); rank 0 writes, and
+        every rank returns once the file is in place."""
+        state = self.state_dict()
+        if self._dp is None or self._dp.rank == 0:
+            checkpoint.save(path, state)
+        if self._dp is not None and self._dp.size > 1:
+            self._dp.group.broadcast_object(None)   # the others wait for rank 0's file
+
+    def load(self, path, cast=False):
+        """Restore the run saved in ``path`` (``load_state_dict``); then
+        ``fit(x, y, epochs=E)`` runs the rest of the E epochs from the step
+        where it stopped, and ends with the parameters an uninterrupted run
+        would have, bit for bit (same handler class and data).  Under data
+        parallelism every rank loads the same file."""
+        self.load_state_dict(checkpoint.load(path), cast)
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, x, y):
@@ -609,6 +828,12 @@ class _Step:
         self.skip_nonfinite = skip_nonfinite
         self._sets = []             # [x, y, loss, Graph or None] per destination
         self._warm = False
+
+    def reset(self):
+        """Forget the destinations and graphs (a restored state: a graph
+        holds the random seed it was captured with); the next full batch
+        warms up and captures again."""
+        self._sets, self._warm = [], False
 
     @property
     def captured(self):

@@ -1414,6 +1414,20 @@ class PyCudaHandler(Handler):
             self._rng[1] += n
         return offset, 0
 
+    def _random_state(self):
+        with self._rng_lock:
+            seed, offset = self._rng
+        return {"generator": "philox4x32-10", "seed": seed, "offset": offset}
+
+    def _set_random_state(self, state):
+        seed, offset = state.get("seed"), state.get("offset")
+        for name, v in (("seed", seed), ("offset", offset)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2 ** 64:
+                raise ValueError(f"set_random_state: {name} must be an int in [0, 2^64), "
+                                 f"got {v!r}")
+        with self._rng_lock:   # in place: the views and twins share the list
+            self._rng[:] = [seed, offset]
+
     def _fill_gaussian(self, mean, std, out):
         n = out.size
         self._launch("fill_gaussian", n, out.gpudata, n, mean, std, self._rng[0],
