@@ -363,7 +363,8 @@ OPS = {op.name: op for op in [
     # ---------------------------------------------------------------- streams and life
     *(Op(n, kind=_S) for n in ("with_streams", "record_event", "wait_event", "wait_for",
                                "synchronize", "synchronize_all_streams", "capture", "close",
-                               "pin", "prefetch", "empty_pinned", "twin")),
+                               "pin", "prefetch", "empty_pinned", "twin",
+                               "random_state", "set_random_state")),
     # ---------------------------------------------------------------- memory
     Op("allocate", kind="alloc", finite=False),   # undefined contents: may hold NaN
     Op("zeros", kind="alloc", finite=False),      # finite by construction

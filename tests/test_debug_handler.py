@@ -24,7 +24,8 @@ R, C = 5, 7
 S = (R, C)
 STREAM_OPS = {"with_streams", "record_event", "wait_event", "wait_for", "synchronize",
               "synchronize_all_streams", "capture", "close",
-              "twin"}   # graphs: test_graphs.py; twin: test_twin.py
+              "twin",   # graphs: test_graphs.py; twin: test_twin.py
+              "random_state", "set_random_state"}   # host state: test_checkpoint.py
 ALLOC_OPS = {"allocate", "zeros", "ones", "create_from_numpy", "create_from_device_array"}
 VIEW_OPS = {"reshape_t", "view_t"}   # no work: test_ops.py, and the hazard test below
 HAZARD_KINDS = ["read-after-write", "write-after-read", "write-after-write"]
@@ -80,6 +81,7 @@ def test_op_table_covers_every_public_op():
                    "obj", "fn", "stride", "padding", "dilation", "window",
                    "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled",   # adam_update
                        "gate", "factor", "interval", "max_scale",   # loss scaling
+                   "state",  # set_random_state's dict (host values)
                    "into",   # prefetch's destinations: each counts as written when yielded
                    "dtype"}  # twin's format
         if name == "get_numpy_copy_async":

@@ -618,7 +618,8 @@ def test_every_op_has_bad_input_cases():
     streams = {"with_streams", "record_event", "wait_event", "synchronize",
                "synchronize_all_streams",   # tested in test_streams_api.py
                "capture", "close",          # tested in test_graphs.py
-               "twin"}                      # tested in test_twin.py
+               "twin",                      # tested in test_twin.py
+               "random_state", "set_random_state"}   # tested in test_checkpoint.py
     # tested in test_prefetch.py::test_bad_input and test_interop.py
     pipeline = {"prefetch", "pin", "get_numpy_copy_async", "empty_pinned",
                 "create_from_device_array"}
