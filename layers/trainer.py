@@ -16,6 +16,10 @@ becomes NaN or infinite stops training with a ``NonFiniteLossError`` naming
 the epoch and step; the check reads one device flag every ``check_every``
 steps (not every step, which would wait for the device each time) and at the
 end of each epoch.  ``on_nonfinite="skip"`` skips such steps instead.
+
+A run is saved whole (``Trainer.save``: parameters, optimizer state, loss
+scaler, position and every random generator) and resumed by ``load`` and
+``fit``, bit for bit; ``fit``'s ``epochs`` counts over the run.
 """
 import math
 import os
@@ -263,6 +267,12 @@ class Trainer(checkpoint.NoCopies):
     ``SquaredError`` y has the shape of the network's output.  The output
     shape comes from one inference forward pass of the first batch (no
     parameter changes), which also checks that x fits the first layer.
+
+    A run has a position, ``epoch`` (epochs completed) and ``step`` (steps
+    of the next epoch completed, nonzero only in a run saved inside an
+    epoch and loaded); ``fit(x, y, epochs)`` trains until ``epoch`` reaches
+    ``epochs``.  ``state_dict`` / ``load_state_dict`` and ``save`` /
+    ``load`` carry the whole run (see ``layers.checkpoint``).
     """
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
