@@ -1,6 +1,7 @@
 """A small convolutional network names the 8x8 handwritten digits.
 
     python -m examples.conv_digits [--handler auto|numpy|pycuda] [--epochs N] [--plot PATH]
+                                   [--save PATH]
 
 The same data set, split and seed as ``examples.digits`` (scikit-learn's 1797
 8x8 digits), read as images (N, 1 channel, 8, 8) instead of row sequences.  The
@@ -11,7 +12,9 @@ softmax cross-entropy loss, SGD with momentum.
 Runs on PyCudaHandler where a GPU is present (cuDNN convolutions), else on
 NumpyHandler (im2col and BLAS); ``--handler`` chooses explicitly.  Prints the
 handler, the time per epoch and the test accuracy, writes the loss curve as a
-PNG, and exits with status 1 if the test accuracy is below the target.
+PNG, saves the trained model and loads it back on NumpyHandler in float64 (as
+``examples.digits`` does), and exits with status 1 if the test accuracy is
+below the target.
 """
 import sys
 import time
@@ -19,7 +22,7 @@ import time
 import numpy as np
 
 from examples import digits
-from examples.digits import epoch_printer, make_handler, plot_losses
+from examples.digits import epoch_printer, make_handler, plot_losses, save_and_reload
 from layers import (
     SGD,
     Conv2D,
@@ -53,7 +56,8 @@ def build(h, seed, width=8):
 def main(argv=None):
     """Train, print the test accuracy; returns the exit status."""
     args = digits.demo_arguments("python -m examples.conv_digits", __doc__, 15, 0.05,
-                                 "conv_digits_loss.png").parse_args(argv)
+                                 "conv_digits_loss.png",
+                                 "conv_digits_model.safetensors").parse_args(argv)
 
     (x_tr, y_tr), (x_te, y_te) = load_images(args.seed)
     h = make_handler(args.handler, np.float64 if args.float64 else np.float32, args.seed)
@@ -77,6 +81,8 @@ def main(argv=None):
           f"{seconds:.1f} s with evaluation, {steady:.3f} s per epoch (median)")
     print(f"test accuracy: {acc:.4f} (target >= {TARGET_ACCURACY}: "
           f"{'met' if acc >= TARGET_ACCURACY else 'MISSED'})")
+    if args.save:
+        save_and_reload(net, args.save, lambda h64: build(h64, args.seed), x_te, y_te, acc)
     if args.plot:
         try:
             plot_losses(history, args.plot, f"conv net on digits, {type(h).__name__}")

@@ -1,6 +1,7 @@
 """An LSTM reads handwritten digits row by row and names them.
 
     python -m examples.digits [--handler auto|numpy|pycuda] [--epochs N] [--plot PATH]
+                              [--save PATH]
 
 The data set is the 8x8 digits that scikit-learn ships (1797 images,
 ``sklearn.datasets.load_digits``).  Each image is a sequence of 8 time steps
@@ -11,8 +12,10 @@ cross-entropy loss, trained with SGD and momentum.
 
 Runs on PyCudaHandler where a GPU is present, else on NumpyHandler
 (``--handler`` chooses explicitly).  Prints the handler, the time per epoch and
-the test accuracy, writes the loss curve as a PNG, and exits with status 1 if
-the test accuracy is below the target.
+the test accuracy, writes the loss curve as a PNG, saves the trained model
+(``net.save``, a safetensors file) and loads it back into the same network on
+NumpyHandler in float64, whose test accuracy it prints beside the trained
+one, and exits with status 1 if the test accuracy is below the target.
 """
 import argparse
 import sys
@@ -52,7 +55,7 @@ def load_data(seed, test_fraction=0.2):
     return (time_major(x_tr), y_tr), (time_major(x_te), y_te)
 
 
-def demo_arguments(prog, doc, epochs, lr, plot):
+def demo_arguments(prog, doc, epochs, lr, plot, save):
     """The options both demos take (their defaults differ); the caller adds
     its own and parses."""
     p = argparse.ArgumentParser(prog=prog, description=doc,
@@ -69,6 +72,8 @@ def demo_arguments(prog, doc, epochs, lr, plot):
                         "loss scaling), float32 master weights")
     p.add_argument("--plot", default=plot, help=f"PNG of the loss curve (default {plot}; "
                                                 "'' for none)")
+    p.add_argument("--save", default=save, help=f"safetensors file for the trained model "
+                                                f"(default {save}; '' for none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -112,6 +117,27 @@ def epoch_printer(trainer):
     return report
 
 
+def save_and_reload(net, path, build_net, x_test, y_test, trained_accuracy):
+    """Save ``net``'s parameters to ``path`` (``net.save``), load them into
+    ``build_net(h)`` on NumpyHandler in float64 (``net.load``: float32
+    parameters convert exactly), and print that network's test accuracy
+    beside ``trained_accuracy`` (the same unless a few borderline images
+    round the other way in float64).  Returns that accuracy."""
+    net.save(path)
+    print(f"saved the trained model: {path}")
+    h = NumpyHandler(np.float64)
+    served = build_net(h)
+    served.load(path)
+    outputs = h.get_numpy_copy(served.forward(h.create_from_numpy(x_test)))
+    acc = accuracy(outputs, y_test)
+    apart = round(abs(acc - trained_accuracy) * len(y_test))
+    same = "the same" if apart == 0 else \
+        f"{apart} of {len(y_test)} images apart: float64 rounds a few the other way"
+    print(f"loaded into {type(h).__name__} (float64): test accuracy {acc:.4f} "
+          f"(trained model {trained_accuracy:.4f}: {same})")
+    return acc
+
+
 def plot_losses(history, path, title):
     """Write the per-step and per-epoch training loss and the test loss as a PNG."""
     import matplotlib
@@ -138,7 +164,8 @@ def plot_losses(history, path, title):
 
 
 def main(argv=None):
-    p = demo_arguments("python -m examples.digits", __doc__, 20, 0.2, "digits_loss.png")
+    p = demo_arguments("python -m examples.digits", __doc__, 20, 0.2, "digits_loss.png",
+                       "digits_model.safetensors")
     p.add_argument("--hidden", type=int, default=64)
     args = p.parse_args(argv)
 
@@ -171,6 +198,9 @@ def main(argv=None):
     ok = final["eval_accuracy"] >= TARGET_ACCURACY
     print(f"test accuracy: {final['eval_accuracy']:.4f} "
           f"(target >= {TARGET_ACCURACY}: {'met' if ok else 'MISSED'})")
+    if args.save:
+        save_and_reload(net, args.save, lambda h64: build(h64, args.hidden, args.seed),
+                        x_te, y_te, final["eval_accuracy"])
     if args.plot:
         try:
             plot_losses(history, args.plot, f"LSTM on digits, {type(h).__name__}")

@@ -683,10 +683,10 @@ class Trainer(checkpoint.NoCopies):
                   self.optimizer.loader(sub["optimizer."], cast)]
         scaler = self.net.loss_scaler
         if (scaler is None) != (not sub["loss_scaler."]):
-            raise ValueError("Trainer.load_state_dict: the state is of a run "
-                             + ("with" if sub["loss_scaler."] else "without")
-                             + " float16 loss scaling, this trainer's network is not: build "
-                             "it with the saved run's precision")
+            saved, here = ("with", "without") if sub["loss_scaler."] else ("without", "with")
+            raise ValueError(f"Trainer.load_state_dict: the state is of a run {saved} float16 "
+                             f"loss scaling, this trainer trains {here}: build it with the "
+                             f"saved run's precision")
         if scaler is not None:
             writes.append(scaler.loader(sub["loss_scaler."], cast))
         writes.append(self._trainer_loader(sub["trainer."]))

@@ -15,13 +15,15 @@ def test_digits_demo_reaches_target(tmp_path, capsys, which):
             pytest.skip(f"PyCudaHandler unavailable: {e}")
     from examples import digits
     png = tmp_path / "loss.png"
+    model = tmp_path / "model.safetensors"
     rc = digits.main(["--handler", which, "--epochs", "12", "--no-progress",
-                      "--plot", str(png)])
+                      "--plot", str(png), "--save", str(model)])
     out = capsys.readouterr().out
     assert rc == 0, out
     name = "NumpyHandler" if which == "numpy" else "PyCudaHandler"
     assert f"handler: {name}" in out and "time per epoch" in out
     assert "test accuracy" in out and "met" in out
+    assert model.stat().st_size > 1000 and str(model) in out   # the trained model, saved
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -40,11 +42,14 @@ def test_conv_digits_demo_reaches_target(tmp_path, capsys, which):
         except (ImportError, RuntimeError) as e:
             pytest.skip(f"PyCudaHandler unavailable: {e}")
     from examples import conv_digits
-    rc = conv_digits.main(["--handler", which, "--no-progress", "--plot", ""])
+    model = tmp_path / "model.safetensors"
+    rc = conv_digits.main(["--handler", which, "--no-progress", "--plot", "",
+                           "--save", str(model)])
     out = capsys.readouterr().out
     assert rc == 0, out
     name = "NumpyHandler" if which == "numpy" else "PyCudaHandler"
     assert f"handler: {name}" in out and "test accuracy" in out and "met" in out
+    assert model.stat().st_size > 1000 and str(model) in out
 
 
 def test_conv_benchmark_skips_or_runs(capsys):
