@@ -649,7 +649,7 @@ class Trainer(checkpoint.NoCopies):
         random = self.net.parameters.h.random_state()
         randoms = [random] if self._dp is None else self._dp.group.allgather_object(random)
         mine = {"epoch": self.epoch, "step": self.step, "batch_size": self.batch_size,
-                "random": randoms,
+                "random": randoms, "engines": _conv_engines(self.net.h),
                 "shuffle": self.rng.bit_generator.state if self.step == 0 else self._epoch_start}
         if self.step:
             if self._epoch_log is not None:       # inside fit
@@ -689,7 +689,7 @@ class Trainer(checkpoint.NoCopies):
                              f"saved run's precision")
         if scaler is not None:
             writes.append(scaler.loader(sub["loss_scaler."], cast))
-        writes.append(self._trainer_loader(sub["trainer."]))
+        writes.insert(0, self._trainer_loader(sub["trainer."]))
         for write in writes:
             write()
         self._step.reset()   # graphs captured before hold the old random seed
@@ -700,6 +700,7 @@ class Trainer(checkpoint.NoCopies):
         epoch, step = c.value("epoch", int), c.value("step", int)
         batch_size = c.value("batch_size", int)
         shuffle, randoms = c.value("shuffle", dict), c.value("random", list)
+        engines = c.value("engines", list)
         if epoch < 0 or step < 0:
             raise ValueError(f"Trainer.load_state_dict: epoch {epoch} and step {step} must "
                              f"be >= 0")
@@ -727,7 +728,11 @@ class Trainer(checkpoint.NoCopies):
             raise ValueError(f"Trainer.load_state_dict: 'shuffle' is not a generator "
                              f"state: {e}") from None
 
-        def write():
+        prefer = getattr(self.net.h, "prefer_conv_engines", None)
+
+        def write():   # first of the writes: prefer_conv_engines checks its list itself
+            if prefer is not None and engines:
+                prefer(engines)
             self.rng.bit_generator.state = shuffle
             self.epoch, self.step, self._partial = epoch, step, partial
             if same_generator:
@@ -816,6 +821,14 @@ class Trainer(checkpoint.NoCopies):
                 else:
                     result[name] = fn(fetched, y)
         return result
+
+
+def _conv_engines(h):
+    """The convolution engines ``h`` chose (a GPU handler times cuDNN's
+    candidates, so another process may choose others and differ in the last
+    bits: a resumed run takes these), or [] for a handler that does not choose."""
+    engines = getattr(h, "conv_engines", None)
+    return engines() if engines is not None else []
 
 
 class _Step:

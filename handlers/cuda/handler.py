@@ -426,6 +426,7 @@ class PyCudaHandler(Handler):
         # (kind, format, shapes, params, alignment) -> (cuDNN plan, workspace
         # bytes, engine, its notes), shared by twins (released with the slots)
         self._conv_plans = {}
+        self._conv_pins = {}   # convolution -> the engine to use (prefer_conv_engines)
         self._pinned = cuda_transfer.REGISTRY   # page-locking is per process
         self._uploads = []       # the upload stream, created on first prefetch
         self._free_events = []   # CUDA events of collected GpuEvents, shared by views
@@ -441,7 +442,8 @@ class PyCudaHandler(Handler):
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
     _FAMILY = ("blas", "deterministic", "_drv", "_device", "_sms", "_pool", "_slots",
-               "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_pinned",
+               "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_conv_pins",
+               "_pinned",
                "_uploads", "_free_events", "_resources")
 
     def _bind_format(self):
@@ -1305,12 +1307,13 @@ class PyCudaHandler(Handler):
             sh = min(stride[0], x[2] + 2 * padding[0])
             sw = min(stride[1], x[3] + 2 * padding[1])
             dims = (*x, w[0], w[2], w[3], y[2], y[3], sh, sw, *padding, *dilation)
-            plan = self._conv_plans[key] = self._plan_conv(code, align, dims, a, b, out, handle)
+            plan = self._conv_plans[key] = self._plan_conv(code, align, dims, a, b, out, handle,
+                                                           self._conv_pins.get(key[:-1]))
         ptr, nbytes = plan[:2]
         ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
         _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
 
-    def _plan_conv(self, code, align, dims, a, b, out, handle):
+    def _plan_conv(self, code, align, dims, a, b, out, handle, pin=None):
         """(plan, workspace bytes, engine, its notes) of one convolution.
 
         The candidates: cuDNN's engines that the policy allows
@@ -1326,7 +1329,9 @@ class PyCudaHandler(Handler):
         lasts for the handler's life and its twins share it, so captured and
         eager steps run the same engines.  Engines compiled at runtime
         (seconds at first use) are a last resort: only when no other engine
-        qualifies, and then the first alone."""
+        qualifies, and then the first alone.  ``pin``: an engine to take
+        without timing where it is among the candidates (the engine another
+        process chose: ``prefer_conv_engines``)."""
         slot = self._slot
         refused = _refused_notes(code != 0, self._half, self.deterministic)
         denied, found = list(_DENIED_ENGINES[code]), []
@@ -1335,22 +1340,25 @@ class PyCudaHandler(Handler):
             return _cudnn.cudnn_conv_plan(handle, code, self._format, _CUDNN_WORKSPACE_LIMIT,
                                           align, refused, tuple(denied), int(rtc), *dims)
         timed = not cuda_graph.is_capturing(slot.handle)
-        while len(found) < (_CONV_CANDIDATES if timed else 1):
+        while len(found) < (_CONV_CANDIDATES if timed or pin is not None else 1):
             got = plan(rtc=False) or (None if found else plan(rtc=True))
             if got is None:
                 break
             ptr, engine, notes, nbytes = got
             found.append((ptr, nbytes, engine, notes))
             denied.append(engine)
+            if engine == pin:
+                break
+        pinned = [cand for cand in found if pin is not None and cand[2] == pin]
         if not found:
             raise RuntimeError(
                 f"PyCudaHandler: cuDNN offers no engine for this convolution (pass {code}, "
                 f"format {self.dtype.name}) within {_CUDNN_WORKSPACE_LIMIT} bytes of workspace "
                 f"that is free of the numerical notes {cudnn_note_names(refused)} and not "
                 f"one of the engines {list(_DENIED_ENGINES[code])}")
-        best = found[0]
+        best = pinned[0] if pinned else found[0]
         try:
-            if len(found) > 1:
+            if len(found) > 1 and timed and not pinned:
                 times = []
                 start, end = self._drv.Event(), self._drv.Event()
                 for ptr, nbytes, _, _ in found:
@@ -1371,6 +1379,37 @@ class PyCudaHandler(Handler):
             if cand is not best:
                 _cudnn.cudnn_plan_free(cand[0])
         return best
+
+    def conv_engines(self):
+        """The cuDNN engine chosen for each convolution planned so far, as
+        plain values: ``[pass, format, x, w, y, stride, padding, dilation,
+        engine]`` per convolution (pass 0 forward, 1 backward data, 2
+        backward filter; the arrays' shapes).  The choice is timed, so two
+        processes may choose differently, and differ in the last bits:
+        ``prefer_conv_engines`` in another process makes it choose these
+        (``Trainer.save`` keeps them, so that a resumed run repeats the
+        saved run bit for bit)."""
+        return [[key[0], key[1], *(list(k) for k in key[2:-1]), plan[2]]
+                for key, plan in list(self._conv_plans.items())]
+
+    def prefer_conv_engines(self, engines):
+        """Plan each convolution listed in ``engines`` (a ``conv_engines()``
+        list) with its engine, where cuDNN offers it among the candidates,
+        instead of timing them; convolutions planned already keep their
+        plans.  Shared by the views and twins.  ValueError for a list that
+        is not of ``conv_engines``, with nothing changed."""
+        pins = {}
+        try:
+            for e in engines:
+                code, fmt, *shapes, engine = e
+                key = (int(code), int(fmt), *(tuple(int(v) for v in s) for s in shapes))
+                if len(key) != 8:
+                    raise ValueError(f"{len(key)} fields")
+                pins[key] = int(engine)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"prefer_conv_engines: expected a list from conv_engines(), "
+                             f"got {engines!r:.200} ({err})") from None
+        self._conv_pins.update(pins)
 
     def _cudnn_handles(self):
         """Load cuDNN and make every stream's handle (once, so that the first
