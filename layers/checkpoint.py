@@ -177,12 +177,12 @@ class ArrayChecker:
         if tuple(a.shape) != tuple(shape):
             raise ValueError(f"{self.owner}: {name!r} has shape {tuple(a.shape)} in the "
                              f"state but {tuple(shape)} here")
+        if a.dtype.kind not in "f" and not dtypes.is_half(a.dtype):
+            raise ValueError(f"{self.owner}: {name!r} must hold floats, got {a.dtype}")
         if not self.cast and not widens_exactly(a.dtype, dtype):
             raise ValueError(f"{self.owner}: {name!r} is {a.dtype} in the state but "
                              f"{np.dtype(dtype)} here, which would round it; pass "
                              f"cast=True to round")
-        if a.dtype.kind not in "f" and not dtypes.is_half(a.dtype):
-            raise ValueError(f"{self.owner}: {name!r} must hold floats, got {a.dtype}")
         return a
 
     def value(self, name, kind=None):

@@ -672,8 +672,11 @@ class Trainer(checkpoint.NoCopies):
         the handler draws from the same generator (the same handler class);
         on another it warns, and dropout masks will differ from the saved
         run's.  Then ``fit`` resumes where the saved run stopped."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"Trainer.load_state_dict: expected a state dict (a mapping of "
+                            f"names to arrays and values), got {type(state).__name__}")
         known = ("net.", "optimizer.", "loss_scaler.", "trainer.")
-        stray = [k for k in state if not k.startswith(known)] if hasattr(state, "items") else []
+        stray = [k for k in state if not k.startswith(known)]
         if stray:
             raise ValueError(f"Trainer.load_state_dict: {stray[0]!r} is not part of a "
                              f"trainer's state (a network's state? use net.load_state_dict)")
@@ -720,7 +723,16 @@ class Trainer(checkpoint.NoCopies):
                              f"of {len(randoms)} processes, this run has {size}")
         random = randoms[rank if len(randoms) == size else 0]
         h = self.net.parameters.h
-        same_generator = random.get("generator") == h.random_state()["generator"]
+        if not isinstance(random, dict):
+            raise ValueError(f"Trainer.load_state_dict: 'random' must hold random_state() "
+                             f"dicts, got {type(random).__name__}")
+        current = h.random_state()
+        same_generator = random.get("generator") == current["generator"]
+        if same_generator:   # tried now, so that a bad state fails before any write
+            try:
+                h.set_random_state(random)
+            finally:
+                h.set_random_state(current)
         probe = np.random.default_rng()
         try:
             probe.bit_generator.state = shuffle
