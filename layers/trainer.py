@@ -454,7 +454,9 @@ class Trainer(checkpoint.NoCopies):
         step in flight has completed, before the ``KeyboardInterrupt`` goes
         on (except under data parallelism with several processes, where the
         ranks may stand at different steps: there the last epoch's
-        checkpoint stands).
+        checkpoint stands).  The epoch's save comes after ``on_epoch``, so
+        that what the callback changed (a learning rate, say) is saved with
+        the epoch it follows.
         """
         checkpoint_every = _check_int("checkpoint_every", checkpoint_every, 1)
         if checkpoint is not None:
@@ -474,7 +476,7 @@ class Trainer(checkpoint.NoCopies):
                     self.save(checkpoint)
                 raise
             finally:
-                self._epoch_log = None
+                self._leave_epoch()
 
     def _fit(self, x, y, epochs, eval_data, on_epoch, held, path, every):
         epochs = _check_int("epochs", epochs, 0)
@@ -577,6 +579,19 @@ class Trainer(checkpoint.NoCopies):
                 bar.close()
         return history
 
+    def _leave_epoch(self):
+        """``fit`` is left inside an epoch (an exception, Ctrl-C): keep what
+        the epoch recorded, so that the trainer can be saved or ``fit`` go
+        on from the next step."""
+        if self._epoch_log is not None and self.step:
+            log, skipped = self._epoch_log
+            try:
+                losses = self.h.get_numpy_copy(log)[:self.step].astype(np.float64)
+            except Exception:  # noqa: BLE001 - a failed device: the losses are lost
+                losses = np.full(self.step, np.nan)
+            self._partial = (losses, list(skipped), self._epoch_samples)
+        self._epoch_log = None
+
     def _resume_point(self, n, steps):
         """The step at which the epoch in progress resumes (0 unless a run
         saved inside an epoch was loaded); ValueError where the data or the
@@ -585,6 +600,8 @@ class Trainer(checkpoint.NoCopies):
         if self.step == 0:
             return 0
         losses, skipped, samples = self._partial
+        # the epoch draws its order again from where it drew it first
+        self.rng.bit_generator.state = self._epoch_start
         if samples != n or self.step >= steps:
             raise ValueError(f"Trainer.fit: the loaded run stopped after step {self.step} of "
                              f"epoch {self.epoch + 1}, over {samples} samples in batches of "
@@ -746,6 +763,7 @@ class Trainer(checkpoint.NoCopies):
             if prefer is not None and engines:
                 prefer(engines)
             self.rng.bit_generator.state = shuffle
+            self._epoch_start = shuffle
             self.epoch, self.step, self._partial = epoch, step, partial
             if same_generator:
                 h.set_random_state(random)

@@ -13,7 +13,17 @@ Scenarios:
 * ``late``: rank 1 never starts MPI, so rank 0 waits in the group's start
   (rank 1 waits for rank 0 to end and prints how long it lived: see ``late``);
 * ``layout``: rank 1 builds a network one unit wider than rank 0's;
-* ``hang-gpu`` (and the others with ``-gpu``): the same on PyCudaHandler.
+* ``hang-gpu`` (and the others with ``-gpu``): the same on PyCudaHandler;
+* ``resume-run``: for each RESUME_CASE (``RESUME_CASES``), the run of
+  ``RESUME_EPOCHS`` epochs uninterrupted (every rank's final
+  ``trainer.state_dict()`` to ``OUTDIR/<case>-full-rank<r>.safetensors``), then
+  the same run stopped after ``RESUME_STOP`` epochs and saved
+  (``trainer.save``, every rank calling it) to ``OUTDIR/<case>.safetensors``;
+* ``resume-continue``: in a new job, every rank builds each case afresh, loads
+  that file and fits to ``RESUME_EPOCHS`` (final states to
+  ``OUTDIR/<case>-resumed-rank<r>.safetensors``); and, the negative control,
+  once more with every rank given rank 0's saved random state
+  (``...-rank0-random-rank<r>.safetensors``).
 
 The test module imports ``problem`` and ``train`` to train the same cases in
 one process, the reference.
@@ -33,11 +43,13 @@ from layers import (  # noqa: E402
     LSTM,
     SGD,
     Adam,
+    Dropout,
     FullyConnected,
     Sequential,
     SoftmaxCrossEntropy,
     Tanh,
     Trainer,
+    checkpoint,
 )
 from layers.data_parallel import DataParallel  # noqa: E402
 
@@ -85,14 +97,15 @@ def network(model, h, wider=0):
     return Sequential(h, layers, SoftmaxCrossEntropy(), seed=3)
 
 
-def handler(dtype, gpu):
+def handler(dtype, gpu, seed=None):
     """The case's handler: NumpyHandler, or with ``gpu`` a PyCudaHandler on
     this rank's device; five stream groups (the all-reduces take the last)."""
     if not gpu:
-        return NumpyHandler(dtype, num_stream_groups=5)
+        return NumpyHandler(dtype, seed=seed, num_stream_groups=5)
     from handlers import PyCudaHandler
     from handlers.process_group import process_group
-    return PyCudaHandler(dtype, device=process_group().local_rank, num_stream_groups=5)
+    return PyCudaHandler(dtype, seed=seed, device=process_group().local_rank,
+                         num_stream_groups=5)
 
 
 def train(case, data_parallel, gpu=False):
@@ -122,6 +135,63 @@ def train(case, data_parallel, gpu=False):
 def rank():
     from handlers.process_group import process_group
     return process_group().rank
+
+
+#: resume case -> (dtype, options): a network with dropout on handlers seeded
+#: per rank (so each rank's random state is its own), 70 samples in batches of 16
+RESUME_CASES = {
+    "resume-sgd-f64": (np.float64, {}),
+    "resume-adam-f32-graph": (np.float32, dict(optimizer="adam", graph=True)),
+    "resume-sgd-bf16": (np.float32, dict(precision="bf16")),
+}
+RESUME_EPOCHS, RESUME_STOP, RESUME_INIT_SEED = 4, 2, 3
+
+
+def resume_network(h, init_seed=RESUME_INIT_SEED):
+    """The resume cases' network: FullyConnected -> Tanh -> Dropout ->
+    FullyConnected, initialized from ``init_seed``."""
+    return Sequential(h, [FullyConnected(6, 16), Tanh(), Dropout(0.2), FullyConnected(16, 3)],
+                      SoftmaxCrossEntropy(), seed=init_seed)
+
+
+def resume_trainer(case, init_seed=RESUME_INIT_SEED, gpu=False):
+    """A fresh data-parallel run of resume ``case`` on this rank: its handler
+    (NumpyHandler, or PyCudaHandler with ``gpu``) seeded ``100 + rank``,
+    ``resume_network`` initialized from ``init_seed`` (rank 0's parameters
+    are broadcast to the others)."""
+    dtype, opts = RESUME_CASES[case]
+    net = resume_network(handler(dtype, gpu, seed=100 + rank()), init_seed)
+    opt = Adam(net.parameters, lr=0.01) if opts.get("optimizer") == "adam" \
+        else SGD(net.parameters, lr=0.1, momentum=0.9)
+    return Trainer(net, opt, batch_size=16, seed=7, progress=False, graph=opts.get("graph"),
+                   precision=opts.get("precision"), data_parallel=True)
+
+
+def resume(scenario, out, cases, gpu=False):
+    """The ``resume-run`` and ``resume-continue`` scenarios (see the module
+    docstring), on PyCudaHandler with ``gpu``."""
+    x, y, _ = problem("mlp", 70)
+    me = rank()
+    for case in cases:
+        if scenario == "resume-run":
+            trainer = resume_trainer(case, gpu=gpu)
+            trainer.fit(x, y, RESUME_EPOCHS)
+            state = trainer.state_dict()              # a collective: every rank
+            checkpoint.save(out / f"{case}-full-rank{me}.safetensors", state)
+            trainer = resume_trainer(case, gpu=gpu)
+            trainer.fit(x, y, RESUME_STOP)
+            trainer.save(out / f"{case}.safetensors")
+            continue
+        for control in (False, True):
+            trainer = resume_trainer(case, init_seed=99, gpu=gpu)
+            trainer.load(out / f"{case}.safetensors")
+            if control:      # rank 0's random state on every rank: dropout's masks change
+                saved = checkpoint.load(out / f"{case}.safetensors")["trainer.random"][0]
+                trainer.net.parameters.h.set_random_state(saved)
+            trainer.fit(x, y, RESUME_EPOCHS)
+            state = trainer.state_dict()
+            name = "rank0-random" if control else "resumed"
+            checkpoint.save(out / f"{case}-{name}-rank{me}.safetensors", state)
 
 
 def late(out, launcher_rank, limit=50):
@@ -167,6 +237,9 @@ def main(argv):
         for case in argv[2:]:
             params, losses = train(case, True, gpu=scenario == "train-gpu")
             np.savez(out / f"{case}-rank{rank()}.npz", params=params, losses=losses)
+        return
+    if scenario.removesuffix("-gpu") in ("resume-run", "resume-continue"):
+        resume(scenario.removesuffix("-gpu"), out, argv[2:], gpu=scenario.endswith("-gpu"))
         return
     gpu = scenario.endswith("-gpu")        # a fault scenario on GPUs (NCCL)
     scenario = scenario.removesuffix("-gpu")

@@ -28,7 +28,7 @@ import pytest
 import dp_worker
 from handlers import NumpyHandler, process_group
 from handlers.graphs import issue_work
-from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh, Trainer
+from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh, Trainer, checkpoint
 from layers.data_parallel import DataParallel, shard_bounds
 
 WORKER = Path(dp_worker.__file__)
@@ -189,6 +189,87 @@ def test_a_rank_that_never_starts_times_the_others_out(tmp_path):
     # not end the job at once when rank 0 exits), else the job's.
     lived = re.search(r"late: rank 0 ended ([0-9.]+) s after it started", text)
     assert (float(lived.group(1)) if lived else seconds) < FAULT_TIMEOUT + 20, text
+
+
+def resume_jobs(out, gpu):
+    """Every case of dp_worker.RESUME_CASES on two ranks: uninterrupted and
+    stopped after RESUME_STOP epochs (saved) in one mpiexec job, resumed from
+    that file in a second (on two GPUs with ``gpu``)."""
+    tail = "-gpu" if gpu else ""
+    for scenario in ("resume-run", "resume-continue"):
+        code, text, _ = mpiexec(scenario + tail, str(out), *dp_worker.RESUME_CASES,
+                                timeout=300)
+        assert code == 0, text
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """The resume cases on two CPU ranks (``resume_jobs``)."""
+    return resume_jobs(tmp_path_factory.mktemp("dp-resume"), gpu=False)
+
+
+@pytest.fixture(scope="module")
+def resumed_on_gpus(tmp_path_factory):
+    """The resume cases on two GPUs (``resume_jobs``)."""
+    two_gpus_or_skip()
+    return resume_jobs(tmp_path_factory.mktemp("dp-resume-gpu"), gpu=True)
+
+
+def differing(got, want, prefix=""):
+    """Names (starting with ``prefix``) whose values differ between two
+    state dicts, arrays unless dtype, shape and every byte agree."""
+    out = []
+    for name in sorted(set(got) | set(want)):
+        a, b = got.get(name), want.get(name)
+        if not name.startswith(prefix):
+            continue
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            if (a.dtype, a.shape) != (b.dtype, b.shape) or a.tobytes() != b.tobytes():
+                out.append(name)
+        elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or a != b:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("case", list(dp_worker.RESUME_CASES))
+def test_two_ranks_resume_bit_exact(case, resumed):
+    """Two CPU ranks: see ``check_resume``."""
+    check_resume(case, resumed)
+
+
+@pytest.mark.parametrize("case", list(dp_worker.RESUME_CASES))
+def test_two_gpus_resume_bit_exact(case, resumed_on_gpus):
+    """Two GPUs (NCCL), the step captured: see ``check_resume``."""
+    check_resume(case, resumed_on_gpus)
+
+
+def check_resume(case, resumed):
+    """Data parallel with dropout (each rank its own random state): stopped
+    after two epochs, saved (rank 0 writes) and resumed by a new job to four,
+    every rank ends with the uninterrupted run's whole trainer state
+    (parameters, optimizer, random and shuffling states) bit for bit, and
+    the ranks agree.  Control: the resumed run given rank 0's random state
+    on every rank ends elsewhere."""
+    def load(name):
+        return checkpoint.load(resumed / f"{case}{name}.safetensors")
+
+    saved = load("")
+    assert (saved["trainer.epoch"], saved["trainer.step"]) == (dp_worker.RESUME_STOP, 0)
+    randoms = saved["trainer.random"]
+    assert len(randoms) == 2 and randoms[0] != randoms[1], "one random state per rank"
+    full = [load(f"-full-rank{r}") for r in (0, 1)]
+    again = [load(f"-resumed-rank{r}") for r in (0, 1)]
+    assert not differing(full[1], full[0]), "the ranks' states differ"
+    for r in (0, 1):
+        assert not differing(again[r], full[r]), f"rank {r}: the resumed run differs"
+    dtype = dp_worker.RESUME_CASES[case][0]
+    initial = dp_worker.resume_network(NumpyHandler(dtype)).state_dict()
+    assert len(differing(checkpoint.subset(full[0], "net."), initial)) == len(initial), \
+        "every parameter trains"
+    assert differing(saved, full[0], "net."), "the last epochs change the parameters"
+    assert differing(load("-rank0-random-rank0"), full[0], "net."), \
+        "rank 0's random state on every rank changes nothing"
 
 
 def test_different_networks_are_refused_at_the_start():
