@@ -40,7 +40,7 @@ def save(path, state):
     crash or a kill at any point leaves either the previous file or the new
     one, never a torn one.  TypeError for a value that is neither an array
     nor a plain (JSON) value."""
-    from safetensors.numpy import save as to_bytes
+    from safetensors.numpy import save_file
 
     arrays, plain = {}, {}
     for name, value in state.items():
@@ -53,15 +53,18 @@ def save(path, state):
     except TypeError as e:
         raise TypeError(f"checkpoint.save: every value must be a NumPy array or a plain "
                         f"value (int, float, str, bool, None, list, dict): {e}") from None
-    data = to_bytes(arrays, metadata={METADATA_KEY: text})
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        # written straight from the arrays (no copy of the whole file in memory)
+        save_file(arrays, tmp, metadata={METADATA_KEY: text})
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -95,11 +98,16 @@ def load(path):
     try:
         with safe_open(path, framework="numpy") as f:
             meta = f.metadata() or {}
-        with open(path, "rb") as f:
-            views = deserialize(f.read())
+            names = list(f.keys())
+            # bfloat16, which safetensors' NumPy reader lacks, is read below
+            odd = {n for n in names if f.get_slice(n).get_dtype() not in _NUMPY_READS}
+            state = {n: None if n in odd else f.get_tensor(n) for n in names}
+        if odd:
+            with open(path, "rb") as f:
+                views = dict(deserialize(f.read()))
+            state.update({n: _array(n, views[n]) for n in odd})
     except SafetensorError as e:
         raise ValueError(f"checkpoint.load: {path} is not a safetensors file: {e}") from None
-    state = {name: _array(name, v) for name, v in views}
     if METADATA_KEY in meta:
         doc = json.loads(meta[METADATA_KEY])
         if doc.get("version", 0) > FORMAT_VERSION:
@@ -113,6 +121,11 @@ _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF
                        "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
                        "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
                        "BOOL": "bool"}
+
+
+#: the tensor formats safetensors' NumPy reader returns itself
+_NUMPY_READS = {"F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8",
+                "BOOL"}
 
 
 def _array(name, view):

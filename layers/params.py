@@ -120,8 +120,8 @@ class ParameterSet(NoCopies):
     def split(self, flat, prefix=""):
         """{prefix + name: array} of a host copy ``flat`` of a buffer in this
         set's layout (the parameters, or an optimizer's per-parameter state),
-        each a copy of its parameter's part (the padding left out)."""
-        return {prefix + name: flat[off:off + int(np.prod(shape))].reshape(shape).copy()
+        each its parameter's part (the padding left out), a view of ``flat``."""
+        return {prefix + name: flat[off:off + int(np.prod(shape))].reshape(shape)
                 for name, (_, _, off, shape) in zip(self.names, self.entries)}
 
     def join(self, checker, prefix=""):
