@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import closed, dtypes
+from . import closed, dtypes, hooks
 from .checks import (
     check_arrays,
     check_shape_arg,
@@ -722,55 +722,6 @@ class Handler(ABC):
         return a.strides == self._strides_of(a.shape) or a.flags.c_contiguous
 
 
-# The other hooks every backend implements (name, what it does).  Declared
-# abstract here rather than as two dozen empty methods in the class body.
-_BACKEND_HOOKS = [
-    ("_record_event", "An event recorded on this group."),
-    ("_wait_event", "Make this group wait for an event."),
-    ("_synchronize", "Wait on the host for this group."),
-    ("_synchronize_all", "Wait on the host for every group."),
-    ("_transfer", "A prefetch.Transfer for this handler."),
-    ("_pin", "Page-lock a host array (pin)."),
-    ("_empty_pinned", "A page-locked host array (empty_pinned)."),
-    ("_copy_async", "get_numpy_copy_async's work."),
-    ("_allocate", "A new array of a checked shape."),
-    ("_fill", "Set every element to a value."),
-    ("_set_from_numpy", "Copy a host array in."),
-    ("_wrap", "create_from_device_array's work."),
-    ("_get_numpy_copy", "get_numpy_copy's work."),
-    ("_copy_to", "copy_to's work."),
-    ("_dot", "dot_mm (beta 0) and dot_add_mm (beta 1)."),
-    ("_axpby", "axpby's work."),
-    ("_adam_update", "adam_update's work (one fused pass; advances step on the device)."),
-    ("_scale_finite", "scale_finite_t's work: (a, factor, flag)."),
-    ("_update_loss_scale", "update_loss_scale's work: (flag, state, interval, max_scale)."),
-    ("_sum_t", "sum_t's work, over a checked axis (None, an int or a sorted tuple)."),
-    ("_extreme_t", "max_t, min_t, argmax_t (kind 'max', 'min', 'argmax') over one axis."),
-    ("_transpose_m", "transpose_m's work."),
-    ("_concat_t", "concat_t's work, along a checked axis."),
-    ("_split_t", "split_t's work, along a checked axis."),
-    ("_broadcast_t", "broadcast_t's work."),
-    ("_mv", "The *_mv ops."),
-    ("_cast_t", "cast_t's work: (src, dst), src of any format the class holds."),
-    ("_softmax_m", "softmax_m's work."),
-    ("_index_m_by_v", "index_m_by_v's work."),
-    ("_binarize_v", "binarize_v's work."),
-    ("_gather_rows", "gather_rows_m's work (invalid indices: see its docstring)."),
-    ("_scatter_add_rows", "scatter_add_rows_m's work, in index order (deterministic)."),
-    ("_normalize_rows", "normalize_rows_m's work."),
-    ("_normalize_rows_backward", "normalize_rows_backward_m's work."),
-    ("_is_fully_finite", "is_fully_finite's work."),
-    ("_fill_gaussian", "fill_gaussian's work."),
-    ("_probability_mask", "generate_probability_mask's work."),
-    ("_fused", "A user-defined fused op's work: (op, *args), op a handlers.fused.FusedOp "
-               "and args its parameters in order, scalars as floats or device scalars."),
-    ("_conv2d", "The conv2d ops (kind 'forward', 'backward_data', 'backward_filter'), with "
-                "stride, padding and dilation as checked pairs."),
-    ("_pool2d", "The pooling ops (kind 'max', 'avg', 'max_backward', 'avg_backward'): "
-                "(kind, src, dst, argmax or None, window, stride, padding), pairs checked."),
-]
-
-
 def _abstract_hook(name, doc):
     def hook(self, *args):
         raise NotImplementedError(name)
@@ -778,7 +729,7 @@ def _abstract_hook(name, doc):
     return abstractmethod(hook)
 
 
-for _name, _doc in _BACKEND_HOOKS:
+for _name, _doc in hooks.ABSTRACT:   # the hooks every backend writes
     setattr(Handler, _name, _abstract_hook(_name, _doc))
 del _name, _doc
 update_abstractmethods(Handler)

@@ -18,12 +18,7 @@ each view's own slots (``graphs.SHADOWED``, the names a capture shadows
 too), for every view the handler can have, made here if need be.
 """
 from .graphs import SHADOWED, CaptureError, _public_op
-
-#: Hooks beyond ``base._BACKEND_HOOKS`` that issue work or hand out the
-#: handler's resources.
-_MORE_HOOKS = ("_elementwise", "_mean_t", "_view", "_make_twin", "_wait_for", "_bind_fused")
-#: Hooks whose first argument names the op: an op-table row or a fused declaration.
-_NAMED_BY_FIRST = frozenset({"_elementwise", "_fused", "_bind_fused"})
+from .hooks import HOOKS, NAMED_BY_FIRST
 
 
 def _stand_in(name):
@@ -31,7 +26,7 @@ def _stand_in(name):
     if not name.startswith("_"):      # an ordering call, the op itself
         def closed(*args, **kwargs):
             raise CaptureError(f"{name}: the handler is closed", name)
-    elif name in _NAMED_BY_FIRST:
+    elif name in NAMED_BY_FIRST:
         def closed(op, *args, **kwargs):
             raise CaptureError(f"{op.name}: the handler is closed", op.name)
     else:                             # the public op that called the hook
@@ -45,9 +40,7 @@ def _stand_in(name):
 def install(handler):
     """Make every op of ``handler``'s family raise the closed error (see the
     module docstring); ``Handler.close`` calls it once, after ``_close``."""
-    # base imports this module: its hook list is read when a handler closes
-    from .base import _BACKEND_HOOKS
-    hooks = tuple(dict.fromkeys([name for name, _ in _BACKEND_HOOKS] + list(_MORE_HOOKS)))
+    hooks = tuple(HOOKS)   # every hook: each issues work or hands out a resource
     root = handler._views[0]
     for member in root._twins.values():   # one handler per format
         for k in range(member.num_stream_groups):

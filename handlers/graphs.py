@@ -25,16 +25,14 @@ import sys
 import threading
 import types
 
+from . import hooks
+
 #: The backend hooks through which every op that touches arrays issues its
-#: work.  A capture routes each call of one of these through its recording;
-#: an op whose work bypasses them would run eagerly instead of being recorded
-#: (``tests/test_graphs.py`` checks every public op of ``Handler``).
-WORK_HOOKS = ("_fill", "_copy_to", "_cast_t", "_dot", "_axpby", "_sum_t", "_extreme_t",
-              "_elementwise", "_adam_update", "_scale_finite", "_update_loss_scale",
-              "_broadcast_t", "_mv", "_softmax_m", "_index_m_by_v", "_binarize_v",
-              "_gather_rows", "_scatter_add_rows", "_normalize_rows", "_normalize_rows_backward",
-              "_transpose_m", "_concat_t", "_split_t", "_fill_gaussian", "_probability_mask",
-              "_conv2d", "_pool2d", "_fused")
+#: work (``handlers.hooks``, kind "work").  A capture routes each call of one
+#: of these through its recording; an op whose work bypasses them would run
+#: eagerly instead of being recorded (``tests/test_graphs.py`` checks every
+#: public op of ``Handler``).
+WORK_HOOKS = hooks.WORK
 #: What a capture shadows on each view: the work hooks and the ordering calls.
 SHADOWED = WORK_HOOKS + ("record_event", "wait_event", "wait_for")
 

@@ -39,6 +39,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import os
+import re
+import warnings
 
 import numpy as np
 
@@ -818,10 +821,11 @@ KERNELS = {
 }
 
 
-def _method_source(op, checks_only=False):
+def _method_source(op, checks_only=False, row="OP"):
     """The source of an op's public method: checks in a fixed order, then
     the backend call (see :class:`Op`); with ``checks_only``, the checks
-    alone, returning the call's arguments (scalars as floats) instead."""
+    alone, returning the call's arguments (scalars as floats) instead.
+    ``row`` is the name under which the method sees its ``Op``."""
     name, out = op.name, (op.writes or ("None",))[0]
     sig = ", ".join(f"{p}=False" if p in op.flags
                     else f"{p}={op.defaults[p]}" if p in op.defaults else p
@@ -838,7 +842,7 @@ def _method_source(op, checks_only=False):
         body.append(f'if {f} is not False and {f} is not True:\n'
                     f'        {f} = check_flag("{name}", "{f}", {f})')
     if op.check:
-        body.append(f"OP.check({', '.join(op.scalars)})")
+        body.append(f"{row}.check({', '.join(op.scalars)})")
     arrays = ", ".join(p for p in op.params if p in op.arrays and p not in op.any_format)
     for p in op.any_format:
         body.append(f'check_any_format(self, "{name}", {p})')
@@ -849,7 +853,7 @@ def _method_source(op, checks_only=False):
     if callable(op.shape):   # device scalars go to the rule (overlap checks), numbers do not
         args = ", ".join(p for p in op.params
                          if p not in op.scalars or p in op.device_scalars)
-        body.append(f"{op.gives + ' = ' if op.gives else ''}OP.shape(self, {args})")
+        body.append(f"{op.gives + ' = ' if op.gives else ''}{row}.shape(self, {args})")
     disjoint = [(w, d) for w in op.writes for d in op.disjoint]
     disjoint += itertools.combinations(op.writes, 2)     # several outputs: all disjoint
     exact = [(w, e) for w in op.writes for e in op.exact]   # every output (fused ops: several)
@@ -873,7 +877,8 @@ def _method_source(op, checks_only=False):
     if checks_only:
         body.append(f"return ({', '.join(op.params)},)")
     else:
-        body.append(f"return bool(self.{op.call})" if op.blocking else f"self.{op.call}")
+        call = re.sub(r"\bOP\b", row, op.call)
+        body.append(f"return bool(self.{call})" if op.blocking else f"self.{call}")
     return f"def {name}(self, {sig}):\n    " + "\n    ".join(body) + "\n"
 
 
@@ -890,10 +895,12 @@ METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_sc
 
 
 def _method(op, checks_only=False, **extra):
-    """Build the public method of a row (by source, so that it has the row's
-    real signature and no per-call overhead).  ``extra`` adds names its
-    ``call`` uses (a fused op's declaration, ``FUSED``); ``checks_only``
-    builds the checks alone (``_method_source``)."""
+    """Build the method of a row declared at run time, a user's fused op (by
+    source, so that it has the row's real signature and no per-call
+    overhead).  ``extra`` adds names its ``call`` uses (the declaration,
+    ``FUSED``); ``checks_only`` builds the checks alone (``_method_source``).
+    The contract's own ops are not built here: they are written out in
+    ``handlers/generated_ops.py`` (``generated_source``)."""
     namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
                  "check_flag": check_flag, "check_arrays": check_arrays,
                  "check_any_format": check_any_format,
@@ -901,20 +908,73 @@ def _method(op, checks_only=False, **extra):
                  "fail_value": fail_value, **extra}
     exec(compile(_method_source(op, checks_only), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
-    if op.kernel and op.numpy:
-        fn.__doc__ = f"{op.doc}\n\nShapes: all arrays of one shape. Aliasing: {op.aliasing()}"
-    else:
-        fn.__doc__ = inspect.cleandoc(op.doc)
+    fn.__doc__ = _docstring(op)
     return fn
+
+
+def _docstring(op):
+    """The docstring of a row's method."""
+    if op.kernel and op.numpy:
+        return f"{op.doc}\n\nShapes: all arrays of one shape. Aliasing: {op.aliasing()}"
+    return inspect.cleandoc(op.doc)
+
+
+#: Where the contract's op methods are written out (``generated_source``).
+GENERATED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "generated_ops.py")
+
+
+def generated_source():
+    """The text of ``handlers/generated_ops.py``: one function per row with a
+    ``shape`` (every op that takes arrays and issues work), checks in a
+    fixed order then the backend call, as ``_method_source`` writes them.
+    ``python -m handlers.generate`` writes the file; a test fails when it is
+    out of date."""
+    head = ['"""The contract\'s array ops, one function per row of ``handlers.optable``',
+            "with a shape rule; ``Handler`` takes them as its methods (``install``).",
+            "",
+            "Written by ``python -m handlers.generate`` from the table: do not edit by",
+            "hand, change the table and run that (``tests/test_optable.py`` fails while",
+            'this file is out of date)."""',
+            "from .checks import (",
+            *(f"    {n}," for n in ("check_any_format", "check_array_scalar", "check_arrays",
+                                   "check_flag", "check_same_shape", "check_scalar",
+                                   "check_writable", "fail_value")),
+            ")",
+            "from .optable import PUBLIC",
+            ""]
+    parts = []
+    for name, op in PUBLIC.items():
+        row = f"_{name}_row"
+        src = _method_source(op, row=row)
+        doc = _docstring(op).replace("\\", "\\\\")
+        if '"""' in doc or doc.endswith('"'):
+            raise ValueError(f"{name}: its docstring cannot be written between triple quotes")
+        doc = "\n".join(("    " + line) if line and i else line
+                        for i, line in enumerate(doc.split("\n")))
+        first, rest = src.split("\n", 1)
+        close = '"""' if "\n" not in doc else '\n    """'
+        parts.append((f"{row} = PUBLIC[{name!r}]\n\n\n" if row in src else "")
+                     + f'{first}\n    """{doc}{close}\n{rest}')
+    return "\n".join(head) + "\n\n" + "\n\n".join(parts)
 
 
 def install(cls):
     """Class decorator: give ``cls`` (the contract) a method per row with a
-    ``shape`` (every op that takes arrays and issues work)."""
+    ``shape``, the functions of ``handlers/generated_ops.py``.  A row that
+    file lacks (a row just added) is built from its source in memory, with a
+    warning to write the file out again."""
+    try:
+        from . import generated_ops
+    except ImportError:   # not written yet
+        generated_ops = None
+    missing = [name for name in PUBLIC if not hasattr(generated_ops, name)]
+    if missing:
+        warnings.warn(f"handlers/generated_ops.py lacks {missing[:3]}{'...' if missing[3:] else ''}"
+                      f": run python -m handlers.generate to write it", stacklevel=2)
     for name, op in PUBLIC.items():
         if name in vars(cls):
             raise TypeError(f"{cls.__name__}.{name} is written by hand and in the op table")
-        fn = _method(op)
+        fn = _method(op) if name in missing else getattr(generated_ops, name)
         fn.__qualname__ = f"{cls.__name__}.{name}"
         fn.__module__ = cls.__module__
         setattr(cls, name, fn)

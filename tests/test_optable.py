@@ -129,3 +129,50 @@ def test_a_handler_missing_a_hook_fails_when_made():
         array_type = np.ndarray
     with pytest.raises(TypeError, match="abstract"):
         Bare()
+
+
+# ============================================================================ generated source
+def test_generated_files_are_up_to_date():
+    """handlers/generated_ops.py and handlers/cuda/generated_one_call.py are
+    what the table gives: after a change to the table, run ``python -m
+    handlers.generate``."""
+    from handlers.generate import FILES
+    for path, source in FILES:
+        with open(path) as f:
+            assert f.read() == source(), (f"{path} is out of date: run python -m "
+                                          f"handlers.generate")
+
+
+def test_op_methods_have_source_and_lines():
+    """The ops are ordinary functions in a file: their source can be read,
+    and a traceback names the file and the line that raised."""
+    import traceback
+
+    src = inspect.getsource(NumpyHandler.sum_t)
+    assert src.startswith("def sum_t(self, a, axis, out") and "self._sum_t(" in src
+    h = NumpyHandler()
+    try:
+        h.add_tt(h.zeros((2,)), h.zeros((3,)), h.zeros((2,)))
+    except ValueError as e:
+        frames = traceback.extract_tb(e.__traceback__)
+    else:
+        raise AssertionError("add_tt took arrays of two shapes")
+    mine = [f for f in frames if f.filename.endswith("generated_ops.py")]
+    assert mine and mine[0].name == "add_tt" and "check_same_shape" in mine[0].line
+
+
+def test_a_row_missing_from_the_generated_file_still_works(monkeypatch):
+    """A row added to the table before the file is written again gets its
+    method built in memory, with a warning that says what to run."""
+    import warnings
+
+    from handlers import generated_ops, optable
+    monkeypatch.delattr(generated_ops, "add_tt")
+
+    class Probe:
+        pass
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        optable.install(Probe)
+    assert any("python -m handlers.generate" in str(w.message) for w in seen)
+    assert Probe.add_tt.__code__.co_filename == "<optable add_tt>"

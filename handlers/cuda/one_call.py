@@ -14,7 +14,7 @@ cases generated from the table, that it accepts nothing the Python checks
 reject and launches what the Python path would.  ``install`` puts these ops on
 PyCudaHandler; ``make`` builds the C object for one stream group.
 """
-import functools
+import os
 
 from ..base import Handler
 from ..optable import ELEMENTWISE
@@ -69,35 +69,41 @@ def make(handler, slot, gemm, block, small_out, small_k, dry=False):
     return ops
 
 
-def _method(name, call, index):
-    """The one-call form of ``name``: OneCall first, the contract's Python
-    path (checks, then ``_elementwise`` or ``_axpby``) when it declines.
-    Made from source so that it has the row's own parameter names."""
-    slow = getattr(Handler, name)
-    sig = ", ".join(TABLE[name].params)
-    src = (f"def {name}(self, {sig}):\n"
-           f"    if not self._one_call.{call}({index}, {sig}):\n"
-           f"        slow(self, {sig})\n")
-    namespace = {"slow": slow}
-    exec(compile(src, f"<one_call {name}>", "exec"), namespace)
-    return functools.wraps(slow)(namespace[name])
+#: Where the one-call methods are written out (``generated_source``).
+GENERATED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "generated_one_call.py")
 
 
-def _dot_method(name, beta):
-    slow = getattr(Handler, name)
-
-    def op(self, a, b, out, transa=False, transb=False):
-        if not self._one_call.dot(a, b, out, transa, transb, beta):
-            slow(self, a, b, out, transa, transb)
-    return functools.wraps(slow)(op)
+def generated_source():
+    """The text of ``handlers/cuda/generated_one_call.py``: the one-call
+    form of every op in ``OPS``, and of ``dot_mm`` and ``dot_add_mm``:
+    OneCall first, the contract's Python path (checks, then the backend
+    hook) when it declines.  ``python -m handlers.generate`` writes it."""
+    out = ['"""PyCudaHandler\'s one-call ops (``handlers.cuda.one_call``): OneCall first,',
+           "the contract's method when it declines.",
+           "",
+           "Written by ``python -m handlers.generate``: do not edit by hand.",
+           '"""',
+           "from ..base import Handler", ""]
+    for index, (name, (call, _)) in enumerate(OPS.items()):
+        sig = ", ".join(TABLE[name].params)
+        out += ["", f"def {name}(self, {sig}):",
+                f"    if not self._one_call.{call}({index}, {sig}):",
+                f"        Handler.{name}(self, {sig})", ""]
+    for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
+        out += ["", f"def {name}(self, a, b, out, transa=False, transb=False):",
+                f"    if not self._one_call.dot(a, b, out, transa, transb, {beta}):",
+                f"        Handler.{name}(self, a, b, out, transa, transb)", ""]
+    return "\n".join(out[:-1]) + "\n"
 
 
 def install(cls):
     """Class decorator: give ``cls`` the one-call form of every op in ``OPS``,
-    and of ``dot_mm`` and ``dot_add_mm``."""
-    ops = {name: _method(name, call, index) for index, (name, (call, _)) in enumerate(OPS.items())}
-    ops.update(dot_mm=_dot_method("dot_mm", 0.0), dot_add_mm=_dot_method("dot_add_mm", 1.0))
-    for name, op in ops.items():
+    and of ``dot_mm`` and ``dot_add_mm`` (``generated_one_call``), each with
+    the contract method's docstring."""
+    from . import generated_one_call
+    for name in [*OPS, "dot_mm", "dot_add_mm"]:
+        op = getattr(generated_one_call, name)
+        op.__doc__ = getattr(Handler, name).__doc__
         op.__qualname__ = f"{cls.__name__}.{name}"
         setattr(cls, name, op)
     return cls
