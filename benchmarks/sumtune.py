@@ -1,11 +1,11 @@
 """``python -m benchmarks sumtune``: sweep the chunking knobs of ``sum_t``.
 
 For each ``sum_t`` benchmark case, times the plan that each setting of
-``PyCudaHandler._plan_sum``'s knobs (``row_warps``, ``col_split``,
+``handlers.cuda.reductions.plan_sum``'s knobs (``row_warps``, ``col_split``,
 ``col_blocks``) produces, in TB/s and as a fraction of the copy bandwidth, so
 one GPU run shows which defaults to pick.  The handler's defaults are marked.
 Then the same for the one-kernel sum over a leading and a trailing run of
-axes (the conv bias gradient, ``_plan_mid``'s ``blocks_per_sm``), with the
+axes (the conv bias gradient, ``reductions.plan_mid``'s ``blocks_per_sm``), with the
 host's time to issue one call beside it: a row whose device time per call is
 below the host's is host-bound, and no kernel tuning helps it.
 
@@ -24,6 +24,7 @@ import numpy as np
 from benchmarks.common import suite_parser
 from benchmarks.gpu import EventTimer, cuda_handler
 from benchmarks.ops import LOOP, SUM_CASES, copy_bandwidth
+from handlers.cuda import reductions
 
 F32 = np.float32
 DEFAULTS = dict(row_warps=32, col_split=2, col_blocks=4)
@@ -53,13 +54,14 @@ def main(argv=None):
         out = h.allocate(rshape)
         ref = host.sum(axis)
         nbytes = host.nbytes + int(np.prod(rshape)) * 4
-        view = h._sum_view(shape, axis)
+        view = reductions.sum_view(shape, axis)
         key = (tuple(shape), axis, int(x.gpudata) % 16 == 0)
         knobs = ["row_warps"] if view[2] == 1 else ["col_split", "col_blocks"]
         results = []
         for values in itertools.product(*(GRID[k] for k in knobs)):
             kw = dict(zip(knobs, values))
-            h._sum_plans[key] = h._plan_sum(*view, key[2], **kw)
+            h._sum_plans[key] = reductions.plan_sum(*view, key[2], h._vec, h._sms, **kw)
+            h._sum_launches.clear()   # the one-call path keeps the launch it saw first
             h.sum_t(x, axis, out)
             err = np.abs(h.get_numpy_copy(out) - ref).max()
             ms = timer.time(lambda i: h.sum_t(xs[i % 2], axis, out), inner=LOOP)
@@ -76,7 +78,7 @@ def main(argv=None):
 
 
 def mid(h, timer, copy_bw, rng, calls=2000):
-    """Sweep ``blocks_per_sm`` of the one-kernel sum (``_plan_mid``)."""
+    """Sweep ``blocks_per_sm`` of the one-kernel sum (``reductions.plan_mid``)."""
     for shape, axes in MID_CASES:
         host = rng.standard_normal(shape).astype(F32)
         xs = [h.create_from_numpy(host), h.create_from_numpy(host)]
@@ -94,7 +96,9 @@ def mid(h, timer, copy_bw, rng, calls=2000):
         print(f"\n{shape} over {axes}: host issue {host_us:.1f} us per call")
         for bps in MID_GRID:
             # axes (0, 2, 3): the leading run ends at axis 1, the trailing starts at 2
-            h._sum_plans[key] = h._plan_mid(shape, 1, 2, key[2], blocks_per_sm=bps)
+            h._sum_plans[key] = reductions.plan_mid(shape, 1, 2, key[2], h._vec, h._sms,
+                                                    blocks_per_sm=bps)
+            h._sum_launches.clear()
             h.sum_t(xs[0], axes, out)
             err = np.abs(h.get_numpy_copy(out) - ref).max() / np.abs(ref).max()
             ms = timer.time(lambda i: h.sum_t(xs[i % 2], axes, out), inner=LOOP)

@@ -31,14 +31,12 @@ from ..base import Handler
 from ..checks import fail_type
 from ..graphs import WORK_HOOKS
 from . import context as cuda_context
-from . import fused_source, kernel_loader, one_call
+from . import fused_source, kernel_loader, one_call, reductions
 from . import graph as cuda_graph
 from . import transfer as cuda_transfer
 from .blas import KINDS, make_gemm
 
-_BLOCK = 256
-_MID_BLOCK = 1024   # sum_mid's blocks (PyCudaHandler._plan_mid says why)
-_SUM_UNROLL = 16   # loads in flight per thread in sum_cols (reduce.cu's UNROLL)
+_BLOCK = reductions.BLOCK
 # Products with at most this many output elements and inner dimension run on
 # kernels/small_gemm.cu instead of cuBLAS, whose host work per call (~6 us on
 # an H200 host) is more than such a product costs: a 16x16 dot_mm then takes
@@ -834,9 +832,10 @@ class PyCudaHandler(Handler):
         # sum_mid in one pass (other tuples take several passes: no plan here).
         plan = self._sum_plans.get((a.shape, checked_axis, aligned))
         launch = None
-        if plan and plan[0] is not None and not plan[3]:
-            fn, grid, args, block = plan[0]
-            launch = (fn.handle, grid, fn.fmt, args, block)
+        if plan and plan.launch is not None and not plan.counters:
+            first = plan.launch
+            fn = self._k[first.kernel]
+            launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
         self._sum_launches[key] = launch
 
     def _cast_t(self, src, dst):
@@ -880,32 +879,24 @@ class PyCudaHandler(Handler):
 
     def _extreme_t(self, kind, a, axis, out):
         _enter()
-        outer, n, inner = self._sum_view(a.shape, axis)
+        outer, n, inner = reductions.sum_view(a.shape, axis)
         if not outer * inner:
             return
         code = self._EXTREME_KINDS[kind]
-        if inner == 1:   # a warp per row: grid of 256-thread blocks, 8 rows each
-            self._run(self._k["extreme_rows"], min((outer + 7) // 8, 16 * self._sms),
-                      a.gpudata, out.gpudata, outer, n, code)
-        else:
-            # Enough threads to fill the GPU: few columns over many rows split
-            # the rows into chunks (at least 32 rows each), joined in a second
-            # launch through this stream's workspace.
-            cols, fill = outer * inner, 16 * self._sms * _BLOCK
-            chunks = max(1, min(n // 32, fill // cols))
-            chunk = -(-n // chunks)
-            chunks = -(-n // chunk)
-            ws = wi = 0
-            if chunks > 1:
-                ws = self._slot.workspace(chunks * cols * (self.dtype.itemsize + 8) + 8)
-                wi = int(ws) + chunks * cols * self.dtype.itemsize
-                wi += -wi % 8
-            total = cols * chunks
-            self._run(self._k["extreme_cols"], min(-(-total // _BLOCK), 16 * self._sms),
-                      a.gpudata, out.gpudata, ws, wi, outer, n, inner, chunk, chunks, code)
-            if chunks > 1:
-                self._run(self._k["extreme_join"], min(-(-cols // _BLOCK), 16 * self._sms),
-                          ws, wi, out.gpudata, cols, chunks, code)
+        plan = reductions.plan_extreme(outer, n, inner, self.dtype.itemsize, self._sms)
+        if plan.rows:
+            self._run(self._k["extreme_rows"], plan.grid, a.gpudata, out.gpudata, outer, n, code)
+            return
+        ws = wi = 0
+        if plan.chunks > 1:   # partial extrema and their indices in this stream's workspace
+            ws = self._slot.workspace(plan.workspace)
+            wi = int(ws) + plan.index_at
+            wi += -wi % 8
+        self._run(self._k["extreme_cols"], plan.grid, a.gpudata, out.gpudata, ws, wi, outer, n,
+                  inner, plan.chunk, plan.chunks, code)
+        if plan.chunks > 1:
+            self._run(self._k["extreme_join"], plan.join_grid, ws, wi, out.gpudata,
+                      outer * inner, plan.chunks, code)
 
     def _sum_t(self, a, axis, out):
         if type(axis) is tuple:
@@ -922,29 +913,19 @@ class PyCudaHandler(Handler):
             key += (form,)
         plan = self._sum_plans.get(key)
         if plan is None:
-            plan = self._sum_plans[key] = self._plan_sum(*self._sum_view(a.shape, axis), key[2],
-                                                         form=form)
-        self._run_sum(plan, a, out)
+            suffix, width = self._sum_kernels(form)
+            plan = self._sum_plans[key] = reductions.plan_sum(
+                *reductions.sum_view(a.shape, axis), key[2], width, self._sms, suffix)
+        self._run_sum(plan, a, out, form)
 
     def _sum_kernels(self, form):
-        """(kernel table, name suffix, elements per 16-byte packet of the
-        input) of the sums of ``form``: "TT" and "TC" read the handler's
-        format and write it ("TT") or its compute format ("TC", the _wide
-        kernels); "CC" reads and writes float32 (the halves only)."""
+        """(name suffix, elements per 16-byte packet of the input) of the
+        sums of ``form``: "TT" and "TC" read the handler's format and write
+        it ("TT") or its compute format ("TC", the _wide kernels); "CC"
+        reads and writes float32 (the halves only, from ``_k32``)."""
         if form == "CC":
-            return self._k32, "", 4
-        return self._k, "_wide" if form == "TC" else "", self._vec
-
-    @staticmethod
-    def _runs(axes):
-        """[lo, hi) runs of adjacent axes in a sorted tuple of axes."""
-        runs = []
-        for ax in axes:
-            if runs and runs[-1][1] == ax:
-                runs[-1][1] = ax + 1
-            else:
-                runs.append([ax, ax + 1])
-        return runs
+            return "", 4
+        return "_wide" if form == "TC" else "", self._vec
 
     def _mid_plan(self, a, axes, runs, form="TT"):
         """The plan of the sum over ``runs`` in one pass (sum_mid, for
@@ -958,8 +939,9 @@ class PyCudaHandler(Handler):
             key += (form,)
         plan = self._sum_plans.get(key)
         if plan is None:
-            plan = self._sum_plans[key] = self._plan_mid(a.shape, runs[0][1], runs[1][0],
-                                                         key[2], form=form)
+            suffix, width = self._sum_kernels(form)
+            plan = self._sum_plans[key] = reductions.plan_mid(
+                a.shape, runs[0][1], runs[1][0], key[2], width, self._sms, suffix) or False
         return plan
 
     def _sum_passes(self, a, runs, out=None):
@@ -992,13 +974,13 @@ class PyCudaHandler(Handler):
         _enter()
         axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
                 else (axis,))
-        runs = self._runs(axes)
+        runs = reductions.runs(axes)
         plan = self._mid_plan(a, axes, runs, "TC")
         if not plan:
             return self._sum_passes(a, runs)
         kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
         dst = self._slot.intermediate(0, kept, np.dtype(np.float32))
-        self._run_sum(plan, a, dst)
+        self._run_sum(plan, a, dst, "TC")
         return dst
 
     def _mean_t(self, a, axis, out):
@@ -1009,28 +991,20 @@ class PyCudaHandler(Handler):
         wide = self._sum_wide(a, axis)
         self._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
 
-    def _run_sum(self, plan, a, out):
-        """Launch a sum planned by _plan_sum or _plan_mid: (launch, zero,
-        workspace elements, counters)."""
-        first, zero, ws_elems, counters = plan
+    def _run_sum(self, plan, a, out, form="TT"):
+        """Run a ``reductions.SumPlan`` of ``form`` (_sum_pass's)."""
+        first = plan.launch
         if first is None:          # nothing to add up
-            if zero:
+            if plan.zero:
                 self._fill(out, 0.0)
             return
-        fn, grid, args, block = first
+        fn = (self._k32 if form == "CC" else self._k)[first.kernel]
         ws = cnt = 0
-        if counters:               # chunked: partials and per-stream counters
-            ws = self._slot.workspace(ws_elems * self._compute_itemsize)   # float partials
-            cnt = self._slot.counters(counters)
-        _launch_kernel(fn.handle, self._slot.handle, grid, block, fn.fmt, a.gpudata, ws,
-                       out.gpudata, cnt, *args)
-
-    @staticmethod
-    def _sum_view(shape, axis):
-        """(outer, n, inner): the sum runs over n of this view of the input."""
-        if axis is None:
-            return 1, math.prod(shape), 1
-        return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+        if plan.counters:          # chunked: partials and per-stream counters
+            ws = self._slot.workspace(plan.workspace * self._compute_itemsize)   # float partials
+            cnt = self._slot.counters(plan.counters)
+        _launch_kernel(fn.handle, self._slot.handle, first.grid, first.block, fn.fmt, a.gpudata,
+                       ws, out.gpudata, cnt, *first.args)
 
     def _sum_axes(self, a, axes, out):
         """sum_t over a sorted tuple of axes.  Each run of adjacent axes is
@@ -1041,7 +1015,7 @@ class PyCudaHandler(Handler):
             if out.size:
                 self._fill(out, 0.0)
             return
-        runs = self._runs(axes)
+        runs = reductions.runs(axes)
         plan = self._mid_plan(a, axes, runs)
         if plan:
             self._run_sum(plan, a, out)
@@ -1052,100 +1026,6 @@ class PyCudaHandler(Handler):
             self._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
             return
         self._sum_passes(a, runs, out)
-
-    def _plan_mid(self, shape, lead, trail, aligned, blocks_per_sm=1, form="TT"):
-        """The plan of sum_mid for sum_t over axes [0, lead) and [trail, ndim)
-        of ``shape`` (the conv bias gradient) in one pass, as _plan_sum's, or
-        False when the trailing run is too long for the kernel's 32-bit
-        indices (the caller then sums one run at a time).
-
-        Blocks of 1024 threads, ``blocks_per_sm`` of them per multiprocessor
-        (the knob ``python -m benchmarks sumtune`` sweeps): the rows of A are
-        split into chunks only as far as M columns alone leave multiprocessors
-        idle.  Few, large blocks beat many small ones here because a chunked
-        sum ends with a second stage (partials, a fence, an atomic, a last
-        block's reads) that a short call cannot hide: on an H200, (64, 128,
-        32, 32) took 10.7 us in a graph as 128 blocks of 1024 against 11.4 us
-        as 1024 blocks of 256 (8 per SM), where a plain contiguous read of the
-        same bytes took 10.0 us (a launch-shape sweep, November 2026)."""
-        A = math.prod(shape[:lead])
-        M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
-        table, suffix, width = self._sum_kernels(form)
-        vec = width if aligned and inner % width == 0 else 1
-        packets = inner // vec
-        if packets >= 2**31:
-            return False
-        chunks = max(1, min(A, round(self._sms * blocks_per_sm / M)))
-        chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
-        chunks = -(-A // chunk)
-        fn = table[("sum_mid_vec" if vec > 1 else "sum_mid") + suffix]
-        grid = max(1, min(M * chunks, self._sms * 32))
-        first = (fn, grid, (A, M, inner, chunk, chunks), _MID_BLOCK)
-        return (first, False, M * chunks, M) if chunks > 1 else (first, False, 0, 0)
-
-    def _plan_sum(self, outer, n, inner, aligned, row_warps=32, col_split=2, col_blocks=4,
-                  form="TT"):
-        """Choose kernel, grid and chunking for a sum over the middle axis of
-        an (outer, n, inner) view.  Returns (launch, zero, workspace elements,
-        counters): ``launch`` is (kernel, grid, trailing arguments) or None when
-        there is nothing to add up, in which case ``zero`` says whether the
-        output must be zero-filled (an empty axis); ``counters`` is the number
-        of per-stream counters a chunked launch needs (0 unchunked).  Both
-        kernels finish a chunked sum in the same launch.
-
-        The keyword arguments (per multiprocessor) are the tuning knobs that
-        ``python -m benchmarks sumtune`` sweeps: ``row_warps``, the warps that
-        long rows are split to fill; ``col_split``, the number of column blocks
-        under which the rows are split too; ``col_blocks``, the blocks that
-        such a split aims for.  The defaults won the sweep on an H200 (session 2):
-        col_blocks 4 beat 8 by 5 points of copy bandwidth on 8192x4096 and
-        1Mx16 over axis 0, where fewer, longer chunks keep more loads in flight
-        per thread.  ``form``: the formats read and written (_sum_kernels)."""
-        sms = self._sms
-        table, suffix, width = self._sum_kernels(form)
-        if not outer * inner:
-            return None, False, 0, 0           # empty output
-        if not n:
-            return None, True, 0, 0            # empty axis: the sum is 0
-        if inner == 1:
-            fn = table["sum_rows" + suffix]
-            rows = outer
-            chunks = 1
-            if n > 2048:   # split long rows so that about one wave of warps runs
-                chunks = min(-(-n // 2048), max(1, -(-(sms * row_warps) // rows)))
-            chunk = -(-n // chunks)
-            chunk += -chunk % max(4, width)   # keep chunk starts 16-byte aligned
-            chunks = -(-n // chunk)
-
-            def grid(tasks):
-                return max(1, min(-(-tasks // 8), sms * 64))
-            first = (fn, grid(rows * chunks), (rows, n, chunk, chunks), _BLOCK)
-            if chunks == 1:
-                return first, False, 0, 0
-            return first, False, rows * chunks, rows
-        vec = width if aligned and inner % width == 0 else 1
-        fn = table[("sum_cols_vec" if vec > 1 else "sum_cols") + suffix]
-        cols = -(-inner // vec)
-        tx = 1
-        while tx < cols and tx < 32:
-            tx *= 2
-        ty = _BLOCK // tx
-        tiles = -(-cols // tx)
-        base = outer * tiles
-        chunks = 1
-        if base < sms * col_split:   # too few blocks to fill the GPU: split the rows too
-            chunks = max(1, min(-(-(sms * col_blocks) // base), n // (ty * 4)))
-        chunk = -(-n // chunks)
-        if chunks > 1:   # whole unrolled steps per thread (UNROLL in reduce.cu)
-            chunk += -chunk % (ty * _SUM_UNROLL)
-        chunks = -(-n // chunk)
-
-        def grid(tasks):
-            return max(1, min(tasks, sms * 32))
-        first = (fn, grid(base * chunks), (outer, n, inner, chunk, chunks, tx), _BLOCK)
-        if chunks == 1:
-            return first, False, 0, 0
-        return first, False, outer * chunks * inner, base
 
     # elementwise --------------------------------------------------------------
     # The ops of one_call.OPS reach this only when
