@@ -35,6 +35,7 @@ Conventions shared by every op:
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod, update_abstractmethods
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -51,7 +52,7 @@ from .checks import (
     fail_value,
 )
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
-from .optable import OPS, install
+from .optable import OPS, PUBLIC, _method
 from .shape_rules import reduced_size
 
 #: Stands for a handler array in signatures.  It is an instance of the
@@ -79,7 +80,30 @@ def _view_class(cls):
     return view_cls
 
 
-@install   # the array ops, one method per row of handlers.optable
+def install_ops(cls):
+    """Class decorator: give ``cls`` (the contract) a method per row of the
+    op table with a ``shape``: the functions of ``handlers/generated_ops.py``.
+    A row that file lacks (one just added) is built from its source in
+    memory, with a warning to write the file out again."""
+    try:
+        from . import generated_ops
+    except ImportError:   # not written yet
+        generated_ops = None
+    missing = [name for name in PUBLIC if not hasattr(generated_ops, name)]
+    if missing:
+        warnings.warn(f"handlers/generated_ops.py lacks {missing[:3]}{'...' if missing[3:] else ''}"
+                      f": run python -m handlers.generate to write it", stacklevel=2)
+    for name, op in PUBLIC.items():
+        if name in vars(cls):
+            raise TypeError(f"{cls.__name__}.{name} is written by hand and in the op table")
+        fn = _method(op) if name in missing else getattr(generated_ops, name)
+        fn.__qualname__ = f"{cls.__name__}.{name}"
+        fn.__module__ = cls.__module__
+        setattr(cls, name, fn)
+    return cls
+
+
+@install_ops   # the array ops, one method per row of handlers.optable
 class Handler(ABC):
     """Abstract base of all handlers.
 
@@ -118,6 +142,9 @@ class Handler(ABC):
     #: True where replaying a captured step costs less host time than
     #: issuing its ops (a GPU handler); ``Trainer`` captures by default there.
     prefers_graphs = False
+    #: What carries collectives on this handler's arrays between processes
+    #: (``handlers.process_group``): "mpi", "nccl", or None (none).
+    collective_backend = None
 
     def __init__(self, dtype: DTypeLike = np.float32, seed: int | None = None,
                  num_stream_groups: int = 4) -> None:

@@ -1,5 +1,5 @@
 """The contract's array ops, one function per row of ``handlers.optable``
-with a shape rule; ``Handler`` takes them as its methods (``install``).
+with a shape rule; ``Handler`` takes them as its methods (``base.install_ops``).
 
 Written by ``python -m handlers.generate`` from the table: do not edit by
 hand, change the table and run that (``tests/test_optable.py`` fails while

@@ -19,7 +19,7 @@ import numpy as np
 
 from .checks import check_arrays
 from .graphs import issue_work
-from .process_group import (
+from .group import (
     CollectiveTimeoutError,
     ProcessGroup,
     abort_on_uncaught,

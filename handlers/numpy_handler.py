@@ -60,6 +60,7 @@ class NumpyHandler(Handler):
     array_type = np.ndarray
     refused_array_types = (np.matrix, np.ma.MaskedArray)
     read_only_arrays = True   # np.frombuffer over bytes, say
+    collective_backend = "mpi"   # host arrays: MPI itself
 
     supported_dtypes = ("float32", "float64", "float16", "bfloat16")
 

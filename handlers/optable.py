@@ -7,7 +7,7 @@ same memory as the output, decided on memory ranges, but must not partially
 overlap it); and, for the elementwise family, the kernel it launches and its
 NumPy expression.  From the table come:
 
-* ``Handler``'s public op methods (:func:`install`), each with the row's
+* ``Handler``'s public op methods (``handlers.base.install_ops``), each with the row's
   signature and docstring: the scalar and flag checks, the op's extra rule
   on its scalars, the arrays' type, dtype and contiguity, the shape rule
   (one shape for all, or a rule of ``handlers.shape_rules``), the overlap
@@ -41,7 +41,6 @@ import itertools
 import math
 import os
 import re
-import warnings
 
 import numpy as np
 
@@ -57,7 +56,7 @@ from .checks import (
     fail_value,
 )
 
-__all__ = ["ELEMENTWISE", "KERNELS", "OPS", "PUBLIC", "Op", "ew", "install",
+__all__ = ["ELEMENTWISE", "KERNELS", "OPS", "PUBLIC", "Op", "ew",
            "kernel_format"]
 
 
@@ -762,7 +761,7 @@ OPS = {op.name: op for op in [
 
 #: The elementwise rows: same-shape arrays, one kernel and a NumPy expression.
 ELEMENTWISE = {name: op for name, op in OPS.items() if op.numpy is not None}
-#: The rows whose public method :func:`install` makes.
+#: The rows that get a public method (``handlers/generated_ops.py``).
 PUBLIC = {name: op for name, op in OPS.items() if op.shape is not None}
 
 
@@ -930,7 +929,7 @@ def generated_source():
     ``python -m handlers.generate`` writes the file; a test fails when it is
     out of date."""
     head = ['"""The contract\'s array ops, one function per row of ``handlers.optable``',
-            "with a shape rule; ``Handler`` takes them as its methods (``install``).",
+            "with a shape rule; ``Handler`` takes them as its methods (``base.install_ops``).",
             "",
             "Written by ``python -m handlers.generate`` from the table: do not edit by",
             "hand, change the table and run that (``tests/test_optable.py`` fails while",
@@ -956,26 +955,3 @@ def generated_source():
         parts.append((f"{row} = PUBLIC[{name!r}]\n\n\n" if row in src else "")
                      + f'{first}\n    """{doc}{close}\n{rest}')
     return "\n".join(head) + "\n\n" + "\n\n".join(parts)
-
-
-def install(cls):
-    """Class decorator: give ``cls`` (the contract) a method per row with a
-    ``shape``, the functions of ``handlers/generated_ops.py``.  A row that
-    file lacks (a row just added) is built from its source in memory, with a
-    warning to write the file out again."""
-    try:
-        from . import generated_ops
-    except ImportError:   # not written yet
-        generated_ops = None
-    missing = [name for name in PUBLIC if not hasattr(generated_ops, name)]
-    if missing:
-        warnings.warn(f"handlers/generated_ops.py lacks {missing[:3]}{'...' if missing[3:] else ''}"
-                      f": run python -m handlers.generate to write it", stacklevel=2)
-    for name, op in PUBLIC.items():
-        if name in vars(cls):
-            raise TypeError(f"{cls.__name__}.{name} is written by hand and in the op table")
-        fn = _method(op) if name in missing else getattr(generated_ops, name)
-        fn.__qualname__ = f"{cls.__name__}.{name}"
-        fn.__module__ = cls.__module__
-        setattr(cls, name, fn)
-    return cls

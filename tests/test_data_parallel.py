@@ -437,8 +437,12 @@ def test_a_bucket_of_exactly_one_layers_size_holds_that_layer_alone():
 @pytest.fixture
 def fresh_groups(no_launcher, monkeypatch):
     """process_group's cache emptied for the test (and put back after)."""
-    monkeypatch.setattr(process_group, "_groups", {})
     monkeypatch.delenv("STREAMHANDLERS_TIMEOUT", raising=False)
+    saved = dict(process_group.groups_made)
+    process_group.groups_made.clear()
+    yield
+    process_group.groups_made.clear()
+    process_group.groups_made.update(saved)
 
 
 def test_a_later_process_group_call_with_a_timeout_sets_it(fresh_groups):

@@ -44,8 +44,13 @@ def _code(param, suffix):
             "double": "d"}[ctype]
 
 
+#: kernel name -> its C parameter list, as exported() last read it
+PARAMETERS = {}
+
+
 def exported():
-    """kernel name -> {dtype suffix: format} as the .cu sources declare them."""
+    """kernel name -> {dtype suffix: format} as the .cu sources declare them
+    (and each kernel's C parameters into PARAMETERS)."""
     found = {}
     for src in sorted(SOURCES.glob("*.cu")):
         # SH_HOST_PREPROCESS: common.cuh leaves out CUDA's headers, which a
@@ -58,6 +63,7 @@ def exported():
         for name, suffix, params in EXPORT.findall(text):
             fmt = "".join(_code(p.strip(), suffix) for p in params.split(",") if p.strip())
             found.setdefault(name, {})[suffix] = (src.stem, fmt)
+            PARAMETERS[name] = [p.strip() for p in params.split(",") if p.strip()]
     return found
 
 
@@ -76,6 +82,19 @@ def test_kernel_format_matches_its_source(sources, kernel):
         assert sources[kernel].get(suffix) == (file, fmt), (
             f"{kernel}_{suffix}: table says {file}.cu {fmt}, source has "
             f"{sources[kernel].get(suffix)}")
+
+
+def test_elementwise_kernels_write_only_the_outputs(sources):
+    """An elementwise kernel's pointers, in the row's order, are ``const``
+    exactly where the row does not write the array: a kernel that swaps an
+    input and the output fails here, not on a GPU."""
+    for op in ELEMENTWISE.values():
+        pointers = [p for p in PARAMETERS[op.kernel] if "*" in p]
+        arrays = [p for p in op.params if p in op.arrays]
+        want = ["const" if a not in op.writes else "written" for a in arrays]
+        got = ["const" if p.startswith("const") else "written" for p in pointers]
+        assert got == want, f"{op.name} ({op.kernel}): arrays {arrays} should be {want}, " \
+                            f"the kernel's pointers are {pointers}"
 
 
 def test_every_exported_kernel_is_in_the_table(sources):
@@ -166,13 +185,13 @@ def test_a_row_missing_from_the_generated_file_still_works(monkeypatch):
     method built in memory, with a warning that says what to run."""
     import warnings
 
-    from handlers import generated_ops, optable
+    from handlers import base, generated_ops
     monkeypatch.delattr(generated_ops, "add_tt")
 
     class Probe:
         pass
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        optable.install(Probe)
+        base.install_ops(Probe)
     assert any("python -m handlers.generate" in str(w.message) for w in seen)
     assert Probe.add_tt.__code__.co_filename == "<optable add_tt>"

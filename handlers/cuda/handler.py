@@ -381,6 +381,7 @@ class PyCudaHandler(Handler):
 
     array_type = None  # set in __init__ once pycuda is importable
     prefers_graphs = True
+    collective_backend = "nccl"   # device arrays: NCCL on the handler's streams
     supported_dtypes = ("float32", "float64", "float16", "bfloat16")
 
     def __init__(self, dtype=np.float32, seed=None, blas="scikit-cuda", device=0,

@@ -23,7 +23,7 @@ CUDA array interface cannot describe.
 Faults.  NCCL kernels whose peer has stopped spin forever, and the host then
 blocks at its next synchronize.  A watchdog thread therefore follows the
 training steps: ``step_issued`` records an event after each step's work, and
-the thread queries the events (through cuda-bindings, on the same primary
+the thread queries the events (through the extension, on the same primary
 context).  If none has completed for ``timeout`` seconds while one is
 pending, or NCCL reports an asynchronous error, it prints why, aborts the
 communicator and ends the job (``MPI Abort``); the blocked host can do
@@ -40,7 +40,7 @@ from collections import deque
 
 from ..checks import check_arrays
 from ..graphs import issue_work
-from ..process_group import ProcessGroup
+from ..group import ProcessGroup
 from . import context as cuda_context
 
 #: handler format -> ncclDataType_t (nccl.h)
@@ -71,7 +71,7 @@ class NcclGroup(ProcessGroup):
         mpi: the job's ``MpiGroup`` (bootstrap and host collectives).
         timeout: seconds (see ``handlers.process_group``).
 
-    Raises ImportError without nccl4py or cuda-bindings.
+    Raises ImportError without nccl4py.
     """
 
     backend = "nccl"
@@ -84,9 +84,9 @@ class NcclGroup(ProcessGroup):
         self._bindings = bindings
         uid = mpi.broadcast_object(nccl.get_unique_id().as_bytes if self.rank == 0 else None)
         cuda_context.enter()     # NCCL joins on the device whose context is current
-        self.device, context = cuda_context.held()
+        self.device, _ = cuda_context.held()
         self._comm = None
-        self._watchdog = Watchdog(self, context)
+        self._watchdog = Watchdog(self)
         with self._watchdog.deadline("creating the NCCL communicator"):
             self._comm = nccl.Communicator.init(self.size, self.rank,
                                                 nccl.UniqueId.from_bytes(uid))
@@ -185,15 +185,15 @@ class Watchdog:
     progressing (see the module docstring).
 
     ``watch(stream)`` records an event on a stream (a driver handle);
-    ``deadline(op)`` guards a blocking host call.  The thread makes the
-    handlers' primary context current on itself through the driver API
-    (cuda-bindings), never through pycuda, whose context stack must be empty
-    on a thread that ends.
+    ``deadline(op)`` guards a blocking host call.  Its events go through
+    the extension (``kernel_loader.events``), which makes the handlers'
+    primary context current on the thread at its first call, never through
+    pycuda, whose context stack must be empty on a thread that ends.
     """
 
-    def __init__(self, group, context):
-        from cuda.bindings import driver
-        self._cu, self._group, self._context = driver, group, context
+    def __init__(self, group):
+        from . import kernel_loader
+        self._ev, self._group = kernel_loader.events(), group
         self._lock = threading.Lock()
         self._pending = deque()    # (event, time recorded), in stream order
         self._free = []            # events to record again
@@ -207,22 +207,14 @@ class Watchdog:
         # runs last registered first): no query of a destroyed event then.
         atexit.register(self.stop)
 
-    def _check(self, result, call):
-        status = result[0] if isinstance(result, tuple) else result
-        if int(status) != 0:
-            raise RuntimeError(f"NcclGroup watchdog: {call} failed with CUresult {int(status)}")
-        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
-
     def watch(self, stream):
         """Record an event on ``stream``: the work issued there so far must
         finish within the group's timeout of the last progress."""
-        cu = self._cu
         with self._lock:
-            event = self._free.pop() if self._free else self._check(
-                cu.cuEventCreate(int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
+            event = self._free.pop() if self._free else self._ev.new()
             if not self._pending:
                 self._progress = time.monotonic()   # an idle spell is not a stall
-            self._check(cu.cuEventRecord(event, cu.CUstream(stream)), "cuEventRecord")
+            self._ev.record(event, int(stream))
             self._pending.append((event, time.monotonic()))
 
     @contextlib.contextmanager
@@ -243,8 +235,6 @@ class Watchdog:
         self._thread.join(timeout=5.0)
 
     def _run(self):
-        cu = self._cu
-        cu.cuCtxSetCurrent(cu.CUcontext(self._context))
         while not self._stopped.wait(min(1.0, self._group.timeout / 10)):
             why = self._poll()
             if why is not None:
@@ -254,13 +244,15 @@ class Watchdog:
     def _poll(self):
         """Why the job must end, or None: drop the finished events, then look
         for a stall, an expired guard or an NCCL error."""
-        cu, group = self._cu, self._group
+        group = self._group
         now = time.monotonic()
         with self._lock:
             while self._pending:
-                status = cu.cuEventQuery(self._pending[0][0])[0]
-                if int(status) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
-                    break
+                try:
+                    if not self._ev.query(self._pending[0][0]):   # not finished yet
+                        break
+                except Exception as e:  # noqa: BLE001 - a failed device ends the job
+                    return f"the GPU reported an error: {e}"
                 self._free.append(self._pending.popleft()[0])
                 self._progress = now
             if self._pending and now - max(self._progress, self._pending[0][1]) > group.timeout:
