@@ -429,26 +429,25 @@ def conv_run(handler_id, init_seed=rw.INIT_SEED):
 
 
 def test_conv_net_resumes_bit_exact(handler, handler_id, tmp_path):
-    """A conv net stopped after one of three epochs and resumed on a new
-    handler ends bit for bit where the uninterrupted run does.  On a GPU
-    each handler times cuDNN's engines, and may choose others: the
-    checkpoint carries the choices (``trainer.engines``) and the resumed
-    handler takes them."""
+    """A conv net saved after one of three epochs and resumed on a new
+    handler ends bit for bit where the saved run ends when it goes on.  On a
+    GPU each handler times cuDNN's engines, and two handlers may choose
+    differently (so two uninterrupted runs may differ in the last bits): the
+    checkpoint carries the saved run's choices (``trainer.engines``) and the
+    resumed handler takes them, which the whole-state comparison checks."""
     r = np.random.default_rng(3)
     x = r.standard_normal((70, 1, 8, 8)).astype(np.float32)
     y = r.integers(0, 3, 70)
-    whole = conv_run(handler_id)
-    initial = whole.net.state_dict()
-    whole.fit(x, y, 3)
-    want = whole.state_dict()
-    assert_trained(want, initial)
     first = conv_run(handler_id)
+    initial = first.net.state_dict()
     first.fit(x, y, 1)
     first.save(tmp_path / "conv.safetensors")
+    first.fit(x, y, 3)
+    want = first.state_dict()
+    assert_trained(want, initial)
     resumed = conv_run(handler_id, init_seed=rw.OTHER_INIT_SEED)
     resumed.load(tmp_path / "conv.safetensors")
     resumed.fit(x, y, 3)
     assert_same_state(resumed.state_dict(), want)
-    if hasattr(handler, "conv_engines"):   # the engines were the saved run's, not timed anew
-        assert want["trainer.engines"] and \
-            resumed.net.h.conv_engines() == first.net.h.conv_engines()
+    if hasattr(handler, "conv_engines"):   # the engines were chosen, and saved
+        assert want["trainer.engines"]
