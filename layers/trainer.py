@@ -295,8 +295,7 @@ class Trainer(checkpoint.NoCopies):
         # with the same record
         self._epoch_start = None
         self._partial = None          # (losses, skipped steps, samples) of a loaded run
-        self._epoch_log = None        # (device log, skipped list) while fit runs
-        self._epoch_samples = None    # the samples of the epoch in progress
+        self._epoch_log = None        # (device log, skipped list, samples) while fit runs
         self.log_every = _check_int("log_every", log_every, 0)
         self.check_every = _check_int("check_every", check_every, 1)
         if on_nonfinite not in ("raise", "skip"):
@@ -514,7 +513,7 @@ class Trainer(checkpoint.NoCopies):
                     losses, skipped, _ = self._partial
                     h.set_from_numpy(view(h, log, 0, (first,)), losses)
                     self._partial = None
-                self._epoch_log, self._epoch_samples = (log, skipped), n
+                self._epoch_log = (log, skipped, n)
                 if bar is not None:
                     bar.set_description(f"epoch {epoch}/{epochs}")
                 t0 = time.perf_counter()
@@ -584,13 +583,22 @@ class Trainer(checkpoint.NoCopies):
         the epoch recorded, so that the trainer can be saved or ``fit`` go
         on from the next step."""
         if self._epoch_log is not None and self.step:
-            log, skipped = self._epoch_log
             try:
-                losses = self.h.get_numpy_copy(log)[:self.step].astype(np.float64)
+                self._partial = self._epoch_so_far()
             except Exception:  # noqa: BLE001 - a failed device: the losses are lost
-                losses = np.full(self.step, np.nan)
-            self._partial = (losses, list(skipped), self._epoch_samples)
+                _, skipped, samples = self._epoch_log
+                self._partial = (np.full(self.step, np.nan), list(skipped), samples)
         self._epoch_log = None
+
+    def _epoch_so_far(self):
+        """(losses, skipped steps, samples) of the steps of the epoch in
+        progress done so far: from the device log while ``fit`` runs, else
+        what a load (or a ``fit`` left inside an epoch) kept."""
+        if self._epoch_log is None:
+            return self._partial
+        log, skipped, samples = self._epoch_log
+        return (self.h.get_numpy_copy(log)[:self.step].astype(np.float64), list(skipped),
+                samples)
 
     def _resume_point(self, n, steps):
         """The step at which the epoch in progress resumes (0 unless a run
@@ -669,12 +677,7 @@ class Trainer(checkpoint.NoCopies):
                 "random": randoms, "engines": _conv_engines(self.net.h),
                 "shuffle": self.rng.bit_generator.state if self.step == 0 else self._epoch_start}
         if self.step:
-            if self._epoch_log is not None:       # inside fit
-                log, skipped = self._epoch_log
-                losses = self.h.get_numpy_copy(log)[:self.step].astype(np.float64)
-                samples = int(self._epoch_samples)
-            else:                                 # loaded, not yet resumed
-                losses, skipped, samples = self._partial
+            losses, skipped, samples = self._epoch_so_far()
             mine.update({"epoch_losses": np.asarray(losses, np.float64),
                          "epoch_skipped": [int(i) for i in skipped], "samples": samples})
         state.update(checkpoint.prefixed("trainer.", mine))
@@ -770,7 +773,7 @@ class Trainer(checkpoint.NoCopies):
             else:
                 warnings.warn(f"Trainer.load_state_dict: the state's random generator is "
                               f"{random.get('generator')!r}, this handler's "
-                              f"{h.random_state()['generator']!r}: dropout and other random "
+                              f"{current['generator']!r}: dropout and other random "
                               f"draws go on from this handler's own state", stacklevel=4)
         return write
 

@@ -31,3 +31,19 @@ def other_dtype(dtype):
 def shape_id(shape):
     """Readable test id for a shape: (2, 3) -> '2x3', () -> 'scalar'."""
     return "x".join(str(s) for s in shape) if shape else "scalar"
+
+
+def differing(got, want, prefix=""):
+    """Names (starting with ``prefix``) whose values differ between two state
+    dicts; an array differs unless dtype, shape and every byte agree."""
+    out = []
+    for name in sorted(set(got) | set(want)):
+        if not name.startswith(prefix):
+            continue
+        a, b = got.get(name), want.get(name)
+        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+            if (a.dtype, a.shape) != (b.dtype, b.shape) or a.tobytes() != b.tobytes():
+                out.append(name)
+        elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or a != b:
+            out.append(name)
+    return out

@@ -28,6 +28,7 @@ import pytest
 import dp_worker
 from handlers import NumpyHandler, process_group
 from handlers.graphs import issue_work
+from helpers import differing
 from layers import SGD, FullyConnected, Sequential, SoftmaxCrossEntropy, Tanh, Trainer, checkpoint
 from layers.data_parallel import DataParallel, shard_bounds
 
@@ -214,22 +215,6 @@ def resumed_on_gpus(tmp_path_factory):
     """The resume cases on two GPUs (``resume_jobs``)."""
     two_gpus_or_skip()
     return resume_jobs(tmp_path_factory.mktemp("dp-resume-gpu"), gpu=True)
-
-
-def differing(got, want, prefix=""):
-    """Names (starting with ``prefix``) whose values differ between two
-    state dicts, arrays unless dtype, shape and every byte agree."""
-    out = []
-    for name in sorted(set(got) | set(want)):
-        a, b = got.get(name), want.get(name)
-        if not name.startswith(prefix):
-            continue
-        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-            if (a.dtype, a.shape) != (b.dtype, b.shape) or a.tobytes() != b.tobytes():
-                out.append(name)
-        elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or a != b:
-            out.append(name)
-    return out
 
 
 @pytest.mark.parametrize("case", list(dp_worker.RESUME_CASES))

@@ -35,6 +35,7 @@ import pytest
 
 import resume_worker as rw
 from handlers.testing import make_handler
+from helpers import differing
 from layers import checkpoint
 
 WORKER = Path(rw.__file__)
@@ -52,23 +53,6 @@ def needs_float32(handler, precision):
     if precision is not None and handler.dtype != np.float32:
         pytest.skip(f"{precision} mixed precision keeps a float32 master copy; this handler "
                     f"is {handler.dtype}")
-
-
-def differing(got, want, prefix=""):
-    """Names (starting with ``prefix``) whose arrays or values differ
-    between two state dicts; an array differs unless dtype, shape and every
-    byte agree."""
-    out = []
-    for name in sorted(set(got) | set(want)):
-        if not name.startswith(prefix):
-            continue
-        a, b = got.get(name), want.get(name)
-        if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-            if (a.dtype, a.shape) != (b.dtype, b.shape) or a.tobytes() != b.tobytes():
-                out.append(name)
-        elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or a != b:
-            out.append(name)
-    return out
 
 
 def assert_same_state(got, want, prefix=""):
