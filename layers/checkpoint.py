@@ -22,6 +22,7 @@ mismatch and leaving every array as it was.  The checks live here, in
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -154,13 +155,9 @@ def widens_exactly(src, dst):
     """True where every value of dtype ``src`` is exact in ``dst`` (the same
     format, or a wider float: bfloat16 or float16 into float32, float32
     into float64)."""
-    src, dst = np.dtype(src), np.dtype(dst)
-    if src == dst:
-        return True
-    if src.kind != "f" and not dtypes.is_half(src):
-        return False
-    order = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
-    return src.name in order and dst.name in order and order[src.name] < order[dst.name]
+    src, dst = np.dtype(src).name, np.dtype(dst).name
+    order = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}   # the two halves: neither
+    return src == dst or (src in order and dst in order and order[src] < order[dst])
 
 
 class ArrayChecker:
@@ -174,7 +171,7 @@ class ArrayChecker:
     """
 
     def __init__(self, owner, state, cast=False):
-        if not hasattr(state, "items"):
+        if not isinstance(state, Mapping):
             raise TypeError(f"{owner}: expected a state dict (a mapping of names to arrays "
                             f"and values), got {type(state).__name__}")
         self.owner, self.state, self.cast = owner, state, cast
