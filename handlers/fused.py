@@ -46,6 +46,7 @@ the line and column.  A statement's expression may nest at most
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import keyword
@@ -305,15 +306,33 @@ class FusedOp:
         self._checked = tuple(p for p in self.params
                               if p not in self.scalars or p in self.device_scalars)
         self.row = self._row()
-        self._method = optable._method(self.row, FUSED=self)
-        self._method.__qualname__ = f"FusedOp.{name}"
-        self._checks = optable._method(self.row, checks_only=True, FUSED=self)
-        #: the made method's signature (self first): DebugHandler binds calls with it
-        self.method_signature = inspect.signature(self._method)
-        self.__signature__ = inspect.Signature(
-            [inspect.Parameter("h", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-            + list(self.method_signature.parameters.values())[1:])
         self.__doc__ = self.row.doc
+        # A fused op's parameters have no defaults: every one is positional or
+        # named, after the handler.
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+             for p in ("h",) + self.params])
+
+    # The methods are made from source at their first use, not at the
+    # declaration: a module that declares fused ops (layers.lstm) then runs no
+    # generated code when it is imported.
+    @functools.cached_property
+    def _method(self):
+        method = optable._method(self.row, FUSED=self)
+        method.__qualname__ = f"FusedOp.{self.name}"
+        return method
+
+    @functools.cached_property
+    def _checks(self):
+        return optable._method(self.row, checks_only=True, FUSED=self)
+
+    @property
+    def method_signature(self):
+        """The made method's signature (self first): DebugHandler binds calls
+        with it."""
+        return self.__signature__.replace(parameters=[
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *list(self.__signature__.parameters.values())[1:]])
 
     def _row(self):
         """The op-table row of the declaration: parameters (outputs whose old
