@@ -271,7 +271,7 @@ def _algorithms(h):
     backward data, x and dy backward filter), cuDNN engine index, the
     engine's numerical notes] of every convolution the handler planned so far
     (its plan cache; an aid for reading the run)."""
-    from handlers.cuda.handler import cudnn_note_names
+    from handlers.cuda.convolution import cudnn_note_names
     names = ("forward", "backward_data", "backward_filter")
     # plan keys: (kind, format, shapes of a, b and out, stride, padding, ...);
     # plans: (plan, workspace bytes, engine, notes)

@@ -297,9 +297,7 @@ def main(argv=None):
     from handlers.cuda import one_call
     launch, gemm, fast = pycuda_handler._launch_kernel, h._gemm, h._one_call
     pycuda_handler._launch_kernel = lambda *a: None
-    h._one_call = one_call.make(h, h._slot, h._gemm, pycuda_handler._BLOCK,
-                                pycuda_handler._SMALL_GEMM_OUT, pycuda_handler._SMALL_GEMM_K,
-                                dry=True)
+    h._one_call = one_call.make(h, h._slot, h._gemm, pycuda_handler._BLOCK, dry=True)
     h._gemm = lambda *a: None   # the ops run on h itself: group 0
     try:
         checks = {k: host_overhead_us(f, calls) for k, f in ops.items()}

@@ -471,11 +471,11 @@ def _check_lenet_layer(h, rng, shapes):
     assert_close(h, dx, dx_ref, n=ws[0] * ws[2] * ws[3], err_msg="backward data")
     assert_close(h, dw, dw_ref, n=ys[0] * ys[2] * ys[3], err_msg="backward filter")
     if hasattr(h, "_conv_plans"):
-        from handlers.cuda.handler import _DENIED_ENGINES, _refused_notes, cudnn_note_names
+        from handlers.cuda.convolution import DENIED_ENGINES, cudnn_note_names, refused_notes
         for key, plan in h._conv_plans.items():
-            refused = _refused_notes(key[0] != 0, h._half, h.deterministic)
+            refused = refused_notes(key[0] != 0, h._half, h.deterministic)
             assert not plan[3] & refused, (key, cudnn_note_names(plan[3] & refused))
-            assert plan[2] not in _DENIED_ENGINES[key[0]], key
+            assert plan[2] not in DENIED_ENGINES[key[0]], key
 
 
 @LENET
@@ -484,7 +484,7 @@ def test_lenet_sizes_match_the_reference(handler, rng, shapes):
     than for the small cases above.  Before the handler refused or denied
     them, a Winograd engine (bfloat16 backward data) missed this tolerance
     51-fold, and backward-filter engine 17 21-fold in float32 (see
-    handlers/cuda/handler.py, _DENIED_ENGINES)."""
+    handlers/cuda/convolution.py, DENIED_ENGINES)."""
     _check_lenet_layer(handler, rng, shapes)
 
 
@@ -526,12 +526,12 @@ def test_planned_inside_a_capture(handler, rng):
 def test_engine_policy():
     """Which cuDNN numerical notes rule an engine out (host-side policy,
     checked without a GPU; the GPU tests above check the chosen engines)."""
-    hm = pytest.importorskip("handlers.cuda.handler")
-    names = hm.cudnn_note_names
+    cm = pytest.importorskip("handlers.cuda.convolution")
+    names = cm.cudnn_note_names
     for backward in (False, True):
         for deterministic in (False, True):
-            f32 = set(names(hm._refused_notes(backward, False, deterministic)))
-            half = set(names(hm._refused_notes(backward, True, deterministic)))
+            f32 = set(names(cm.refused_notes(backward, False, deterministic)))
+            half = set(names(cm.refused_notes(backward, True, deterministic)))
             always = {"down_convert_inputs", "reduced_precision_reduction"}
             assert always <= f32 and always <= half
             # float32/float64 never on tensor cores (TF32); halves may be
@@ -542,5 +542,32 @@ def test_engine_policy():
             # atomics only in float32/float64 backward passes, when allowed
             assert ("nondeterministic" in f32) == (backward and deterministic)
             assert ("nondeterministic" in half) == backward
-    assert names(hm._note_mask("fft", "strict_nan_prop")) == ["fft", "strict_nan_prop"]
-    assert 17 in hm._DENIED_ENGINES[2]
+    assert names(cm.note_mask("fft", "strict_nan_prop")) == ["fft", "strict_nan_prop"]
+    assert 17 in cm.DENIED_ENGINES[2]
+
+
+def test_conv_and_pool_planning():
+    """PyCudaHandler's planning without a GPU: which array plays x, w and y
+    in each cuDNN pass, the stride clamp, the conv_engines list and its
+    pins, and a pooling launch's kernel, grid and arguments."""
+    cm = pytest.importorskip("handlers.cuda.convolution")
+    x, w, y = (2, 3, 9, 9), (4, 3, 3, 3), (2, 4, 7, 7)
+    dims = (2, 3, 9, 9, 4, 3, 3, 7, 7, 1, 1, 0, 0, 1, 1)
+    one = ((1, 1), (0, 0), (1, 1))
+    assert cm.conv_dims(0, x, w, y, *one) == dims                # (x, w, y)
+    assert cm.conv_dims(1, y, w, x, *one) == dims                # (dy, w, dx)
+    assert cm.conv_dims(2, x, y, w, *one) == dims                # (x, dy, dw)
+    # a stride past the padded input is clamped to it
+    assert cm.conv_dims(0, x, w, (2, 4, 1, 1), (50, 2), (1, 0), (1, 1))[9:11] == (11, 2)
+    key = (2, 1, x, y, w, (1, 1), (0, 0), (1, 1), 16)
+    listed = cm.engines({key: (0, 0, 18, 0)})
+    assert listed == [[2, 1, list(x), list(y), list(w), [1, 1], [0, 0], [1, 1], 18]]
+    assert cm.engine_pins(listed) == {key[:-1]: 18}
+    with pytest.raises(ValueError, match="expected a list from conv_engines"):
+        cm.engine_pins([[2, 1, list(x), 18]])
+    fwd = cm.pool_launch("max", (2, 3, 8, 8), (2, 3, 4, 4), (2, 2), (2, 2), (0, 0), 1000)
+    assert fwd == ("pool_fwd", 1, False, (6, 8, 8, 4, 4, 2, 2, 2, 2, 0, 0, 0))
+    bwd = cm.pool_launch("avg_backward", (2, 3, 4, 4), (2, 3, 8, 8), (2, 2), (99, 2), (1, 0), 1)
+    assert bwd == ("pool_bwd", 1, True, (6, 8, 8, 4, 4, 2, 2, 10, 2, 1, 0, 1))
+    assert cm.pool_launch("max", (64, 64, 56, 56), (64, 64, 28, 28), (2, 2), (2, 2), (0, 0),
+                          8).grid == 8

@@ -5,8 +5,11 @@ checked against an independent Python model of what it must do: accept only
 exact-type arrays of the handler's dtype object with one C-contiguous shape
 and float/int scalars, and then launch the kernel with (scalars..., pointers...,
 n) over a grid of min(ceil(n / per_block), max_blocks) blocks; decline
-anything else having done nothing.  On a GPU, every op the path serves gives
-bit for bit the result of its Python path, and is served by it.
+anything else having done nothing.  A product (``dot``) runs the record that
+the Python path stored for its shapes (``handlers.cuda.products``), checked
+here against an independent model of what the product must launch.  On a GPU,
+every op the path serves gives bit for bit the result of its Python path, and
+is served by it.
 """
 import math
 
@@ -19,10 +22,13 @@ _launch = pytest.importorskip(
            "take the Python path; `pip install -e .` builds it")
 
 from handlers import dtypes  # noqa: E402
-from handlers.cuda import one_call  # noqa: E402
+from handlers.cuda import one_call, products  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
 FUNCS = [0x1000 + 16 * i for i in range(5)]
+#: each function's kernel format, T standing for its scalars' width: run
+#: reads none of it, scalar (function 1) and axpby (function 2) their scalars'
+FORMATS = [b"PPPPq", b"TPPq", b"TPTPq", b"PPPPq", b"PPPPq"]
 
 
 class Arr:
@@ -39,9 +45,17 @@ class SubArr(Arr):
     pass
 
 
-def _ops(itemsize=4, dtype=np.float32):
+def _functions(scalar):
+    """(handle, fmt) of each function, its scalars of width ``scalar``."""
+    return [(f, fmt.replace(b"T", scalar)) for f, fmt in zip(FUNCS, FORMATS)]
+
+
+def _ops(itemsize=4, dtype=np.float32, scalar=None):
+    """A dry OneCall; scalars as PyCudaHandler._load_kernels formats them
+    (double for float64, else float) unless ``scalar`` says."""
+    scalar = scalar or (b"d" if itemsize == 8 else b"f")
     return _launch.OneCall(7, Arr, np.dtype(dtype), itemsize, BLOCK, PER_BLOCK, MAX_BLOCKS,
-                             FUNCS, dry=True)
+                           _functions(scalar), dry=True)
 
 
 def _grid(n):
@@ -82,6 +96,50 @@ def test_scalars_are_passed_in_the_handlers_precision(itemsize, dtype):
         assert ops.last == (FUNCS[1], 1, BLOCK, (want, x.gpudata, y.gpudata, 15))
         assert ops.axpby(2, s, x, 0.5, y) is True
         assert ops.last == (FUNCS[2], 1, BLOCK, (want, x.gpudata, 0.5, y.gpudata, 15))
+
+
+@pytest.mark.parametrize("scalar", [b"f", b"d"])
+def test_scalars_are_as_wide_as_the_kernels_format(scalar):
+    """The width comes from each function's format, not from the dtype."""
+    x, y = Arr((5, 3)), Arr((5, 3))
+    want = 0.1 if scalar == b"d" else float(np.float32(0.1))
+    ops = _ops(scalar=scalar)
+    assert ops.scalar(1, 0.1, x, y) is True
+    assert ops.last[3][0] == want
+    assert ops.axpby(2, 0.1, x, 0.1, y) is True
+    assert ops.last[3][0] == ops.last[3][2] == want
+
+
+def test_more_arrays_than_a_launch_takes_decline():
+    """A row with more arrays than OneCall.run takes (7 arguments after the
+    index) stays on the Python path: its method declines, raising nothing."""
+    arrays = [Arr((4,)) for _ in range(8)]
+    ops = _ops()
+    assert ops.run(0, *arrays[:7]) is True
+    assert ops.run(0, *arrays) is False
+    assert ops.scalar(1, 1.0, *arrays[:7]) is False
+    assert ops.last[3] == tuple(a.gpudata for a in arrays[:7]) + (4,)
+
+
+@pytest.mark.parametrize("per_block,max_blocks", [(1, 1), (1024, 37), (4096, 1), (7, 2**40)])
+def test_the_grid_is_one_formula(per_block, max_blocks):
+    """_launch.grid (PyCudaHandler._grid's) and OneCall's launches agree with
+    ceil(n / per_block), capped, at least one block, at the edges."""
+    edges = {0, 1, per_block - 1, per_block, per_block + 1, per_block * max_blocks - 1,
+             per_block * max_blocks, per_block * max_blocks + 1, 2**62}
+    ops = _launch.OneCall(7, Arr, np.dtype(np.float32), 4, BLOCK, per_block, max_blocks,
+                          _functions(b"f"), dry=True)
+    for n in sorted(e for e in edges if 0 <= e < 2**63):
+        want = max(1, min(-(-n // per_block), max_blocks))
+        assert _launch.grid(n, per_block, max_blocks) == want, n
+        if 0 < n < 2**40:
+            ops.run(0, Arr((n,), strides=(4,)))
+            assert ops.last[1] == want, n
+    assert _launch.grid(-5, per_block, max_blocks) == 1
+    with pytest.raises(ValueError):
+        _launch.grid(10, 0, 4)
+    with pytest.raises(TypeError):
+        _launch.grid(10, 4)
 
 
 def test_empty_arrays_need_no_launch():
@@ -148,9 +206,9 @@ def test_declines_every_doubt_and_does_nothing(case):
 def test_declines_scalars_the_python_checks_must_see(s):
     ops = _ops()
     x = Arr((3,))
-    assert ops.scalar(0, s, x, x) is False
-    assert ops.axpby(0, s, x, 1.0, x) is False
-    assert ops.axpby(0, 1.0, x, s, x) is False
+    assert ops.scalar(1, s, x, x) is False
+    assert ops.axpby(2, s, x, 1.0, x) is False
+    assert ops.axpby(2, 1.0, x, s, x) is False
     assert ops.last is None
 
 
@@ -165,10 +223,17 @@ def test_rejects_misuse_with_errors():
         ops.run(0)
     with pytest.raises(TypeError):
         ops.axpby(0, 1.0, x, 1.0)
+    with pytest.raises(TypeError):   # a call's scalar where its kernel has none
+        _ops(scalar=b"P").scalar(1, 1.0, x, x)
+    with pytest.raises(TypeError):
+        _ops().scalar(0, 1.0, x, x)
+    functions = _functions(b"f")
     with pytest.raises(ValueError):
-        _launch.OneCall(7, Arr, np.dtype(np.float32), 3, BLOCK, PER_BLOCK, MAX_BLOCKS, FUNCS)
-    with pytest.raises(ValueError):
-        _launch.OneCall(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, [0])
+        _launch.OneCall(7, Arr, np.dtype(np.float32), 3, BLOCK, PER_BLOCK, MAX_BLOCKS, functions)
+    for bad, error in (([(0, b"Pq")], ValueError), ([0x1000], TypeError),
+                       ([(0x1000, "Pq")], TypeError), ([(0x1000, b"P" * 13)], ValueError)):
+        with pytest.raises(error):
+            _launch.OneCall(7, Arr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS, bad)
 
 
 def test_the_op_table_matches_the_handler_contract():
@@ -254,48 +319,95 @@ def test_sum_rejects_a_malformed_plan():
         ops.sum([], a, 0, out)
 
 
-GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K = 0x5000, 0x6000, 0x8000, 4096, 128
+GEMM, CUBLAS, SMALL = 0x5000, 0x6000, 0x8000
+#: The model's own copy of the rule: products with at most this many output
+#: elements and inner dimension run on small_gemm, larger ones on cuBLAS.
+SMALL_OUT, SMALL_K = 4096, 128
 
 
-def _dot_ops(itemsize=4, gemm=GEMM):
-    dtype = np.float32 if itemsize == 4 else np.float64
+def _dot_ops(itemsize=4, gemm=GEMM, kind=None, dtype=None):
+    """A dry OneCall reading the records of a fresh dict, as PyCudaHandler's
+    (``products.dot`` fills it)."""
+    dtype = dtype or (np.float32 if itemsize == 4 else np.float64)
     ops = _ops(itemsize, dtype)
-    ops.set_dot(gemm, CUBLAS if gemm else 0, SMALL, SMALL_OUT, SMALL_K, int(itemsize == 8))
-    return ops, dtype
+    records = {}
+    ops.set_dot(records, gemm, CUBLAS if gemm else 0, SMALL,
+                int(itemsize == 8) if kind is None else kind)
+    return ops, records, dtype
+
+
+def _plan(records, a, b, out, ta, tb, beta, half=False, c_gemm=True):
+    """Store the record that PyCudaHandler's Python path (``products.dot``)
+    stores for this call; nothing for shapes that fail the shape rule."""
+    try:
+        plan = products.plan_dot(a.shape, b.shape, out.shape, ta, tb, beta, half, c_gemm)
+    except ValueError:
+        return
+    records[products.dot_key(a.shape, b.shape, out.shape, ta, tb, beta)] = plan.launch
 
 
 def _expected_dot(a, b, out, ta, tb, beta):
-    """What PyCudaHandler._dot launches, from the shapes (an independent model)."""
-    m, k = a.shape[::-1] if ta else a.shape
-    n = b.shape[0] if tb else b.shape[1]
+    """What a product must launch, from the shapes (an independent model):
+    small_gemm for small products, else cuBLAS's column-major out^T =
+    op(b)^T op(a)^T; a stack of untransposed a times one 2-D b is one tall
+    product of all the stack's rows."""
+    m, n = math.prod(out.shape[:-1]), out.shape[-1]
+    k = a.shape[-2] if ta else a.shape[-1]
     if m * n <= SMALL_OUT and k <= SMALL_K:
         return (SMALL, -(-m * n // BLOCK), BLOCK,
                 (a.gpudata, b.gpudata, out.gpudata, m, n, k, int(ta), int(tb), int(beta != 0)))
-    return (GEMM, CUBLAS, (int(tb), int(ta), n, m, k, 1.0, b.gpudata, b.shape[1], a.gpudata,
-                           a.shape[1], beta, out.gpudata, n))
+    return (GEMM, CUBLAS, (int(tb), int(ta), n, m, k, 1.0, b.gpudata, b.shape[-1], a.gpudata,
+                           a.shape[-1], beta, out.gpudata, n))
+
+
+def _product(rng, dtype, tall=False):
+    m, n, k = (int(v) for v in rng.choice([1, 3, 16, 64, 100, 300], size=3))
+    ta, tb = (False if tall else bool(rng.integers(2))), bool(rng.integers(2))
+    stack = (int(rng.integers(1, 4)),) if tall else ()
+    a = Arr(stack + ((k, m) if ta else (m, k)), dtype, gpudata=0x1000_0000)
+    b = Arr((n, k) if tb else (k, n), dtype, gpudata=0x2000_0000)
+    out = Arr(stack + (m, n), dtype, gpudata=0x3000_0000)
+    return a, b, out, ta, tb, float(rng.integers(2))
 
 
 @pytest.mark.parametrize("trial", range(40))
 def test_dot_launches_the_small_kernel_or_cublas(trial):
+    """Unknown to C until the Python path has stored its record; then served
+    as the model says, on the first call and again from C's own cache."""
     rng = np.random.default_rng(500 + trial)
-    itemsize = 4 if trial % 2 else 8
-    ops, dtype = _dot_ops(itemsize)
-    m, n, k = (int(v) for v in rng.choice([1, 3, 16, 64, 100, 300], size=3))
-    ta, tb = bool(rng.integers(2)), bool(rng.integers(2))
-    beta = float(rng.integers(2))
-    a = Arr((k, m) if ta else (m, k), dtype, gpudata=0x100000)
-    b = Arr((n, k) if tb else (k, n), dtype, gpudata=0x200000)
-    out = Arr((m, n), dtype, gpudata=0x300000)
-    assert ops.dot(a, b, out, ta, tb, beta) is True
-    assert ops.last == _expected_dot(a, b, out, ta, tb, beta)
+    ops, records, dtype = _dot_ops(4 if trial % 2 else 8)
+    a, b, out, ta, tb, beta = _product(rng, dtype, tall=trial % 4 == 3)
+    assert ops.dot(a, b, out, ta, tb, beta) is False
+    assert ops.last is None
+    _plan(records, a, b, out, ta, tb, beta)
+    for _ in range(2):
+        assert ops.dot(a, b, out, ta, tb, beta) is True
+        assert ops.last == _expected_dot(a, b, out, ta, tb, beta)
+    other = 1.0 - beta   # the other op: a record of its own
+    assert ops.dot(a, b, out, ta, tb, other) is False
 
 
-@pytest.mark.parametrize("case", ["k differs", "out shape", "1-D", "3-D", "batched", "shared b",
-                                  "out overlaps a",
-                                  "out overlaps b", "numpy flag", "flag 2", "strides",
-                                  "no gemm symbol", "empty k, beta 0", "other dtype"])
+def test_dot_serves_many_combinations_from_one_object():
+    """More combinations than C keeps: each is served as its own record says,
+    whatever was called before."""
+    rng = np.random.default_rng(7)
+    ops, records, dtype = _dot_ops()
+    calls = [_product(rng, dtype, tall=i % 3 == 0) for i in range(60)]
+    for call in calls:
+        _plan(records, *call)
+    for call in calls * 2 + calls[::-1]:
+        assert ops.dot(*call) is True
+        assert ops.last == _expected_dot(*call)
+
+
+@pytest.mark.parametrize("case", ["k differs", "out shape", "1-D", "3-D", "batched",
+                                  "out overlaps a", "out overlaps b", "numpy flag", "flag 2",
+                                  "strides", "no gemm symbol", "empty k, beta 0", "other dtype",
+                                  "unknown"])
 def test_dot_declines(case):
-    ops, dtype = _dot_ops(gemm=0 if case == "no gemm symbol" else GEMM)
+    """Declines the checks' doubts even where a record is stored for the
+    shapes, and the products that stay in Python (record None)."""
+    ops, records, dtype = _dot_ops(gemm=0 if case == "no gemm symbol" else GEMM)
     a, b, out = Arr((64, 80), gpudata=0x100000), Arr((80, 96), gpudata=0x200000), \
         Arr((64, 96), gpudata=0x300000)
     ta, tb, beta = False, False, 0.0
@@ -307,10 +419,9 @@ def test_dot_declines(case):
         a = Arr((64 * 80,), gpudata=0x100000)
     elif case == "3-D":
         out = Arr((64, 96, 1), gpudata=0x300000)
-    elif case in ("batched", "shared b"):   # 3-D products stay on the Python path
+    elif case == "batched":   # cuBLAS's strided-batched GEMM: the Python path
         a, out = Arr((2, 64, 80), gpudata=0x100000), Arr((2, 64, 96), gpudata=0x300000)
-        if case == "batched":
-            b = Arr((2, 80, 96), gpudata=0x200000)
+        b = Arr((2, 80, 96), gpudata=0x200000)
     elif case == "out overlaps a":
         out = Arr((64, 96), gpudata=0x100000 + 4 * 64 * 80 - 4)
     elif case == "out overlaps b":
@@ -326,6 +437,8 @@ def test_dot_declines(case):
             Arr((0, 96), strides=(384, 4), gpudata=0x200000)
     elif case == "other dtype":
         b = Arr((80, 96), np.float64, gpudata=0x200000)
+    if case != "unknown":
+        _plan(records, a, b, out, ta, tb, beta, c_gemm=case != "no gemm symbol")
     assert ops.dot(a, b, out, ta, tb, beta) is False
     assert ops.last is None
 
@@ -336,42 +449,67 @@ def test_half_dot_add_on_cublas_stays_in_python(kind):
     adds a float32 product and rounds once); its dot_mm and small products
     are served."""
     dtype = dtypes.resolve("bfloat16" if kind == 2 else np.float16)
-    ops = _ops(2, dtype)
-    ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K, kind)
+    ops, records, _ = _dot_ops(2, kind=kind, dtype=dtype)
     a, b = Arr((64, 80), dtype, gpudata=0x100000), Arr((80, 96), dtype, gpudata=0x200000)
     out = Arr((64, 96), dtype, gpudata=0x300000)
+    small_a, small_out = Arr((8, 80), dtype, gpudata=0x100000), Arr((8, 96), dtype,
+                                                                     gpudata=0x300000)
+    for call in ((a, b, out, False, False, 1.0), (a, b, out, False, False, 0.0),
+                 (small_a, b, small_out, False, False, 1.0)):
+        _plan(records, *call, half=True)
     assert ops.dot(a, b, out, False, False, 1.0) is False
     assert ops.last is None
     assert ops.dot(a, b, out, False, False, 0.0) is True
     assert ops.last == _expected_dot(a, b, out, False, False, 0.0)
-    small_a, small_out = Arr((8, 80), dtype, gpudata=0x100000), Arr((8, 96), dtype,
-                                                                     gpudata=0x300000)
-    b = Arr((80, 96), dtype, gpudata=0x200000)
     assert ops.dot(small_a, b, small_out, False, False, 1.0) is True   # one rounding there too
     assert ops.last == _expected_dot(small_a, b, small_out, False, False, 1.0)
 
 
-def test_set_dot_takes_a_known_kind():
+def test_set_dot_takes_a_dict_and_a_known_kind():
     ops = _ops()
     for kind in (-1, 6):
         with pytest.raises(ValueError):
-            ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K, kind)
+            ops.set_dot({}, GEMM, CUBLAS, SMALL, kind)
     with pytest.raises(TypeError):
-        ops.set_dot(GEMM, CUBLAS, SMALL, SMALL_OUT, SMALL_K)
+        ops.set_dot({}, GEMM, CUBLAS, SMALL)
+    with pytest.raises(TypeError):
+        ops.set_dot([], GEMM, CUBLAS, SMALL, 0)
+
+
+def test_dot_rejects_a_malformed_record():
+    a, b, out = Arr((4, 5), gpudata=0x100000), Arr((5, 6), gpudata=0x200000), \
+        Arr((4, 6), gpudata=0x300000)
+    key = products.dot_key(a.shape, b.shape, out.shape, False, False, 0.0)
+    for record, error in ((("small", 1, BLOCK, 4, 6, 5, 0, 0), TypeError),   # one short
+                          (("small", 0, BLOCK, 4, 6, 5, 0, 0, 0), ValueError),   # no blocks
+                          (("small", 1, 2048, 4, 6, 5, 0, 0, 0), ValueError),
+                          (("gemm", 0, 0, 6, 4, 5, 2, 6, 0, 5, 6, 0.0), ValueError),   # A = 2
+                          (("gemm", 0, 0, 6, 4, 5, 1, 6, 0, 5, 6, "0"), TypeError),
+                          (("other", 1), TypeError), (False, TypeError)):
+        ops, records, _ = _dot_ops()
+        records[key] = record
+        with pytest.raises(error):
+            ops.dot(a, b, out, False, False, 0.0)
+    ops, records, _ = _dot_ops(gemm=0)   # a gemm record with no GEMM to call
+    records[key] = ("gemm", 0, 0, 6, 4, 5, 1, 6, 0, 5, 6, 0.0)
+    with pytest.raises(ValueError):
+        ops.dot(a, b, out, False, False, 0.0)
 
 
 def test_dot_has_nothing_to_do_for_empty_products():
-    ops, _ = _dot_ops()
+    ops, records, _ = _dot_ops()
     a, b = Arr((64, 0), strides=(0, 4), gpudata=0x100000), \
         Arr((0, 96), strides=(384, 4), gpudata=0x200000)
-    assert ops.dot(a, b, Arr((64, 96), gpudata=0x300000), False, False, 1.0) is True
+    out = Arr((64, 96), gpudata=0x300000)
     e = Arr((0, 5), strides=(20, 4), gpudata=0x100000)
-    assert ops.dot(e, Arr((5, 7), gpudata=0x200000), Arr((0, 7), strides=(28, 4),
-                                                          gpudata=0x300000), False, False,
-                   0.0) is True
+    e_b, e_out = Arr((5, 7), gpudata=0x200000), Arr((0, 7), strides=(28, 4), gpudata=0x300000)
+    _plan(records, a, b, out, False, False, 1.0)
+    _plan(records, e, e_b, e_out, False, False, 0.0)
+    assert ops.dot(a, b, out, False, False, 1.0) is True
+    assert ops.dot(e, e_b, e_out, False, False, 0.0) is True
     assert ops.last is None
     # Flags other than True/False (the Python checks raise TypeError): declined.
-    assert ops.dot(e, Arr((5, 7)), Arr((0, 7), strides=(28, 4)), 0, 0, 0.0) is False
+    assert ops.dot(e, e_b, e_out, 0, 0, 0.0) is False
     with pytest.raises(TypeError):
         ops.dot(a, b, a, False, False, 1)   # beta must be a float
 
@@ -481,13 +619,34 @@ def test_gpu_dot_one_call_equals_the_python_path(gpu, m, n, k, ta, tb):
     a, b = gpu.create_from_numpy(x), gpu.create_from_numpy(y)
     for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
         fast, slow = gpu.create_from_numpy(c), gpu.create_from_numpy(c)
+        Handler.__dict__[name](gpu, a, b, slow, ta, tb)   # the Python path, which plans
         assert gpu._one_call.dot(a, b, fast, ta, tb, beta) is True    # served in C
-        Handler.__dict__[name](gpu, a, b, slow, ta, tb)                # the Python path
         got = gpu.get_numpy_copy(fast)
         np.testing.assert_array_equal(got, gpu.get_numpy_copy(slow))
         want = (x.T if ta else x) @ (y.T if tb else y) + beta * c
         tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * k)
+
+
+@pytest.mark.parametrize("stack,m,n,k", [(3, 5, 7, 16), (4, 100, 96, 64)])
+@pytest.mark.parametrize("tb", [False, True])
+def test_gpu_tall_dot_one_call_equals_the_python_path(gpu, stack, m, n, k, tb):
+    """A stack of a times one shared b, one tall product, is served in C too."""
+    from handlers.base import Handler
+    rng = np.random.default_rng(stack * 1000 + m + n + k + tb)
+    x = rng.uniform(-1, 1, (stack, m, k))
+    y = rng.uniform(-1, 1, (n, k) if tb else (k, n))
+    c = rng.uniform(-1, 1, (stack, m, n))
+    a, b = gpu.create_from_numpy(x), gpu.create_from_numpy(y)
+    for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
+        fast, slow = gpu.create_from_numpy(c), gpu.create_from_numpy(c)
+        Handler.__dict__[name](gpu, a, b, slow, False, tb)   # the Python path, which plans
+        assert gpu._one_call.dot(a, b, fast, False, tb, beta) is True    # served in C
+        got = gpu.get_numpy_copy(fast)
+        np.testing.assert_array_equal(got, gpu.get_numpy_copy(slow))
+        tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(got, x @ (y.T if tb else y) + beta * c, rtol=tol,
+                                   atol=tol * k)
 
 
 def test_gemm_entry_points_refuse_an_unknown_kind_or_no_symbol():

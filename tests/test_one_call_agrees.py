@@ -21,6 +21,7 @@ import math
 import threading
 import zlib
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -30,17 +31,16 @@ _launch = pytest.importorskip(
     reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import optable  # noqa: E402
+from handlers import dtypes, optable  # noqa: E402
 from handlers.base import Handler  # noqa: E402
-from handlers.cuda import one_call  # noqa: E402
+from handlers.cuda import kernel_loader, one_call, products  # noqa: E402
 from handlers.cuda.handler import PyCudaHandler  # noqa: E402
 
 BLOCK, MAX_BLOCKS = 256, 37          # a small block cap, so that big arrays reach it
 VEC = {4: 4, 8: 2}                   # elements per thread, as PyCudaHandler._vec
 DTYPES = (np.float32, np.float64)
-#: kernel name -> a fake function handle, in one_call.KERNELS order
-HANDLES = {name: 0x1000 + 0x10 * i
-           for i, name in enumerate(one_call.KERNELS + ("small_gemm", "axpby_dev"))}
+#: kernel name -> a fake function handle, for every kernel of the table
+HANDLES = {name: 0x1000 + 0x10 * i for i, name in enumerate(optable.KERNELS)}
 SLOT = SimpleNamespace(handle=7)
 GEMM = SimpleNamespace(c_symbol=0, handle=0, kind=0)
 
@@ -106,11 +106,16 @@ class Allocation:
 
 
 # --------------------------------------------------------------------- the Python path
-def _packed(kernel, args, itemsize):
-    """The bytes the launcher passes for ``args`` of ``kernel`` (the
-    extension's own packer, raising as the launch does)."""
-    fmt = optable.KERNELS[kernel][1].replace("T", "f" if itemsize == 4 else "d")
-    return _launch.pack(fmt, *args)
+def _packed(h, kernel, args):
+    """The bytes the launcher passes for ``args`` of ``kernel`` with its
+    format as ``h`` loaded it (the extension's own packer, raising as the
+    launch does)."""
+    return _launch.pack(h._k[kernel].fmt, *args)
+
+
+def _fake_function(file, name, suffix, arg_format):
+    """kernel_loader.function without a GPU: the Kernel with a fake handle."""
+    return kernel_loader.Kernel(f"{name}_{suffix}", arg_format, handle=HANDLES[name])
 
 
 class _Recorder(Handler):
@@ -126,7 +131,12 @@ class _Recorder(Handler):
         self._vec = VEC[self.dtype.itemsize]
         self._max_blocks = MAX_BLOCKS
         self._grids = {}
-        self._k = {name: SimpleNamespace(handle=h) for name, h in HANDLES.items()}
+        self._dot_launches = {}   # products' records for OneCall.dot (none here)
+        # The kernels' formats as PyCudaHandler loads them: the scalar width
+        # both paths pass comes from here.
+        self._half = dtypes.is_half(self.dtype)
+        with mock.patch.object(kernel_loader, "function", _fake_function):
+            PyCudaHandler._load_kernels(self)
         # PyCudaHandler's hooks hold their stream's lock while they issue
         self._slot = SimpleNamespace(lock=threading.RLock())
         self._next = 0x7F00_0000_0000
@@ -144,7 +154,7 @@ class _Recorder(Handler):
 
     def _launch(self, kernel, n, *args):
         if n:   # as PyCudaHandler._launch: nothing for n == 0
-            self.launched = (kernel, self._grid(n), _packed(kernel, args, self.dtype.itemsize))
+            self.launched = (kernel, self._grid(n), _packed(self, kernel, args))
 
     _overlaps, _same_memory = PyCudaHandler._overlaps, PyCudaHandler._same_memory
     _span = PyCudaHandler._span
@@ -361,7 +371,7 @@ def test_one_call_agrees_with_the_python_path(name, case):
     index = list(one_call.OPS).index(name)
     for dtype in DTYPES:
         h = Recorder(dtype)
-        ops = one_call.make(h, SLOT, GEMM, BLOCK, 4096, 128, dry=True)
+        ops = one_call.make(h, SLOT, GEMM, BLOCK, dry=True)
         args = case.build(h)
         c_ok = getattr(ops, call)(index, *args)
         py_ok, error = _python_path(h, name, args)
@@ -382,7 +392,7 @@ def test_one_call_agrees_with_the_python_path(name, case):
         assert k == kernel, where
         fn, c_grid, block, c_args = ops.last
         assert (fn, c_grid, block) == (HANDLES[k], grid, BLOCK), f"{where}: C {ops.last}"
-        assert _packed(k, c_args, h.dtype.itemsize) == kargs, \
+        assert _packed(h, k, c_args) == kargs, \
             f"{where}: C passes {c_args}, the Python path other arguments"
 
 
@@ -395,3 +405,124 @@ def test_every_op_has_its_cases():
         op = optable.OPS[name]
         assert op.kernel == kernel, name
         assert optable.KERNELS[kernel][1] == optable.kernel_format(op, "T"), name
+
+
+# --------------------------------------------------------------------- products
+#: cuBLAS as the handler's binding has it (a known GEMM symbol), per itemsize
+DOT_GEMM = {4: SimpleNamespace(c_symbol=0x5000, handle=0x6000, kind=0),
+            8: SimpleNamespace(c_symbol=0x5000, handle=0x6000, kind=1)}
+
+
+class _GemmRecorder:
+    def __init__(self, h):
+        self.h = h
+
+    def __call__(self, *args, **options):
+        self.h.launched = ("gemm", args, options)
+
+    def batched(self, *args, **options):
+        self.h.launched = ("batched", args, options)
+
+
+class DotRecorder(Recorder):
+    """Recorder whose products run PyCudaHandler's own hook (``products.dot``):
+    ``launched`` is what it issued last (small_gemm through ``_run``, cuBLAS,
+    a zero fill)."""
+
+    _dot = products.dot
+
+    def __init__(self, dtype):
+        super().__init__(dtype)
+        self._gemms = [DOT_GEMM[self.dtype.itemsize]]
+        self._gemm = _GemmRecorder(self)
+        self._dot_plans = {}
+
+    def _run(self, kernel, grid, *args):
+        self.launched = (kernel.handle, grid, _launch.pack(kernel.fmt, *args))
+
+    def _fill(self, out, value):
+        self.launched = ("fill", value)
+
+
+def _dot_cases():
+    """name -> (a shape, b shape, out shape, transa, transb, change, served):
+    change(h, args) may replace arrays or flags; served says whether C serves
+    the call once planned (None: k = 0, served for dot_add_mm only)."""
+    def f_order(h, args):
+        args[0] = h.array(args[0].shape, strides=_f_strides(h, args[0].shape))
+
+    def odd_unit_stride(h, args):   # C-contiguous for the checks, a doubt for C
+        args[0] = h.array(args[0].shape, strides=(args[0].strides[0], 64))
+
+    def numpy_flag(h, args):
+        args[4] = np.bool_(args[4])
+
+    def other_dtype(h, args):
+        args[1] = h.array(args[1].shape, _other_dtype(h))
+
+    def overlap(h, args):
+        args[2] = h.array(args[2].shape, gpudata=args[0].gpudata)
+
+    def subclass(h, args):
+        args[2] = h.array(args[2].shape, cls=SubArray)
+    return {
+        "small": ((16, 8), (8, 16), (16, 16), False, False, None, True),
+        "small, transposed": ((8, 16), (16, 8), (16, 16), True, True, None, True),
+        "cublas": ((100, 80), (80, 96), (100, 96), False, False, None, True),
+        "cublas, transposed a": ((80, 100), (80, 96), (100, 96), True, False, None, True),
+        "cublas, k past small": ((4, 129), (5, 129), (4, 5), False, True, None, True),
+        "tall small": ((3, 4, 8), (8, 16), (3, 4, 16), False, False, None, True),
+        "tall cublas": ((4, 50, 80), (96, 80), (4, 50, 96), False, True, None, True),
+        "batched": ((2, 50, 80), (2, 80, 96), (2, 50, 96), False, False, None, False),
+        "shared b, transposed a": ((2, 80, 50), (80, 96), (2, 50, 96), True, False, None,
+                                   False),
+        "empty k": ((16, 0), (0, 16), (16, 16), False, False, None, None),
+        "empty m": ((0, 8), (8, 16), (0, 16), False, False, None, True),
+        "k differs": ((16, 8), (9, 16), (16, 16), False, False, None, False),
+        "out shape": ((16, 8), (8, 16), (16, 15), False, False, None, False),
+        "F order": ((16, 8), (8, 16), (16, 16), False, False, f_order, False),
+        "odd stride of a size-1 axis": ((16, 1), (1, 16), (16, 16), False, False,
+                                        odd_unit_stride, False),
+        "numpy flag": ((16, 8), (16, 8), (16, 16), False, True, numpy_flag, False),
+        "other dtype": ((16, 8), (8, 16), (16, 16), False, False, other_dtype, False),
+        "out overlaps a": ((16, 8), (8, 16), (16, 16), False, False, overlap, False),
+        "subclass out": ((16, 8), (8, 16), (16, 16), False, False, subclass, False),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_dot_cases()))
+@pytest.mark.parametrize("name,beta", [("dot_mm", 0.0), ("dot_add_mm", 1.0)])
+def test_dot_agrees_with_the_python_path(case, name, beta):
+    """A product is unknown to C until the Python path has planned it; then
+    C declines what the Python path rejects, and launches exactly what the
+    Python path does: small_gemm with the same grid and arguments, or the same
+    cuBLAS call."""
+    a_shape, b_shape, out_shape, ta, tb, change, served = _dot_cases()[case]
+    for dtype in DTYPES:
+        h = DotRecorder(dtype)
+        ops = one_call.make(h, SLOT, DOT_GEMM[h.dtype.itemsize], BLOCK, dry=True)
+        args = [h.array(a_shape), h.array(b_shape), h.array(out_shape), ta, tb]
+        if change:
+            change(h, args)
+        where = f"{name} ({np.dtype(dtype).name}) on {args!r}"
+        assert ops.dot(*args, beta) is False, f"C served an unplanned product: {where}"
+        py_ok, error = _python_path(h, name, args)
+        c_ok = ops.dot(*args, beta)
+        assert py_ok or not c_ok, f"C accepts what the Python path rejects ({error!r}): {where}"
+        if served is None:   # k = 0: a zero fill (Python) for dot_mm, nothing for dot_add_mm
+            served = beta != 0.0
+        assert c_ok is served, f"the C path on {where}"
+        if not c_ok:
+            assert ops.last is None, f"C declined but launched: {where}"
+            continue
+        if h.launched is None:   # nothing to do on either path
+            assert ops.last is None, where
+            continue
+        if h.launched[0] == "gemm":
+            _, call, options = h.launched
+            gemm = DOT_GEMM[h.dtype.itemsize]
+            assert options == {} and ops.last == (gemm.c_symbol, gemm.handle, call), where
+        else:
+            fn, grid, block, c_args = ops.last
+            assert (fn, grid, block) == (HANDLES["small_gemm"], h.launched[1], BLOCK), where
+            assert _launch.pack(h._k["small_gemm"].fmt, *c_args) == h.launched[2], where

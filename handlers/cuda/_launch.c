@@ -52,14 +52,19 @@ typedef int (*gemm_ex_fn)(void *, int, int, int, int, int, const void *, const v
 typedef int (*gemm_batched_ex_fn)(void *, int, int, int, int, int, const void *, const void *,
                                   int, int, long long, const void *, int, int, long long,
                                   const void *, void *, int, int, long long, int, int, int);
-/* cudaDataType_t of a half GEMM kind's inputs and of its output, and
- * cuBLAS's float32 compute type and default algorithm. */
-static int half_type(int kind) {
-    return kind == GEMM_BF16 || kind == GEMM_BF16_TO_F32 ? 14 /* CUDA_R_16BF */ : 2 /* 16F */;
-}
-static int out_type(int kind) { return kind >= GEMM_BF16_TO_F32 ? 0 /* CUDA_R_32F */ : half_type(kind); }
+/* cudaDataType_t values (library_types.h), and cuBLAS's float32 compute
+ * type and default algorithm (cublas_api.h); exported with the GEMM kinds
+ * (add_constants) for handlers/cuda/blas.py's nvmath backend. */
+enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 #define CUBLAS_COMPUTE_32F 68
 #define CUBLAS_GEMM_DEFAULT (-1)
+/* cudaDataType_t of a half GEMM kind's inputs and of its output. */
+static int half_type(int kind) {
+    return kind == GEMM_BF16 || kind == GEMM_BF16_TO_F32 ? CUDA_R_16BF : CUDA_R_16F;
+}
+static int out_type(int kind) {
+    return kind >= GEMM_BF16_TO_F32 ? CUDA_R_32F : half_type(kind);
+}
 
 typedef int (*event_create_fn)(void **, unsigned);
 typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
@@ -313,6 +318,26 @@ static PyObject *py_set_context(PyObject *self, PyObject *handle) {
     Py_RETURN_NONE;
 }
 
+/* grid(n, per_block, max_blocks) -> int: grid_blocks (_launch.h), the
+ * blocks of an elementwise launch, for PyCudaHandler._grid. */
+static PyObject *py_grid(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "grid(n, per_block, max_blocks)");
+        return NULL;
+    }
+    long long v[3];
+    for (int i = 0; i < 3; ++i) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    if (v[1] < 1) {
+        PyErr_SetString(PyExc_ValueError, "grid: per_block must be positive");
+        return NULL;
+    }
+    return PyLong_FromLongLong(grid_blocks(v[0], v[1], v[2]));
+}
+
 /* launch(function, stream, grid, block, fmt, *args): cuLaunchKernel with a
  * 1-D grid of 1-D blocks on `stream` (CUfunction and CUstream as ints). */
 static PyObject *py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -548,6 +573,9 @@ static PyMethodDef methods[] = {
      "launch(function, stream, grid, block, fmt, *args): cuLaunchKernel, 1-D grid."},
     {"pack", (PyCFunction)(void (*)(void))py_pack, METH_FASTCALL,
      "pack(fmt, *args) -> bytes: the argument buffer launch() would pass."},
+    {"grid", (PyCFunction)(void (*)(void))py_grid, METH_FASTCALL,
+     "grid(n, per_block, max_blocks) -> int: blocks of an elementwise launch over n "
+     "elements, as OneCall sizes them: ceil(n / per_block), at most max_blocks, at least 1."},
     {"gemm", (PyCFunction)(void (*)(void))py_gemm, METH_FASTCALL,
      "gemm(symbol, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, "
      "double) -> cublasStatus_t."},
@@ -573,10 +601,26 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
+/* The numbers of the C side's ABI that Python passes back (GEMM kinds) or
+ * hands to another binding (cuBLAS's types): Python reads them from here and
+ * keeps no copy. */
+static int add_constants(PyObject *m) {
+    static const struct { const char *name; int value; } constants[] = {
+        {"GEMM_FLOAT", GEMM_FLOAT}, {"GEMM_DOUBLE", GEMM_DOUBLE}, {"GEMM_BF16", GEMM_BF16},
+        {"GEMM_F16", GEMM_F16}, {"GEMM_BF16_TO_F32", GEMM_BF16_TO_F32},
+        {"GEMM_F16_TO_F32", GEMM_F16_TO_F32}, {"CUDA_R_32F", CUDA_R_32F},
+        {"CUDA_R_16F", CUDA_R_16F}, {"CUDA_R_16BF", CUDA_R_16BF},
+        {"CUBLAS_COMPUTE_32F", CUBLAS_COMPUTE_32F}, {"CUBLAS_GEMM_DEFAULT", CUBLAS_GEMM_DEFAULT},
+    };
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; ++i)
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) return -1;
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__launch(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && (add_one_call_type(m) < 0 || add_driver_functions(m) < 0 ||
-              add_cudnn_functions(m) < 0))
+    if (m && (add_constants(m) < 0 || add_one_call_type(m) < 0 ||
+              add_driver_functions(m) < 0 || add_cudnn_functions(m) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -11,9 +11,20 @@ typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
 extern launch_fn cu_launch;
 
 /* GEMM kinds: which cuBLAS entry point `symbol` is and how it is called.
- * The _TO_F32 kinds take half inputs and write a float32 output (C). */
+ * The _TO_F32 kinds take half inputs and write a float32 output (C).  The
+ * module exports them (GEMM_FLOAT, ...: handlers/cuda/blas.py reads them). */
 enum { GEMM_FLOAT = 0, GEMM_DOUBLE = 1, GEMM_BF16 = 2, GEMM_F16 = 3, GEMM_BF16_TO_F32 = 4,
        GEMM_F16_TO_F32 = 5 };
+
+/* Blocks of a grid-stride launch over n elements, per_block (>= 1) of them
+ * per block: ceil(n / per_block), at most max_blocks, at least 1 (n <= 0
+ * too).  The one grid formula of elementwise launches: OneCall's, and
+ * PyCudaHandler._grid's through the module's grid(). */
+static inline long long grid_blocks(long long n, long long per_block, long long max_blocks) {
+    long long g = n > 0 ? n / per_block + (n % per_block != 0) : 0;
+    if (g > max_blocks) g = max_blocks;
+    return g < 1 ? 1 : g;
+}
 
 /* The GEMM at `symbol` in host pointer mode: cublasSgemm_v2 (GEMM_FLOAT),
  * cublasDgemm_v2 (GEMM_DOUBLE) or cublasGemmEx with float compute (the

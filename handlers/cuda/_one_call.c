@@ -23,7 +23,38 @@
 #include <string.h>
 
 #define MAX_PARAMS 12   /* kernel arguments: sum's (4 pointers and up to 8 more) at most */
-#define MAX_RUN 8       /* run/scalar: index and at most 7 more arguments */
+#define MAX_RUN 8       /* run/scalar: index and at most 7 more arguments (more: decline) */
+
+/* An elementwise function: its handle and its kernel argument format (the
+ * struct codes of Kernel.fmt), whose 'f' or 'd' at a scalar's place says
+ * how wide that scalar is passed. */
+typedef struct {
+    void *fn;
+    char fmt[MAX_PARAMS];
+    Py_ssize_t nfmt;
+} Function;
+
+#define DOT_CACHE 16    /* dot: decoded records kept, by a hash of their call */
+
+/* dot: what a call is keyed by: the shapes, flags and beta of products.dot_key. */
+typedef struct {
+    long long dim[9];       /* a, b and out: 3 slots each, -1 past an array's last axis */
+    int flags;              /* transa | transb << 1 */
+    double beta;
+} DotKey;
+
+/* dot: a record of products.DotPlan.launch, decoded, and the call it is for. */
+enum { DOT_DECLINE, DOT_NOTHING, DOT_SMALL, DOT_GEMM };
+typedef struct {
+    DotKey key;
+    int used;
+    int what;               /* DOT_DECLINE ... */
+    long long grid, q[3];   /* small: grid, then m, n, k */
+    unsigned block;         /* small */
+    int32_t flags[3];       /* small: transa, transb, accumulate */
+    int g[10];              /* gemm: transa, transb, m, n, k, A, lda, B, ldb, ldc */
+    double beta;            /* gemm */
+} DotEntry;
 
 typedef struct {
     PyObject_HEAD
@@ -33,22 +64,23 @@ typedef struct {
     long long per_block;    /* elements one block covers: block * per-thread vector */
     long long max_blocks;
     unsigned block;
-    int itemsize;           /* 2 or 4: scalars are passed as float, 8: as double */
+    int itemsize;           /* bytes per element (strides, overlaps) */
     int dry;
     Py_ssize_t nfn;
-    void **fns;
+    Function *fns;          /* the elementwise functions that run/scalar/axpby name */
     PyObject *last;         /* dry: (function, grid, block, args) of the last call */
     /* dot: set by set_dot */
-    void *gemm;             /* the cuBLAS GEMM, or NULL: cuBLAS-sized products decline */
+    PyObject *dot_launches; /* dict: products.dot_key -> record (products.DotPlan.launch) */
+    void *gemm;             /* the cuBLAS GEMM, or NULL (then no record may call it) */
     int gemm_kind;          /* how to call it (GEMM_FLOAT, ... in _launch.h) */
     void *cublas;           /* the group's cuBLAS handle, bound to its stream */
     void *small_fn;         /* small_gemm kernel */
-    long long small_out, small_k;
+    DotEntry dot_cache[DOT_CACHE];   /* records read from dot_launches */
 } OneCall;
 
 /* One kernel argument; params[] points into these. */
 typedef struct {
-    char code;   /* 'P' pointer, 'q' int64, 'i' int32, 's' scalar of the handler's dtype */
+    char code;   /* 'P' pointer, 'q' int64, 'i' int32, 'f' float, 'd' double */
     union { void *p; long long q; int32_t i; float f; double d; } v;
 } Arg;
 
@@ -58,6 +90,7 @@ static void one_call_dealloc(OneCall *self) {
     Py_XDECREF(self->array_type);
     Py_XDECREF(self->dtype);
     Py_XDECREF(self->last);
+    Py_XDECREF(self->dot_launches);
     PyMem_Free(self->fns);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -86,16 +119,29 @@ static int one_call_init(OneCall *self, PyObject *args, PyObject *kwds) {
     PyObject *seq = PySequence_Fast(functions, "OneCall: functions must be a sequence");
     if (!seq) return -1;
     Py_ssize_t nfn = PySequence_Fast_GET_SIZE(seq);
-    void **fns = PyMem_Calloc(nfn ? nfn : 1, sizeof(void *));
+    Function *fns = PyMem_Calloc(nfn ? nfn : 1, sizeof(Function));
     if (!fns) {
         Py_DECREF(seq);
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < nfn; ++i) {
-        fns[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
-        if (!fns[i] && !PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "OneCall: null function");
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *handle;
+        const char *fmt;
+        Py_ssize_t nfmt;
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "Oy#", &handle, &fmt, &nfmt)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError,
+                            "OneCall: functions must be (handle, fmt: bytes) pairs");
+        } else if (nfmt > MAX_PARAMS) {
+            PyErr_SetString(PyExc_ValueError, "OneCall: a function's fmt is too long");
+        } else {
+            fns[i].fn = PyLong_AsVoidPtr(handle);
+            memcpy(fns[i].fmt, fmt, nfmt);
+            fns[i].nfmt = nfmt;
+            if (!fns[i].fn && !PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "OneCall: null function");
+        }
         if (PyErr_Occurred()) {
             Py_DECREF(seq);
             PyMem_Free(fns);
@@ -223,9 +269,19 @@ static int check_arrays(OneCall *self, PyObject *const *arrays, Py_ssize_t count
     return ok;
 }
 
-/* A scalar argument in the handler's dtype; 0 (no exception) unless it is a
- * float or a plain int that converts. */
-static int scalar_arg(OneCall *self, PyObject *o, Arg *arg) {
+/* The code of function f's argument p, a scalar: 'f' (float) or 'd'
+ * (double), as its fmt says; 0 with a TypeError if the fmt has no scalar
+ * there (the op table and this call's layout disagree). */
+static char scalar_code(const Function *f, Py_ssize_t p) {
+    char code = p < f->nfmt ? f->fmt[p] : 0;
+    if (code == 'f' || code == 'd') return code;
+    PyErr_Format(PyExc_TypeError, "OneCall: argument %zd of the function is no scalar", p);
+    return 0;
+}
+
+/* A scalar argument of width `code` ('f' or 'd', scalar_code); 0 (no
+ * exception) unless it is a float or a plain int that converts. */
+static int scalar_arg(char code, PyObject *o, Arg *arg) {
     double v;
     if (PyFloat_CheckExact(o)) {
         v = PyFloat_AS_DOUBLE(o);
@@ -238,8 +294,8 @@ static int scalar_arg(OneCall *self, PyObject *o, Arg *arg) {
     } else {
         return 0;
     }
-    arg->code = 's';
-    if (self->itemsize != 8)   /* the half formats compute (and take scalars) in float */
+    arg->code = code;
+    if (code == 'f')
         arg->v.f = (float)v;
     else
         arg->v.d = v;
@@ -256,8 +312,8 @@ static PyObject *record_dry(OneCall *self, void *fn, long long grid, unsigned bl
             case 'P': v = PyLong_FromVoidPtr(args[i].v.p); break;
             case 'q': v = PyLong_FromLongLong(args[i].v.q); break;
             case 'i': v = PyLong_FromLong(args[i].v.i); break;
-            default:
-                v = PyFloat_FromDouble(self->itemsize != 8 ? args[i].v.f : args[i].v.d);
+            case 'f': v = PyFloat_FromDouble(args[i].v.f); break;
+            default: v = PyFloat_FromDouble(args[i].v.d);   /* 'd' */
         }
         if (!v) {
             Py_DECREF(values);
@@ -286,47 +342,58 @@ static PyObject *launch_args(OneCall *self, void *fn, long long grid, unsigned b
     Py_RETURN_TRUE;
 }
 
-/* Launch elementwise function `index` over n elements with args[0..nargs)
- * then n, on a grid-stride grid as PyCudaHandler._grid sizes it. */
-static PyObject *launch(OneCall *self, PyObject *index, Arg *args, Py_ssize_t nargs,
-                        long long n) {
+/* Elementwise function `index`, or NULL with an IndexError. */
+static const Function *function_at(OneCall *self, PyObject *index) {
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred()) return NULL;
     if (i < 0 || i >= self->nfn) {
         PyErr_Format(PyExc_IndexError, "OneCall: no function %zd", i);
         return NULL;
     }
+    return &self->fns[i];
+}
+
+/* Launch elementwise function f over n elements with args[0..nargs) then
+ * n, on the grid grid_blocks gives (as PyCudaHandler._grid). */
+static PyObject *launch(OneCall *self, const Function *f, Arg *args, Py_ssize_t nargs,
+                        long long n) {
     if (!n) Py_RETURN_TRUE;   /* nothing to do, as the Python path */
     args[nargs].code = 'q';
     args[nargs].v.q = n;
-    long long grid = (n + self->per_block - 1) / self->per_block;
-    if (grid > self->max_blocks) grid = self->max_blocks;
-    return launch_args(self, self->fns[i], grid, self->block, args, nargs + 1);
+    return launch_args(self, f->fn, grid_blocks(n, self->per_block, self->max_blocks),
+                       self->block, args, nargs + 1);
 }
 
 /* run and scalar: args are (index, scalars..., arrays...), the kernel takes
- * (scalars..., pointers..., n). */
+ * (scalars..., pointers..., n).  More arguments than MAX_RUN decline: the
+ * Python path serves such an op. */
 static PyObject *run_with(OneCall *self, PyObject *const *args, Py_ssize_t nargs,
                           Py_ssize_t scalars, const char *usage) {
-    if (nargs < 2 + scalars || nargs > MAX_RUN) {
+    if (nargs < 2 + scalars) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
+    const Function *f = function_at(self, args[0]);
+    if (!f) return NULL;
+    if (nargs > MAX_RUN) Py_RETURN_FALSE;
     Arg kargs[MAX_PARAMS];
     long long n = 0;
-    for (Py_ssize_t i = 0; i < scalars; ++i)
-        if (!scalar_arg(self, args[1 + i], &kargs[i])) Py_RETURN_FALSE;
+    for (Py_ssize_t i = 0; i < scalars; ++i) {
+        char code = scalar_code(f, i);
+        if (!code) return NULL;
+        if (!scalar_arg(code, args[1 + i], &kargs[i])) Py_RETURN_FALSE;
+    }
     if (!check_arrays(self, args + 1 + scalars, nargs - 1 - scalars, kargs + scalars, &n))
         Py_RETURN_FALSE;
-    return launch(self, args[0], kargs, nargs - 1, n);
+    return launch(self, f, kargs, nargs - 1, n);
 }
 
 static PyObject *one_call_run(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    return run_with(self, args, nargs, 0, "run(index, *arrays): 1 to 7 arrays");
+    return run_with(self, args, nargs, 0, "run(index, *arrays): at least one array");
 }
 
 static PyObject *one_call_scalar(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    return run_with(self, args, nargs, 1, "scalar(index, s, *arrays): 1 to 6 arrays");
+    return run_with(self, args, nargs, 1, "scalar(index, s, *arrays): at least one array");
 }
 
 /* axpby(index, alpha, x, beta, y) -> bool: the kernel takes (alpha, x, beta, y, n). */
@@ -335,15 +402,19 @@ static PyObject *one_call_axpby(OneCall *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_TypeError, "axpby(index, alpha, x, beta, y)");
         return NULL;
     }
+    const Function *f = function_at(self, args[0]);
+    if (!f) return NULL;
+    char ca = scalar_code(f, 0), cb = ca ? scalar_code(f, 2) : 0;
+    if (!cb) return NULL;
     Arg kargs[MAX_PARAMS], ptrs[2];
     long long n = 0;
     PyObject *arrays[2] = {args[2], args[4]};
-    if (!scalar_arg(self, args[1], &kargs[0]) || !scalar_arg(self, args[3], &kargs[2]))
+    if (!scalar_arg(ca, args[1], &kargs[0]) || !scalar_arg(cb, args[3], &kargs[2]))
         Py_RETURN_FALSE;
     if (!check_arrays(self, arrays, 2, ptrs, &n)) Py_RETURN_FALSE;
     kargs[1] = ptrs[0];
     kargs[3] = ptrs[1];
-    return launch(self, args[0], kargs, 4, n);
+    return launch(self, f, kargs, 4, n);
 }
 
 /* Do the memory ranges of two checked arrays of nx and ny elements overlap? */
@@ -465,33 +536,34 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* set_dot(gemm, cublas, small_gemm, small_out, small_k, kind): what dot()
- * calls; kind is the GEMM kind of call_gemm (_launch.h). */
+/* set_dot(launches, gemm, cublas, small_gemm, kind): what dot() reads and
+ * calls: the dict of records that products.dot fills, the cuBLAS GEMM (0:
+ * none) with the group's cuBLAS handle, the small_gemm kernel, and the GEMM
+ * kind of call_gemm (_launch.h).  Forgets the records read before. */
 static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
+    if (nargs != 5 || !PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError,
-                        "set_dot(gemm, cublas, small_gemm, small_out, small_k, kind)");
+                        "set_dot(launches: dict, gemm, cublas, small_gemm, kind)");
         return NULL;
     }
-    void *gemm = PyLong_AsVoidPtr(args[0]), *cublas = PyLong_AsVoidPtr(args[1]);
-    void *small = PyLong_AsVoidPtr(args[2]);
-    long long small_out = PyLong_AsLongLong(args[3]), small_k = PyLong_AsLongLong(args[4]);
-    long kind = PyLong_AsLong(args[5]);
+    void *gemm = PyLong_AsVoidPtr(args[1]), *cublas = PyLong_AsVoidPtr(args[2]);
+    void *small = PyLong_AsVoidPtr(args[3]);
+    long kind = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return NULL;
     if (kind < GEMM_FLOAT || kind > GEMM_F16) {
         PyErr_SetString(PyExc_ValueError, "set_dot: kind must be in 0..3");
         return NULL;
     }
+    Py_INCREF(args[0]);
+    Py_XSETREF(self->dot_launches, args[0]);
     self->gemm_kind = (int)kind;
     self->gemm = gemm;
     self->cublas = cublas;
     self->small_fn = small;
-    self->small_out = small_out;
-    self->small_k = small_k;
+    memset(self->dot_cache, 0, sizeof self->dot_cache);
     Py_RETURN_NONE;
 }
 
-/* 1 or 0 for True/False or an int 0/1; -1 (no exception) otherwise. */
 /* A transpose flag: True or False only (the Python checks raise TypeError
  * for anything else, numpy.bool_ included, which they accept; so decline). */
 static int flag(PyObject *o) {
@@ -500,80 +572,176 @@ static int flag(PyObject *o) {
     return -1;
 }
 
+/* Items [from, from + count) of record tuple t, each an int in lo..hi, into
+ * out; 0 with an exception set otherwise. */
+static int record_ints(PyObject *t, Py_ssize_t from, int count, long long lo, long long hi,
+                       long long *out) {
+    for (int i = 0; i < count; ++i) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, from + i));
+        if (v == -1 && PyErr_Occurred()) return 0;
+        if (v < lo || v > hi) {
+            PyErr_Format(PyExc_ValueError, "dot: record item %zd is %lld, not in %lld..%lld",
+                         from + i, v, lo, hi);
+            return 0;
+        }
+        out[i] = v;
+    }
+    return 1;
+}
+
+static int is_tag(PyObject *o, const char *tag) {
+    return PyUnicode_Check(o) && PyUnicode_CompareWithASCIIString(o, tag) == 0;
+}
+
+/* Decode record `rec` (products.DotPlan.launch) into e; 0 with an exception
+ * set for a malformed one. */
+static int dot_decode(PyObject *rec, DotEntry *e) {
+    long long v[10];
+    Py_ssize_t size = PyTuple_CheckExact(rec) ? PyTuple_GET_SIZE(rec) : 0;
+    if (rec == Py_None || rec == Py_True) {
+        e->what = rec == Py_None ? DOT_DECLINE : DOT_NOTHING;
+        return 1;
+    }
+    if (size == 9 && is_tag(PyTuple_GET_ITEM(rec, 0), "small")) {
+        if (!record_ints(rec, 1, 1, 1, INT_MAX, &e->grid) || !record_ints(rec, 2, 1, 1, 1024, v) ||
+            !record_ints(rec, 3, 3, 0, LLONG_MAX, e->q) || !record_ints(rec, 6, 3, 0, 1, v + 1))
+            return 0;
+        e->block = (unsigned)v[0];
+        for (int i = 0; i < 3; ++i) e->flags[i] = (int32_t)v[1 + i];
+        e->what = DOT_SMALL;
+        return 1;
+    }
+    if (size == 12 && is_tag(PyTuple_GET_ITEM(rec, 0), "gemm")) {
+        if (!record_ints(rec, 1, 10, 0, INT_MAX, v)) return 0;
+        if (v[0] > 1 || v[1] > 1 || v[5] > 1 || v[7] > 1) {
+            PyErr_SetString(PyExc_ValueError, "dot: a gemm record's flags, A and B are 0 or 1");
+            return 0;
+        }
+        e->beta = PyFloat_AsDouble(PyTuple_GET_ITEM(rec, 11));
+        if (e->beta == -1.0 && PyErr_Occurred()) return 0;
+        for (int i = 0; i < 10; ++i) e->g[i] = (int)v[i];
+        e->what = DOT_GEMM;
+        return 1;
+    }
+    PyErr_SetString(PyExc_TypeError,
+                    "dot: a record is None, True, ('small', grid, block, m, n, k, transa, "
+                    "transb, accumulate) or ('gemm', transa, transb, m, n, k, A, lda, B, ldb, "
+                    "ldc, beta)");
+    return 0;
+}
+
+/* The decoded record of a call with `key`: from the cache, else read from
+ * dot_launches under products.dot_key (the three shape objects, the flag
+ * and beta objects of the call) and kept.  NULL if dot_launches holds none,
+ * or with an exception set for a malformed one.  A key's record never
+ * changes (products.plan_dot depends on the key and the format only), so a
+ * kept one stays right. */
+static const DotEntry *dot_record(OneCall *self, const DotKey *key, PyObject *const *shape,
+                                  PyObject *const *args) {
+    unsigned long long h = (unsigned long long)key->flags * 2 + (key->beta != 0.0);
+    for (int i = 0; i < 9; ++i) h = (h ^ (unsigned long long)key->dim[i]) * 0x100000001B3ULL;
+    DotEntry *e = &self->dot_cache[(h ^ h >> 32) % DOT_CACHE];
+    if (e->used && e->key.flags == key->flags && e->key.beta == key->beta &&
+        !memcmp(e->key.dim, key->dim, sizeof key->dim))
+        return e;
+    PyObject *k = PyTuple_Pack(6, shape[0], shape[1], shape[2], args[3], args[4], args[5]);
+    if (!k) return NULL;
+    PyObject *rec = PyDict_GetItemWithError(self->dot_launches, k);
+    Py_DECREF(k);
+    if (!rec) return NULL;
+    DotEntry fresh;
+    memset(&fresh, 0, sizeof fresh);
+    Py_INCREF(rec);
+    int ok = dot_decode(rec, &fresh);
+    Py_DECREF(rec);
+    if (!ok) return NULL;
+    fresh.key = *key;
+    fresh.used = 1;
+    *e = fresh;
+    return e;
+}
+
 /* dot(a, b, out, transa, transb, beta) -> bool: out = op(a) op(b) + beta out
- * (beta 0 or 1) for three C-contiguous matrices whose shapes fit and out
- * overlapping neither input: on small_gemm for small products, else cuBLAS,
- * as PyCudaHandler._dot does.  Declines anything else, an empty inner
- * dimension with beta 0 (out must be zero-filled) and cuBLAS-sized products
- * when no gemm symbol was set. */
+ * (beta 0.0 for dot_mm, 1.0 for dot_add_mm) as the record that products.dot
+ * stored for these shapes, flags and beta says: small_gemm, the cuBLAS GEMM,
+ * or nothing to do.  Checks the three arrays (check_one) and that out
+ * overlaps neither input; declines any doubt, a combination with no record
+ * yet (the Python path plans it and stores one) and a record of None (the
+ * product runs in Python). */
 static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyFloat_CheckExact(args[5])) {
         PyErr_SetString(PyExc_TypeError, "dot(a, b, out, transa, transb, beta: float)");
         return NULL;
     }
     int ta = flag(args[3]), tb = flag(args[4]);
-    double beta = PyFloat_AS_DOUBLE(args[5]);
-    if (ta < 0 || tb < 0) Py_RETURN_FALSE;
+    if (ta < 0 || tb < 0 || !self->dot_launches) Py_RETURN_FALSE;
     PyObject *shape[3] = {NULL}, *strides[3] = {NULL};
-    long long count[3], dim[3][2];
+    long long count[3];
     Arg ptr[3];
+    DotKey key;
+    key.flags = ta | tb << 1;
+    key.beta = PyFloat_AS_DOUBLE(args[5]);
     int ok = 1;
     for (int i = 0; ok && i < 3; ++i) {
+        /* at most 3 axes: the key's room (a product's arrays have 2 or 3) */
         ok = check_one(self, args[i], &shape[i], &strides[i], &count[i], &ptr[i]) &&
-             PyTuple_GET_SIZE(shape[i]) == 2;
-        for (int j = 0; ok && j < 2; ++j)   /* checked already: no error possible */
-            dim[i][j] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape[i], j));
+             PyTuple_GET_SIZE(shape[i]) <= 3;
+        for (Py_ssize_t j = 0; ok && j < 3; ++j)   /* checked already: no error possible */
+            key.dim[3 * i + j] = j < PyTuple_GET_SIZE(shape[i])
+                                     ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape[i], j)) : -1;
     }
+    const DotEntry *e = NULL;
+    if (ok && !overlap(&ptr[2], count[2], &ptr[0], count[0], self->itemsize) &&
+        !overlap(&ptr[2], count[2], &ptr[1], count[1], self->itemsize))
+        e = dot_record(self, &key, shape, args);
     for (int i = 0; i < 3; ++i) {
         Py_XDECREF(shape[i]);
         Py_XDECREF(strides[i]);
     }
-    if (!ok) Py_RETURN_FALSE;
-    long long m = ta ? dim[0][1] : dim[0][0], k = ta ? dim[0][0] : dim[0][1];
-    long long k2 = tb ? dim[1][1] : dim[1][0], n = tb ? dim[1][0] : dim[1][1];
-    if (k != k2 || dim[2][0] != m || dim[2][1] != n) Py_RETURN_FALSE;
-    if (overlap(&ptr[2], count[2], &ptr[0], count[0], self->itemsize) ||
-        overlap(&ptr[2], count[2], &ptr[1], count[1], self->itemsize))
+    if (!e) {
+        if (PyErr_Occurred()) return NULL;
         Py_RETURN_FALSE;
-    if (!m || !n) Py_RETURN_TRUE;
-    if (!k) {
-        if (beta == 0.0) Py_RETURN_FALSE;   /* the Python path zero-fills out */
-        Py_RETURN_TRUE;
     }
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX) Py_RETURN_FALSE;
-    if (self->small_fn && m * n <= self->small_out && k <= self->small_k) {
+    if (e->what == DOT_DECLINE) Py_RETURN_FALSE;
+    if (e->what == DOT_NOTHING) Py_RETURN_TRUE;
+    if (e->what == DOT_SMALL) {
+        if (!self->small_fn) {
+            PyErr_SetString(PyExc_ValueError, "dot: a small_gemm record, and no small_gemm set");
+            return NULL;
+        }
         /* small_gemm(a, b, out, m, n, k, transa, transb, accumulate) */
         Arg kargs[9] = {ptr[0], ptr[1], ptr[2]};
-        long long q[3] = {m, n, k};
-        int32_t flags[3] = {ta, tb, beta != 0.0};
         for (int i = 0; i < 3; ++i) {
             kargs[3 + i].code = 'q';
-            kargs[3 + i].v.q = q[i];
+            kargs[3 + i].v.q = e->q[i];
             kargs[6 + i].code = 'i';
-            kargs[6 + i].v.i = flags[i];
+            kargs[6 + i].v.i = e->flags[i];
         }
-        return launch_args(self, self->small_fn, (m * n + self->block - 1) / self->block,
-                           self->block, kargs, 9);
+        return launch_args(self, self->small_fn, e->grid, e->block, kargs, 9);
     }
-    if (!self->gemm) Py_RETURN_FALSE;
-    /* A half dot_add_mm goes through float32 (PyCudaHandler._dot says why). */
-    if (beta != 0.0 && self->gemm_kind >= GEMM_BF16) Py_RETURN_FALSE;
-    /* Row-major out = op(a) op(b) is column-major out^T = op(b)^T op(a)^T:
-     * swap the operands, keep each one's transpose flag. */
-    int lda = (int)dim[0][1], ldb = (int)dim[1][1];
+    if (!self->gemm) {
+        PyErr_SetString(PyExc_ValueError, "dot: a gemm record, and no gemm symbol set");
+        return NULL;
+    }
+    /* Copied out first: building `last` may run Python code that uses this
+     * object again. */
+    int g[10];
+    memcpy(g, e->g, sizeof g);
+    double beta = e->beta;
+    void *a = ptr[g[5]].v.p, *b = ptr[g[7]].v.p, *c = ptr[2].v.p;
     if (self->dry) {
         PyObject *last = Py_BuildValue(
-            "(NN(iiiiidNiNidNi))", PyLong_FromVoidPtr(self->gemm), PyLong_FromVoidPtr(self->cublas),
-            tb, ta, (int)n, (int)m, (int)k, 1.0, PyLong_FromVoidPtr(ptr[1].v.p), ldb,
-            PyLong_FromVoidPtr(ptr[0].v.p), lda, beta, PyLong_FromVoidPtr(ptr[2].v.p), (int)n);
+            "(NN(iiiiidNiNidNi))", PyLong_FromVoidPtr(self->gemm),
+            PyLong_FromVoidPtr(self->cublas), g[0], g[1], g[2], g[3], g[4], 1.0,
+            PyLong_FromVoidPtr(a), g[6], PyLong_FromVoidPtr(b), g[8], beta,
+            PyLong_FromVoidPtr(c), g[9]);
         if (!last) return NULL;
         Py_XSETREF(self->last, last);
         Py_RETURN_TRUE;
     }
     if (!loaded("OneCall.dot")) return NULL;
-    int status = call_gemm(self->gemm, self->cublas, self->gemm_kind, tb, ta, (int)n, (int)m,
-                           (int)k, 1.0, ptr[1].v.p, ldb, ptr[0].v.p, lda, beta, ptr[2].v.p,
-                           (int)n);
+    int status = call_gemm(self->gemm, self->cublas, self->gemm_kind, g[0], g[1], g[2], g[3],
+                           g[4], 1.0, a, g[6], b, g[8], beta, c, g[9]);
     if (status) {
         static const char *names[] = {"cublasSgemm_v2", "cublasDgemm_v2", "cublasGemmEx",
                                       "cublasGemmEx"};
@@ -594,17 +762,19 @@ static PyObject *one_call_last(OneCall *self, void *closure) {
 static PyMethodDef one_call_methods[] = {
     {"run", FASTCALL(one_call_run),
      "run(index, *arrays) -> bool: check the arrays and launch function `index` with "
-     "(pointers..., n); False, with nothing done, if any check is in doubt."},
+     "(pointers..., n); False, with nothing done, if any check is in doubt or more than 7 "
+     "arguments follow the index."},
     {"scalar", FASTCALL(one_call_scalar),
      "scalar(index, s, *arrays) -> bool: as run, for kernels taking (s, pointers..., n)."},
     {"sum", FASTCALL(one_call_sum),
      "sum(plans, a, axis, out) -> bool: sum_t with a plan from `plans` (see the source)."},
     {"dot", FASTCALL(one_call_dot),
      "dot(a, b, out, transa, transb, beta) -> bool: dot_mm (beta 0.0) or dot_add_mm "
-     "(beta 1.0), see the source."},
+     "(beta 1.0) as its stored record says, see the source."},
     {"set_dot", FASTCALL(one_call_set_dot),
-     "set_dot(gemm, cublas, small_gemm, small_out, small_k, kind): the cuBLAS GEMM symbol (0: "
-     "none), the group's cuBLAS handle and the small-product kernel that dot() uses."},
+     "set_dot(launches, gemm, cublas, small_gemm, kind): the records dot() runs "
+     "(products.dot fills the dict), the cuBLAS GEMM symbol (0: none), the group's cuBLAS "
+     "handle and the small-product kernel."},
     {"axpby", FASTCALL(one_call_axpby),
      "axpby(index, alpha, x, beta, y) -> bool: as run, for (alpha, x, beta, y, n)."},
     {NULL, NULL, 0, NULL},
@@ -625,7 +795,8 @@ static PyTypeObject OneCallType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "OneCall(stream, array_type, dtype, itemsize, block, per_block, max_blocks, "
               "functions, dry=False): checks and launch of same-shape elementwise ops on "
-              "one stream, in one C call.",
+              "one stream, in one C call; functions are (handle, fmt: bytes) pairs, the fmt "
+              "giving each scalar's width ('f' or 'd').",
     .tp_methods = one_call_methods,
     .tp_getset = one_call_getset,
     .tp_init = (initproc)one_call_init,

@@ -43,20 +43,24 @@ from .. import dtypes
 from . import kernel_loader
 
 BACKENDS = ("scikit-cuda", "nvmath")
+# The C side owns the numbers both sides use (GEMM kinds: _launch.h; cuBLAS's
+# types: _launch.c); they are read from the extension, never copied here.
+_abi = kernel_loader.extension()
 #: The GEMM kind of each format (GEMM_FLOAT... in ``_launch.h``).
-KINDS = {"f32": 0, "f64": 1, "bf16": 2, "f16": 3}
-#: added to a half kind: the same inputs, a float32 output (GEMM_BF16_TO_F32 -
-#: GEMM_BF16 in _launch.h), the C path's form of ``out_f32``
-_TO_F32 = 2
+KINDS = {"f32": _abi.GEMM_FLOAT, "f64": _abi.GEMM_DOUBLE, "bf16": _abi.GEMM_BF16,
+         "f16": _abi.GEMM_F16}
+#: The kind of a half kind's inputs with a float32 output: the C path's
+#: form of ``out_f32``
+_F32_KIND = {_abi.GEMM_BF16: _abi.GEMM_BF16_TO_F32, _abi.GEMM_F16: _abi.GEMM_F16_TO_F32}
 #: cudaDataType_t of the half kinds; cublasComputeType_t CUBLAS_COMPUTE_32F;
-#: cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT (the same numbers as _launch.c's).
-_HALF_TYPE = {2: 14, 3: 2}
-_COMPUTE_32F, _GEMM_DEFAULT = 68, -1
+#: cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT.
+_HALF_TYPE = {_abi.GEMM_BF16: _abi.CUDA_R_16BF, _abi.GEMM_F16: _abi.CUDA_R_16F}
+_COMPUTE_32F, _GEMM_DEFAULT = _abi.CUBLAS_COMPUTE_32F, _abi.CUBLAS_GEMM_DEFAULT
 #: cuBLAS's entry points per kind: plain, strided-batched.
-_ENTRY = {0: ("cublasSgemm_v2", "cublasSgemmStridedBatched"),
-          1: ("cublasDgemm_v2", "cublasDgemmStridedBatched"),
-          2: ("cublasGemmEx", "cublasGemmStridedBatchedEx"),
-          3: ("cublasGemmEx", "cublasGemmStridedBatchedEx")}
+_ENTRY = {_abi.GEMM_FLOAT: ("cublasSgemm_v2", "cublasSgemmStridedBatched"),
+          _abi.GEMM_DOUBLE: ("cublasDgemm_v2", "cublasDgemmStridedBatched"),
+          _abi.GEMM_BF16: ("cublasGemmEx", "cublasGemmStridedBatchedEx"),
+          _abi.GEMM_F16: ("cublasGemmEx", "cublasGemmStridedBatchedEx")}
 
 
 def _import_skcuda_cublas():
@@ -79,6 +83,7 @@ class _SkcudaGemm:
         cublas.cublasSetStream(self.handle, stream.handle)
         lib = cublas._libcublas
         self.kind = KINDS[dtypes.short_name(dtype)]
+        self._kind_f32 = _F32_KIND.get(self.kind)   # out_f32 (the halves only)
         # scikit-cuda may not wrap the strided-batched or Ex GEMMs, but its
         # loaded libcublas exports them; ctypes resolves a symbol on first access.
         self._name, self._batched_name = _ENTRY[self.kind]
@@ -93,7 +98,7 @@ class _SkcudaGemm:
                  out_f32=False):
         status = self._c_gemm(self._symbol, self.handle, transa, transb, m, n, k, alpha,
                               int(A), lda, int(B), ldb, beta, int(C), ldc,
-                              self.kind + _TO_F32 * out_f32)
+                              self._kind_f32 if out_f32 else self.kind)
         if status:
             kernel_loader.check_blas(self._name, status)
 
@@ -101,7 +106,7 @@ class _SkcudaGemm:
                 batch, out_f32=False):
         status = self._c_batched(self._batched_symbol, self.handle, transa, transb, m, n, k,
                                  alpha, int(A), lda, sA, int(B), ldb, sB, beta, int(C), ldc, sC,
-                                 batch, self.kind + _TO_F32 * out_f32)
+                                 batch, self._kind_f32 if out_f32 else self.kind)
         if status:
             kernel_loader.check_blas(self._batched_name, status)
 
@@ -139,11 +144,12 @@ class _NvmathGemm:
         cublas.set_pointer_mode(self.handle, int(cublas.PointerMode.HOST))
         self.kind = KINDS[dtypes.short_name(dtype)]
         self._fn, self._batched_fn = {
-            0: (cublas.sgemm, cublas.sgemm_strided_batched),
-            1: (cublas.dgemm, cublas.dgemm_strided_batched),
+            _abi.GEMM_FLOAT: (cublas.sgemm, cublas.sgemm_strided_batched),
+            _abi.GEMM_DOUBLE: (cublas.dgemm, cublas.dgemm_strided_batched),
         }.get(self.kind) or self._ex(cublas, _HALF_TYPE[self.kind])
-        if self.kind >= KINDS["bf16"]:   # the same inputs, a float32 output (out_f32)
-            self._fn_f32, self._batched_fn_f32 = self._ex(cublas, _HALF_TYPE[self.kind], 0)
+        if self.kind in _HALF_TYPE:   # the same inputs, a float32 output (out_f32)
+            self._fn_f32, self._batched_fn_f32 = self._ex(cublas, _HALF_TYPE[self.kind],
+                                                          _abi.CUDA_R_32F)
         # alpha and beta live in one host array (float32 for the half
         # formats' float compute); cuBLAS reads them during the call.
         self._scalars = np.zeros(2, dtypes.compute_dtype(dtype))
@@ -189,7 +195,7 @@ class _NvmathGemm:
             cublas.gemm_strided_batched_ex(handle, ta, tb, m, n, k, alpha, A, t, lda, sA, B, t,
                                            ldb, sB, beta, C, tc, ldc, sC, batch, _COMPUTE_32F,
                                            _GEMM_DEFAULT)
-        gemm_ex.__name__, gemm_batched_ex.__name__ = _ENTRY[2]
+        gemm_ex.__name__, gemm_batched_ex.__name__ = _ENTRY[_abi.GEMM_BF16]
         return gemm_ex, gemm_batched_ex
 
     @staticmethod
@@ -241,6 +247,6 @@ def make_gemm(backend, dtype, stream, tf32=False):
         raise ValueError(f"PyCudaHandler: blas must be one of {BACKENDS}, got {backend!r}")
     if tf32:
         gemm.set_math_mode(_TF32_MATH)
-    elif gemm.kind >= KINDS["bf16"]:   # the halves: float32 accumulation throughout
+    elif gemm.kind in _HALF_TYPE:   # the halves: float32 accumulation throughout
         gemm.set_math_mode(_DEFAULT_MATH | _NO_REDUCED_REDUCTION)
     return gemm

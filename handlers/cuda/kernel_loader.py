@@ -21,6 +21,7 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 _cubins = {}
 _modules = {}
 _launch = None
+_events = None
 
 
 class CudaError(RuntimeError):
@@ -62,19 +63,26 @@ class Kernel:
         self.handle = handle
 
 
+def extension():
+    """The ``handlers.cuda._launch`` extension module, libcuda not loaded:
+    for what needs no driver (its constants, ``grid``, ``pack``).
+    ImportError naming the fix where it is not built."""
+    try:
+        return importlib.import_module(f"{__package__}._launch")
+    except ImportError as e:
+        raise ImportError(
+            "PyCudaHandler needs the compiled extension handlers.cuda._launch, which is not "
+            "built here (it needs only a C compiler): reinstall with one present "
+            "(pip install -e '.[gpu]') or build it in place (python setup.py "
+            f"build_ext --inplace) ({e})") from e
+
+
 def require():
     """The ``handlers.cuda._launch`` extension with libcuda loaded; ImportError
     naming the fix where it is not built, RuntimeError without a driver."""
     global _launch
     if _launch is None:
-        try:
-            ext = importlib.import_module(f"{__package__}._launch")
-        except ImportError as e:
-            raise ImportError(
-                "PyCudaHandler needs the compiled extension handlers.cuda._launch, which is not "
-                "built here (it needs only a C compiler): reinstall with one present "
-                "(pip install -e '.[gpu]') or build it in place (python setup.py "
-                f"build_ext --inplace) ({e})") from e
+        ext = extension()
         if not ext.load():
             raise RuntimeError("PyCudaHandler: libcuda.so.1 could not be opened (no NVIDIA "
                                "driver here?)")
@@ -105,8 +113,11 @@ class Events:
 
 
 def events():
-    """The ``Events`` calls."""
-    return Events(require())
+    """The ``Events`` calls (one object per process)."""
+    global _events
+    if _events is None:
+        _events = Events(require())
+    return _events
 
 
 def compile_source(source):

@@ -52,20 +52,22 @@ class Declined:
     scalar = axpby = sum = dot = run
 
 
-def make(handler, slot, gemm, block, small_out, small_k, dry=False):
+def make(handler, slot, gemm, block, dry=False):
     """The ``OneCall`` object for ``slot``'s stream:
-    grids as ``PyCudaHandler._grid`` sizes them, of ``block`` threads; products
-    with at most ``small_out`` output elements and inner dimension ``small_k``
-    on the small-product kernel, others on ``gemm`` (the handler's cuBLAS
-    object on that stream) where its binding says which function to call
-    (``gemm.c_symbol``).  ``dry``: launch
-    nothing (``python -m benchmarks hostcost`` times the checks alone)."""
+    grids as ``PyCudaHandler._grid`` sizes them (``_launch.grid``), of ``block``
+    threads, each scalar as wide as its kernel's ``fmt`` says; products
+    as the records in ``handler._dot_launches`` say (``handlers.cuda.products``
+    plans them), on the small-product kernel or on ``gemm`` (the handler's
+    cuBLAS object on that stream) where its binding says which function to
+    call (``gemm.c_symbol``).  ``dry``: launch nothing (``python -m benchmarks
+    hostcost`` times the checks alone)."""
     from ._launch import OneCall
     ops = OneCall(slot.handle, handler.array_type, handler.dtype, handler.dtype.itemsize,
                   block, block * handler._vec, handler._max_blocks,
-                  [handler._k[name].handle for name in KERNELS], dry=dry)
-    ops.set_dot(gemm.c_symbol, gemm.handle if gemm.c_symbol else 0,
-                handler._k["small_gemm"].handle, small_out, small_k, gemm.kind)
+                  [(handler._k[name].handle, handler._k[name].fmt) for name in KERNELS],
+                  dry=dry)
+    ops.set_dot(handler._dot_launches, gemm.c_symbol, gemm.handle if gemm.c_symbol else 0,
+                handler._k["small_gemm"].handle, gemm.kind)
     return ops
 
 

@@ -3,12 +3,20 @@
 
 A planner is a pure function of the shapes, the format's packet width and the
 device's number of multiprocessors (no handler): it returns an immutable
-record, which the handler caches by key and runs (``PyCudaHandler._run_sum``,
-``_extreme_t``).  Kernel names are those of ``kernels/reduce.cu`` and
+record, which the handler caches by key and runs (``run_sum`` and
+``extreme_t``, below).  Kernel names are those of ``kernels/reduce.cu`` and
 ``kernels/extrema.cu`` (``handlers.optable.KERNELS``).
 """
 import math
+import os
 from typing import NamedTuple
+
+import numpy as np
+
+from .. import shape_rules
+from ..base import Handler
+from .context import enter as _enter
+from .kernel_loader import KERNEL_DIR
 
 #: Threads per block of the grid-stride kernels (elementwise, sum_rows, sum_cols)
 BLOCK = 256
@@ -16,6 +24,34 @@ BLOCK = 256
 MID_BLOCK = 1024
 #: Loads in flight per thread in sum_cols (``UNROLL`` in reduce.cu)
 SUM_UNROLL = 16
+#: Rows per block of the kernels that give each row a warp (32 threads)
+ROWS_PER_BLOCK = BLOCK // 32
+#: Blocks per multiprocessor at most in a grid that strides over its work
+MAX_BLOCKS_PER_SM = 16
+
+#: The kernels' copy of these numbers (``header_source``)
+HEADER = os.path.join(KERNEL_DIR, "launch_constants.cuh")
+
+
+def header_source():
+    """The text of ``kernels/launch_constants.cuh``: the launch constants
+    above as the macros the kernels use (``SH_BLOCK``, ...).  ``python -m
+    handlers.generate`` writes it."""
+    values = {"SH_BLOCK": BLOCK, "SH_MID_BLOCK": MID_BLOCK, "SH_SUM_UNROLL": SUM_UNROLL,
+              "SH_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "SH_MAX_BLOCKS_PER_SM": MAX_BLOCKS_PER_SM}
+    return "\n".join([
+        "// The host's launch constants (BLOCK, MID_BLOCK, ... in",
+        "// handlers/cuda/reductions.py), by which the kernels size their shared",
+        "// memory, launch bounds and loops.",
+        "//",
+        "// Written by `python -m handlers.generate`: do not edit by hand.",
+        "#ifndef STREAMHANDLERS_KERNELS_LAUNCH_CONSTANTS_CUH",
+        "#define STREAMHANDLERS_KERNELS_LAUNCH_CONSTANTS_CUH",
+        "",
+        *(f"#define {name} {value}" for name, value in values.items()),
+        "",
+        "#endif",
+        ""])
 
 
 class Launch(NamedTuple):
@@ -84,7 +120,7 @@ def plan_sum(outer, n, inner, aligned, width, sms, suffix="", row_warps=32, col_
         chunk = -(-n // chunks)
         chunk += -chunk % max(4, width)   # keep chunk starts 16-byte aligned
         chunks = -(-n // chunk)
-        grid = max(1, min(-(-(rows * chunks) // 8), sms * 64))
+        grid = max(1, min(-(-(rows * chunks) // ROWS_PER_BLOCK), sms * 64))
         first = Launch("sum_rows" + suffix, grid, (rows, n, chunk, chunks), BLOCK)
         if chunks == 1:
             return SumPlan(first, False, 0, 0)
@@ -161,11 +197,12 @@ class ExtremePlan(NamedTuple):
 def plan_extreme(outer, n, inner, itemsize, sms):
     """The ``ExtremePlan`` of a non-empty extremum (outer * inner > 0) of
     elements of ``itemsize`` bytes on a device of ``sms`` multiprocessors."""
-    if inner == 1:   # a warp per row: grid of 256-thread blocks, 8 rows each
-        return ExtremePlan(True, min((outer + 7) // 8, 16 * sms), 0, 1, 0, 0, 0)
+    cap = MAX_BLOCKS_PER_SM * sms
+    if inner == 1:   # a warp per row: BLOCK-thread blocks, ROWS_PER_BLOCK rows each
+        return ExtremePlan(True, min(-(-outer // ROWS_PER_BLOCK), cap), 0, 1, 0, 0, 0)
     # Enough threads to fill the GPU: few columns over many rows split the
     # rows into chunks (at least 32 rows each), joined in a second launch.
-    cols, fill = outer * inner, 16 * sms * BLOCK
+    cols, fill = outer * inner, cap * BLOCK
     chunks = max(1, min(n // 32, fill // cols))
     chunk = -(-n // chunks)
     chunks = -(-n // chunk)
@@ -173,5 +210,196 @@ def plan_extreme(outer, n, inner, itemsize, sms):
     if chunks > 1:
         workspace = chunks * cols * (itemsize + 8) + 8
         index_at = chunks * cols * itemsize
-    return ExtremePlan(False, min(-(-(cols * chunks) // BLOCK), 16 * sms), chunk, chunks,
-                       min(-(-cols // BLOCK), 16 * sms), workspace, index_at)
+    return ExtremePlan(False, min(-(-(cols * chunks) // BLOCK), cap), chunk, chunks,
+                       min(-(-cols // BLOCK), cap), workspace, index_at)
+
+
+# Running the plans -----------------------------------------------------------
+# Functions of a PyCudaHandler ``h``, which takes them as its hooks (its class
+# body names them): they cache plans on ``h`` by key and launch through
+# ``h._run``, on the stream group's stream and workspace.
+def remember_sum(h, a, axis, out):
+    """Store the launch of a checked sum_t combination for the one-call path,
+    or None if it stays in Python (nothing to launch, or a chunked plan,
+    which uses this group's workspace); once per combination."""
+    aligned = int(a.gpudata) % 16 == 0 if a.size else True
+    key = (a.shape, axis, out.shape, aligned)
+    if key in h._sum_launches:
+        return
+    checked_axis = h._sum_shapes[(a.shape, axis, out.shape)]
+    # One plan for the whole sum: an int axis, None, or a tuple summed by
+    # sum_mid in one pass (other tuples take several passes: no plan here).
+    plan = h._sum_plans.get((a.shape, checked_axis, aligned))
+    launch = None
+    if plan and plan.launch is not None and not plan.counters:
+        first = plan.launch
+        fn = h._k[first.kernel]
+        launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
+    h._sum_launches[key] = launch
+
+
+#: The extreme kernels' code of each kind
+EXTREME_KINDS = {"max": 0, "min": 1, "argmax": 2}
+
+
+def extreme_t(h, kind, a, axis, out):
+    """max_t, min_t or argmax_t (``kind``) of ``a`` over ``axis`` into ``out``."""
+    _enter()
+    outer, n, inner = sum_view(a.shape, axis)
+    if not outer * inner:
+        return
+    code = EXTREME_KINDS[kind]
+    plan = plan_extreme(outer, n, inner, h.dtype.itemsize, h._sms)
+    if plan.rows:
+        h._run(h._k["extreme_rows"], plan.grid, a.gpudata, out.gpudata, outer, n, code)
+        return
+    ws = wi = 0
+    if plan.chunks > 1:   # partial extrema and their indices in this stream's workspace
+        ws = h._slot.workspace(plan.workspace)
+        wi = int(ws) + plan.index_at
+        wi += -wi % 8
+    h._run(h._k["extreme_cols"], plan.grid, a.gpudata, out.gpudata, ws, wi, outer, n,
+           inner, plan.chunk, plan.chunks, code)
+    if plan.chunks > 1:
+        h._run(h._k["extreme_join"], plan.join_grid, ws, wi, out.gpudata,
+               outer * inner, plan.chunks, code)
+
+
+def sum_t(h, a, axis, out):
+    """The sum_t hook: a tuple of axes (``sum_axes``) or one pass."""
+    if type(axis) is tuple:
+        return h._sum_axes(a, axis, out)
+    h._sum_pass(a, axis, out)
+
+
+def sum_pass(h, a, axis, out, form="TT"):
+    """One sum over ``axis`` (an int or None).  ``form`` says the formats
+    of input and output (``sum_kernels``): "TT" the handler's both; for the
+    halves "TC" writes float32 and "CC" reads and writes float32."""
+    _enter()
+    key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
+    if form != "TT":   # TT keeps the 3-tuple: OneCall.sum's plans are keyed so
+        key += (form,)
+    plan = h._sum_plans.get(key)
+    if plan is None:
+        suffix, width = h._sum_kernels(form)
+        plan = h._sum_plans[key] = plan_sum(
+            *sum_view(a.shape, axis), key[2], width, h._sms, suffix)
+    h._run_sum(plan, a, out, form)
+
+
+def sum_kernels(h, form):
+    """(name suffix, elements per 16-byte packet of the input) of the
+    sums of ``form``: "TT" and "TC" read the handler's format and write
+    it ("TT") or its compute format ("TC", the _wide kernels); "CC"
+    reads and writes float32 (the halves only, from ``_k32``)."""
+    if form == "CC":
+        return "", 4
+    return "_wide" if form == "TC" else "", h._vec
+
+
+def mid_plan(h, a, axes, runs, form="TT"):
+    """The plan of the sum over ``runs`` in one pass (sum_mid, for
+    ``run_sum``) where they are one leading and one trailing run and the
+    kernel takes the shape, else False.  ``form`` as ``sum_pass``'s."""
+    if not (len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim):
+        return False
+    _enter()
+    key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
+    if form != "TT":
+        key += (form,)
+    plan = h._sum_plans.get(key)
+    if plan is None:
+        suffix, width = h._sum_kernels(form)
+        plan = h._sum_plans[key] = plan_mid(
+            a.shape, runs[0][1], runs[1][0], key[2], width, h._sms, suffix) or False
+    return plan
+
+
+def sum_passes(h, a, runs, out=None):
+    """The sum over separate runs of axes, last run first, one pass each
+    through this stream's two intermediate buffers (alternating: a pass
+    never writes what it reads), the last pass into ``out``.  Without
+    ``out`` (the halves' "wide" sum) every pass writes float32, the last
+    one too, into an intermediate buffer, which is returned for the one
+    rounding."""
+    wide = out is None
+    shape, src, form = list(a.shape), a, "TC" if wide else "TT"
+    for i, (lo, hi) in enumerate(reversed(runs)):
+        merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
+        shape = shape[:lo] + shape[hi:]
+        if i == len(runs) - 1 and not wide:
+            dst = out
+        else:
+            dst = h._slot.intermediate(i % 2, tuple(shape),
+                                       np.dtype(np.float32) if wide else h.dtype)
+        dst = dst.reshape(tuple(shape))
+        h._sum_pass(src.reshape(tuple(merged)), lo, dst, form)
+        src, form = dst, "CC" if wide else form
+    return src
+
+
+def sum_wide(h, a, axis):
+    """The sum of non-empty ``a`` over ``axis`` (None, an int or a sorted
+    tuple) in float32, in this stream's intermediate buffers: mean_t's in
+    the half formats, whose result is then scaled and rounded once (the
+    "narrow" kernel)."""
+    _enter()
+    axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
+            else (axis,))
+    parts = runs(axes)
+    plan = h._mid_plan(a, axes, parts, "TC")
+    if not plan:
+        return h._sum_passes(a, parts)
+    kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+    dst = h._slot.intermediate(0, kept, np.dtype(np.float32))
+    h._run_sum(plan, a, dst, "TC")
+    return dst
+
+
+def mean_t(h, a, axis, out):
+    """The mean_t hook: the halves sum in float32 and round once; other
+    formats take the contract's sum then scale."""
+    n = shape_rules.reduced_size(a.shape, axis)
+    if not h._half or n <= 1 or not out.size:
+        return Handler._mean_t(h, a, axis, out)
+    # The halves: the float32 sum scaled by 1 / n, rounded once.
+    wide = h._sum_wide(a, axis)
+    h._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
+
+
+def run_sum(h, plan, a, out, form="TT"):
+    """Run a ``SumPlan`` of ``form`` (``sum_pass``'s)."""
+    first = plan.launch
+    if first is None:          # nothing to add up
+        if plan.zero:
+            h._fill(out, 0.0)
+        return
+    fn = (h._k32 if form == "CC" else h._k)[first.kernel]
+    ws = cnt = 0
+    if plan.counters:          # chunked: partials and per-stream counters
+        ws = h._slot.workspace(plan.workspace * h._compute_itemsize)   # float partials
+        cnt = h._slot.counters(plan.counters)
+    h._run(fn, first.grid, a.gpudata, ws, out.gpudata, cnt, *first.args, block=first.block)
+
+
+def sum_axes(h, a, axes, out):
+    """sum_t over a sorted tuple of axes.  Each run of adjacent axes is
+    one axis of a reshaped view, so (2, 3) of NCHW is one pass; separate
+    runs are summed last run first, each pass into this stream's
+    intermediate buffers, the last into ``out``."""
+    if not a.size:   # nothing to add up (and empty GPUArrays cannot be reshaped)
+        if out.size:
+            h._fill(out, 0.0)
+        return
+    parts = runs(axes)
+    plan = h._mid_plan(a, axes, parts)
+    if plan:
+        h._run_sum(plan, a, out)
+        return
+    if h._half and len(parts) > 1:   # passes in float32, one rounding at the end
+        _enter()
+        wide = h._sum_passes(a, parts)
+        h._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
+        return
+    h._sum_passes(a, parts, out)

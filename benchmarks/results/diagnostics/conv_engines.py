@@ -5,7 +5,7 @@ conv_engines.py`` on a GPU machine with PyTorch): for each layer (the two
 LeNet layers, the first ResNet-block layer), pass (1 backward data, 2
 backward filter) and ``deterministic`` setting, plan the convolution, time
 the engine chosen and measure its error; then deny that engine (through
-``handlers.cuda.handler._DENIED_ENGINES``) and plan again, until cuDNN
+``handlers.cuda.convolution.DENIED_ENGINES``) and plan again, until cuDNN
 offers no more.  The error is the largest of |ours - float64| / (2^-24 *
 sum of the products' magnitudes): a float32 sum of positive terms in any
 order stays near or below 1; the same pass on the absolute values gives
@@ -29,8 +29,9 @@ none; whether cuDNN ranks differently with less free memory is a guess.
 import numpy as np
 import torch
 
-import handlers.cuda.handler as hm
-from handlers.cuda.handler import PyCudaHandler, cudnn_note_names
+import handlers.cuda.convolution as cm
+from handlers.cuda.convolution import cudnn_note_names
+from handlers.cuda.handler import PyCudaHandler
 
 U32 = 2.0 ** -24
 #: layer: (x shape, w shape, padding)
@@ -41,10 +42,10 @@ CASES = {"lenet1": ((64, 1, 28, 28), (6, 1, 5, 5), 0),
 
 def walk(case, kind, deterministic, x, w, dy, ref, mag, pad):
     """Print each engine cuDNN offers for one pass, best first, denying each."""
-    denied, saved = [], dict(hm._DENIED_ENGINES)
+    denied, saved = [], dict(cm.DENIED_ENGINES)
     try:
         for _ in range(8):
-            hm._DENIED_ENGINES = {**saved, kind: tuple(denied)}
+            cm.DENIED_ENGINES = {**saved, kind: tuple(denied)}
             h = PyCudaHandler(np.float32, seed=0, deterministic=deterministic)
             a, b, wd = h.create_from_numpy(x), h.create_from_numpy(dy), h.create_from_numpy(w)
             out = h.allocate(w.shape if kind == 2 else x.shape)
@@ -77,7 +78,7 @@ def walk(case, kind, deterministic, x, w, dy, ref, mag, pad):
                   f"err/(u32 sum|t|) {err:.1f}", flush=True)
             denied.append(engine)
     finally:
-        hm._DENIED_ENGINES = saved
+        cm.DENIED_ENGINES = saved
 
 
 def main():

@@ -22,10 +22,15 @@
 // Launch convention of every kernel that includes this file: a 1-D grid of
 // 1-D blocks.  Kernels are correct for any grid size and any block size up
 // to 1024 (unless the kernel's own comment says otherwise); the host
-// launches 256 threads per block and min(ceil(n / (256 * VEC)), 16 * SMs)
-// blocks, where VEC = kVec<T> (4 for float, 2 for double, 8 for the halves).
+// launches SH_BLOCK threads per block and at least one, at most
+// SH_MAX_BLOCKS_PER_SM * SMs blocks of ceil(n / (SH_BLOCK * VEC)), where
+// VEC = kVec<T> (4 for float, 2 for double, 8 for the halves).  The SH_
+// launch constants come from launch_constants.cuh, which the host writes
+// from its own (handlers/cuda/reductions.py).
 #ifndef STREAMHANDLERS_KERNELS_COMMON_CUH
 #define STREAMHANDLERS_KERNELS_COMMON_CUH
+
+#include "launch_constants.cuh"
 
 // tests/test_optable.py reads the sources through the host's preprocessor,
 // where CUDA's headers may not exist (only the SH_ macros matter there).

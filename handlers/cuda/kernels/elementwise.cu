@@ -5,9 +5,8 @@
 // Every kernel exists as name_f32 (float), name_f64 (double), name_bf16 and
 // name_f16 (computing in float, rounding once on store); scalars are passed
 // in the compute format C, sizes as long long.  Launch: a 1-D grid of 1-D
-// blocks of any size (grid-stride loops); the host uses 256 threads per block
-// and min(ceil(n / (256 * VEC)), 16 * SMs) blocks, VEC = 4 for float, 2 for
-// double, 8 for the halves.
+// blocks of any size (grid-stride loops); the host uses the elementwise grid
+// (common.cuh).
 //
 // Memory access: each input element is read once and each output element is
 // written once.  When all pointers of a call sit at the same offset from a
@@ -526,7 +525,7 @@ SH_EXPORT(narrow, (const C* src, C scale, T* out, long long n),
               [&](long long e, C x) { out[e] = sh::st<T>(x); }))
 
 // out += src with src in the compute format, rounded once: a half
-// dot_add_mm adds its float32 product this way (PyCudaHandler._dot_add_half).
+// dot_add_mm adds its float32 product this way (add_half in handlers/cuda/products.py).
 SH_EXPORT(add_compute, (const C* src, T* out, long long n),
           sh::NoCounter none;
           sh::batched_loop<4>(

@@ -2,8 +2,10 @@
 //
 //   transpose   out (cols, rows) = a (rows, cols).T through 32x32 tiles in
 //               shared memory (one padding column: no bank conflicts), so
-//               both the reads and the writes are coalesced.  Blocks of 256
-//               threads (32 x 8); any grid size (tiles are grid-strided).
+//               both the reads and the writes are coalesced.  Blocks of
+//               exactly SH_BLOCK threads, 32 x SH_ROWS_PER_BLOCK: warp y
+//               moves tile rows y, y + SH_ROWS_PER_BLOCK, ...; any grid size
+//               (tiles are grid-strided).
 //   copy2d      dst[r * dst_ld + dst_off + c] = src[r * src_ld + src_off + c]
 //               for r < rows, c < cols: a block of columns of a row-major
 //               matrix into another.  concat_t and split_t along an axis view
@@ -27,15 +29,15 @@ __device__ void transpose_impl(const T* __restrict__ a, T* __restrict__ out, lon
                                long long cols) {
     __shared__ T tile[32][33];
     const long long tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
-    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;   // 32 x 8 threads
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;   // 32 x SH_ROWS_PER_BLOCK
     for (long long t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
         const long long r0 = (t / tiles_c) * 32, c0 = (t % tiles_c) * 32;
-        for (int k = ty; k < 32; k += 8) {
+        for (int k = ty; k < 32; k += SH_ROWS_PER_BLOCK) {
             const long long r = r0 + k, c = c0 + tx;
             if (r < rows && c < cols) tile[k][tx] = a[r * cols + c];
         }
         __syncthreads();
-        for (int k = ty; k < 32; k += 8) {
+        for (int k = ty; k < 32; k += SH_ROWS_PER_BLOCK) {
             const long long r = c0 + k, c = r0 + tx;   // out row = a column
             if (r < cols && c < rows) out[r * rows + c] = tile[tx][k];
         }

@@ -4,8 +4,8 @@
 // One kernel per step reads g, m, v and p once and writes m, v and p once:
 // the update is memory bound, so a single pass is what bounds it by the
 // copy bandwidth.  Launch: a 1-D grid of 1-D blocks of any size (grid-stride
-// loops); the host uses the elementwise grid (256 threads, min(ceil(n /
-// (256 * VEC)), 16 * SMs) blocks), at least one block even for n == 0.
+// loops); the host uses the elementwise grid (common.cuh), at least one
+// block even for n == 0.
 //
 // The step counter lives on the device, so a captured step replays with the
 // right bias corrections: every block reads t = *step + 1 when it starts,

@@ -6,8 +6,7 @@
 // Every kernel exists as name_f32 (float), name_f64 (double), name_bf16 and
 // name_f16; mean, stddev and p are passed in the compute format C (float for
 // the halves).  Launch: a 1-D grid of 1-D blocks of any size (grid-stride
-// loop); the host uses 256 threads per block and min(ceil(n / (256 * VEC)),
-// 16 * SMs) blocks.
+// loop); the host uses the elementwise grid (common.cuh).
 //
 // Reproducibility: element i of a call gets the value numbered offset + i of
 // the stream selected by (seed, kernel, dtype), whatever the launch shape.

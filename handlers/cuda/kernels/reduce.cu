@@ -24,8 +24,8 @@
 // compute_t<T>), the workspace partials are float too, and the result is
 // rounded once, as it is stored.
 //
-// Launch: 1-D grid of 256-thread blocks (sum_mid: 1024, see _plan_mid); any
-// grid size is correct.
+// Launch: 1-D grid of SH_BLOCK-thread blocks (sum_mid: SH_MID_BLOCK, see
+// reductions.plan_mid); any grid size is correct.
 #include "common.cuh"
 
 namespace sh {
@@ -51,13 +51,11 @@ template <typename T> struct Load<T, 1> { using type = T; };
 template <> struct Load<float, 8> { using type = sh::Float8; };
 
 // Loads in flight per thread in sum_cols; the host rounds chunks to match
-// (PyCudaHandler._SUM_UNROLL).  16 beat 8 and 12 on an H200 (median of five
+// (SUM_UNROLL in handlers/cuda/reductions.py, SH_SUM_UNROLL of
+// launch_constants.cuh).  16 beat 8 and 12 on an H200 (median of five
 // interleaved runs: 8192x4096 axis 0 93.0% of copy against 86.3% with 8,
 // 1Mx16 axis 0 72.6% against 69.2%, (64,128,32,32) axis 1 70.8% against
-// 69.6%).  A macro only so that a tuning run can vary it.
-#ifndef SH_SUM_UNROLL
-#define SH_SUM_UNROLL 16
-#endif
+// 69.6%).
 constexpr int UNROLL = SH_SUM_UNROLL;
 
 __device__ __forceinline__ float hsum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
@@ -169,7 +167,7 @@ __device__ __forceinline__ sh::Float8 load(const sh::Float8* p) {
 
 // Sums rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V) of
 // the (rows, inner) slab at src into dst[c] (c < inner), in a fixed order.
-// blockDim.x == 256 == tx * ty; thread (x, y) sums V adjacent columns over
+// blockDim.x == SH_BLOCK == tx * ty; thread (x, y) sums V adjacent columns over
 // rows y, y + ty, ...; the ty partial sums are then added in y order.  The
 // caller synchronizes before `part` is used again.  S is the format of src
 // (the input T, or the compute format of the partials), D that of dst (T,
@@ -240,7 +238,7 @@ __device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict_
                               long long outer, long long n, long long inner,
                               long long chunk, long long chunks, int tx) {
     using C = compute_t<T>;
-    __shared__ C part[256 * V];
+    __shared__ C part[SH_BLOCK * V];
     __shared__ bool last;
     const long long tile_cols = (long long)tx * V;
     const long long tiles = (inner + tile_cols - 1) / tile_cols;
@@ -283,7 +281,7 @@ __device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict_
 // chunks > 1 the last block of a column adds its chunks' partials in chunk
 // order, so the result depends only on the shape and the block size (as in
 // sum_rows).  Any block size that is a multiple of 32, up to 1024, is
-// correct; the host launches 1024 (_plan_mid says why).
+// correct; the host launches SH_MID_BLOCK (reductions.plan_mid says why).
 // ws holds compute_t<T> values; O is the output's format (sum_rows_impl).
 template <typename T, int V, typename O>
 __device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
@@ -376,20 +374,20 @@ __device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__
 // scaling reads before the one rounding; the same kernel for float and
 // double).
 #define SH_EXPORT_ROWS(T, O, NAME)                                                   \
-    extern "C" __global__ void __launch_bounds__(256)                                \
+    extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
     NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
          long long rows, long long n, long long chunk, long long chunks) {           \
         sum_rows_impl<T, O>(a, ws, out, counters, rows, n, chunk, chunks);           \
     }
 #define SH_EXPORT_COLS(T, V, O, NAME)                                                \
-    extern "C" __global__ void __launch_bounds__(256)                                \
+    extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
     NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
          long long outer, long long n, long long inner, long long chunk,             \
          long long chunks, int tx) {                                                 \
         sum_cols_impl<T, V, O>(a, ws, out, counters, outer, n, inner, chunk, chunks, tx); \
     }
 #define SH_EXPORT_MID(T, V, O, NAME)                                                 \
-    extern "C" __global__ void __launch_bounds__(1024)                               \
+    extern "C" __global__ void __launch_bounds__(SH_MID_BLOCK)                       \
     NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
          long long A, long long M, long long I, long long chunk, long long chunks) { \
         sum_mid_impl<T, V, O>(a, ws, out, counters, A, M, I, chunk, chunks);         \

@@ -11,10 +11,11 @@
 //   softmax_rows   grid-stride over rows (rows go to lane groups or to whole
 //                  blocks, see below), so any grid size works; the block
 //                  size must be a multiple of 32, at most 1024.  The host
-//                  uses block = 256 and grid = (rows,); min(rows, 16 * SMs)
-//                  blocks are as fast for long rows and several times faster
-//                  for rows of up to 256 elements, where a warp takes several
-//                  rows and most of a grid of `rows` blocks would sit idle.
+//                  uses block = SH_BLOCK and min(rows, SH_MAX_BLOCKS_PER_SM *
+//                  SMs) blocks: as fast as a block per row for long rows and
+//                  several times faster for rows of up to 256 elements, where
+//                  a warp takes several rows and most of a grid of `rows`
+//                  blocks would sit idle.
 //   index_m_by_v   grid-stride over rows; any grid and block size.
 //   binarize_v     grid-stride over rows * cols elements; any grid and block.
 //   gather_rows    grid-stride over n * d elements; any grid and block.
@@ -340,7 +341,7 @@ __device__ __forceinline__ void gather_rows(const T* __restrict__ table,
 // Half formats: each addition is computed in float and rounded to T as it is
 // stored in out's format O.  O is T, or the compute format (the wide
 // kernel): the half formats' host path widens out into a float buffer, adds
-// there and rounds once at the end (PyCudaHandler._scatter_add_rows_m), so
+// there and rounds once at the end (PyCudaHandler._scatter_add_rows), so
 // a row hit k times is rounded once, not k times.
 template <typename T, typename O>
 __device__ __forceinline__ void scatter_add_rows(const T* __restrict__ a,

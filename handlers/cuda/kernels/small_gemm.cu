@@ -1,8 +1,8 @@
 // small_gemm: out = op(a) op(b) (+ out) for matrices so small that cuBLAS's
 // host-side work per call (~6 us: heuristics, argument checks, its launch)
 // costs more than the whole product.  PyCudaHandler routes a product here when
-// out has at most 4096 elements and the inner dimension is at most 128 (see
-// _SMALL_GEMM in pycuda_handler.py); everything larger goes to cuBLAS.
+// out and the inner dimension are at most SMALL_OUT elements and SMALL_K long
+// (handlers/cuda/products.py); everything larger goes to cuBLAS.
 //
 // Row-major: op(a) is (m, k), stored (m, k), or (k, m) when transa; op(b) is
 // (k, n), stored (k, n), or (n, k) when transb; out is (m, n).  One thread per
