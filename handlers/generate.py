@@ -5,17 +5,17 @@ and kept as ordinary Python in ``handlers/generated_ops.py`` (and
 PyCudaHandler's one-call forms in ``handlers/cuda/generated_one_call.py``),
 so that an editor, a traceback and ``inspect.getsource`` see them.  The
 kernels' launch constants (``handlers/cuda/kernels/launch_constants.cuh``)
-are written from ``handlers/cuda/reductions.py`` the same way.  Run this after
+are written from ``handlers/cuda/launch.py`` the same way.  Run this after
 changing the table or those constants; ``tests/test_optable.py`` fails while
 a file is out of date.
 """
 from handlers import optable
-from handlers.cuda import one_call, reductions
+from handlers.cuda import launch, one_call
 
 #: (path, function that gives its text) of every generated file
 FILES = ((optable.GENERATED, optable.generated_source),
          (one_call.GENERATED, one_call.generated_source),
-         (reductions.HEADER, reductions.header_source))
+         (launch.HEADER, launch.header_source))
 
 
 def main():

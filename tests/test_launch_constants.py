@@ -2,7 +2,7 @@
 decided in one place.
 
 * The launch constants (``BLOCK``, ``MID_BLOCK``, ``SUM_UNROLL``, ...) are
-  ``handlers/cuda/reductions.py``'s; the kernels read them from
+  ``handlers/cuda/launch.py``'s; the kernels read them from
   ``kernels/launch_constants.cuh``, which ``python -m handlers.generate``
   writes from there, and which the preprocessor shows them as.
 * The GEMM kinds and cuBLAS's type numbers are the extension's
@@ -18,26 +18,26 @@ from pathlib import Path
 import pytest
 
 from handlers import generate
-from handlers.cuda import reductions
+from handlers.cuda import launch
 
-KERNELS = Path(reductions.HEADER).parent
+KERNELS = Path(launch.HEADER).parent
 CXX = shutil.which("g++") or shutil.which("clang++")
 #: the header's macro -> the Python constant it copies
-MACROS = {"SH_BLOCK": reductions.BLOCK, "SH_MID_BLOCK": reductions.MID_BLOCK,
-          "SH_SUM_UNROLL": reductions.SUM_UNROLL, "SH_ROWS_PER_BLOCK": reductions.ROWS_PER_BLOCK,
-          "SH_MAX_BLOCKS_PER_SM": reductions.MAX_BLOCKS_PER_SM}
+MACROS = {"SH_BLOCK": launch.BLOCK, "SH_MID_BLOCK": launch.MID_BLOCK,
+          "SH_SUM_UNROLL": launch.SUM_UNROLL, "SH_ROWS_PER_BLOCK": launch.ROWS_PER_BLOCK,
+          "SH_MAX_BLOCKS_PER_SM": launch.MAX_BLOCKS_PER_SM}
 
 
 def test_the_header_is_generated_and_up_to_date():
     """``python -m handlers.generate`` writes the header, and the checked-in
-    one is what reductions.py gives (regenerating changes nothing)."""
-    assert (reductions.HEADER, reductions.header_source) in generate.FILES
-    assert Path(reductions.HEADER).read_text() == reductions.header_source(), (
-        f"{reductions.HEADER} is out of date: run python -m handlers.generate")
+    one is what launch.py gives (regenerating changes nothing)."""
+    assert (launch.HEADER, launch.header_source) in generate.FILES
+    assert Path(launch.HEADER).read_text() == launch.header_source(), (
+        f"{launch.HEADER} is out of date: run python -m handlers.generate")
 
 
 def test_the_header_holds_the_python_constants():
-    defined = dict(re.findall(r"^#define (SH_\w+) (\d+)$", reductions.header_source(), re.M))
+    defined = dict(re.findall(r"^#define (SH_\w+) (\d+)$", launch.header_source(), re.M))
     assert {name: int(value) for name, value in defined.items()} == MACROS
 
 

@@ -154,7 +154,7 @@ def test_a_handler_missing_a_hook_fails_when_made():
 def test_generated_files_are_up_to_date():
     """handlers/generated_ops.py and handlers/cuda/generated_one_call.py are
     what the table gives, and handlers/cuda/kernels/launch_constants.cuh what
-    handlers/cuda/reductions.py gives: after a change to either, run
+    handlers/cuda/launch.py gives: after a change to either, run
     ``python -m handlers.generate``."""
     from handlers.generate import FILES
     for path, source in FILES:

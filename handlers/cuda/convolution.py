@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import context as cuda_context
 from . import graph as cuda_graph
 from . import kernel_loader
-from .reductions import BLOCK
+from .launch import BLOCK
 
 _cudnn = None    # the extension, once load_cudnn has loaded cuDNN into it
 

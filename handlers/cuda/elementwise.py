@@ -12,7 +12,7 @@ import numpy as np
 from .. import dtypes
 from . import fused_source, kernel_loader
 from .context import enter as _enter
-from .reductions import BLOCK as _BLOCK
+from .launch import BLOCK as _BLOCK
 
 
 def axpby(h, alpha, x, beta, y):

@@ -31,13 +31,13 @@ from ..base import Handler
 from ..checks import fail_type
 from ..graphs import WORK_HOOKS
 from . import context as cuda_context
-from . import convolution, elementwise, kernel_loader, one_call, products, reductions, rows
+from . import convolution, elementwise, kernel_loader, launch, one_call, products, reductions, rows
 from . import graph as cuda_graph
 from . import transfer as cuda_transfer
 from .blas import KINDS, make_gemm
 from .resources import ClosedGemm, GpuEvent, Resources, StreamSlot
 
-_BLOCK = reductions.BLOCK
+_BLOCK = launch.BLOCK
 # kernel_loader.launch_function(), bound when the first handler is created:
 # launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *args)
 _launch_kernel = None
@@ -136,7 +136,7 @@ class PyCudaHandler(Handler):
         # One stream (slot) per group: no op uses more than one.
         self._slots = [StreamSlot(drv, self._pool, blas_ws) for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
-        self._max_blocks = reductions.MAX_BLOCKS_PER_SM * sms
+        self._max_blocks = launch.MAX_BLOCKS_PER_SM * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
                      else int(seed) & (2**64 - 1), 0]   # [seed, offset], shared by views
         self._rng_lock = threading.Lock()   # reserves offsets: threads never share draws

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from .. import shape_rules
 from ..checks import fail_value
 from .context import enter as _enter
-from .reductions import BLOCK
+from .launch import BLOCK
 
 #: Products with at most SMALL_OUT output elements and inner dimension at most
 #: SMALL_K run on kernels/small_gemm.cu instead of cuBLAS, whose host work per

@@ -6,7 +6,7 @@ body names them); they launch through ``h._launch`` and ``h._run``.  Kernels
 that stride over rows take a grid that fills the GPU (``h._max_blocks``),
 which is much faster for short rows than a block per row.
 """
-from .reductions import BLOCK, ROWS_PER_BLOCK
+from .launch import BLOCK, ROWS_PER_BLOCK
 
 
 def softmax_m(h, m, out):

@@ -26,7 +26,7 @@
 // SH_MAX_BLOCKS_PER_SM * SMs blocks of ceil(n / (SH_BLOCK * VEC)), where
 // VEC = kVec<T> (4 for float, 2 for double, 8 for the halves).  The SH_
 // launch constants come from launch_constants.cuh, which the host writes
-// from its own (handlers/cuda/reductions.py).
+// from its own (handlers/cuda/launch.py).
 #ifndef STREAMHANDLERS_KERNELS_COMMON_CUH
 #define STREAMHANDLERS_KERNELS_COMMON_CUH
 

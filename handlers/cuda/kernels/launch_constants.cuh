@@ -1,5 +1,5 @@
 // The host's launch constants (BLOCK, MID_BLOCK, ... in
-// handlers/cuda/reductions.py), by which the kernels size their shared
+// handlers/cuda/launch.py), by which the kernels size their shared
 // memory, launch bounds and loops.
 //
 // Written by `python -m handlers.generate`: do not edit by hand.

@@ -51,7 +51,7 @@ template <typename T> struct Load<T, 1> { using type = T; };
 template <> struct Load<float, 8> { using type = sh::Float8; };
 
 // Loads in flight per thread in sum_cols; the host rounds chunks to match
-// (SUM_UNROLL in handlers/cuda/reductions.py, SH_SUM_UNROLL of
+// (SUM_UNROLL in handlers/cuda/launch.py, SH_SUM_UNROLL of
 // launch_constants.cuh).  16 beat 8 and 12 on an H200 (median of five
 // interleaved runs: 8192x4096 axis 0 93.0% of copy against 86.3% with 8,
 // 1Mx16 axis 0 72.6% against 69.2%, (64,128,32,32) axis 1 70.8% against

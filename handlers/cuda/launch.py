@@ -1,0 +1,43 @@
+"""The launch constants every op family of PyCudaHandler shares, defined
+once: the host plans grids with them, and the kernels get them from
+``kernels/launch_constants.cuh``, which ``header_source`` writes (``python -m
+handlers.generate``; a test fails while the header is out of date).
+"""
+import os
+
+from .kernel_loader import KERNEL_DIR
+
+#: Threads per block of the grid-stride kernels (elementwise, sum_rows, sum_cols)
+BLOCK = 256
+#: Threads per block of sum_mid (``plan_mid`` says why so many)
+MID_BLOCK = 1024
+#: Loads in flight per thread in sum_cols (``UNROLL`` in reduce.cu)
+SUM_UNROLL = 16
+#: Rows per block of the kernels that give each row a warp (32 threads)
+ROWS_PER_BLOCK = BLOCK // 32
+#: Blocks per multiprocessor at most in a grid that strides over its work
+MAX_BLOCKS_PER_SM = 16
+
+#: The kernels' copy of these numbers (``header_source``)
+HEADER = os.path.join(KERNEL_DIR, "launch_constants.cuh")
+
+
+def header_source():
+    """The text of ``kernels/launch_constants.cuh``: the launch constants
+    above as the macros the kernels use (``SH_BLOCK``, ...).  ``python -m
+    handlers.generate`` writes it."""
+    values = {"SH_BLOCK": BLOCK, "SH_MID_BLOCK": MID_BLOCK, "SH_SUM_UNROLL": SUM_UNROLL,
+              "SH_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "SH_MAX_BLOCKS_PER_SM": MAX_BLOCKS_PER_SM}
+    return "\n".join([
+        "// The host's launch constants (BLOCK, MID_BLOCK, ... in",
+        "// handlers/cuda/launch.py), by which the kernels size their shared",
+        "// memory, launch bounds and loops.",
+        "//",
+        "// Written by `python -m handlers.generate`: do not edit by hand.",
+        "#ifndef STREAMHANDLERS_KERNELS_LAUNCH_CONSTANTS_CUH",
+        "#define STREAMHANDLERS_KERNELS_LAUNCH_CONSTANTS_CUH",
+        "",
+        *(f"#define {name} {value}" for name, value in values.items()),
+        "",
+        "#endif",
+        ""])
