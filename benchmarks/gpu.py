@@ -46,15 +46,17 @@ def optional_peers():
 class EventTimer:
     """Median device time (ms) of a callable, with the events of ``lib``.
 
-    ``lib`` is ``"pycuda"`` (give ``stream``, a pycuda Stream), ``"torch"`` or
-    ``"cupy"`` (their current stream).
+    ``lib`` is ``"pycuda"`` (PyCudaHandler: give ``stream``, a handler's
+    ``stream``; timing events of the ``handlers.cuda._launch`` extension),
+    ``"torch"`` or ``"cupy"`` (their current stream).
     """
 
     def __init__(self, lib, stream=None, module=None):
         self.lib, self.stream, self.module = lib, stream, module
         if lib == "pycuda":
-            import pycuda.driver as drv
-            self._pair = lambda: (drv.Event(), drv.Event())
+            from handlers.cuda import kernel_loader
+            ext = self._ext = kernel_loader.require()
+            self._pair = lambda: (ext.timing_event_new(), ext.timing_event_new())
         elif lib == "torch":
             ev = module.cuda.Event
             self._pair = lambda: (ev(enable_timing=True), ev(enable_timing=True))
@@ -63,14 +65,15 @@ class EventTimer:
 
     def _record(self, ev):
         if self.lib == "pycuda":
-            ev.record(self.stream)
+            self._ext.record(ev, self.stream.handle)
         else:
             ev.record()
 
     def _elapsed(self, start, end):
-        end.synchronize()
         if self.lib == "pycuda":
-            return end.time_since(start)
+            self._ext.event_sync(end)
+            return self._ext.event_elapsed(start, end)
+        end.synchronize()
         if self.lib == "torch":
             return start.elapsed_time(end)
         return self.module.cuda.get_elapsed_time(start, end)

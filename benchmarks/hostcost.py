@@ -34,13 +34,15 @@ def _floors(h, calls):
     fn = mod.get_function("nop")
     fn.prepare("Pq")
     stream = h.stream
+    # pycuda's own calls, measured for comparison, take pycuda's Stream.
+    pstream, psync = drv.Stream(flags=1), drv.Context.synchronize
     args = struct.pack("Pq", int(x.gpudata), 1000)
     out["pycuda _launch_kernel, packed"] = host_overhead_us(
-        lambda: fn._launch_kernel((4, 1), (256, 1, 1), args, 0, stream), calls,
-        sync=h.synchronize_all_streams)
+        lambda: fn._launch_kernel((4, 1), (256, 1, 1), args, 0, pstream), calls,
+        sync=psync)
     out["pycuda prepared_async_call"] = host_overhead_us(
-        lambda: fn.prepared_async_call((4, 1), (256, 1, 1), stream, x.gpudata, 1000), calls,
-        sync=h.synchronize_all_streams)
+        lambda: fn.prepared_async_call((4, 1), (256, 1, 1), pstream, x.gpudata, 1000), calls,
+        sync=psync)
 
     # The kernel's parameters for the raw launches, built once: each entry of
     # params points at one argument's value.
@@ -125,11 +127,10 @@ def _floors(h, calls):
 
     out.update(_gemm_floors(h, calls))
     ev = drv.Event(flags=drv.event_flags.DISABLE_TIMING)
-    other = h.with_streams(1).stream
-    out["event record"] = host_overhead_us(lambda: ev.record(stream), calls,
-                                           sync=h.synchronize_all_streams)
+    other = drv.Stream(flags=1)
+    out["event record"] = host_overhead_us(lambda: ev.record(pstream), calls, sync=psync)
     out["stream wait_for_event"] = host_overhead_us(lambda: other.wait_for_event(ev), calls,
-                                                    sync=h.synchronize_all_streams)
+                                                    sync=psync)
     v1 = h.with_streams(1)
     out["view.wait_for(handler)"] = host_overhead_us(lambda: v1.wait_for(h), calls,
                                                      sync=h.synchronize_all_streams)
@@ -264,19 +265,23 @@ def device_us(h, fn, big, out, calls=400):
     the device alone (``big`` and ``out``: 4096x4096 arrays for those gemms).
     When this is close to the host time per call, a host measurement of
     back-to-back calls is bounded by the device."""
-    import pycuda.driver as drv
+    from handlers.cuda import kernel_loader
+    ext = kernel_loader.require()
     for _ in range(20):
         fn()
-    start, end = drv.Event(), drv.Event()
+    start, end = ext.timing_event_new(), ext.timing_event_new()
     h.synchronize_all_streams()
     for _ in range(3):
         h.dot_mm(big, big, out)
-    start.record(h.stream)
+    ext.record(start, h.stream.handle)
     for _ in range(calls):
         fn()
-    end.record(h.stream)
-    end.synchronize()
-    return start.time_till(end) * 1000.0 / calls
+    ext.record(end, h.stream.handle)
+    ext.event_sync(end)
+    ms = ext.event_elapsed(start, end)
+    ext.event_free(start)
+    ext.event_free(end)
+    return ms * 1000.0 / calls
 
 
 def main(argv=None):

@@ -253,12 +253,13 @@ def _check_elementwise(libs, op, host, checks, what):
 def copy_spread(h, n, reps=15):
     """Device-to-device copy bandwidth of ``n`` elements, bytes/s (read +
     written): a spread."""
-    import pycuda.driver as drv
+    from handlers.cuda import kernel_loader
+    copy = kernel_loader.require().copy_dtod
     src, dst = h.allocate((n,)), h.allocate((n,))
     h.fill(src, 1.0)
     timer = EventTimer("pycuda", h.stream)
-    ms = timer.measure(lambda i: drv.memcpy_dtod_async(dst.gpudata, src.gpudata,
-                                                       dst.nbytes, h.stream),
+    ms = timer.measure(lambda i: copy(int(dst.gpudata), int(src.gpudata), dst.nbytes,
+                                      h.stream.handle),
                        reps=reps, inner=LOOP)
     return derive(ms, lambda t: 2 * dst.nbytes / (t * 1e-3))
 
@@ -474,9 +475,9 @@ def gemms(hs, libs, sizes, checks, reps):
 def mxb(h, n, iters, checks, reps):
     """The resident m·x+b loop on the handler against a bare cuBLAS loop
     (device time) and NumPy on the CPU (host time)."""
-    import pycuda.driver as drv
-
     from benchmarks.mxb import mxb_loop, numpy_loop
+    from handlers.cuda import kernel_loader
+    copy = kernel_loader.require().copy_dtod
     rng = np.random.default_rng(4)
     m_h, x_h = rng.standard_normal((n, n)).astype(F32), rng.standard_normal((n, n)).astype(F32)
     b_h = rng.standard_normal((n, 1)).astype(F32)
@@ -488,7 +489,7 @@ def mxb(h, n, iters, checks, reps):
 
     def bare(i):
         for _ in range(iters):   # y = b (broadcast copy), then y += m x
-            drv.memcpy_dtod_async(y_bare.gpudata, bfull.gpudata, y.nbytes, h.stream)
+            copy(int(y_bare.gpudata), int(bfull.gpudata), y.nbytes, h.stream.handle)
             gemm(0, 0, n, n, n, 1.0, x.gpudata, n, m.gpudata, n, 1.0, y_bare.gpudata, n)
     ms = interleaved({"ours": (timer, lambda i: mxb_loop(h, m, x, b, y, iters)),
                       "bare": (timer, bare)}, reps=reps, warmup=1)

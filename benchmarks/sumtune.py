@@ -119,7 +119,8 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
     """Fixed cost and bandwidth of the bias-gradient sum, a copy and
     PyTorch's full sum over (batch, 128, 32, 32), and the fraction of copy
     they imply for batch 64."""
-    import pycuda.driver as drv
+    from handlers.cuda import kernel_loader
+    ext = kernel_loader.require()
     try:
         import torch
         tt = EventTimer("torch", module=torch) if torch.cuda.is_available() else None
@@ -138,7 +139,8 @@ def bound(h, timer, copy_bw, rng, batches=(16, 32, 64, 128, 256)):
         rows["sum_t (0, 2, 3)"][1].append(1e3 * timer.time(
             lambda i: h.sum_t(xs[i % 2], (0, 2, 3), out), inner=LOOP))
         rows["copy (same bytes)"][1].append(1e3 * timer.time(
-            lambda i: drv.memcpy_dtod_async(dst.gpudata, xs[i % 2].gpudata, nb, h.stream),
+            lambda i: ext.copy_dtod(int(dst.gpudata), int(xs[i % 2].gpudata), nb,
+                                    h.stream.handle),
             inner=LOOP))
         # our own elementwise kernel (y = 2x + 0.5y: x and y read, y written)
         # as a second reference: is the fixed cost the sum's, or any kernel's?

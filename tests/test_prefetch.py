@@ -340,24 +340,25 @@ def test_uploads_overlap_compute(handler, rng, monkeypatch):
     the compute stream) is the control: there the same check must find none.
     """
     _gpu_only(handler)
-    drv = handler._drv
+    from handlers.cuda import kernel_loader
+    ext = kernel_loader.require()     # timing events and copies, on stream handles
     n, steps = 2048, 12
     w = handler.create_from_numpy(rng.standard_normal((n, n)) / n)
     data = handler.pin(rng.standard_normal((steps, n, n)).astype(handler.dtype))
     y = handler.allocate((n, n))
-    stream = handler.stream
+    stream = handler.stream.handle
     uploads, gemms = [], []
 
     def traced(record_to, fn, s):
-        begin, end = drv.Event(), drv.Event()
-        begin.record(s)
+        begin, end = ext.timing_event_new(), ext.timing_event_new()
+        ext.record(begin, s)
         fn()
-        end.record(s)
+        ext.record(end, s)
         record_to.append((begin, end))
 
-    real_copy = drv.memcpy_htod_async
+    real_copy = ext.copy_htod
 
-    def traced_copy(dst, src, s=None):
+    def traced_copy(dst, src, s):
         traced(uploads, lambda: real_copy(dst, src, s), s)
 
     def step(xb):      # one gemm takes about as long as one upload
@@ -365,11 +366,14 @@ def test_uploads_overlap_compute(handler, rng, monkeypatch):
 
     def measure(run):
         uploads.clear(), gemms.clear()
-        ref = drv.Event()
-        ref.record(stream)
+        ref = ext.timing_event_new()
+        ext.record(ref, stream)
         run()
         handler.synchronize_all_streams()
-        span = [[(a.time_since(ref), b.time_since(ref)) for a, b in x] for x in (uploads, gemms)]
+        span = [[(ext.event_elapsed(ref, a), ext.event_elapsed(ref, b)) for a, b in x]
+                for x in (uploads, gemms)]
+        for ev in [ref, *(e for x in (uploads, gemms) for pair in x for e in pair)]:
+            ext.event_free(ev)
         assert all(b > a for a, b in span[1]), span
         return span
 
@@ -385,7 +389,8 @@ def test_uploads_overlap_compute(handler, rng, monkeypatch):
     xb = handler.allocate((n, n))
     ups, gs = measure(serial)
     assert len(ups) == len(gs) == steps and _overlaps(ups, gs) == 0, (ups, gs)
-    monkeypatch.setattr(drv, "memcpy_htod_async", traced_copy)
+    # Each prefetch's transfer takes the extension's copy when it starts.
+    monkeypatch.setattr(ext, "copy_htod", traced_copy)
     overlapped()                  # warm-up: slots and events allocated
     ups, gs = measure(overlapped)
     assert len(ups) == len(gs) == steps, (ups, gs)

@@ -1,11 +1,15 @@
 /* handlers.cuda._launch: the driver calls besides launches and events.
  *
- * Module loading, stream capture and CUDA graphs, a 32-bit memset, page-locking
- * of host memory, a status's name, and cuBLAS's workspace setter.  Handles and
- * addresses are Python ints.  Each function converts and checks its arguments
- * before it needs libcuda, so a wrong type is a TypeError on any machine, then
- * makes one call; a failed call raises CudaError naming it and its status
- * (driver_error, blas_error).
+ * Streams, asynchronous copies, page-locked host memory, timing events, the
+ * context's synchronize, device attributes, module loading, stream capture
+ * and CUDA graphs, a 32-bit memset, page-locking of host memory, a status's
+ * name, and cuBLAS's workspace setter.  Handles and addresses are Python ints;
+ * a copy's host memory is an object with the buffer protocol (a NumPy array).
+ * Each function converts and checks its arguments before it needs libcuda,
+ * so a wrong type is a TypeError on any machine, then makes one call; a
+ * failed call raises CudaError naming it and its status (driver_error,
+ * blas_error).  Calls that may wait for the device or the host's pages
+ * release the GIL.
  *
  * The symbols come from the libcuda handle that load() opened
  * (resolve_driver_calls); a function whose symbol that driver lacks raises
@@ -31,6 +35,15 @@ typedef int (*handle_fn)(void *);   /* cuGraphDestroy, cuGraphExecDestroy, cuMem
 typedef int (*memset_d32_fn)(unsigned long long, unsigned, size_t, void *);
 typedef int (*host_register_fn)(void *, size_t, unsigned);
 typedef int (*set_workspace_fn)(void *, void *, size_t);
+typedef int (*stream_create_fn)(void **, unsigned);
+typedef int (*copy_htod_fn)(unsigned long long, const void *, size_t, void *);
+typedef int (*copy_dtoh_fn)(void *, unsigned long long, size_t, void *);
+typedef int (*copy_dtod_fn)(unsigned long long, unsigned long long, size_t, void *);
+typedef int (*ctx_sync_fn)(void);
+typedef int (*elapsed_fn)(float *, void *, void *);
+typedef int (*device_get_fn)(int *, int);
+typedef int (*device_attribute_fn)(int *, int, int);
+typedef int (*host_alloc_fn)(void **, size_t, unsigned);
 
 static module_load_fn cu_module_load;
 static module_function_fn cu_module_function;
@@ -43,6 +56,17 @@ static graph_launch_fn cu_graph_launch;
 static handle_fn cu_graph_destroy, cu_graph_exec_destroy, cu_host_unregister;
 static memset_d32_fn cu_memset_d32;
 static host_register_fn cu_host_register;
+/* cuStreamDestroy, cuStreamSynchronize, cuMemFreeHost */
+static handle_fn cu_stream_destroy, cu_stream_sync, cu_host_free;
+static stream_create_fn cu_stream_create;
+static copy_htod_fn cu_copy_htod;
+static copy_dtoh_fn cu_copy_dtoh;
+static copy_dtod_fn cu_copy_dtod;
+static ctx_sync_fn cu_ctx_sync;
+static elapsed_fn cu_elapsed;
+static device_get_fn cu_device_get;
+static device_attribute_fn cu_device_attribute;
+static host_alloc_fn cu_host_alloc;
 
 void resolve_driver_calls(void *lib) {
     cu_module_load = (module_load_fn)dlsym(lib, "cuModuleLoadData");
@@ -58,6 +82,18 @@ void resolve_driver_calls(void *lib) {
     cu_memset_d32 = (memset_d32_fn)dlsym(lib, "cuMemsetD32Async");
     cu_host_register = (host_register_fn)dlsym(lib, "cuMemHostRegister_v2");
     cu_host_unregister = (handle_fn)dlsym(lib, "cuMemHostUnregister");
+    cu_stream_create = (stream_create_fn)dlsym(lib, "cuStreamCreate");
+    cu_stream_destroy = (handle_fn)dlsym(lib, "cuStreamDestroy_v2");
+    cu_stream_sync = (handle_fn)dlsym(lib, "cuStreamSynchronize");
+    cu_copy_htod = (copy_htod_fn)dlsym(lib, "cuMemcpyHtoDAsync_v2");
+    cu_copy_dtoh = (copy_dtoh_fn)dlsym(lib, "cuMemcpyDtoHAsync_v2");
+    cu_copy_dtod = (copy_dtod_fn)dlsym(lib, "cuMemcpyDtoDAsync_v2");
+    cu_ctx_sync = (ctx_sync_fn)dlsym(lib, "cuCtxSynchronize");
+    cu_elapsed = (elapsed_fn)dlsym(lib, "cuEventElapsedTime");
+    cu_device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
+    cu_device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
+    cu_host_alloc = (host_alloc_fn)dlsym(lib, "cuMemHostAlloc");
+    cu_host_free = (handle_fn)dlsym(lib, "cuMemFreeHost");
 }
 
 /* 1 if libcuda is loaded, the context current and `symbol` was found there
@@ -111,7 +147,14 @@ static int as_handle(const char *what, const char *name, PyObject *o, void **out
     return 0;
 }
 
+/* A byte or element count: as as_u64, but a negative one is a ValueError. */
 static int as_size(const char *what, const char *name, PyObject *o, size_t *out) {
+    int overflow = 0;
+    long long sign = PyLong_Check(o) ? PyLong_AsLongLongAndOverflow(o, &overflow) : 0;
+    if (overflow < 0 || (!overflow && sign < 0)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must not be negative", what, name);
+        return 0;
+    }
     unsigned long long v;
     if (!as_u64(what, name, o, &v)) return 0;
     if (v > SIZE_MAX) {
@@ -382,6 +425,228 @@ static PyObject *py_blas_set_workspace(PyObject *self, PyObject *const *args,
     Py_RETURN_NONE;
 }
 
+/* Streams ------------------------------------------------------------------ */
+#define CU_STREAM_NON_BLOCKING 1
+
+/* stream_new() -> int: cuStreamCreate of a stream that does not wait for
+ * the legacy NULL stream (CU_STREAM_NON_BLOCKING). */
+static PyObject *py_stream_new(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    if (!ready("stream_new", cu_stream_create != NULL, "cuStreamCreate")) return NULL;
+    void *stream = NULL;
+    int rc = cu_stream_create(&stream, CU_STREAM_NON_BLOCKING);
+    if (rc) return driver_error("cuStreamCreate", rc);
+    return PyLong_FromVoidPtr(stream);
+}
+
+static PyObject *py_stream_free(PyObject *self, PyObject *arg) {
+    (void)self;
+    return destroy("stream_free", "stream", arg, cu_stream_destroy, "cuStreamDestroy_v2");
+}
+
+/* stream_sync(stream): cuStreamSynchronize; other Python threads (prefetch's
+ * reader and stager) run while this one waits. */
+static PyObject *py_stream_sync(PyObject *self, PyObject *arg) {
+    (void)self;
+    void *stream;
+    if (!as_handle("stream_sync", "stream", arg, &stream)) return NULL;
+    if (!ready("stream_sync", cu_stream_sync != NULL, "cuStreamSynchronize")) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_stream_sync(stream);
+    Py_END_ALLOW_THREADS
+    if (rc) return driver_error("cuStreamSynchronize", rc);
+    Py_RETURN_NONE;
+}
+
+/* context_sync(): cuCtxSynchronize, without the GIL. */
+static PyObject *py_context_sync(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    if (!ready("context_sync", cu_ctx_sync != NULL, "cuCtxSynchronize")) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_ctx_sync();
+    Py_END_ALLOW_THREADS
+    if (rc) return driver_error("cuCtxSynchronize", rc);
+    Py_RETURN_NONE;
+}
+
+/* Copies ------------------------------------------------------------------- */
+
+/* The host side of a copy: a C- or Fortran-contiguous buffer (writable for
+ * `writable`), as pycuda's copies take it; 0 with an exception set.  The
+ * caller releases it (PyBuffer_Release). */
+static int host_buffer(const char *what, const char *name, PyObject *o, int writable,
+                       Py_buffer *view) {
+    if (!PyObject_CheckBuffer(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a host array (buffer), not %.200s", what,
+                     name, Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    return PyObject_GetBuffer(o, view, PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
+           == 0;
+}
+
+/* copy_htod(dst, src, stream): cuMemcpyHtoDAsync of host buffer `src` (all
+ * of it) to device address `dst`.  Without the GIL: from pageable memory
+ * the driver stages the data before it returns. */
+static PyObject *py_copy_htod(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "copy_htod";
+    unsigned long long dst;
+    void *stream;
+    if (!check_nargs(what, nargs, 3) || !as_u64(what, "dst", args[0], &dst) ||
+        !as_pointer(what, "stream", args[2], &stream))
+        return NULL;
+    Py_buffer src;
+    if (!host_buffer(what, "src", args[1], 0, &src)) return NULL;
+    if (!dst || !ready(what, cu_copy_htod != NULL, "cuMemcpyHtoDAsync_v2")) {
+        if (!dst) PyErr_Format(PyExc_ValueError, "%s: null dst", what);
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_copy_htod(dst, src.buf, (size_t)src.len, stream);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    if (rc) return driver_error("cuMemcpyHtoDAsync", rc);
+    Py_RETURN_NONE;
+}
+
+/* copy_dtoh(dst, src, stream): cuMemcpyDtoHAsync from device address `src`
+ * into writable host buffer `dst` (all of it), without the GIL. */
+static PyObject *py_copy_dtoh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "copy_dtoh";
+    unsigned long long src;
+    void *stream;
+    if (!check_nargs(what, nargs, 3) || !as_u64(what, "src", args[1], &src) ||
+        !as_pointer(what, "stream", args[2], &stream))
+        return NULL;
+    Py_buffer dst;
+    if (!host_buffer(what, "dst", args[0], 1, &dst)) return NULL;
+    if (!src || !ready(what, cu_copy_dtoh != NULL, "cuMemcpyDtoHAsync_v2")) {
+        if (!src) PyErr_Format(PyExc_ValueError, "%s: null src", what);
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_copy_dtoh(dst.buf, src, (size_t)dst.len, stream);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&dst);
+    if (rc) return driver_error("cuMemcpyDtoHAsync", rc);
+    Py_RETURN_NONE;
+}
+
+/* copy_dtod(dst, src, nbytes, stream): cuMemcpyDtoDAsync between device
+ * addresses; queued on the stream, so the GIL is kept. */
+static PyObject *py_copy_dtod(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "copy_dtod";
+    unsigned long long dst, src;
+    size_t nbytes;
+    void *stream;
+    if (!check_nargs(what, nargs, 4) || !as_u64(what, "dst", args[0], &dst) ||
+        !as_u64(what, "src", args[1], &src) || !as_size(what, "nbytes", args[2], &nbytes) ||
+        !as_pointer(what, "stream", args[3], &stream))
+        return NULL;
+    if (!dst || !src) {
+        PyErr_Format(PyExc_ValueError, "%s: null address", what);
+        return NULL;
+    }
+    if (!ready(what, cu_copy_dtod != NULL, "cuMemcpyDtoDAsync_v2")) return NULL;
+    int rc = cu_copy_dtod(dst, src, nbytes, stream);
+    if (rc) return driver_error("cuMemcpyDtoDAsync", rc);
+    Py_RETURN_NONE;
+}
+
+/* Page-locked host memory ---------------------------------------------------- */
+
+/* host_alloc(nbytes) -> int: cuMemHostAlloc (no flags), the address of
+ * nbytes (> 0) page-locked bytes; the driver locks them without the GIL. */
+static PyObject *py_host_alloc(PyObject *self, PyObject *arg) {
+    (void)self;
+    size_t nbytes;
+    if (!as_size("host_alloc", "nbytes", arg, &nbytes)) return NULL;
+    if (!nbytes) {
+        PyErr_SetString(PyExc_ValueError, "host_alloc: nbytes must be positive");
+        return NULL;
+    }
+    if (!ready("host_alloc", cu_host_alloc != NULL, "cuMemHostAlloc")) return NULL;
+    void *address = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_host_alloc(&address, nbytes, 0);
+    Py_END_ALLOW_THREADS
+    if (rc) return driver_error("cuMemHostAlloc", rc);
+    return PyLong_FromVoidPtr(address);
+}
+
+/* host_free(address): cuMemFreeHost of host_alloc's memory, without the GIL. */
+static PyObject *py_host_free(PyObject *self, PyObject *arg) {
+    (void)self;
+    void *address;
+    if (!as_handle("host_free", "address", arg, &address)) return NULL;
+    if (!ready("host_free", cu_host_free != NULL, "cuMemFreeHost")) return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cu_host_free(address);
+    Py_END_ALLOW_THREADS
+    if (rc) return driver_error("cuMemFreeHost", rc);
+    Py_RETURN_NONE;
+}
+
+/* Timing events and device attributes ---------------------------------------- */
+
+/* timing_event_new() -> int: a CUevent that records time (CU_EVENT_DEFAULT),
+ * for event_elapsed; freed with event_free. */
+static PyObject *py_timing_event_new(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    if (!ready("timing_event_new", cu_event_create != NULL, "cuEventCreate")) return NULL;
+    void *ev = NULL;
+    int rc = cu_event_create(&ev, 0);
+    if (rc) return driver_error("cuEventCreate", rc);
+    return PyLong_FromVoidPtr(ev);
+}
+
+/* event_elapsed(start, end) -> float: cuEventElapsedTime, the milliseconds
+ * between two completed timing events. */
+static PyObject *py_event_elapsed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "event_elapsed";
+    void *start, *end;
+    if (!check_nargs(what, nargs, 2) || !as_handle(what, "start", args[0], &start) ||
+        !as_handle(what, "end", args[1], &end))
+        return NULL;
+    if (!ready(what, cu_elapsed != NULL, "cuEventElapsedTime")) return NULL;
+    float ms = 0.0f;
+    int rc = cu_elapsed(&ms, start, end);
+    if (rc) return driver_error("cuEventElapsedTime", rc);
+    return PyFloat_FromDouble((double)ms);
+}
+
+/* device_attribute(attribute, ordinal) -> int: cuDeviceGetAttribute of a
+ * CUdevice_attribute (cuda.h's number) of the device at `ordinal`. */
+static PyObject *py_device_attribute(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "device_attribute";
+    unsigned attribute, ordinal;
+    if (!check_nargs(what, nargs, 2) || !as_uint(what, "attribute", args[0], INT_MAX, &attribute) ||
+        !as_uint(what, "ordinal", args[1], INT_MAX, &ordinal))
+        return NULL;
+    if (!ready(what, cu_device_get != NULL && cu_device_attribute != NULL,
+               "cuDeviceGetAttribute"))
+        return NULL;
+    int device = 0, value = 0;
+    int rc = cu_device_get(&device, (int)ordinal);
+    if (rc) return driver_error("cuDeviceGet", rc);
+    rc = cu_device_attribute(&value, (int)attribute, device);
+    if (rc) return driver_error("cuDeviceGetAttribute", rc);
+    return PyLong_FromLong(value);
+}
+
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef driver_methods[] = {
@@ -413,6 +678,31 @@ static PyMethodDef driver_methods[] = {
      "error_name(code) -> str: the driver's name of a CUresult."},
     {"blas_set_workspace", FASTCALL(py_blas_set_workspace),
      "blas_set_workspace(symbol, handle, address, nbytes): cublasSetWorkspace_v2 at `symbol`."},
+    {"stream_new", py_stream_new, METH_NOARGS,
+     "stream_new() -> int: cuStreamCreate, a CU_STREAM_NON_BLOCKING CUstream."},
+    {"stream_free", py_stream_free, METH_O, "stream_free(stream): cuStreamDestroy."},
+    {"stream_sync", py_stream_sync, METH_O,
+     "stream_sync(stream): cuStreamSynchronize (without the GIL)."},
+    {"context_sync", py_context_sync, METH_NOARGS,
+     "context_sync(): cuCtxSynchronize (without the GIL)."},
+    {"copy_htod", FASTCALL(py_copy_htod),
+     "copy_htod(dst, src, stream): cuMemcpyHtoDAsync of the whole host buffer `src` to "
+     "device address `dst` (without the GIL)."},
+    {"copy_dtoh", FASTCALL(py_copy_dtoh),
+     "copy_dtoh(dst, src, stream): cuMemcpyDtoHAsync from device address `src` into the "
+     "whole writable host buffer `dst` (without the GIL)."},
+    {"copy_dtod", FASTCALL(py_copy_dtod),
+     "copy_dtod(dst, src, nbytes, stream): cuMemcpyDtoDAsync between device addresses."},
+    {"host_alloc", py_host_alloc, METH_O,
+     "host_alloc(nbytes) -> int: cuMemHostAlloc; the address of nbytes page-locked bytes."},
+    {"host_free", py_host_free, METH_O, "host_free(address): cuMemFreeHost."},
+    {"timing_event_new", py_timing_event_new, METH_NOARGS,
+     "timing_event_new() -> int: a CUevent that records time (free it with event_free)."},
+    {"event_elapsed", FASTCALL(py_event_elapsed),
+     "event_elapsed(start, end) -> float: cuEventElapsedTime, milliseconds."},
+    {"device_attribute", FASTCALL(py_device_attribute),
+     "device_attribute(attribute, ordinal) -> int: cuDeviceGetAttribute of the device at "
+     "`ordinal`."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,8 +7,11 @@
  * driver's own launch.  This file packs the arguments and makes the call in
  * one C function (METH_FASTCALL: no argument tuple is built), and holds the
  * event calls.  _one_call.c checks and launches the most frequent ops in one
- * call; _driver.c has the remaining driver calls (module loading, stream
- * capture and graphs, memset, host page-locking) and cuBLAS's workspace setter.
+ * call; _driver.c has the remaining driver calls (streams, copies, pinned
+ * host memory, module loading, stream capture and graphs, memset, host
+ * page-locking, timing events, device attributes) and cuBLAS's workspace
+ * setter.  pycuda remains the array library (GPUArray, its memory pool and
+ * the context it needs) and nvcc's front end, and makes no other driver call.
  *
  * It needs no CUDA headers or libraries at build time: load() opens libcuda at
  * run time and the few driver types used here are plain integers and
@@ -66,7 +69,6 @@ static int out_type(int kind) {
     return kind >= GEMM_BF16_TO_F32 ? CUDA_R_32F : half_type(kind);
 }
 
-typedef int (*event_create_fn)(void **, unsigned);
 typedef int (*event_fn)(void *);                      /* destroy, query, synchronize */
 typedef int (*event_record_fn)(void *, void *);       /* (event, stream) */
 typedef int (*stream_wait_fn)(void *, void *, unsigned);
@@ -75,7 +77,7 @@ typedef int (*ctx_set_fn)(void *);
 
 launch_fn cu_launch;
 static error_name_fn cu_error_name;
-static event_create_fn cu_event_create;
+event_create_fn cu_event_create;
 static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
 static event_record_fn cu_event_record;
 static stream_wait_fn cu_stream_wait;

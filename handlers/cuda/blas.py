@@ -229,7 +229,7 @@ _NO_REDUCED_REDUCTION = 16
 
 
 def make_gemm(backend, dtype, stream, tf32=False):
-    """Return a GEMM callable for ``backend`` bound to ``stream`` (a pycuda Stream).
+    """Return a GEMM callable for ``backend`` bound to ``stream`` (a ``resources.Stream``).
 
     ``transa``/``transb`` are 0 (no transpose) or 1 (transpose), as in
     ``cublasOperation_t``.  ``tf32`` sets the handle's math mode to

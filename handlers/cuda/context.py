@@ -1,5 +1,12 @@
 """The device's primary CUDA context, shared with PyTorch and CuPy.
 
+The one place besides the extension that calls the driver, through
+``pycuda.driver``: pycuda's arrays (GPUArray) and memory pool need pycuda's
+own context object and its per-thread context stack, so the context is
+retained, pushed and popped here with pycuda.  Every other driver call goes
+through ``handlers.cuda._launch``, which makes this context current on a
+thread that has none (``set_context``).
+
 pycuda needs a current context.  We retain the device's *primary* context (the
 one the CUDA runtime, and so PyTorch and CuPy, use); a private context would
 break launches once another library loads.  The thread that creates the first

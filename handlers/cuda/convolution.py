@@ -265,16 +265,22 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
     try:
         if len(found) > 1 and timed and not pinned:
             times = []
-            start, end = h._drv.Event(), h._drv.Event()
-            for ptr, nbytes, _, _ in found:
-                ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
-                for k in range(5):
-                    if k == 2:
-                        start.record(slot.stream)
-                    _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
-                end.record(slot.stream)
-                end.synchronize()
-                times.append(start.time_till(end))
+            ext = kernel_loader.require()
+            start, end = ext.timing_event_new(), ext.timing_event_new()
+            try:
+                for ptr, nbytes, _, _ in found:
+                    ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
+                    for k in range(5):
+                        if k == 2:
+                            ext.record(start, slot.handle)
+                        _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata,
+                                              ws)
+                    ext.record(end, slot.handle)
+                    ext.event_sync(end)
+                    times.append(ext.event_elapsed(start, end))
+            finally:
+                ext.event_free(start)
+                ext.event_free(end)
             best = found[times.index(min(times))]
     except BaseException:
         for cand in found:

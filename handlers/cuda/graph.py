@@ -1,7 +1,7 @@
 """CUDA graphs through the driver API: stream capture, instantiation, launch.
 
-pycuda has no graph API, so these calls go through the ``handlers.cuda._launch``
-extension (``kernel_loader.require()``).  A failed capture call raises
+These calls, like every driver call of the package, go through the
+``handlers.cuda._launch`` extension (``kernel_loader.require()``).  A failed capture call raises
 ``CaptureError`` (the capture cannot go on); a failed launch or memset raises
 ``CudaError``; both name the call and the driver's status.  Capture uses
 relaxed mode: the handler itself refuses every call that a graph cannot

@@ -35,7 +35,7 @@ from . import convolution, elementwise, kernel_loader, launch, one_call, product
 from . import graph as cuda_graph
 from . import transfer as cuda_transfer
 from .blas import KINDS, make_gemm
-from .resources import ClosedGemm, GpuEvent, Resources, StreamSlot
+from .resources import ClosedGemm, GpuEvent, Resources, Stream, StreamSlot
 
 _BLOCK = launch.BLOCK
 # kernel_loader.launch_function(), bound when the first handler is created:
@@ -115,26 +115,29 @@ class PyCudaHandler(Handler):
             raise ValueError(f"PyCudaHandler: tf32 applies to float32 products, not {self.dtype}")
         #: True if float32 products may run on TF32 tensor cores (see Args)
         self.tf32 = bool(tf32)
-        drv = cuda_context.load_driver()
+        # pycuda is the array library (GPUArray and its memory pool, with the
+        # context they need: handlers.cuda.context); every other driver call
+        # goes through the extension.
+        cuda_context.load_driver()   # ImportError or RuntimeError, naming why
         from pycuda.gpuarray import GPUArray
         from pycuda.tools import DeviceMemoryPool
         global _launch_kernel, _ev
         _launch_kernel = kernel_loader.launch_function()   # ImportError if not built
         _ev = kernel_loader.events()
         type(self).array_type = GPUArray
-        self._drv = drv
-        self._device, context = cuda_context.acquire(device)
+        _, context = cuda_context.acquire(device)
+        ext = kernel_loader.require()
         # Launches on a thread without a current context make this one current.
-        kernel_loader.require().set_context(context.handle)
+        ext.set_context(context.handle)
         self.blas = blas
-        sms = self._device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+        sms = ext.device_attribute(kernel_loader.MULTIPROCESSOR_COUNT, device)
         self._sms = sms
         self._pool = DeviceMemoryPool()
         # cuBLAS's recommended workspace: 32 MiB on Hopper and later, else 4 MiB.
-        major = self._device.compute_capability()[0]
+        major = ext.device_attribute(kernel_loader.COMPUTE_CAPABILITY_MAJOR, device)
         blas_ws = (32 if major >= 9 else 4) << 20
         # One stream (slot) per group: no op uses more than one.
-        self._slots = [StreamSlot(drv, self._pool, blas_ws) for _ in range(self.num_stream_groups)]
+        self._slots = [StreamSlot(self._pool, blas_ws) for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
         self._max_blocks = launch.MAX_BLOCKS_PER_SM * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
@@ -158,7 +161,7 @@ class PyCudaHandler(Handler):
 
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
-    _FAMILY = ("blas", "deterministic", "_drv", "_device", "_sms", "_pool", "_slots",
+    _FAMILY = ("blas", "deterministic", "_sms", "_pool", "_slots",
                "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_conv_pins",
                "_pinned",
                "_uploads", "_free_events", "_resources")
@@ -199,7 +202,9 @@ class PyCudaHandler(Handler):
 
     @property
     def stream(self):
-        """The pycuda ``Stream`` this handler (or view) issues its ops on."""
+        """The stream this handler (or view) issues its ops on: a
+        ``handlers.cuda.resources.Stream`` (``.handle`` is the driver's
+        ``CUstream``, for other libraries)."""
         return self._slot.stream
 
     def gemm_raw(self):
@@ -318,7 +323,7 @@ class PyCudaHandler(Handler):
     def _upload_stream(self):
         _enter()
         if not self._uploads:
-            self._uploads.append(self._drv.Stream(flags=1))
+            self._uploads.append(Stream())
         return self._uploads[0]
 
     def _transfer(self):
@@ -330,7 +335,7 @@ class PyCudaHandler(Handler):
 
     def _empty_pinned(self, shape):
         _enter()
-        return self._drv.pagelocked_empty(shape, self.dtype)
+        return cuda_transfer.empty_pinned(shape, self.dtype)
 
     def _copy_async(self, a, out):
         _enter()
@@ -384,9 +389,9 @@ class PyCudaHandler(Handler):
                              f"says so); ops write their outputs in place, so a handler "
                              f"array must be writeable")
         if cai.get("stream") is not None:
-            # The producer names a stream we cannot wait on from pycuda
-            # without wrapping it; a device synchronize orders its work first.
-            self._drv.Context.synchronize()
+            # The producer names a stream of its own, whose handle may not be
+            # ours to wait on; a context synchronize orders its work first.
+            kernel_loader.require().context_sync()
         return self.array_type(shape, dtype, gpudata=int(cai["data"][0]), base=obj)
 
     def _fill(self, a, value):
@@ -396,14 +401,14 @@ class PyCudaHandler(Handler):
     def _set_from_numpy(self, a, arr):
         _enter()
         if a.size:
-            cuda_transfer.host_copy_to_device(self, a.gpudata, arr, self._slot.stream)
+            cuda_transfer.host_copy_to_device(a.gpudata, arr, self._slot.stream)
 
     def _get_numpy_copy(self, a):
         _enter()
         out = np.empty(a.shape, self.dtype)
         if a.size:
             self._synchronize_all()
-            finish = cuda_transfer.device_copy_to_host(self, out, a.gpudata, self._slot.stream)
+            finish = cuda_transfer.device_copy_to_host(out, a.gpudata, self._slot.stream)
             self._slot.stream.synchronize()
             if finish is not None:
                 finish()
@@ -412,8 +417,8 @@ class PyCudaHandler(Handler):
     def _copy_to(self, src, dest):
         _enter()
         if src.size and int(src.gpudata) != int(dest.gpudata):
-            self._drv.memcpy_dtod_async(dest.gpudata, src.gpudata, src.nbytes,
-                                        self._slot.stream)
+            kernel_loader.require().copy_dtod(int(dest.gpudata), int(src.gpudata), src.nbytes,
+                                              self._slot.handle)
 
     def _overlaps(self, a, b):
         if not a.size or not b.size:
@@ -483,10 +488,10 @@ class PyCudaHandler(Handler):
         _enter()
         if not a.size:
             return True
-        slot = self._slot
-        self._drv.memset_d32_async(slot.flag, 0, 1, slot.stream)
+        slot, ext = self._slot, kernel_loader.require()
+        ext.memset_d32(int(slot.flag), 0, 1, slot.handle)
         self._launch("all_finite", a.size, a.gpudata, a.size, slot.flag)
-        self._drv.memcpy_dtoh_async(slot.host_flag, slot.flag, slot.stream)
+        ext.copy_dtoh(slot.host_flag, int(slot.flag), slot.handle)
         slot.stream.synchronize()
         return slot.host_flag[0] == 0
 

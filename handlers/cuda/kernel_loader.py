@@ -9,15 +9,20 @@ disk, so a warm start does not invoke nvcc again.
 
 The extension is built at install time (it needs only a C compiler, no CUDA
 headers) and opens libcuda at run time.  PyCudaHandler requires it
-(:func:`require`).  Kernel launches, events, module loading, graphs, host
-page-locking and the cuBLAS calls of the fast path all go through it, and
-every failure of the driver or cuBLAS is a :class:`CudaError`.
+(:func:`require`).  Kernel launches, streams, events, copies, page-locked
+host memory, module loading, graphs, host page-locking and the cuBLAS calls
+of the fast path all go through it, and every failure of the driver or
+cuBLAS is a :class:`CudaError`.  pycuda stays the array library (GPUArray,
+its memory pool and the context they need) and nvcc's front end.
 """
 import hashlib
 import importlib
 import os
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+#: CUdevice_attribute numbers (cuda.h) that the extension's device_attribute reads
+MULTIPROCESSOR_COUNT = 16
+COMPUTE_CAPABILITY_MAJOR = 75
 _cubins = {}
 _modules = {}
 _launch = None

@@ -1,11 +1,12 @@
 """What PyCudaHandler's streams own, and what a handler releases when it closes.
 
-A ``StreamSlot`` is one stream with its scratch memory, its event and its
-cuDNN handle, shared by the twins of every format; ``Resources`` releases a
-handler's slots, cuBLAS objects, cuDNN plans, events and pool without holding
-the handler itself; ``GpuEvent`` is what ``record_event`` returns.  Events
-and the cuDNN calls go through the ``handlers.cuda._launch`` extension
-(``kernel_loader.events()`` and ``kernel_loader.require()``).
+A ``Stream`` is one CUDA stream; a ``StreamSlot`` is one stream with its
+scratch memory, its event and its cuDNN handle, shared by the twins of every
+format; ``Resources`` releases a handler's slots, cuBLAS objects, cuDNN plans,
+events, streams and pool without holding the handler itself; ``GpuEvent`` is
+what ``record_event`` returns.  Streams, events, copies and the cuDNN calls go
+through the ``handlers.cuda._launch`` extension (``kernel_loader.events()``
+and ``kernel_loader.require()``).
 """
 import math
 import threading
@@ -14,6 +15,35 @@ import numpy as np
 
 from . import context as cuda_context
 from . import kernel_loader
+from . import transfer as cuda_transfer
+
+
+class Stream:
+    """A CUDA stream that does not wait for the legacy NULL stream
+    (``CU_STREAM_NON_BLOCKING``): ``handle`` is the driver's ``CUstream`` (an
+    int, what launches, events, copies and cuBLAS take), ``synchronize()``
+    blocks the host (letting other Python threads run) until its work has
+    finished, and ``close()`` destroys it (``Resources`` does, after its work
+    and the library handles bound to it).  Closed, its handle is 0 and
+    ``synchronize`` has nothing to wait for."""
+
+    __slots__ = ("handle", "_sync", "_free")
+
+    def __init__(self):
+        ext = kernel_loader.require()
+        self._sync, self._free = ext.stream_sync, ext.stream_free
+        self.handle = ext.stream_new()
+
+    def synchronize(self):
+        """Block until the work issued on this stream has finished."""
+        if self.handle:
+            self._sync(self.handle)
+
+    def close(self):
+        """Destroy the stream (once; work still queued on it completes first)."""
+        handle, self.handle = self.handle, 0
+        if handle:
+            self._free(handle)
 
 
 class Scratch:
@@ -41,8 +71,8 @@ class StreamSlot:
     shared by the twins of every format (a handler holds its own cuBLAS
     objects, bound to the slots' streams)."""
 
-    def __init__(self, drv, pool, blas_workspace):
-        self.stream = drv.Stream(flags=1)          # CU_STREAM_NON_BLOCKING
+    def __init__(self, pool, blas_workspace):
+        self.stream = Stream()
         self.handle = self.stream.handle   # the driver handle, for launches and events
         self.event = kernel_loader.events().new()
         # Held by every op's Python path for the whole op: an op that issues
@@ -57,8 +87,7 @@ class StreamSlot:
         self.blas_work = pool.allocate(blas_workspace)
         self.blas_bytes = blas_workspace
         self.flag = pool.allocate(4)               # is_fully_finite's result
-        self._drv = drv
-        self.host_flag = drv.pagelocked_empty(1, np.uint32)
+        self.host_flag = cuda_transfer.empty_pinned((1,), np.uint32)
         self._work = Scratch(pool)                          # workspace()
         self._counts = Scratch(pool)                        # counters()
         self._between = (Scratch(pool), Scratch(pool))      # intermediate()
@@ -89,7 +118,8 @@ class StreamSlot:
         """``n`` zeroed uint32 counters used only by this stream (chunked
         ``sum_t``); kernels leave them zero again when they finish."""
         if 4 * n > self._counts.nbytes:
-            self._drv.memset_d32_async(self._counts.get(4 * n), 0, n, self.stream)
+            kernel_loader.require().memset_d32(int(self._counts.get(4 * n)), 0, n,
+                                               self.handle)
         return self._counts.block
 
 
@@ -108,8 +138,8 @@ class Resources:
         if self.slots is None:               # closed already
             return
         # The garbage collector may run this on any thread (the prefetch
-        # reader's too); the pycuda objects held here are then released on
-        # the thread that owns the context, later.
+        # reader's too); what is held here is then released on a thread
+        # where the context is current, later.
         cuda_context.run_with_context(self._release)
 
     def _release(self):
@@ -135,6 +165,10 @@ class Resources:
         # collected before the next release); recycled ones are freed here.
         while self.events:
             ev.free(self.events.pop())
+        # Last of the device objects: every call above that used a stream
+        # (and the cuBLAS and cuDNN handles bound to them) is done with it.
+        for s in slots + self.uploads:
+            (getattr(s, "stream", s)).close()
         # Arrays still alive at exit are freed after the context is popped.  A
         # pool that starts holding blocks then needs a current context and
         # aborts the process; a pool that stops holding frees them directly.

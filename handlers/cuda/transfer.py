@@ -1,19 +1,72 @@
-"""Host-device movement for PyCudaHandler: prefetch uploads, pinning and
-asynchronous downloads.
+"""Host-device movement for PyCudaHandler: prefetch uploads, pinning,
+page-locked host arrays and asynchronous downloads.
 
 Uploads run on one upload stream per handler.  Each upload records an event;
 the consuming group's stream waits on it, and the staging slot goes back to
 the reader thread only once the event has completed.  A device buffer is
 overwritten only after the upload stream has waited for the event recorded
 when its previous batch's consumer moved on.  ``pin`` page-locks host memory
-in place through the ``handlers.cuda._launch`` extension.
+in place and ``empty_pinned`` allocates it; copies, like every driver call,
+go through the ``handlers.cuda._launch`` extension.
 """
 import bisect
 import contextlib
+import functools
+import math
 import mmap
+import weakref
+
+import numpy as np
 
 from ..prefetch import Transfer, fits, matches
+from . import context as cuda_context
 from . import kernel_loader
+
+
+class PinnedBlock:
+    """Page-locked host memory from ``cuMemHostAlloc``, the ``base`` under
+    the arrays of ``empty_pinned`` (NumPy's views keep it alive through
+    their bases).  Freed once collected, or at ``free()``; the free waits
+    for a thread with the context current and for the end of a graph
+    capture (``context.run_with_context``), as ``Resources`` does."""
+
+    __slots__ = ("__array_interface__", "free", "__weakref__")
+
+    def __init__(self, nbytes):
+        ext = kernel_loader.require()
+        address = ext.host_alloc(max(nbytes, 1))   # the driver refuses 0 bytes
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (address, False), "version": 3}
+        #: free the memory now (once): nothing may use the arrays over it after
+        self.free = weakref.finalize(self, cuda_context.run_with_context,
+                                     functools.partial(_free_host, ext.host_free, address))
+        # Freed by the process's end anyway, and at exit the context may be gone.
+        self.free.atexit = False
+
+
+def _free_host(host_free, address):
+    # At the end of the process the context may be gone first: nothing to free then.
+    with contextlib.suppress(kernel_loader.CudaError):
+        host_free(address)
+
+
+def empty_pinned(shape, dtype):
+    """A C-contiguous host array of ``shape`` and ``dtype`` in page-locked
+    memory (contents undefined), freed when it and its views are collected
+    (or at ``free_pinned``)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.asarray(PinnedBlock(nbytes))
+    return raw[:nbytes].view(dtype).reshape(shape)
+
+
+def free_pinned(a):
+    """Free the page-locked memory under ``a`` (an ``empty_pinned`` array)
+    now; nothing may use ``a`` or its views after."""
+    base = a
+    while not isinstance(base, PinnedBlock):
+        base = base.base
+    base.free()
 
 
 class PinnedRegistry:
@@ -84,36 +137,38 @@ class PinnedRegistry:
 REGISTRY = PinnedRegistry()
 
 
-def host_copy_to_device(handler, dest, arr, stream):
-    """``cuMemcpyHtoDAsync`` of host array ``arr``, through a temporary
-    page-locked buffer when ``arr`` straddles pinned pages (then the host
-    waits for the copy, so that the buffer may be freed: a rare path)."""
-    drv = handler._drv
+def host_copy_to_device(dest, arr, stream):
+    """``cuMemcpyHtoDAsync`` of host array ``arr`` to device address ``dest``
+    on ``stream`` (a ``resources.Stream``), through a temporary page-locked
+    buffer when ``arr`` straddles pinned pages (then the host waits for the
+    copy, so that the buffer may be freed: a rare path)."""
+    copy = kernel_loader.require().copy_htod
     if not REGISTRY.mixed(arr):
-        drv.memcpy_htod_async(dest, arr, stream)
+        copy(int(dest), arr, stream.handle)
         return
-    tmp = drv.pagelocked_empty(arr.shape, arr.dtype)
+    tmp = empty_pinned(arr.shape, arr.dtype)
     tmp[...] = arr
-    drv.memcpy_htod_async(dest, tmp, stream)
+    copy(int(dest), tmp, stream.handle)
     stream.synchronize()
-    tmp.base.free()
+    free_pinned(tmp)
 
 
-def device_copy_to_host(handler, out, src, stream):
-    """``cuMemcpyDtoHAsync`` into host array ``out``; returns a function that
+def device_copy_to_host(out, src, stream):
+    """``cuMemcpyDtoHAsync`` from device address ``src`` into host array
+    ``out`` on ``stream`` (a ``resources.Stream``); returns a function that
     completes the copy once the stream has passed it (a no-op unless ``out``
     straddles pinned pages, when the data lands in a temporary page-locked
     buffer first)."""
-    drv = handler._drv
+    copy = kernel_loader.require().copy_dtoh
     if not REGISTRY.mixed(out):
-        drv.memcpy_dtoh_async(out, src, stream)
+        copy(out, int(src), stream.handle)
         return None
-    tmp = drv.pagelocked_empty(out.shape, out.dtype)
-    drv.memcpy_dtoh_async(tmp, src, stream)
+    tmp = empty_pinned(out.shape, out.dtype)
+    copy(tmp, int(src), stream.handle)
 
     def finish():
         out[...] = tmp
-        tmp.base.free()
+        free_pinned(tmp)
     return finish
 
 
@@ -141,7 +196,7 @@ class CudaTransfer(Transfer):
 
     def __init__(self, handler):
         super().__init__(handler)
-        self.drv = handler._drv
+        self.copy = kernel_loader.require().copy_htod
         self.ev = kernel_loader.events()
         self.stream = handler._upload_stream()
         self.upload = self.stream.handle   # the driver handle, for events
@@ -151,7 +206,7 @@ class CudaTransfer(Transfer):
         self.host_slots = []
 
     def new_slot(self, arrays):
-        slot = tuple(self.drv.pagelocked_empty(a.shape, self.dtype) for a in arrays)
+        slot = tuple(empty_pinned(a.shape, self.dtype) for a in arrays)
         self.host_slots.append(slot)
         return slot
 
@@ -196,7 +251,7 @@ class CudaTransfer(Transfer):
                     for d, v in zip(dslot.arrays, views))
         for d, v in zip(dev, views):
             if v.size:
-                self.drv.memcpy_htod_async(d.gpudata, v, self.stream)
+                self.copy(int(d.gpudata), v, self.upload)
         self.ev.record(dslot.uploaded, self.upload)
         return dev, dslot.uploaded, dslot
 
@@ -226,7 +281,7 @@ class CudaTransfer(Transfer):
         self.device_slots, self.dest_slots = [], []
         for slot in self.host_slots:
             for a in slot:
-                a.base.free()
+                free_pinned(a)
         self.host_slots = []
 
 
@@ -252,7 +307,7 @@ class PendingCopy:
 def copy_async(handler, a, out):
     """Issue the copy of ``a`` into ``out`` on the handler's group stream."""
     stream = handler.stream
-    finish = device_copy_to_host(handler, out, a.gpudata, stream) if a.size else None
+    finish = device_copy_to_host(out, a.gpudata, stream) if a.size else None
     # A recycled event (GpuEvent): no event is created per copy, and none is
     # destroyed wherever the handle happens to be garbage collected.
     return PendingCopy(out, handler._record_event(), finish)
@@ -260,19 +315,15 @@ def copy_async(handler, a, out):
 
 def pin(array):
     """Page-lock ``array``'s memory in place; its pages stay locked (and the
-    array referenced) until the process exits.
-
-    pycuda's ``register_host_memory`` fails under NumPy 2 (it sets an array's
-    base twice), so the pages are locked through the extension's
-    ``host_register``/``host_unregister`` (cuMemHostRegister and
-    cuMemHostUnregister)."""
+    array referenced) until the process exits.  The pages are locked through
+    the extension's ``host_register``/``host_unregister`` (cuMemHostRegister
+    and cuMemHostUnregister), which leave the array as it is."""
     registry = REGISTRY
     if not array.nbytes or registry.contains(array):
         return array
     if registry.driver is None:
         ext = kernel_loader.require()
         registry.driver = (ext.host_register, ext.host_unregister)
-        from . import context as cuda_context
         cuda_context.at_exit(_unpin_all)
     reg, unreg = registry.driver
     start = array.__array_interface__["data"][0]
@@ -284,8 +335,7 @@ def pin(array):
     # page).  Re-registering a piece needs the copies from it to be finished.
     victims = [p for p in registry.ranges() if p[0] <= hi and p[1] >= lo]
     if victims:
-        import pycuda.driver as drv
-        drv.Context.synchronize()
+        kernel_loader.require().context_sync()
         lo, hi = min(lo, victims[0][0]), max(hi, victims[-1][1])
         for a, _ in victims:
             # A piece that stays registered makes the registration below fail,
@@ -306,8 +356,7 @@ def pin(array):
 
 def _unpin_all():
     """Unregister every pinned range (at exit, once no copy is in flight)."""
-    import pycuda.driver as drv
-    drv.Context.synchronize()
+    kernel_loader.require().context_sync()
     for start, _ in REGISTRY.ranges():
         with contextlib.suppress(kernel_loader.CudaError):
             REGISTRY.driver[1](start)

@@ -19,7 +19,6 @@ import time
 
 import ml_dtypes
 import numpy as np
-import pycuda.driver as drv
 
 from benchmarks.gpu import EventTimer
 from benchmarks.ops import copy_spread
@@ -35,17 +34,18 @@ def per_call_us(h, issue, pre=None):
     """Median microseconds per call of ``issue()`` (LOOP calls) between two
     events, ``pre()`` issued before the first event of each sample (which
     EventTimer has no place for)."""
-    e0, e1 = drv.Event(), drv.Event()
+    ext = kernel_loader.require()
+    e0, e1 = ext.timing_event_new(), ext.timing_event_new()
     ts = []
     for r in range(3 + REPS):
         if pre:
             pre()
-        e0.record(h.stream)
+        ext.record(e0, h.stream.handle)
         issue()
-        e1.record(h.stream)
-        e1.synchronize()
+        ext.record(e1, h.stream.handle)
+        ext.event_sync(e1)
         if r >= 3:
-            ts.append(e1.time_since(e0) * 1e3 / LOOP)
+            ts.append(ext.event_elapsed(e0, e1) * 1e3 / LOOP)
     return float(np.median(ts))
 
 

@@ -11,11 +11,11 @@ e150977 (one batched product each after it, as now).  The chunks made both steps
 the bound worse (1.713x against 1.787x), so db8d7c1 was reverted.
 """
 import numpy as np
-import pycuda.driver as drv
 
 import layers
 from benchmarks import dp
 from handlers import PyCudaHandler
+from handlers.cuda import kernel_loader
 from layers import SGD
 
 print("layers from", layers.__file__)
@@ -36,15 +36,16 @@ for n in (512, 256):
     g = h.capture(step)
     for _ in range(3):
         g.replay()
-    e0, e1 = drv.Event(), drv.Event()
+    ext = kernel_loader.require()
+    e0, e1 = ext.timing_event_new(), ext.timing_event_new()
     ts = []
     for _ in range(15):
-        e0.record(h.stream)
+        ext.record(e0, h.stream.handle)
         for _ in range(5):
             g.replay()
-        e1.record(h.stream)
-        e1.synchronize()
-        ts.append(e1.time_since(e0) / 5)
+        ext.record(e1, h.stream.handle)
+        ext.event_sync(e1)
+        ts.append(ext.event_elapsed(e0, e1) / 5)
     ms[n] = float(np.median(ts))
     print(f"batch {n}: {ms[n]:.3f} ms per step (min {min(ts):.3f})", flush=True)
 print(f"ratio 512/256 (2-GPU scaling with a free all-reduce): {ms[512] / ms[256]:.3f}x")
