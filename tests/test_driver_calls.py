@@ -87,10 +87,14 @@ class _FakeHostMemory:
 def fake_host(monkeypatch):
     from handlers.cuda import context as cuda_context
     from handlers.cuda import kernel_loader
+    # Objects an earlier test dropped release through the real extension
+    # first: a handler collected while the fake is in place would call it.
+    gc.collect()
     fake = _FakeHostMemory()
     monkeypatch.setattr(kernel_loader, "require", lambda: fake)
     monkeypatch.setattr(cuda_context, "entered", lambda: True)   # frees run at once
-    return fake
+    yield fake
+    gc.collect()   # what the test dropped goes back to the fake, not the extension
 
 
 def test_pinned_arrays_are_freed_once_they_and_their_views_are_collected(fake_host):
