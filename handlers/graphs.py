@@ -56,8 +56,10 @@ def issue_work(view, op, fn, *args):
     handler's captures also issue their calls (a CUDA stream capture) it runs
     now too, so the stream capture records what it queues.  Raises
     ``CaptureError``, as an op would, if ``view``'s group is not part of the
-    capture.
+    capture, and ``CaptureError`` once the handler is closed (its streams are
+    gone).
     """
+    view._check_open(op)
     rec = view._capture_box[0]
     if rec is None:
         fn(*args)

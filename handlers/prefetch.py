@@ -383,6 +383,9 @@ def prefetch(handler, batches, depth, transfer, dests=None):
             token, single, slot = inflight.popleft()
             batch = transfer.finish(token)
             yield batch[0] if single else batch
+            # The consumer may have closed the handler meanwhile: its streams
+            # and events are gone, so nothing more is issued on them.
+            handler._check_open("prefetch")
             transfer.release(token)
             if slot is not None:
                 pending.append((token, slot))

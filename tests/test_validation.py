@@ -12,6 +12,8 @@ problem named, beyond the op).
 """
 import math
 import re
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -818,3 +820,19 @@ def test_fused_op_at_the_nesting_limit_runs(handler, rng):
         y = handler.zeros((3, 4))
         op(handler, x, y)
         np.testing.assert_allclose(handler.get_numpy_copy(y), want, rtol=1e-4)
+
+
+def test_a_prefetch_begun_before_close_raises_at_its_next_batch(handler_id, make_handler, rng):
+    """A prefetch iterator outliving its handler's close issues nothing more on
+    the closed streams: its next batch raises, and its reader thread ends."""
+    h = make_handler(handler_id, seed=0)
+    before = threading.active_count()
+    it = h.prefetch([rand((2, 3), rng) for _ in range(6)], depth=2)
+    next(it)
+    h.close()
+    with pytest.raises(CaptureError, match="prefetch: the handler is closed"):
+        next(it)
+    deadline = time.monotonic() + 30
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
