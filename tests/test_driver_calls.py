@@ -42,6 +42,8 @@ def test_each_call_exists_with_its_docstring(call):
     ("copy_htod", (1, np.zeros(3)), TypeError),      # too few
     ("copy_htod", (0, np.zeros(3), 0), ValueError),  # null device address
     ("copy_htod", (1, np.zeros((3, 4))[:, 1], 0), ValueError),   # not contiguous
+    ("copy_htod", (1, np.zeros((3, 4), order="F"), 0), ValueError),   # not in C order
+    ("copy_dtoh", (np.zeros((3, 4), order="F"), 1, 0), ValueError),
     ("copy_dtoh", (np.zeros(3), "1", 0), TypeError),
     ("copy_dtoh", ([0.0], 1, 0), TypeError),
     ("copy_dtoh", (np.frombuffer(b"abcd", np.uint8), 1, 0), ValueError),   # read-only

@@ -387,6 +387,60 @@ def test_dot_launches_the_small_kernel_or_cublas(trial):
     assert ops.dot(a, b, out, ta, tb, other) is False
 
 
+class _Trap(int):
+    """A stride whose finalizer runs Python (once): what a DECREF inside
+    OneCall.dot may do with arrays of an exotic type."""
+
+    def __new__(cls, value, fn):
+        obj = int.__new__(cls, value)
+        obj.fn = fn
+        return obj
+
+    def __del__(self):
+        fn, self.fn = self.fn, None
+        if fn:
+            fn()
+
+
+class _TrapArr(Arr):
+    """Its strides are new objects at every read, with finalizers when it has
+    a ``fn`` (OneCall takes this class as its exact array type)."""
+
+    fn = None
+
+    @property
+    def strides(self):
+        return tuple(_Trap(v, self.fn) for v in self._plain)
+
+    @strides.setter
+    def strides(self, value):
+        self._plain = value
+
+
+def test_dot_runs_its_record_though_a_finalizer_clears_the_cache():
+    """OneCall.dot copies its record out before dropping its references: a
+    finalizer run by that drop (here one that empties C's cache through
+    set_dot) cannot change what this call launches."""
+    ops = _launch.OneCall(7, _TrapArr, np.dtype(np.float32), 4, BLOCK, PER_BLOCK, MAX_BLOCKS,
+                          _functions(b"f"), dry=True)
+    records = {}
+    ops.set_dot(records, GEMM, CUBLAS, SMALL, 0)
+    shapes = ((4, 8), (8, 4), (4, 4))
+    a, b, out = (_TrapArr(s, gpudata=0x7000_0000 + 0x10000 * i) for i, s in enumerate(shapes))
+    _plan(records, a, b, out, False, False, 0.0)
+    assert ops.dot(a, b, out, False, False, 0.0) is True   # the record now in C's cache
+    fired = []
+
+    def clear():
+        fired.append(True)
+        ops.set_dot({}, GEMM, CUBLAS, SMALL, 0)
+
+    out.fn = clear
+    assert ops.dot(a, b, out, False, False, 0.0) is True
+    assert fired
+    assert ops.last == _expected_dot(a, b, out, False, False, 0.0)
+
+
 def test_dot_serves_many_combinations_from_one_object():
     """More combinations than C keeps: each is served as its own record says,
     whatever was called before."""

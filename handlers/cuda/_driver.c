@@ -473,9 +473,10 @@ static PyObject *py_context_sync(PyObject *self, PyObject *noargs) {
 
 /* Copies ------------------------------------------------------------------- */
 
-/* The host side of a copy: a C- or Fortran-contiguous buffer (writable for
- * `writable`), as pycuda's copies take it; 0 with an exception set.  The
- * caller releases it (PyBuffer_Release). */
+/* The host side of a copy: a C-contiguous buffer (writable for `writable`),
+ * its bytes in the order of the device array's (a Fortran-ordered one would
+ * arrive transposed); 0 with an exception set.  The caller releases it
+ * (PyBuffer_Release). */
 static int host_buffer(const char *what, const char *name, PyObject *o, int writable,
                        Py_buffer *view) {
     if (!PyObject_CheckBuffer(o)) {
@@ -483,7 +484,7 @@ static int host_buffer(const char *what, const char *name, PyObject *o, int writ
                      name, Py_TYPE(o)->tp_name);
         return 0;
     }
-    return PyObject_GetBuffer(o, view, PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
+    return PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
            == 0;
 }
 

@@ -690,10 +690,16 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
             key.dim[3 * i + j] = j < PyTuple_GET_SIZE(shape[i])
                                      ? PyLong_AsLongLong(PyTuple_GET_ITEM(shape[i], j)) : -1;
     }
-    const DotEntry *e = NULL;
+    const DotEntry *found = NULL;
     if (ok && !overlap(&ptr[2], count[2], &ptr[0], count[0], self->itemsize) &&
         !overlap(&ptr[2], count[2], &ptr[1], count[1], self->itemsize))
-        e = dot_record(self, &key, shape, args);
+        found = dot_record(self, &key, shape, args);
+    /* The record is copied out before the references go: a DECREF may run
+     * Python code (a finalizer), which may call this object again and
+     * overwrite the cache slot. */
+    DotEntry entry;
+    if (found) entry = *found;
+    const DotEntry *e = found ? &entry : NULL;
     for (int i = 0; i < 3; ++i) {
         Py_XDECREF(shape[i]);
         Py_XDECREF(strides[i]);
@@ -723,8 +729,6 @@ static PyObject *one_call_dot(OneCall *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_ValueError, "dot: a gemm record, and no gemm symbol set");
         return NULL;
     }
-    /* Copied out first: building `last` may run Python code that uses this
-     * object again. */
     int g[10];
     memcpy(g, e->g, sizeof g);
     double beta = e->beta;
