@@ -264,3 +264,45 @@ def test_handler_streams_and_pinned_buffers_are_the_extensions():
     h.synchronize()
     h.close()
     assert all(s.stream.handle == 0 for s in h._all_slots)
+
+
+class _FakeStream:
+    def __init__(self, fail=False):
+        self.fail, self.closed = fail, False
+
+    def synchronize(self):
+        if self.fail:
+            raise RuntimeError("a sticky CUDA error")
+
+    def close(self):
+        self.closed = True
+
+
+class _FakePool:
+    held = True
+
+    def stop_holding(self):
+        self.held = False
+
+
+def test_a_failed_release_still_closes_the_streams_and_lets_the_pool_go(monkeypatch):
+    """Resources._release after a CUDA error (every later call fails): the
+    error propagates, and the streams are closed and the pool stops holding
+    anyway (a pool still holding at exit aborts the process)."""
+    from types import SimpleNamespace
+
+    from handlers.cuda import kernel_loader
+    from handlers.cuda.resources import Resources
+    monkeypatch.setattr(kernel_loader, "events", lambda: SimpleNamespace(free=lambda e: None))
+    monkeypatch.setattr(kernel_loader, "require", lambda: SimpleNamespace())
+    res = Resources.__new__(Resources)
+    slots = [SimpleNamespace(stream=_FakeStream(fail=True), event=1, cudnn=0),
+             SimpleNamespace(stream=_FakeStream(), event=2, cudnn=0)]
+    upload = _FakeStream()
+    res.slots, res.uploads, res.gemms, res.events, res.conv_plans = slots, [upload], [], [], {}
+    res.pool = pool = _FakePool()
+    with pytest.raises(RuntimeError, match="sticky"):
+        res._release()
+    assert all(s.stream.closed for s in slots) and upload.closed
+    assert not pool.held and res.slots is None and res.pool is None
+    res._release()   # once only

@@ -146,34 +146,42 @@ class Resources:
         if self.slots is None:               # asked twice while deferred
             return
         slots, self.slots = self.slots, None
-        ev = kernel_loader.events()
-        # The extension: where a slot has a cuDNN handle or a plan exists,
-        # convolution.load_cudnn has loaded cuDNN into it.
-        ext = kernel_loader.require()
-        for s in slots + self.uploads:
-            (getattr(s, "stream", s)).synchronize()
-        for gemm in self.gemms:
-            gemm.close()
-        for slot in slots:
-            ev.free(slot.event)
-            if slot.cudnn:
-                ext.cudnn_destroy(slot.cudnn)
-                slot.cudnn = 0
-        while self.conv_plans:
-            ext.cudnn_plan_free(self.conv_plans.popitem()[1][0])
-        # Events of GpuEvents still alive stay theirs (and leak if never
-        # collected before the next release); recycled ones are freed here.
-        while self.events:
-            ev.free(self.events.pop())
-        # Last of the device objects: every call above that used a stream
-        # (and the cuBLAS and cuDNN handles bound to them) is done with it.
-        for s in slots + self.uploads:
-            (getattr(s, "stream", s)).close()
-        # Arrays still alive at exit are freed after the context is popped.  A
-        # pool that starts holding blocks then needs a current context and
-        # aborts the process; a pool that stops holding frees them directly.
-        self.pool.stop_holding()
-        self.uploads = self.events = self.pool = None
+        streams = [getattr(s, "stream", s) for s in slots + self.uploads]
+        try:
+            ev = kernel_loader.events()
+            # The extension: where a slot has a cuDNN handle or a plan exists,
+            # convolution.load_cudnn has loaded cuDNN into it.
+            ext = kernel_loader.require()
+            for stream in streams:
+                stream.synchronize()
+            for gemm in self.gemms:
+                gemm.close()
+            for slot in slots:
+                ev.free(slot.event)
+                if slot.cudnn:
+                    ext.cudnn_destroy(slot.cudnn)
+                    slot.cudnn = 0
+            while self.conv_plans:
+                ext.cudnn_plan_free(self.conv_plans.popitem()[1][0])
+            # Events of GpuEvents still alive stay theirs (and leak if never
+            # collected before the next release); recycled ones are freed here.
+            while self.events:
+                ev.free(self.events.pop())
+        finally:
+            # Whatever failed above (a sticky CUDA error fails every call), the
+            # streams and the pool are let go.  Streams last of the device
+            # objects: every call above that used one (and the cuBLAS and
+            # cuDNN handles bound to them) is done with it.
+            try:
+                for stream in streams:
+                    stream.close()
+            finally:
+                # Arrays still alive at exit are freed after the context is
+                # popped.  A pool that starts holding blocks then needs a
+                # current context and aborts the process; a pool that stops
+                # holding frees them directly.
+                self.pool.stop_holding()
+                self.uploads = self.events = self.pool = None
 
 
 class GpuEvent:
