@@ -53,6 +53,8 @@ def test_each_call_exists_with_its_docstring(call):
     ("copy_dtod", (1, 2, -8, 0), ValueError),        # negative size
     ("copy_dtod", (0, 2, 8, 0), ValueError),
     ("host_alloc", (4096.0,), TypeError),
+    ("host_alloc", (True,), TypeError),
+    ("copy_dtod", (1, 2, True, 0), TypeError),
     ("host_alloc", (-1,), ValueError),
     ("host_alloc", (-2**70,), ValueError),
     ("host_alloc", (0,), ValueError),

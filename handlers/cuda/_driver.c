@@ -149,6 +149,10 @@ static int as_handle(const char *what, const char *name, PyObject *o, void **out
 
 /* A byte or element count: as as_u64, but a negative one is a ValueError. */
 static int as_size(const char *what, const char *name, PyObject *o, size_t *out) {
+    if (PyBool_Check(o)) {   /* an int to Python, never a size */
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an int, not bool", what, name);
+        return 0;
+    }
     int overflow = 0;
     long long sign = PyLong_Check(o) ? PyLong_AsLongLongAndOverflow(o, &overflow) : 0;
     if (overflow < 0 || (!overflow && sign < 0)) {

@@ -266,8 +266,11 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
         if len(found) > 1 and timed and not pinned:
             times = []
             ext = kernel_loader.require()
-            start, end = ext.timing_event_new(), ext.timing_event_new()
+            events = []
             try:
+                events.append(ext.timing_event_new())
+                events.append(ext.timing_event_new())
+                start, end = events
                 for ptr, nbytes, _, _ in found:
                     ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
                     for k in range(5):
@@ -279,8 +282,8 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
                     ext.event_sync(end)
                     times.append(ext.event_elapsed(start, end))
             finally:
-                ext.event_free(start)
-                ext.event_free(end)
+                for event in events:
+                    ext.event_free(event)
             best = found[times.index(min(times))]
     except BaseException:
         for cand in found:

@@ -160,6 +160,8 @@ def dot(h, a, b, out, transa, transb, beta):
         plan = plan_dot(a.shape, b.shape, out.shape, transa, transb, beta, h._half,
                         bool(h._gemms[0].c_symbol))
         h._dot_plans[key] = plan
+        # Written once per key and never changed: OneCall.dot keeps the
+        # records it has read, and sees a new one only under a new key.
         h._dot_launches[key] = plan.launch
     run_dot(h, plan, a, b, out, beta)
 
