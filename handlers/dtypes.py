@@ -11,6 +11,8 @@ when it stores a result, and a reduction accumulates in float32
 (:func:`compute_dtype`).  Everything here is the single place for those facts;
 handlers and tests ask, rather than compare dtypes themselves.
 """
+import functools
+
 import numpy as np
 
 FLOAT32, FLOAT64, FLOAT16 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)
@@ -33,8 +35,9 @@ def bfloat16():
 
 
 def _is_bfloat16(dt):
-    # Compared by name, so that asking never imports ml_dtypes.
-    return dt.name == "bfloat16" and dt.itemsize == 2
+    # Compared by name, so that asking never imports ml_dtypes; the size
+    # first, as NumPy builds a dtype's name at each read.
+    return dt.itemsize == 2 and dt.name == "bfloat16"
 
 
 def resolve(dtype):
@@ -90,6 +93,7 @@ def unit_roundoff(dtype):
     return 2.0 ** -significand_bits(dtype)
 
 
+@functools.cache   # asked by every index op's shape check
 def exact_integers(dtype):
     """Whole numbers 0..N are all exact in ``dtype`` for this N (2^bits):
     the bound for indices that ops store as floats (argmax, pool argmax)."""

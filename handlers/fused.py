@@ -326,7 +326,7 @@ class FusedOp:
     def _checks(self):
         return optable._method(self.row, checks_only=True, FUSED=self)
 
-    @property
+    @functools.cached_property   # read at every DebugHandler call of the op
     def method_signature(self):
         """The made method's signature (self first): DebugHandler binds calls
         with it."""
