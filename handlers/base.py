@@ -384,7 +384,6 @@ class Handler(ABC):
         Issued draws count at once (a GPU handler reserves its values on
         the host when it issues the op): nothing here waits for the device.
         Not inside a capture (``CaptureError``)."""
-        self._check_open("random_state")
         self._not_capturing("random_state")
         return self._random_state()
 
@@ -393,7 +392,6 @@ class Handler(ABC):
         any format or seed: the state holds the seed).  ValueError, with
         nothing changed, for a state of another generator (another handler
         class) or one that is not such a dict."""
-        self._check_open("set_random_state")
         self._not_capturing("set_random_state")
         mine = self._random_state()["generator"]
         theirs = state.get("generator") if isinstance(state, dict) else None

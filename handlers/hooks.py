@@ -37,6 +37,8 @@ HOOKS = {
     "_make_twin": ("host", False, "A handler of another format on this one's streams."),
     "_bind_fused": ("host", False, "FusedOp.bind's work: the checks, then a call of _fused."),
     "_mean_t": ("host", False, "mean_t's work, through _sum_t (and _elementwise)."),
+    "_random_state": ("host", False, "random_state's work: the generator's state."),
+    "_set_random_state": ("host", False, "set_random_state's work, on a checked state."),
     "_fill": ("work", True, "Set every element to a value."),
     "_copy_to": ("work", True, "copy_to's work."),
     "_cast_t": ("work", True, "cast_t's work: (src, dst), src of any format the class holds."),
