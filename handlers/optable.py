@@ -888,9 +888,12 @@ _INLINE_OVERLAP_CHECKS = 6
 
 #: The names a made method sees besides its parameters (``_method``); a
 #: parameter must not take one of them (``handlers.fused`` checks its names).
-METHOD_NAMES = frozenset({"self", "OP", "FUSED", "check_scalar", "check_array_scalar",
-                          "check_flag", "check_arrays", "check_any_format", "check_same_shape",
-                          "check_writable", "fail_value", "bool"})
+#: The check functions a made method calls, by name (``_method``'s namespace,
+#: ``generated_source``'s import list).
+_CHECKS = {f.__name__: f for f in (check_any_format, check_array_scalar, check_arrays,
+                                    check_flag, check_same_shape, check_scalar,
+                                    check_writable, fail_value)}
+METHOD_NAMES = frozenset({"self", "OP", "FUSED", "bool", *_CHECKS})
 
 
 def _method(op, checks_only=False, **extra):
@@ -900,11 +903,7 @@ def _method(op, checks_only=False, **extra):
     ``FUSED``); ``checks_only`` builds the checks alone (``_method_source``).
     The contract's own ops are not built here: they are written out in
     ``handlers/generated_ops.py`` (``generated_source``)."""
-    namespace = {"OP": op, "check_scalar": check_scalar, "check_array_scalar": check_array_scalar,
-                 "check_flag": check_flag, "check_arrays": check_arrays,
-                 "check_any_format": check_any_format,
-                 "check_same_shape": check_same_shape, "check_writable": check_writable,
-                 "fail_value": fail_value, **extra}
+    namespace = {"OP": op, **_CHECKS, **extra}
     exec(compile(_method_source(op, checks_only), f"<optable {op.name}>", "exec"), namespace)
     fn = namespace[op.name]
     fn.__doc__ = _docstring(op)
@@ -935,9 +934,7 @@ def generated_source():
             "hand, change the table and run that (``tests/test_optable.py`` fails while",
             'this file is out of date)."""',
             "from .checks import (",
-            *(f"    {n}," for n in ("check_any_format", "check_array_scalar", "check_arrays",
-                                   "check_flag", "check_same_shape", "check_scalar",
-                                   "check_writable", "fail_value")),
+            *(f"    {n}," for n in sorted(_CHECKS)),
             ")",
             "from .optable import PUBLIC",
             ""]

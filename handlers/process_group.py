@@ -36,12 +36,9 @@ import importlib.util
 import os
 
 from .group import (  # noqa: F401 - the interface, re-exported: its users import it here
-    ABORT_GRACE,
     DEFAULT_TIMEOUT,
     CollectiveTimeoutError,
     ProcessGroup,
-    abort_on_uncaught,
-    exit_unless_done,
     groups_made,
     timeout_from,
 )
@@ -68,8 +65,6 @@ def launched_size():
     if any(os.environ.get(name) for name in RANK_VARIABLES):
         return 0
     return None
-
-
 
 
 def process_group(h=None, timeout=None):
