@@ -15,6 +15,7 @@ Three parts:
   Pooling kernels launch through ``h._run``; convolutions through cuDNN,
   loaded into the ``handlers.cuda._launch`` extension by ``load_cudnn``.
 """
+import functools
 import math
 import os
 from typing import NamedTuple
@@ -179,6 +180,7 @@ class PoolLaunch(NamedTuple):
     ints: tuple
 
 
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of the op
 def pool_launch(kind, src_shape, dst_shape, window, stride, padding, max_blocks):
     """The ``PoolLaunch`` of pool2d ``kind`` from an array of ``src_shape``
     into one of ``dst_shape`` (NCHW), on a grid of at most ``max_blocks``."""

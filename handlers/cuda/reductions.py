@@ -7,6 +7,7 @@ record, which the handler caches by key and runs (``run_sum`` and
 ``extreme_t``, below).  Kernel names are those of ``kernels/reduce.cu`` and
 ``kernels/extrema.cu`` (``handlers.optable.KERNELS``).
 """
+import functools
 import math
 from typing import NamedTuple
 
@@ -15,7 +16,14 @@ import numpy as np
 from .. import shape_rules
 from ..base import Handler
 from .context import enter as _enter
-from .launch import BLOCK, MAX_BLOCKS_PER_SM, MID_BLOCK, ROWS_PER_BLOCK, SUM_UNROLL
+from .launch import (
+    BLOCK,
+    MAX_BLOCKS_PER_SM,
+    MID_BLOCK,
+    ROWS_PER_BLOCK,
+    SUM_UNROLL,
+    warp_rows_grid,
+)
 
 
 class Launch(NamedTuple):
@@ -158,12 +166,13 @@ class ExtremePlan(NamedTuple):
     index_at: int
 
 
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of the op
 def plan_extreme(outer, n, inner, itemsize, sms):
     """The ``ExtremePlan`` of a non-empty extremum (outer * inner > 0) of
     elements of ``itemsize`` bytes on a device of ``sms`` multiprocessors."""
     cap = MAX_BLOCKS_PER_SM * sms
     if inner == 1:   # a warp per row: BLOCK-thread blocks, ROWS_PER_BLOCK rows each
-        return ExtremePlan(True, min(-(-outer // ROWS_PER_BLOCK), cap), 0, 1, 0, 0, 0)
+        return ExtremePlan(True, warp_rows_grid(outer, cap), 0, 1, 0, 0, 0)
     # Enough threads to fill the GPU: few columns over many rows split the
     # rows into chunks (at least 32 rows each), joined in a second launch.
     cols, fill = outer * inner, cap * BLOCK

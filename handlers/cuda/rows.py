@@ -6,7 +6,7 @@ body names them); they launch through ``h._launch`` and ``h._run``.  Kernels
 that stride over rows take a grid that fills the GPU (``h._max_blocks``),
 which is much faster for short rows than a block per row.
 """
-from .launch import BLOCK, ROWS_PER_BLOCK
+from .launch import BLOCK, warp_rows_grid
 
 
 def softmax_m(h, m, out):
@@ -68,7 +68,7 @@ def normalize_rows(h, x, eps, xhat, rstd):
     rows, d = x.shape
     if rows:   # a warp per row (see rows.cu)
         h._run(h._k["normalize_rows"],
-               min(-(-rows // ROWS_PER_BLOCK), h._max_blocks),
+               warp_rows_grid(rows, h._max_blocks),
                   x.gpudata, eps, xhat.gpudata, rstd.gpudata, rows, d)
 
 
@@ -77,5 +77,5 @@ def normalize_rows_backward(h, xhat, rstd, g, dx):
     rows, d = xhat.shape
     if rows:
         h._run(h._k["normalize_rows_backward"],
-               min(-(-rows // ROWS_PER_BLOCK), h._max_blocks),
+               warp_rows_grid(rows, h._max_blocks),
                   xhat.gpudata, rstd.gpudata, g.gpudata, dx.gpudata, rows, d)

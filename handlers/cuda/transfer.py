@@ -57,7 +57,7 @@ def empty_pinned(shape, dtype):
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.asarray(PinnedBlock(nbytes))
-    return raw[:nbytes].view(dtype).reshape(shape)
+    return raw.view(dtype).reshape(shape)
 
 
 def free_pinned(a):
