@@ -339,8 +339,6 @@ class Trainer(checkpoint.NoCopies):
         batch number ``first`` on (a resumed epoch: the order is drawn whole,
         as the interrupted pass drew it).  The order is drawn now, in the
         caller's thread, not when a prefetch thread first asks."""
-        if shuffle:
-            self._epoch_start = self.rng.bit_generator.state
         order = self.rng.permutation(n) if shuffle else np.arange(n)
         dp = self._dp if shard else None
 
@@ -519,6 +517,8 @@ class Trainer(checkpoint.NoCopies):
                 t0 = time.perf_counter()
                 into = self._step.destinations(*self._batch_shapes(x, y), self.net.input_h,
                                                self.net.target_h)
+                # where this epoch's order is drawn from, for a save inside it
+                self._epoch_start = self.rng.bit_generator.state
                 batches = self._uploads(x, y, True, shard=True, into=into, first=first)
                 for i, (xb, yb) in enumerate(batches, first):
                     if self._dp is not None:
