@@ -661,46 +661,42 @@ def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     np.testing.assert_allclose(gpu.get_numpy_copy(out), want, rtol=tol, atol=tol * shape[-1])
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 16, 16), (1, 7, 3), (64, 50, 128), (300, 200, 100),
-                                   (256, 256, 16)])
-@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-def test_gpu_dot_one_call_equals_the_python_path(gpu, m, n, k, ta, tb):
+def _assert_dot_served_in_c(gpu, x, y, c, ta, tb):
+    """dot_mm and dot_add_mm of host x, y (into c): the Python path plans and
+    runs each; then OneCall.dot serves the same call in C, bit for bit, and
+    both agree with NumPy."""
     from handlers.base import Handler
-    rng = np.random.default_rng(m * 7 + n * 3 + k + 2 * ta + tb)
-    x = rng.uniform(-1, 1, (k, m) if ta else (m, k))
-    y = rng.uniform(-1, 1, (n, k) if tb else (k, n))
-    c = rng.uniform(-1, 1, (m, n))
     a, b = gpu.create_from_numpy(x), gpu.create_from_numpy(y)
+    k = x.shape[-2] if ta else x.shape[-1]
     for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
         fast, slow = gpu.create_from_numpy(c), gpu.create_from_numpy(c)
         Handler.__dict__[name](gpu, a, b, slow, ta, tb)   # the Python path, which plans
         assert gpu._one_call.dot(a, b, fast, ta, tb, beta) is True    # served in C
         got = gpu.get_numpy_copy(fast)
         np.testing.assert_array_equal(got, gpu.get_numpy_copy(slow))
-        want = (x.T if ta else x) @ (y.T if tb else y) + beta * c
+        want = (np.swapaxes(x, -1, -2) if ta else x) @ (y.T if tb else y) + beta * c
         tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * k)
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 16, 16), (1, 7, 3), (64, 50, 128), (300, 200, 100),
+                                   (256, 256, 16)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gpu_dot_one_call_equals_the_python_path(gpu, m, n, k, ta, tb):
+    rng = np.random.default_rng(m * 7 + n * 3 + k + 2 * ta + tb)
+    x = rng.uniform(-1, 1, (k, m) if ta else (m, k))
+    y = rng.uniform(-1, 1, (n, k) if tb else (k, n))
+    _assert_dot_served_in_c(gpu, x, y, rng.uniform(-1, 1, (m, n)), ta, tb)
 
 
 @pytest.mark.parametrize("stack,m,n,k", [(3, 5, 7, 16), (4, 100, 96, 64)])
 @pytest.mark.parametrize("tb", [False, True])
 def test_gpu_tall_dot_one_call_equals_the_python_path(gpu, stack, m, n, k, tb):
     """A stack of a times one shared b, one tall product, is served in C too."""
-    from handlers.base import Handler
     rng = np.random.default_rng(stack * 1000 + m + n + k + tb)
     x = rng.uniform(-1, 1, (stack, m, k))
     y = rng.uniform(-1, 1, (n, k) if tb else (k, n))
-    c = rng.uniform(-1, 1, (stack, m, n))
-    a, b = gpu.create_from_numpy(x), gpu.create_from_numpy(y)
-    for name, beta in (("dot_mm", 0.0), ("dot_add_mm", 1.0)):
-        fast, slow = gpu.create_from_numpy(c), gpu.create_from_numpy(c)
-        Handler.__dict__[name](gpu, a, b, slow, False, tb)   # the Python path, which plans
-        assert gpu._one_call.dot(a, b, fast, False, tb, beta) is True    # served in C
-        got = gpu.get_numpy_copy(fast)
-        np.testing.assert_array_equal(got, gpu.get_numpy_copy(slow))
-        tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
-        np.testing.assert_allclose(got, x @ (y.T if tb else y) + beta * c, rtol=tol,
-                                   atol=tol * k)
+    _assert_dot_served_in_c(gpu, x, y, rng.uniform(-1, 1, (stack, m, n)), False, tb)
 
 
 def test_gemm_entry_points_refuse_an_unknown_kind_or_no_symbol():
