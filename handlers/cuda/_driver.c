@@ -320,26 +320,35 @@ static PyObject *py_graph_launch(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
-/* One handle, one call: graph_destroy, graph_exec_destroy. */
-static PyObject *destroy(const char *what, const char *name, PyObject *arg, handle_fn fn,
-                         const char *symbol) {
+/* One handle, one driver call (graph_destroy, stream_free, stream_sync,
+ * host_free, ...); `nogil` for a call that may wait, so that other Python
+ * threads (prefetch's reader and stager) run meanwhile. */
+static PyObject *handle_call(const char *what, const char *name, PyObject *arg, handle_fn fn,
+                             const char *symbol, int nogil) {
     void *handle;
     if (!as_handle(what, name, arg, &handle)) return NULL;
     if (!ready(what, fn != NULL, symbol)) return NULL;
-    int rc = fn(handle);
+    int rc;
+    if (nogil) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = fn(handle);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = fn(handle);
+    }
     if (rc) return driver_error(symbol, rc);
     Py_RETURN_NONE;
 }
 
 static PyObject *py_graph_destroy(PyObject *self, PyObject *arg) {
     (void)self;
-    return destroy("graph_destroy", "graph", arg, cu_graph_destroy, "cuGraphDestroy");
+    return handle_call("graph_destroy", "graph", arg, cu_graph_destroy, "cuGraphDestroy", 0);
 }
 
 static PyObject *py_graph_exec_destroy(PyObject *self, PyObject *arg) {
     (void)self;
-    return destroy("graph_exec_destroy", "exec", arg, cu_graph_exec_destroy,
-                   "cuGraphExecDestroy");
+    return handle_call("graph_exec_destroy", "exec", arg, cu_graph_exec_destroy,
+                       "cuGraphExecDestroy", 0);
 }
 
 /* memset_d32(address, value, count, stream): cuMemsetD32Async, `count`
@@ -445,22 +454,14 @@ static PyObject *py_stream_new(PyObject *self, PyObject *noargs) {
 
 static PyObject *py_stream_free(PyObject *self, PyObject *arg) {
     (void)self;
-    return destroy("stream_free", "stream", arg, cu_stream_destroy, "cuStreamDestroy_v2");
+    return handle_call("stream_free", "stream", arg, cu_stream_destroy, "cuStreamDestroy_v2", 0);
 }
 
 /* stream_sync(stream): cuStreamSynchronize; other Python threads (prefetch's
  * reader and stager) run while this one waits. */
 static PyObject *py_stream_sync(PyObject *self, PyObject *arg) {
     (void)self;
-    void *stream;
-    if (!as_handle("stream_sync", "stream", arg, &stream)) return NULL;
-    if (!ready("stream_sync", cu_stream_sync != NULL, "cuStreamSynchronize")) return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu_stream_sync(stream);
-    Py_END_ALLOW_THREADS
-    if (rc) return driver_error("cuStreamSynchronize", rc);
-    Py_RETURN_NONE;
+    return handle_call("stream_sync", "stream", arg, cu_stream_sync, "cuStreamSynchronize", 1);
 }
 
 /* context_sync(): cuCtxSynchronize, without the GIL. */
@@ -592,29 +593,10 @@ static PyObject *py_host_alloc(PyObject *self, PyObject *arg) {
 /* host_free(address): cuMemFreeHost of host_alloc's memory, without the GIL. */
 static PyObject *py_host_free(PyObject *self, PyObject *arg) {
     (void)self;
-    void *address;
-    if (!as_handle("host_free", "address", arg, &address)) return NULL;
-    if (!ready("host_free", cu_host_free != NULL, "cuMemFreeHost")) return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = cu_host_free(address);
-    Py_END_ALLOW_THREADS
-    if (rc) return driver_error("cuMemFreeHost", rc);
-    Py_RETURN_NONE;
+    return handle_call("host_free", "address", arg, cu_host_free, "cuMemFreeHost", 1);
 }
 
 /* Timing events and device attributes ---------------------------------------- */
-
-/* timing_event_new() -> int: a CUevent that records time (CU_EVENT_DEFAULT),
- * for event_elapsed; freed with event_free. */
-static PyObject *py_timing_event_new(PyObject *self, PyObject *noargs) {
-    (void)self; (void)noargs;
-    if (!ready("timing_event_new", cu_event_create != NULL, "cuEventCreate")) return NULL;
-    void *ev = NULL;
-    int rc = cu_event_create(&ev, 0);
-    if (rc) return driver_error("cuEventCreate", rc);
-    return PyLong_FromVoidPtr(ev);
-}
 
 /* event_elapsed(start, end) -> float: cuEventElapsedTime, the milliseconds
  * between two completed timing events. */
@@ -701,8 +683,6 @@ static PyMethodDef driver_methods[] = {
     {"host_alloc", py_host_alloc, METH_O,
      "host_alloc(nbytes) -> int: cuMemHostAlloc; the address of nbytes page-locked bytes."},
     {"host_free", py_host_free, METH_O, "host_free(address): cuMemFreeHost."},
-    {"timing_event_new", py_timing_event_new, METH_NOARGS,
-     "timing_event_new() -> int: a CUevent that records time (free it with event_free)."},
     {"event_elapsed", FASTCALL(py_event_elapsed),
      "event_elapsed(start, end) -> float: cuEventElapsedTime, milliseconds."},
     {"device_attribute", FASTCALL(py_device_attribute),

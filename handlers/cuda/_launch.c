@@ -77,7 +77,8 @@ typedef int (*ctx_set_fn)(void *);
 
 launch_fn cu_launch;
 static error_name_fn cu_error_name;
-event_create_fn cu_event_create;
+typedef int (*event_create_fn)(void **, unsigned);
+static event_create_fn cu_event_create;
 static event_fn cu_event_destroy, cu_event_query, cu_event_sync;
 static event_record_fn cu_event_record;
 static stream_wait_fn cu_stream_wait;
@@ -477,13 +478,25 @@ static PyObject *py_gemm_batched(PyObject *self, PyObject *const *args, Py_ssize
 #define CUDA_ERROR_NOT_READY 600
 #define CU_EVENT_DISABLE_TIMING 2
 
-static PyObject *py_event_new(PyObject *self, PyObject *noargs) {
-    (void)self; (void)noargs;
-    if (!loaded("event_new")) return NULL;
+/* A new CUevent, as an int; `flags` 0 for one that records time. */
+static PyObject *new_event(const char *what, unsigned flags) {
+    if (!loaded(what)) return NULL;
     void *ev = NULL;
-    int rc = cu_event_create(&ev, CU_EVENT_DISABLE_TIMING);
+    int rc = cu_event_create(&ev, flags);
     if (rc) return driver_error("cuEventCreate", rc);
     return PyLong_FromVoidPtr(ev);
+}
+
+static PyObject *py_event_new(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return new_event("event_new", CU_EVENT_DISABLE_TIMING);
+}
+
+/* timing_event_new() -> int: a CUevent that records time, for
+ * event_elapsed; freed with event_free. */
+static PyObject *py_timing_event_new(PyObject *self, PyObject *noargs) {
+    (void)self; (void)noargs;
+    return new_event("timing_event_new", 0);
 }
 
 /* Shared by the event calls: checks the argument count and returns the event
@@ -586,6 +599,8 @@ static PyMethodDef methods[] = {
      "strideB, beta, C, ldc, strideC, batch, double) -> cublasStatus_t."},
     {"event_new", py_event_new, METH_NOARGS,
      "event_new() -> int: a new CUevent without timing."},
+    {"timing_event_new", py_timing_event_new, METH_NOARGS,
+     "timing_event_new() -> int: a CUevent that records time (free it with event_free)."},
     {"event_free", FASTCALL(py_event_free), "event_free(event): cuEventDestroy."},
     {"record", FASTCALL(py_record), "record(event, stream): cuEventRecord."},
     {"wait", FASTCALL(py_wait), "wait(stream, event): cuStreamWaitEvent."},

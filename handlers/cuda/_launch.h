@@ -10,11 +10,6 @@ typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigne
                          unsigned, void *, void **, void **);
 extern launch_fn cu_launch;
 
-/* cuEventCreate, found by load(): event_new makes events without timing,
- * _driver.c's timing_event_new events with it. */
-typedef int (*event_create_fn)(void **, unsigned);
-extern event_create_fn cu_event_create;
-
 /* GEMM kinds: which cuBLAS entry point `symbol` is and how it is called.
  * The _TO_F32 kinds take half inputs and write a float32 output (C).  The
  * module exports them (GEMM_FLOAT, ...: handlers/cuda/blas.py reads them). */
