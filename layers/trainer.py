@@ -671,10 +671,8 @@ class Trainer(checkpoint.NoCopies):
         if self.net.loss_scaler is not None:
             state.update(checkpoint.prefixed("loss_scaler.",
                                              self.net.loss_scaler.state_dict()))
-        random = self.net.parameters.h.random_state()
-        randoms = [random] if self._dp is None else self._dp.group.allgather_object(random)
         mine = {"epoch": self.epoch, "step": self.step, "batch_size": self.batch_size,
-                "random": randoms, "engines": _conv_engines(self.net.h),
+                "random": self._randoms(), "engines": _conv_engines(self.net.h),
                 "shuffle": self.rng.bit_generator.state if self.step == 0 else self._epoch_start}
         if self.step:
             losses, skipped, samples = self._epoch_so_far()
@@ -682,6 +680,12 @@ class Trainer(checkpoint.NoCopies):
                          "epoch_skipped": [int(i) for i in skipped], "samples": samples})
         state.update(checkpoint.prefixed("trainer.", mine))
         return state
+
+    def _randoms(self):
+        """The handler generators' states, one per rank (a collective under
+        data parallelism: every rank calls it)."""
+        random = self.net.parameters.h.random_state()
+        return [random] if self._dp is None else self._dp.group.allgather_object(random)
 
     def load_state_dict(self, state, cast=False):
         """Restore a ``state_dict()`` of a run of the same network and
@@ -783,9 +787,10 @@ class Trainer(checkpoint.NoCopies):
         during the save leaves the previous file whole.  Under data
         parallelism every rank calls it (a collective); rank 0 writes, and
         every rank returns once the file is in place."""
-        state = self.state_dict()
         if self._dp is None or self._dp.rank == 0:
-            checkpoint.save(path, state)
+            checkpoint.save(path, self.state_dict())
+        else:   # only the collective of state_dict: the rest is rank 0's to read
+            self._randoms()
         if self._dp is not None and self._dp.size > 1:
             self._dp.group.broadcast_object(None)   # the others wait for rank 0's file
 
