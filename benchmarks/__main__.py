@@ -19,7 +19,8 @@ import importlib.util
 import sys
 
 # all: in this order
-SUITES = ("mxb", "ops", "streams", "upload", "train", "conv", "fusion", "half", "dp", "report")
+SUITES = ("mxb", "ops", "reductions", "streams", "upload", "train", "conv", "fusion", "half", "dp",
+          "report")
 TOOLS = ("sumtune", "hostcost")   # diagnostics, run by name only
 
 

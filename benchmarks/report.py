@@ -28,12 +28,14 @@ import argparse
 import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR, med
 
-SUITES = ("ops", "streams", "upload", "train", "mxb", "conv", "fusion", "half", "dp")
+SUITES = ("ops", "reductions", "streams", "upload", "train", "mxb", "conv", "fusion", "half",
+          "dp")
 
 # The targets, as the suites state and judge them (see each suite's docstring).
 OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
@@ -56,6 +58,10 @@ ADAM_BANDWIDTH = 0.85       # conv: Adam's update >= 85% of copy
 FUSED_BANDWIDTH = 0.85      # fusion: a fused user op >= 85% of copy
 DP_SCALING = 1.85           # dp: 2 GPUs >= 1.85 x the samples/s of 1 GPU, per model
 DP_PEER = 1.0               # dp: ours on 2 GPUs >= 1.0 x PyTorch DDP's samples/s
+REDUCTIONS_EVERY = 0.95     # reductions: every random case >= 0.95 x PyTorch's speed ...
+REDUCTIONS_MEDIAN = 1.1     # ... their median >= 1.1 x ...
+REDUCTIONS_COPY = 0.80      # ... inputs above 64 MB at >= 80% of copy (median)
+REDUCTIONS_BIG = 64 << 20   # (bytes)
 
 PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "ops": ("ops-{m}-bandwidth.png", "mxb-{m}.png"),
@@ -66,6 +72,7 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "fusion": (),
     "half": (),
     "dp": (),
+    "reductions": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
 }
 
@@ -198,6 +205,8 @@ def verdicts(suites):
             add("upload", "(b) and (c) faster than PyTorch pinned (f)",
                 f"(b) {sec['b'] / f:.2f}x, (c) {sec['c'] / f:.2f}x the time of (f)",
                 int(sec["b"] < f) + int(sec["c"] < f), 2)
+    if "reductions" in suites:
+        out.extend(reductions_verdicts(suites["reductions"]["results"]))
     if "conv" in suites:
         out.extend(conv_verdicts(suites["conv"]["results"]))
     if "fusion" in suites:
@@ -229,6 +238,56 @@ def _bound(x, r):
         if x.get(key) and copy_bps:
             return f" ({what}: {med(x[key]) / copy_bps:.1%})"
     return ""
+
+
+def _reduction_case(x):
+    axis = x.get("axis")
+    return (f"{x['op']} {tuple(x['shape'])} axis "
+            f"{tuple(axis) if isinstance(axis, list) else axis}")
+
+
+def reductions_verdicts(r):
+    """The reductions suite's targets (issue 41): the random set (every case,
+    the median, the large inputs' fraction of copy) and the fixed rows, each
+    row against its own target (x PyTorch's speed).  A row that raised
+    counts as missed; without PyTorch there is no speed to judge."""
+    out = []
+
+    def add(target, result, met, total):
+        out.append(dict(suite="reductions", target=target, result=result, met=met, total=total))
+    rows = (r.get("random") or {}).get("cases", [])
+    seed = (r.get("random") or {}).get("seed", r.get("seed"))
+    timed = [x for x in rows if x.get("speed_vs_torch") is not None]
+    failed = sum("error" in x for x in rows)
+    if timed:
+        slow = min(timed, key=lambda x: x["speed_vs_torch"])
+        speeds = [x["speed_vs_torch"] for x in timed]
+        mid = statistics.median(speeds)
+        add(f"every random case >= {REDUCTIONS_EVERY}x PyTorch's speed (seed {seed})",
+            f"slowest {slow['speed_vs_torch']:.2f}x ({_reduction_case(slow)})"
+            + (f"; {failed} raised" if failed else ""),
+            sum(s >= REDUCTIONS_EVERY for s in speeds), len(speeds) + failed)
+        add(f"median random case >= {REDUCTIONS_MEDIAN}x PyTorch's speed",
+            f"{mid:.2f}x over {len(speeds)} cases", int(mid >= REDUCTIONS_MEDIAN), 1)
+    big = [x["fraction_of_copy"] for x in rows
+           if x.get("fraction_of_copy") is not None and x["input_bytes"] > REDUCTIONS_BIG]
+    if big:
+        mid = statistics.median(big)
+        add(f"large random inputs (above 64 MB) at >= {REDUCTIONS_COPY:.0%} of copy (median)",
+            f"{mid:.1%} over {len(big)} inputs", int(mid >= REDUCTIONS_COPY), 1)
+    for which, what in (("conv", "conv-suite reductions"),
+                        ("regression", "issue 41's named regressions")):
+        fixed = [x for x in r.get("fixed", []) if x.get("set") == which]
+        judged = [x for x in fixed if x.get("speed_vs_torch") is not None or "error" in x]
+        if not any(x.get("speed_vs_torch") is not None for x in judged):
+            continue      # no PyTorch in the run: no speed to judge
+        target = judged[0]["target"]
+        ok = [x for x in judged if (x.get("speed_vs_torch") or 0) >= x["target"]]
+        add(f"{what} >= {target}x PyTorch's speed",
+            ", ".join(f"{_reduction_case(x)} "
+                      + ("raised" if "error" in x else f"{x['speed_vs_torch']:.2f}x")
+                      for x in judged), len(ok), len(judged))
+    return out
 
 
 def conv_verdicts(r):

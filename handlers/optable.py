@@ -796,15 +796,15 @@ KERNELS = {
     "fill_gaussian": ("random", "PqTTQQP"),
     "probability_mask": ("random", "PqTQQP"),
     "rng_advance": ("random", "PQ"),
-    "sum_rows": ("reduce", "PPPPqqqq"),
-    "sum_cols": ("reduce", "PPPPqqqqqi"),
-    "sum_cols_vec": ("reduce", "PPPPqqqqqi"),
-    "sum_mid": ("reduce", "PPPPqqqqq"),
-    "sum_mid_vec": ("reduce", "PPPPqqqqq"),
+    # the reduction engine (reduce.cu); every sum kernel also writes the
+    # compute format (NAME_wide), the picks (max, min, argmax) only T
+    **{f"{family}_{kind}{wide}": ("reduce", fmt)
+       for kinds, fmt in ((("short", "rows", "long"), "PPPPqqqqqi"),
+                          (("cols", "cols_vec"), "PPPPqqqqqqii"),
+                          (("mid", "mid_vec"), "PPPPqqqqqq"))
+       for kind in kinds for family in ("sum", "pick") if family == "sum" or kind[0] != "m"
+       for wide in (("", "_wide") if family == "sum" else ("",))},
     "small_gemm": ("small_gemm", "PPPqqqiii"),
-    "extreme_rows": ("extrema", "PPqqi"),
-    "extreme_cols": ("extrema", "PPPPqqqqqi"),
-    "extreme_join": ("extrema", "PPPqqi"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),
     **{f"cast_from_{src}": ("layout", "PPq") for src in ("f32", "f64", "bf16", "f16")},
@@ -812,9 +812,6 @@ KERNELS = {
     "widen": ("elementwise", "PPq"),
     "narrow": ("elementwise", "PTPq"),
     "scatter_add_rows_wide": ("rows", "PPPqqq"),
-    **{f"{k}_wide": ("reduce", fmt) for k, fmt in (
-        ("sum_rows", "PPPPqqqq"), ("sum_cols", "PPPPqqqqqi"), ("sum_cols_vec", "PPPPqqqqqi"),
-        ("sum_mid", "PPPPqqqqq"), ("sum_mid_vec", "PPPPqqqqq"))},
     "pool_fwd": ("pool", "PPPqqqqqiiiiiii"),
     "pool_bwd": ("pool", "PPPqqqqqiiiiiii"),
 }

@@ -106,8 +106,31 @@ DP = {"models": {"mlp": {"scaling": 1.9, "scaling_bound": 1.98, "vs_ddp": 1.02},
                  "lstm": {"scaling": 1.7, "vs_ddp": 0.9}},
       "checks": [{"what": "mlp one step, 2 GPUs", "ok": True},
                  {"what": "lstm one step, 2 GPUs", "ok": False}]}
-SUITE_RESULTS = {"ops": OPS, "streams": STREAMS, "upload": UPLOAD, "train": TRAIN, "mxb": MXB,
-                 "conv": CONV, "fusion": FUSION, "half": HALF, "dp": DP}
+def _reduction(op, shape, axis, speed, frac=0.5, mb=1, which="random", target=None):
+    return {"set": which, "op": op, "shape": shape, "axis": axis, "input_bytes": mb << 20,
+            "ours_ms": spread([1.0]), "torch_ms": spread([speed]), "cupy_ms": None,
+            "ours_Bps": spread([1e12]), "fraction_of_copy": frac, "speed_vs_torch": speed,
+            "speed_vs_cupy": None, "target": target}
+
+
+REDUCTIONS = {
+    "seed": 7, "copy_Bps": 3e12,
+    "random": {"seed": 7, "cases": [   # one case at 0.9x torch; median 1.2x; above 64 MB 77.5%
+        _reduction("sum_t", [4, 5], [0, 1], 1.2, 0.85, 100),
+        _reduction("max_t", [9], None, 0.9, 0.7, 80),
+        _reduction("argmax_t", [3, 7], 1, 1.3, 0.5, 1)]},
+    "fixed": [_reduction("max_t", [8, 4], 0, 1.05, which="conv", target=1.0),
+              _reduction("min_t", [8, 4], 1, 0.97, which="conv", target=1.0),   # < 1.0x
+              _reduction("sum_t", [5, 9], 1, 0.96, which="regression", target=0.95),
+              {"set": "regression", "op": "mean_t", "shape": [3, 3], "axis": 1,
+               "input_bytes": 36, "target": 0.95, "error": "RuntimeError: boom"}],
+    "fused": [{"op": "softmax_m", "shape": [8, 4], "bytes": 256, "ms": {"ours": spread([1.0])},
+               "fraction_of_copy": {"ours": 0.5}, "compile_s": None, "notes": {},
+               "speed_vs_torch": None, "speed_vs_compiled": None}],
+    "checks": [{"what": "sum_t", "errors": {"ours": 0.0}, "tol": 1e-5, "ok": True}]}
+
+SUITE_RESULTS = {"ops": OPS, "reductions": REDUCTIONS, "streams": STREAMS, "upload": UPLOAD,
+                 "train": TRAIN, "mxb": MXB, "conv": CONV, "fusion": FUSION, "half": HALF, "dp": DP}
 
 
 def write_run(runs_dir, suite, results, date="2026-01-02T03:04:05+00:00",
@@ -174,6 +197,12 @@ def test_verdicts_of_known_results(results):
     assert by["conv", "Adam's update"] == (1, 1)
     assert by["conv", "conv-net training"] == (1, 2)
     assert by["fusion", "a fused"] == (0, 1)            # 80% < 85%
+    assert by["reductions", "ours and"] == (1, 1)
+    assert by["reductions", "every random"] == (2, 3)      # max_t at 0.9x < 0.95x
+    assert by["reductions", "median random"] == (1, 1)     # 1.2x >= 1.1x
+    assert by["reductions", "large random"] == (0, 1)      # median of 85% and 70% < 80%
+    assert by["reductions", "conv-suite reductions"] == (1, 2)   # 0.97x < 1.0x
+    assert by["reductions", "issue 41's"] == (1, 2)        # the mean_t row raised
     assert by["half", "bfloat16 elementwise"] == (1, 2)  # sigmoid 80% < 85%
     assert by["half", "bfloat16 dot_mm"] == (1, 2)       # 0.9x < 0.95x
     assert by["half", "bfloat16 sum_t"] == (1, 1)

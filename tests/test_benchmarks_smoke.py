@@ -1,6 +1,11 @@
 """Run the benchmark code on tiny sizes so it cannot rot.  No timing is checked."""
+import math
+import re
+
+import pytest
+
 from benchmarks import __main__ as cli
-from benchmarks import mxb
+from benchmarks import mxb, reductions, report
 
 
 def test_mxb_prints_table(capsys):
@@ -19,3 +24,55 @@ def test_cli_dispatch(capsys):
     assert "unknown suite" in capsys.readouterr().err
     assert cli.main(["mxb", "--n", "8", "--iters", "1", "--repeats", "1"]) == 0
     assert "NumpyHandler" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reductions_numpy_runs_every_section(capsys, dtype):
+    """``--handler numpy`` runs the random set, the fixed rows and the fused
+    rows of the reductions suite at tiny sizes, every result checked."""
+    assert reductions.main(["--handler", "numpy", "--quick", "--seed", "3", "--cases", "5",
+                            "--reps", "1", "--dtype", dtype]) == 0
+    out = capsys.readouterr().out
+    assert "seed 3" in out and f"Random set, seed 3: 5 cases, {dtype}" in out
+    for what in ("Fixed rows", "regression", "Fused rows", "LayerNorm backward",
+                 "every case >= 0.95x PyTorch's speed"):
+        assert what in out, what
+    agree = re.search(r"checks: (\d+) of (\d+) agree", out)
+    assert agree and agree[1] == agree[2] and int(agree[2]) > 20, out
+
+
+def test_reductions_skips_or_runs(capsys):
+    """Without a GPU the default handler skips, naming the NumPy fallback."""
+    assert reductions.main(["--quick", "--cases", "2", "--sections", "random"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped" in out or "Random set" in out
+
+
+def test_reductions_random_cases_follow_issue_41():
+    """The drawn cases: ranks 1-4, 64 KB to 256 MB, axes each op takes, and
+    argmax indices exact in the format; the same seed gives the same cases."""
+    for seed in range(20):
+        cases = reductions.draw_cases(seed, 48)
+        assert cases == reductions.draw_cases(seed, 48)
+        for c in cases:
+            shape, axis = c["shape"], c["axis"]
+            assert 1 <= len(shape) <= 4 and c["op"] in reductions.OPS
+            assert 64 << 10 <= 4 * math.prod(shape) <= 256 << 20, c
+            if isinstance(axis, tuple):
+                assert c["op"] in ("sum_t", "mean_t") and len(axis) >= 2
+                assert list(axis) == sorted(set(axis)) and axis[-1] < len(shape)
+            else:
+                assert axis is None or 0 <= axis < len(shape)
+            if c["op"] == "argmax_t":
+                assert reductions.reduced_count(shape, axis) <= 2 ** 24 + 1
+    every = [c for s in range(20) for c in reductions.draw_cases(s, 48)]
+    assert {c["op"] for c in every} == set(reductions.OPS)
+    assert {len(c["shape"]) for c in every} == {1, 2, 3, 4}
+    assert any(c["axis"] is None for c in every) and any(isinstance(c["axis"], tuple)
+                                                         for c in every)
+    assert any(d in (1, 2, 3, 4) for c in every for d in c["shape"])
+    assert reductions.next_prime(8) == 11 and reductions.next_prime(13) == 13
+
+
+def test_reductions_is_a_suite_and_reported():
+    assert "reductions" in cli.SUITES and "reductions" in report.SUITES

@@ -24,7 +24,8 @@ KERNELS = Path(launch.HEADER).parent
 CXX = shutil.which("g++") or shutil.which("clang++")
 #: the header's macro -> the Python constant it copies
 MACROS = {"SH_BLOCK": launch.BLOCK, "SH_MID_BLOCK": launch.MID_BLOCK,
-          "SH_SUM_UNROLL": launch.SUM_UNROLL, "SH_ROWS_PER_BLOCK": launch.ROWS_PER_BLOCK,
+          "SH_SUM_UNROLL": launch.SUM_UNROLL, "SH_PICK_UNROLL": launch.PICK_UNROLL,
+          "SH_ROWS_PER_BLOCK": launch.ROWS_PER_BLOCK,
           "SH_MAX_BLOCKS_PER_SM": launch.MAX_BLOCKS_PER_SM}
 
 
@@ -57,6 +58,7 @@ def test_the_kernels_see_the_python_constants():
 @pytest.mark.parametrize("source,literal", [
     ("reduce.cu", "__launch_bounds__(256)"), ("reduce.cu", "__launch_bounds__(1024)"),
     ("reduce.cu", "[256 * V]"), ("reduce.cu", "#define SH_SUM_UNROLL"),
+    ("reduce.cu", "#define SH_PICK_UNROLL"),
     ("layout.cu", "k += 8")])
 def test_kernels_name_the_constants_instead_of_copying_them(source, literal):
     assert literal not in (KERNELS / source).read_text(), (source, literal)

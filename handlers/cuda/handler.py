@@ -132,6 +132,8 @@ class PyCudaHandler(Handler):
         self.blas = blas
         sms = ext.device_attribute(kernel_loader.MULTIPROCESSOR_COUNT, device)
         self._sms = sms
+        self._sm_threads = ext.device_attribute(kernel_loader.MAX_THREADS_PER_MULTIPROCESSOR,
+                                                device)
         self._pool = DeviceMemoryPool()
         # cuBLAS's recommended workspace: 32 MiB on Hopper and later, else 4 MiB.
         major = ext.device_attribute(kernel_loader.COMPUTE_CAPABILITY_MAJOR, device)
@@ -161,7 +163,7 @@ class PyCudaHandler(Handler):
 
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
-    _FAMILY = ("blas", "deterministic", "_sms", "_pool", "_slots",
+    _FAMILY = ("blas", "deterministic", "_sms", "_sm_threads", "_pool", "_slots",
                "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_conv_pins",
                "_pinned",
                "_uploads", "_free_events", "_resources")
@@ -462,18 +464,14 @@ class PyCudaHandler(Handler):
 
     sum_t.__doc__ = Handler.sum_t.__doc__
 
-    # sums and extrema: handlers.cuda.reductions plans and runs them
+    # sums, means and extrema: the reduction engine (handlers.cuda.reductions)
     _remember_sum = reductions.remember_sum
     _extreme_t = reductions.extreme_t
     _sum_t = reductions.sum_t
-    _sum_pass = reductions.sum_pass
-    _sum_kernels = reductions.sum_kernels
-    _mid_plan = reductions.mid_plan
-    _sum_passes = reductions.sum_passes
-    _sum_wide = reductions.sum_wide
     _mean_t = reductions.mean_t
-    _run_sum = reductions.run_sum
-    _sum_axes = reductions.sum_axes
+    _sum_kernels = reductions.sum_kernels
+    _sum_passes = reductions.sum_passes
+    _run_reduction = reductions.run
 
     # rows, indexing and masks: handlers.cuda.rows
     _softmax_m = rows.softmax_m

@@ -23,6 +23,7 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 #: CUdevice_attribute numbers (cuda.h) that the extension's device_attribute reads
 MULTIPROCESSOR_COUNT = 16
 COMPUTE_CAPABILITY_MAJOR = 75
+MAX_THREADS_PER_MULTIPROCESSOR = 39
 _cubins = {}
 _modules = {}
 _launch = None

@@ -7,12 +7,20 @@ import os
 
 from .kernel_loader import KERNEL_DIR
 
-#: Threads per block of the grid-stride kernels (elementwise, sum_rows, sum_cols)
+#: Threads per block of the grid-stride kernels (elementwise, rows, reductions)
 BLOCK = 256
-#: Threads per block of sum_mid (``plan_mid`` says why so many)
+#: Threads per block of the sums' mid kernels (``reductions.plan_mid`` says why)
 MID_BLOCK = 1024
-#: Loads in flight per thread in sum_cols (``UNROLL`` in reduce.cu)
+#: Loads in flight per thread in the sums' column kernels (reduce.cu)
 SUM_UNROLL = 16
+#: Loads in flight per thread in max_t/min_t/argmax_t's column kernels
+#: (reduce.cu): each column keeps a (value, index) pair, so fewer loads fit
+#: in the registers
+PICK_UNROLL = 8
+#: The longest rows (elements) that the row reductions copy to shared memory
+#: in tiles of whole rows (reduce.cu's ``*_short``) instead of giving each
+#: row a warp, whose lanes a short row would leave idle
+SHORT_ROW = 64
 #: Rows per block of the kernels that give each row a warp (32 threads)
 ROWS_PER_BLOCK = BLOCK // 32
 #: Blocks per multiprocessor at most in a grid that strides over its work
@@ -34,6 +42,7 @@ def header_source():
     above as the macros the kernels use (``SH_BLOCK``, ...).  ``python -m
     handlers.generate`` writes it."""
     values = {"SH_BLOCK": BLOCK, "SH_MID_BLOCK": MID_BLOCK, "SH_SUM_UNROLL": SUM_UNROLL,
+              "SH_PICK_UNROLL": PICK_UNROLL,
               "SH_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "SH_MAX_BLOCKS_PER_SM": MAX_BLOCKS_PER_SM}
     return "\n".join([
         "// The host's launch constants (BLOCK, MID_BLOCK, ... in",

@@ -1,11 +1,26 @@
-"""Planning PyCudaHandler's reductions: ``sum_t`` (and ``mean_t``'s sums) and
-``max_t``, ``min_t``, ``argmax_t``.
+"""The reduction engine of PyCudaHandler: ``sum_t``, ``mean_t``, ``max_t``,
+``min_t`` and ``argmax_t`` all plan here and run the kernels of
+``kernels/reduce.cu``.
 
-A planner is a pure function of the shapes, the format's packet width and the
-device's number of multiprocessors (no handler): it returns an immutable
-record, which the handler caches by key and runs (``run_sum`` and
-``extreme_t``, below).  Kernel names are those of ``kernels/reduce.cu`` and
-``kernels/extrema.cu`` (``handlers.optable.KERNELS``).
+Planning has two steps, both pure functions of shapes and the device (no
+handler), cached by the handler per combination:
+
+1. ``layout``: the input's size-1 axes are dropped and adjacent reduced (and
+   adjacent kept) axes merged, which leaves one of three layouts, or several
+   passes for the rare interleavings beyond them: ``rows`` (each reduced
+   segment contiguous), ``cols`` (a reduced axis with contiguous kept axes
+   after it) and ``mid`` (kept axes between reduced ones: the conv bias
+   gradient, (0, 2, 3) of NCHW).
+2. ``plan_rows``, ``plan_cols``, ``plan_mid``: the kernel, its grid and its
+   chunking, from the device's multiprocessors and threads per
+   multiprocessor.  The rules (each planner's docstring says why): enough
+   blocks to keep the loads in flight that hide memory latency; chunks of a
+   long axis only as far as that needs, so the in-launch second stage stays
+   small; never a second launch.
+
+The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
+divided by the count as it is stored: one launch) or ``pick`` (max, min,
+argmax: the ``kind`` argument).
 """
 import functools
 import math
@@ -16,249 +31,303 @@ import numpy as np
 from .. import shape_rules
 from ..base import Handler
 from .context import enter as _enter
-from .launch import (
-    BLOCK,
-    MAX_BLOCKS_PER_SM,
-    MID_BLOCK,
-    ROWS_PER_BLOCK,
-    SUM_UNROLL,
-    warp_rows_grid,
-)
+from .launch import BLOCK, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
 
 
 class Launch(NamedTuple):
     """One kernel launch: the kernel's name, its grid and block, and the
-    arguments that follow the array pointers."""
+    arguments that follow the pointers (input, workspace, output, counters)."""
     kernel: str
     grid: int
     args: tuple
     block: int
 
 
-class SumPlan(NamedTuple):
-    """A sum in one launch (``launch``, None when there is nothing to add
-    up), ``zero``: the output must be zero-filled instead (an empty axis);
-    ``workspace``: float partials a chunked launch needs (elements);
-    ``counters``: the per-stream counters it needs (0 unchunked).  A
-    chunked sum finishes in the same launch."""
-    launch: Launch | None
-    zero: bool
+class Plan(NamedTuple):
+    """A reduction in one launch: ``launch``; ``workspace``, the bytes of
+    partial states a chunked launch needs; ``counters``, the per-stream
+    counters it needs (0 unchunked).  A chunked launch finishes itself."""
+    launch: Launch
     workspace: int
     counters: int
 
 
-def sum_view(shape, axis):
-    """(outer, n, inner): the sum over ``axis`` (an int or None) runs over n
-    of this view of ``shape``."""
-    if axis is None:
-        return 1, math.prod(shape), 1
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+#: The code of each pick (the kernels' ``kind``)
+PICK_KINDS = {"max": 0, "min": 1, "argmax": 2}
+#: Bytes of a pick's partial state: the value and its int64 index
+PICK_STATE = 16
+#: Loads of 16 bytes in flight per thread in the row kernels (ROW_UNROLL in
+#: reduce.cu)
+ROW_UNROLL = 4
 
 
-def runs(axes):
-    """[lo, hi) runs of adjacent axes in a sorted tuple of axes."""
-    out = []
-    for ax in axes:
-        if out and out[-1][1] == ax:
-            out[-1][1] = ax + 1
+def layout(shape, axes):
+    """The canonical form of a reduction of ``shape`` over ``axes`` (a tuple
+    of axes in range): ``("rows", (rows, n))``, ``("cols", (outer, n,
+    inner))``, ``("mid", (A, M, I))`` or ``("passes", (extents, reduced))``
+    for the others, where ``extents`` is the merged shape and ``reduced``
+    the merged axes to reduce.  Size-1 axes are dropped (reducing one is a
+    copy), then adjacent axes of the same kind are merged; the output's
+    layout is the kept axes in order, so every form writes it contiguously."""
+    merged = []   # [extent, reduced]
+    for i, e in enumerate(shape):
+        if e == 1:
+            continue
+        reduced = i in axes
+        if merged and merged[-1][1] == reduced:
+            merged[-1][0] *= e
         else:
-            out.append([ax, ax + 1])
-    return out
+            merged.append([e, reduced])
+    pattern = "".join("R" if r else "K" for _, r in merged)
+    ext = [e for e, _ in merged]
+    if pattern in ("", "K"):           # nothing left to reduce: rows of one
+        return "rows", (math.prod(ext), 1)
+    if pattern == "R":
+        return "rows", (1, ext[0])
+    if pattern == "KR":
+        return "rows", (ext[0], ext[1])
+    if pattern == "RK":
+        return "cols", (1, ext[0], ext[1])
+    if pattern == "KRK":
+        return "cols", tuple(ext)
+    if pattern == "RKR":
+        return "mid", tuple(ext)
+    return "passes", (tuple(ext), tuple(i for i, (_, r) in enumerate(merged) if r))
 
 
-def plan_sum(outer, n, inner, aligned, width, sms, suffix="", row_warps=32, col_split=2,
-             col_blocks=4):
-    """The ``SumPlan`` of a sum over the middle axis of an (outer, n, inner)
-    view: ``aligned`` whether the input starts on 16 bytes, ``width`` its
-    elements per 16-byte packet, ``sms`` the device's multiprocessors,
-    ``suffix`` the kernels' ("_wide": the halves' sums that write float32).
+def _pow2(x):
+    """The smallest power of 2 >= x (x >= 1)."""
+    return 1 << (max(1, x) - 1).bit_length()
 
-    The keyword arguments (per multiprocessor) are the tuning knobs that
-    ``python -m benchmarks sumtune`` sweeps: ``row_warps``, the warps that
-    long rows are split to fill; ``col_split``, the number of column blocks
-    under which the rows are split too; ``col_blocks``, the blocks that
-    such a split aims for.  The defaults won the sweep on an H200:
-    col_blocks 4 beat 8 by 5 points of copy bandwidth on 8192x4096 and
-    1Mx16 over axis 0, where fewer, longer chunks keep more loads in flight
-    per thread."""
-    if not outer * inner:
-        return SumPlan(None, False, 0, 0)          # empty output
-    if not n:
-        return SumPlan(None, True, 0, 0)           # empty axis: the sum is 0
-    if inner == 1:
-        rows, chunks = outer, 1
-        if n > 2048:   # split long rows so that about one wave of warps runs
-            chunks = min(-(-n // 2048), max(1, -(-(sms * row_warps) // rows)))
-        chunk = -(-n // chunks)
-        chunk += -chunk % max(4, width)   # keep chunk starts 16-byte aligned
-        chunks = -(-n // chunk)
-        grid = max(1, min(-(-(rows * chunks) // ROWS_PER_BLOCK), sms * 64))
-        first = Launch("sum_rows" + suffix, grid, (rows, n, chunk, chunks), BLOCK)
-        if chunks == 1:
-            return SumPlan(first, False, 0, 0)
-        return SumPlan(first, False, rows * chunks, rows)
+
+def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
+    """The ``Plan`` of a reduction of each contiguous row of n elements:
+    ``width`` elements per 16-byte packet, ``family`` "sum" or "pick",
+    ``sms`` and ``sm_threads`` the device's multiprocessors and threads per
+    multiprocessor, ``div`` the count a mean divides by (1: a sum), ``kind``
+    the pick, ``suffix`` the kernels' ("_wide": a sum in the compute format).
+
+    * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
+    * rows enough for half the resident warps: ``*_rows``, a warp per row;
+      each keeps ROW_UNROLL 16-byte loads in flight.
+    * fewer, longer rows: ``*_long``, a block per (row, chunk), with enough
+      chunks for every resident block (few rows could not hide memory
+      latency otherwise: a 1-D array to a scalar is one row), each chunk at
+      least one full trip of the block's loads."""
+    resident = sms * sm_threads // BLOCK                   # blocks the GPU holds at once
+    args = (rows, n, 0, 1, div, kind)
+    if n <= SHORT_ROW:
+        tiles = -(-rows // (BLOCK * 8 // max(n, 1)))
+        return Plan(Launch(f"{family}_short{suffix}", max(1, min(tiles, resident)), args,
+                           BLOCK), 0, 0)
+    if rows >= sms * sm_threads // 64 or n < 2 * BLOCK * width * ROW_UNROLL:
+        warps_per_block = BLOCK // 32
+        grid = max(1, min(-(-rows // warps_per_block), 4 * resident))
+        return Plan(Launch(f"{family}_rows{suffix}", grid, args, BLOCK), 0, 0)
+    trip = BLOCK * width * ROW_UNROLL
+    chunks = max(1, min(-(-resident // rows), -(-n // trip)))
+    chunk = -(-n // chunks)
+    chunk += -chunk % width                                # chunk starts stay aligned
+    chunks = -(-n // chunk)
+    grid = max(1, min(rows * chunks, 4 * resident))
+    launch = Launch(f"{family}_long{suffix}", grid, (rows, n, chunk, chunks, div, kind), BLOCK)
+    if chunks == 1:
+        return Plan(launch, 0, 0)
+    return Plan(launch, rows * chunks * _state(family, width), rows)
+
+
+def _state(family, width):
+    """Bytes of one partial state: a pick's (value, index) or a sum in the
+    compute format (float for the halves, whose packets hold 8)."""
+    return PICK_STATE if family == "pick" else (4 if width >= 4 else 8)
+
+
+def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, kind=0,
+              suffix=""):
+    """The ``Plan`` of a reduction over the middle axis of an (outer, n,
+    inner) view, inner > 1 (arguments as ``plan_rows``'s; ``aligned``:
+    whether the input starts on 16 bytes).
+
+    A block of tx * ty threads: tx across the columns (V-wide loads where the
+    rows stay 16-byte aligned), ty down the rows, each thread with UNROLL
+    loads in flight.  tx is at most 32 (a warp reads 512 contiguous bytes),
+    unless the axis is too short to give ty rows UNROLL loads each: then the
+    block widens across the columns, down to ty = 1 (every thread reads its
+    whole column in one trip, no partials to combine).  Too few tiles to
+    give every multiprocessor half its resident blocks split the rows into
+    chunks (half: each thread's UNROLL loads keep enough bytes in flight,
+    and fewer chunks keep the second stage small; 4 blocks per SM beat 8 by
+    5 points of copy bandwidth on an H200 on 8192x4096 and 1Mx16 over axis
+    0)."""
     vec = width if aligned and inner % width == 0 else 1
     cols = -(-inner // vec)
-    tx = 1
-    while tx < cols and tx < 32:
-        tx *= 2
+    unroll = PICK_UNROLL if family == "pick" else SUM_UNROLL
+    wide = _pow2(cols)
+    tx = min(32, wide)
+    ty = max(1, min(BLOCK // tx, _pow2(-(-n // unroll))))
+    tx = min(BLOCK // ty, wide)
     ty = BLOCK // tx
     tiles = -(-cols // tx)
     base = outer * tiles
+    target = sms * sm_threads // BLOCK // 2
     chunks = 1
-    if base < sms * col_split:   # too few blocks to fill the GPU: split the rows too
-        chunks = max(1, min(-(-(sms * col_blocks) // base), n // (ty * 4)))
+    if base < target:
+        chunks = max(1, min(-(-target // base), n // (ty * unroll)))
     chunk = -(-n // chunks)
-    if chunks > 1:   # whole unrolled steps per thread (UNROLL in reduce.cu)
-        chunk += -chunk % (ty * SUM_UNROLL)
     chunks = -(-n // chunk)
-    kernel = ("sum_cols_vec" if vec > 1 else "sum_cols") + suffix
-    first = Launch(kernel, max(1, min(base * chunks, sms * 32)),
-                   (outer, n, inner, chunk, chunks, tx), BLOCK)
+    kernel = f"{family}_cols{'_vec' if vec > 1 else ''}{suffix}"
+    launch = Launch(kernel, max(1, min(base * chunks, sms * 32)),
+                    (outer, n, inner, chunk, chunks, div, tx, kind), BLOCK)
     if chunks == 1:
-        return SumPlan(first, False, 0, 0)
-    return SumPlan(first, False, outer * chunks * inner, base)
+        return Plan(launch, 0, 0)
+    return Plan(launch, outer * chunks * inner * _state(family, width), base)
 
 
-def plan_mid(shape, lead, trail, aligned, width, sms, suffix="", blocks_per_sm=1):
-    """The ``SumPlan`` of sum_mid for a sum over axes [0, lead) and
-    [trail, ndim) of ``shape`` (the conv bias gradient) in one pass, or None
-    when the trailing run is too long for the kernel's 32-bit indices (the
-    caller then sums one run at a time).  Other arguments as ``plan_sum``'s.
+def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix=""):
+    """The ``Plan`` of the sum over A and I of an (A, M, I) view in one pass
+    (the kernels ``sum_mid*``), or None when a run of I is too long for the
+    kernel's 32-bit offsets (the caller then takes one axis at a time).
 
-    Blocks of 1024 threads, ``blocks_per_sm`` of them per multiprocessor
-    (the knob ``python -m benchmarks sumtune`` sweeps): the rows of A are
-    split into chunks only as far as M columns alone leave multiprocessors
-    idle.  Few, large blocks beat many small ones here because a chunked
-    sum ends with a second stage (partials, a fence, an atomic, a last
-    block's reads) that a short call cannot hide: on an H200, (64, 128,
-    32, 32) took 10.7 us in a graph as 128 blocks of 1024 against 11.4 us
-    as 1024 blocks of 256 (8 per SM), where a plain contiguous read of the
-    same bytes took 10.0 us."""
-    A = math.prod(shape[:lead])
-    M, inner = math.prod(shape[lead:trail]), math.prod(shape[trail:])
+    Blocks of 1024 threads, half the device's resident threads per
+    multiprocessor: each column's A * I elements are split into chunks only
+    as far as M columns alone leave multiprocessors idle.  Few, large blocks
+    beat many small ones here because a chunked sum ends with a second stage
+    (partials, a fence, an atomic, a last block's reads) that a short call
+    cannot hide: on an H200, (64, 128, 32, 32) took 10.7 us in a graph as
+    128 blocks of 1024 against 11.4 us as 1024 blocks of 256 (8 per SM),
+    where a plain contiguous read of the same bytes took 10.0 us."""
     vec = width if aligned and inner % width == 0 else 1
     packets = inner // vec
     if packets >= 2**31:
         return None
-    chunks = max(1, min(A, round(sms * blocks_per_sm / M)))
-    chunk = max(1, min(-(-A // chunks), (2**31 - 1) // packets))
-    chunks = -(-A // chunk)
-    kernel = ("sum_mid_vec" if vec > 1 else "sum_mid") + suffix
-    first = Launch(kernel, max(1, min(M * chunks, sms * 32)), (A, M, inner, chunk, chunks),
-                   MID_BLOCK)
-    return SumPlan(first, False, M * chunks, M) if chunks > 1 else SumPlan(first, False, 0, 0)
+    total = A * packets
+    unroll = 8 if vec == 8 else 16 // vec
+    per_sm = max(1, sm_threads // 2 // MID_BLOCK)
+    chunks = max(1, min(round(sms * per_sm / M), total // (MID_BLOCK * unroll)))
+    chunks = max(chunks, -(-total // (2**31 - 1)))
+    chunk = -(-total // chunks)
+    chunks = -(-total // chunk)
+    kernel = f"sum_mid{'_vec' if vec > 1 else ''}{suffix}"
+    launch = Launch(kernel, max(1, min(M * chunks, sms * 32)), (A, M, inner, chunk, chunks, div),
+                    MID_BLOCK)
+    if chunks == 1:
+        return Plan(launch, 0, 0)
+    return Plan(launch, M * chunks * _state("sum", width), M)
 
 
-class ExtremePlan(NamedTuple):
-    """max_t, min_t or argmax_t over the middle axis of an (outer, n, inner)
-    view.  ``rows``: a warp per row (inner 1), one launch of ``grid``
-    blocks.  Otherwise columns: ``chunks`` chunks of ``chunk`` rows each,
-    joined (when there are several) by a second launch of ``join_grid``
-    blocks through ``workspace`` bytes of this stream's workspace, whose
-    indices start ``index_at`` bytes in."""
-    rows: bool
-    grid: int
-    chunk: int
-    chunks: int
-    join_grid: int
-    workspace: int
-    index_at: int
+@functools.lru_cache(maxsize=4096)   # pure; asked once per new combination
+def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
+    """The ``Plan`` of a reduction of ``shape`` over ``axes`` (a sorted tuple
+    in range) in one launch, or None where it takes several passes (``layout``
+    says which; ``plan_mid`` may decline too).  Other arguments as
+    ``plan_cols``'s."""
+    form, dims = layout(shape, axes)
+    if form == "rows":
+        return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix)
+    if form == "cols":
+        return plan_cols(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix)
+    if form == "mid" and family == "sum":
+        return plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix)
+    return None
 
 
-@functools.lru_cache(maxsize=1024)   # pure; asked at every call of the op
-def plan_extreme(outer, n, inner, itemsize, sms):
-    """The ``ExtremePlan`` of a non-empty extremum (outer * inner > 0) of
-    elements of ``itemsize`` bytes on a device of ``sms`` multiprocessors."""
-    cap = MAX_BLOCKS_PER_SM * sms
-    if inner == 1:   # a warp per row: BLOCK-thread blocks, ROWS_PER_BLOCK rows each
-        return ExtremePlan(True, warp_rows_grid(outer, cap), 0, 1, 0, 0, 0)
-    # Enough threads to fill the GPU: few columns over many rows split the
-    # rows into chunks (at least 32 rows each), joined in a second launch.
-    cols, fill = outer * inner, cap * BLOCK
-    chunks = max(1, min(n // 32, fill // cols))
-    chunk = -(-n // chunks)
-    chunks = -(-n // chunk)
-    workspace = index_at = 0
-    if chunks > 1:
-        workspace = chunks * cols * (itemsize + 8) + 8
-        index_at = chunks * cols * itemsize
-    return ExtremePlan(False, min(-(-(cols * chunks) // BLOCK), cap), chunk, chunks,
-                       min(-(-cols // BLOCK), cap), workspace, index_at)
+def _axes(ndim, axis):
+    """A checked axis (None, an int in range or a sorted tuple) as a tuple."""
+    if axis is None:
+        return tuple(range(ndim))
+    return axis if type(axis) is tuple else (axis,)
 
 
 # Running the plans -----------------------------------------------------------
 # Functions of a PyCudaHandler ``h``, which takes them as its hooks (its class
 # body names them): they cache plans on ``h`` by key and launch through
 # ``h._run``, on the stream group's stream and workspace.
+def _planned(h, family, a, axis, form="TT", div=1, kind=0):
+    """The cached ``Plan`` (or None: several passes) of a reduction of ``a``
+    over checked ``axis`` in ``form`` (``sum_pass``'s)."""
+    aligned = int(a.gpudata) % 16 == 0 if a.size else True
+    key = (a.shape, axis, aligned) if family == "sum" and div == 1 and form == "TT" \
+        else (a.shape, axis, aligned, family, form, div, kind)
+    found = h._sum_plans.get(key, False)
+    if found is False:
+        suffix, width = h._sum_kernels(form)
+        found = h._sum_plans[key] = plan(a.shape, _axes(a.ndim, axis), aligned, width, family,
+                                         h._sms, h._sm_threads, div, kind, suffix)
+    return found
+
+
 def remember_sum(h, a, axis, out):
     """Store the launch of a checked sum_t combination for the one-call path,
-    or None if it stays in Python (nothing to launch, or a chunked plan,
-    which uses this group's workspace); once per combination."""
+    or None if it stays in Python (nothing to launch, several passes, or a
+    chunked plan, which uses this group's workspace); once per combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
     if key in h._sum_launches:
         return
     checked_axis = h._sum_shapes[(a.shape, axis, out.shape)]
-    # One plan for the whole sum: an int axis, None, or a tuple summed by
-    # sum_mid in one pass (other tuples take several passes: no plan here).
-    plan = h._sum_plans.get((a.shape, checked_axis, aligned))
+    found = h._sum_plans.get((a.shape, checked_axis, aligned)) if a.size and out.size else None
     launch = None
-    if plan and plan.launch is not None and not plan.counters:
-        first = plan.launch
+    if found and not found.counters:
+        first = found.launch
         fn = h._k[first.kernel]
         launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
     h._sum_launches[key] = launch
 
 
-#: The extreme kernels' code of each kind
-EXTREME_KINDS = {"max": 0, "min": 1, "argmax": 2}
+def run(h, found, a, out, form="TT"):
+    """Launch a ``Plan`` of ``form`` (``sum_pass``'s) from ``a`` into ``out``."""
+    first = found.launch
+    fn = (h._k32 if form == "CC" else h._k)[first.kernel]
+    ws = cnt = 0
+    if found.counters:         # chunked: partials and per-stream counters
+        ws = h._slot.workspace(found.workspace)
+        cnt = h._slot.counters(found.counters)
+    h._run(fn, first.grid, a.gpudata, ws, out.gpudata, cnt, *first.args, block=first.block)
 
 
 def extreme_t(h, kind, a, axis, out):
     """max_t, min_t or argmax_t (``kind``) of ``a`` over ``axis`` into ``out``."""
     _enter()
-    outer, n, inner = sum_view(a.shape, axis)
-    if not outer * inner:
+    if not out.size:
         return
-    code = EXTREME_KINDS[kind]
-    plan = plan_extreme(outer, n, inner, h.dtype.itemsize, h._sms)
-    if plan.rows:
-        h._run(h._k["extreme_rows"], plan.grid, a.gpudata, out.gpudata, outer, n, code)
-        return
-    ws = wi = 0
-    if plan.chunks > 1:   # partial extrema and their indices in this stream's workspace
-        ws = h._slot.workspace(plan.workspace)
-        wi = int(ws) + plan.index_at
-        wi += -wi % 8
-    h._run(h._k["extreme_cols"], plan.grid, a.gpudata, out.gpudata, ws, wi, outer, n,
-           inner, plan.chunk, plan.chunks, code)
-    if plan.chunks > 1:
-        h._run(h._k["extreme_join"], plan.join_grid, ws, wi, out.gpudata,
-               outer * inner, plan.chunks, code)
+    # One int axis (the checks refuse others), so one launch always.
+    h._run_reduction(_planned(h, "pick", a, axis, kind=PICK_KINDS[kind]), a, out)
 
 
 def sum_t(h, a, axis, out):
-    """The sum_t hook: a tuple of axes (``sum_axes``) or one pass."""
-    if type(axis) is tuple:
-        return h._sum_axes(a, axis, out)
-    h._sum_pass(a, axis, out)
-
-
-def sum_pass(h, a, axis, out, form="TT"):
-    """One sum over ``axis`` (an int or None).  ``form`` says the formats
-    of input and output (``sum_kernels``): "TT" the handler's both; for the
-    halves "TC" writes float32 and "CC" reads and writes float32."""
+    """The sum_t hook: one launch, or passes over separate runs of axes."""
     _enter()
-    key = (a.shape, axis, int(a.gpudata) % 16 == 0 if a.size else True)
-    if form != "TT":   # TT keeps the 3-tuple: OneCall.sum's plans are keyed so
-        key += (form,)
-    plan = h._sum_plans.get(key)
-    if plan is None:
-        suffix, width = h._sum_kernels(form)
-        plan = h._sum_plans[key] = plan_sum(
-            *sum_view(a.shape, axis), key[2], width, h._sms, suffix)
-    h._run_sum(plan, a, out, form)
+    if not out.size:
+        return
+    if not a.size:             # an empty axis: the sum is 0
+        h._fill(out, 0.0)
+        return
+    found = _planned(h, "sum", a, axis)
+    if found is not None:
+        h._run_reduction(found, a, out)
+    elif h._half:              # passes in float32, one rounding at the end
+        wide = h._sum_passes(a, _axes(a.ndim, axis))
+        h._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
+    else:
+        h._sum_passes(a, _axes(a.ndim, axis), out)
+
+
+def mean_t(h, a, axis, out):
+    """The mean_t hook: the sum divided by the count as it is stored, in one
+    launch (NaN over an empty axis); passes take the sum, then one scaling."""
+    _enter()
+    n = shape_rules.reduced_size(a.shape, axis)
+    if not out.size or n == 0:
+        return Handler._mean_t(h, a, axis, out)
+    with h._slot.lock:         # as the work hooks: the stream's workspace is ours
+        found = _planned(h, "sum", a, axis, div=n)
+        if found is not None:
+            h._run_reduction(found, a, out)
+        elif h._half:          # the float32 sum scaled by 1 / n, rounded once
+            wide = h._sum_passes(a, _axes(a.ndim, axis))
+            h._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
+        else:
+            Handler._mean_t(h, a, axis, out)
 
 
 def sum_kernels(h, form):
@@ -271,108 +340,24 @@ def sum_kernels(h, form):
     return "_wide" if form == "TC" else "", h._vec
 
 
-def mid_plan(h, a, axes, runs, form="TT"):
-    """The plan of the sum over ``runs`` in one pass (sum_mid, for
-    ``run_sum``) where they are one leading and one trailing run and the
-    kernel takes the shape, else False.  ``form`` as ``sum_pass``'s."""
-    if not (len(runs) == 2 and runs[0][0] == 0 and runs[1][1] == a.ndim):
-        return False
-    _enter()
-    key = (a.shape, axes, int(a.gpudata) % 16 == 0)   # a tuple axis: no clash
-    if form != "TT":
-        key += (form,)
-    plan = h._sum_plans.get(key)
-    if plan is None:
-        suffix, width = h._sum_kernels(form)
-        plan = h._sum_plans[key] = plan_mid(
-            a.shape, runs[0][1], runs[1][0], key[2], width, h._sms, suffix) or False
-    return plan
-
-
-def sum_passes(h, a, runs, out=None):
-    """The sum over separate runs of axes, last run first, one pass each
-    through this stream's two intermediate buffers (alternating: a pass
-    never writes what it reads), the last pass into ``out``.  Without
-    ``out`` (the halves' "wide" sum) every pass writes float32, the last
-    one too, into an intermediate buffer, which is returned for the one
+def sum_passes(h, a, axes, out=None):
+    """The sum over ``axes`` taken one merged run of axes at a time, last run
+    first, each pass through this stream's two intermediate buffers
+    (alternating: a pass never writes what it reads), the last pass into
+    ``out``.  Without ``out`` (the halves) every pass writes float32, the
+    last one too, into an intermediate buffer, which is returned for the one
     rounding."""
+    _, (extents, reduced) = layout(a.shape, axes)
     wide = out is None
-    shape, src, form = list(a.shape), a, "TC" if wide else "TT"
-    for i, (lo, hi) in enumerate(reversed(runs)):
-        merged = shape[:lo] + [math.prod(shape[lo:hi])] + shape[hi:]
-        shape = shape[:lo] + shape[hi:]
-        if i == len(runs) - 1 and not wide:
-            dst = out
+    shape, src, form = list(extents), a.reshape(extents), "TC" if wide else "TT"
+    for i, ax in enumerate(reversed(reduced)):
+        shape = shape[:ax] + shape[ax + 1:]
+        if i == len(reduced) - 1 and not wide:
+            dst = out.reshape(tuple(shape))
         else:
             dst = h._slot.intermediate(i % 2, tuple(shape),
                                        np.dtype(np.float32) if wide else h.dtype)
-        dst = dst.reshape(tuple(shape))
-        h._sum_pass(src.reshape(tuple(merged)), lo, dst, form)
+        found = _planned(h, "sum", src, ax, form)
+        h._run_reduction(found, src, dst, form)
         src, form = dst, "CC" if wide else form
     return src
-
-
-def sum_wide(h, a, axis):
-    """The sum of non-empty ``a`` over ``axis`` (None, an int or a sorted
-    tuple) in float32, in this stream's intermediate buffers: mean_t's in
-    the half formats, whose result is then scaled and rounded once (the
-    "narrow" kernel)."""
-    _enter()
-    axes = (tuple(range(a.ndim)) if axis is None else axis if type(axis) is tuple
-            else (axis,))
-    parts = runs(axes)
-    plan = h._mid_plan(a, axes, parts, "TC")
-    if not plan:
-        return h._sum_passes(a, parts)
-    kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
-    dst = h._slot.intermediate(0, kept, np.dtype(np.float32))
-    h._run_sum(plan, a, dst, "TC")
-    return dst
-
-
-def mean_t(h, a, axis, out):
-    """The mean_t hook: the halves sum in float32 and round once; other
-    formats take the contract's sum then scale."""
-    n = shape_rules.reduced_size(a.shape, axis)
-    if not h._half or n <= 1 or not out.size:
-        return Handler._mean_t(h, a, axis, out)
-    # The halves: the float32 sum scaled by 1 / n, rounded once.
-    wide = h._sum_wide(a, axis)
-    h._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
-
-
-def run_sum(h, plan, a, out, form="TT"):
-    """Run a ``SumPlan`` of ``form`` (``sum_pass``'s)."""
-    first = plan.launch
-    if first is None:          # nothing to add up
-        if plan.zero:
-            h._fill(out, 0.0)
-        return
-    fn = (h._k32 if form == "CC" else h._k)[first.kernel]
-    ws = cnt = 0
-    if plan.counters:          # chunked: partials and per-stream counters
-        ws = h._slot.workspace(plan.workspace * h._compute_itemsize)   # float partials
-        cnt = h._slot.counters(plan.counters)
-    h._run(fn, first.grid, a.gpudata, ws, out.gpudata, cnt, *first.args, block=first.block)
-
-
-def sum_axes(h, a, axes, out):
-    """sum_t over a sorted tuple of axes.  Each run of adjacent axes is
-    one axis of a reshaped view, so (2, 3) of NCHW is one pass; separate
-    runs are summed last run first, each pass into this stream's
-    intermediate buffers, the last into ``out``."""
-    if not a.size:   # nothing to add up (and empty GPUArrays cannot be reshaped)
-        if out.size:
-            h._fill(out, 0.0)
-        return
-    parts = runs(axes)
-    plan = h._mid_plan(a, axes, parts)
-    if plan:
-        h._run_sum(plan, a, out)
-        return
-    if h._half and len(parts) > 1:   # passes in float32, one rounding at the end
-        _enter()
-        wide = h._sum_passes(a, parts)
-        h._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
-        return
-    h._sum_passes(a, parts, out)

@@ -1,40 +1,42 @@
-// Sums over one axis, for sum_t.
+// The reduction engine: sum_t, mean_t, max_t, min_t and argmax_t.
 //
-// The host views the input as (outer, n, inner) and the output as
-// (outer, inner): n is the length of the reduced axis, inner the product of the
-// axes after it.  No transposed copy is made; two kernels cover every case:
+// The host (handlers/cuda/reductions.py) drops size-1 axes, merges adjacent
+// reduced and adjacent kept axes, and so sees one of three layouts:
 //
-//   sum_rows  inner == 1: each reduced segment is contiguous.  One warp per
-//             (row, chunk) task, 16-byte loads.
-//   sum_cols  inner > 1: each thread owns V adjacent columns and walks down
-//             the rows of its chunk, so a warp reads whole rows coalesced.
-//   sum_mid   sum_t over a leading and a trailing run of axes at once (the
-//             conv bias gradient, (0, 2, 3) of NCHW): the input is viewed as
-//             (A, M, I) and out[m] sums x[:, m, :].  One block per (m, chunk
-//             of A) task reads its rows' contiguous I elements.
+//   rows  (rows, n): each reduced segment is contiguous (inner == 1).
+//         *_short  n <= SHORT_ROW (launch.py): a block copies a tile of whole rows to
+//                  shared memory with coalesced loads, then a few lanes
+//                  reduce each row (no lane idles on a 2-element row);
+//         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
+//         *_long   a block per (row, chunk): few long rows (a 1-D array to a
+//                  scalar is one row) split into enough chunks to fill the GPU.
+//   cols  (outer, n, inner), inner > 1: thread (x, y) of a tx * ty block
+//         owns V adjacent columns and walks down rows y, y + ty, ... with
+//         several loads in flight (predicated, so short axes keep them in
+//         flight too); the ty partials are then combined in y order.
+//   mid   (A, M, I) summed over A and I (the conv bias gradient, (0, 2, 3)
+//         of NCHW): a block per (m, chunk of the A * I elements).
 //
-// Long axes are split into `chunks`; partial sums go to a per-stream workspace
-// and both kernels finish in the same launch: the last warp of each row
-// (sum_rows) or the last block of each column tile (sum_cols) to finish adds
-// the partials up, told by a per-stream counter that it resets to 0.
-// Summation order depends only on the shape, never on timing: results are
-// bit-for-bit reproducible on every stream.
+// One combine is a template parameter of every kernel:
+//   Sum<T>   compute-format sums (float for the halves), scaled by 1 / div
+//            as they are stored: mean_t is the same launch with div = n;
+//   Pick<T>  max (kind 0), min (1) or argmax (2): (value, index) pairs.  NaN
+//            wins, as in NumPy: a slice holding NaN gives NaN, and argmax the
+//            index of its first NaN; among equal values the first index wins.
+//            Values stay in T (compared widened), so max and min return the
+//            chosen element bit for bit; argmax stores st<T>(index): the host
+//            checks beforehand that every index is exact in T.
 //
-// Half formats (bf16, f16): every sum accumulates in float (C =
-// compute_t<T>), the workspace partials are float too, and the result is
-// rounded once, as it is stored.
+// Long axes are split into `chunks`; the partial states go to a per-stream
+// workspace and the launch finishes them itself: the last group of a row
+// (rows) or the last block of a column tile (cols, mid) to finish combines
+// the partials in chunk order, told by a per-stream counter that it resets
+// to 0 for the next launch.  The combining order depends only on the shape,
+// never on timing, so results are bit-for-bit reproducible on every stream.
 //
-// Launch: 1-D grid of SH_BLOCK-thread blocks (sum_mid: SH_MID_BLOCK, see
-// reductions.plan_mid); any grid size is correct.
+// Launch: 1-D grid of SH_BLOCK-thread blocks (mid: SH_MID_BLOCK); any grid
+// size is correct.
 #include "common.cuh"
-
-namespace sh {
-
-// Eight float partials of a half tile (sum_cols_vec's second stage): the
-// 32 bytes that match a 16-byte packet of 8 halves, as two 16-byte loads.
-struct Float8 { float4 lo, hi; };
-
-}  // namespace sh
 
 namespace {
 
@@ -44,32 +46,20 @@ using sh::ld;
 using sh::st;
 using sh::VecTraits;
 
-// The V-wide load type of sum_cols: the scalar for V == 1, else the packet
-// (16 bytes; the float partials of a half tile: 32 bytes).
-template <typename T, int V> struct Load { using type = typename VecTraits<T>::type; };
-template <typename T> struct Load<T, 1> { using type = T; };
-template <> struct Load<float, 8> { using type = sh::Float8; };
-
-// Loads in flight per thread in sum_cols; the host rounds chunks to match
-// (SUM_UNROLL in handlers/cuda/launch.py, SH_SUM_UNROLL of
-// launch_constants.cuh).  16 beat 8 and 12 on an H200 (median of five
-// interleaved runs: 8192x4096 axis 0 93.0% of copy against 86.3% with 8,
-// 1Mx16 axis 0 72.6% against 69.2%, (64,128,32,32) axis 1 70.8% against
-// 69.6%).
-constexpr int UNROLL = SH_SUM_UNROLL;
+// Loads in flight per thread in the column kernels (SUM_UNROLL and
+// PICK_UNROLL in handlers/cuda/launch.py): the host sizes chunks by them.
+// A pick keeps a (value, index) pair per column, so it holds fewer loads.
+constexpr int SUM_UNROLL = SH_SUM_UNROLL;
+constexpr int PICK_UNROLL = SH_PICK_UNROLL;
+// Loads in flight per thread in the row kernels.
+constexpr int ROW_UNROLL = 4;
+// Elements of a *_short tile: 8 loads in flight per thread.
+constexpr int SHORT_TILE = SH_BLOCK * 8;
 
 __device__ __forceinline__ float hsum(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 __device__ __forceinline__ double hsum(double2 v) { return v.x + v.y; }
 
-// Value j of `raw`, a load of several S (a scalar, a packet, a Float8), in
-// the compute format.
-template <typename S, typename R>
-__device__ __forceinline__ compute_t<S> elem(const R& raw, int j) {
-    return ld(reinterpret_cast<const S*>(&raw)[j]);
-}
-
-// The sum of one 16-byte packet of T, in the compute format.  (v by value:
-// a reference changes the float and double kernels' PTX.)
+// The sum of one 16-byte packet of T, in the compute format.
 template <typename T, typename VT>
 __device__ __forceinline__ compute_t<T> packet_sum(VT v) {
     if constexpr (sh::is_half_v<T>) {
@@ -80,165 +70,296 @@ __device__ __forceinline__ compute_t<T> packet_sum(VT v) {
     }
 }
 
+// ---------------------------------------------------------------- combines
+// S: the state; identity: the state of nothing; add: absorb element v at
+// index i; join(a, b): a's elements come before b's; result<O>: the stored
+// output.
+
 template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    return v;
+struct Sum {
+    using C = compute_t<T>;
+    using S = C;
+    __device__ static S identity(int) { return C(0); }
+    __device__ static void add(S& s, T v, long long, int) { s += ld(v); }
+    template <typename VT>
+    __device__ static void add_packet(S& s, VT v, long long, int) { s += packet_sum<T>(v); }
+    __device__ static S join(S a, S b, int) { return a + b; }
+    __device__ static S down(S s, int o, int width) {
+        return __shfl_down_sync(0xffffffffu, s, o, width);
+    }
+    __device__ static S load_l2(const S* p) { return __ldcg(p); }
+    template <typename O>
+    __device__ static O result(S s, long long div, int) {
+        return st<O>(div == 1 ? s : s / (C)div);
+    }
+};
+
+template <typename T>
+struct Pick {
+    struct S { T v; long long i; };
+    __device__ static S identity(int kind) {
+        // Loses to every element (a tie on an infinite value goes to the
+        // smaller index, and no element has this one).
+        return {st<T>(kind == 1 ? INFINITY : -INFINITY), 0x7fffffffffffffffLL};
+    }
+    // Is a a better pick than b?  NaN beats numbers; ties go to the smaller index.
+    __device__ static bool better(int kind, const S& a, const S& b) {
+        const compute_t<T> v = ld(a.v), w = ld(b.v);
+        const bool vn = v != v, wn = w != w;
+        if (vn || wn) return vn && (!wn || a.i < b.i);
+        if (v == w) return a.i < b.i;
+        return kind == 1 ? v < w : v > w;
+    }
+    __device__ static void add(S& s, T v, long long i, int kind) {
+        const S c{v, i};
+        if (better(kind, c, s)) s = c;
+    }
+    template <typename VT>
+    __device__ static void add_packet(S& s, VT v, long long i0, int kind) {
+        const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int j = 0; j < (int)(sizeof(VT) / sizeof(T)); ++j) add(s, e[j], i0 + j, kind);
+    }
+    __device__ static S join(S a, S b, int kind) { return better(kind, b, a) ? b : a; }
+    __device__ static S down(S s, int o, int width) {
+        return {__shfl_down_sync(0xffffffffu, s.v, o, width),
+                __shfl_down_sync(0xffffffffu, s.i, o, width)};
+    }
+    __device__ static S load_l2(const S* p) {   // 16 bytes, written by another block
+        static_assert(sizeof(S) == 16, "a pick's state is 16 bytes");
+        const longlong2 raw = __ldcg(reinterpret_cast<const longlong2*>(p));
+        S s;
+        memcpy(&s, &raw, sizeof(S));
+        return s;
+    }
+    template <typename O>
+    __device__ static O result(S s, long long, int kind) {
+        return kind == 2 ? st<O>((compute_t<O>)s.i) : s.v;
+    }
+};
+
+// The states of `width` adjacent lanes (a power of 2 up to 32) combined in
+// lane order; the result is in the group's first lane.
+template <class R>
+__device__ __forceinline__ typename R::S group_join(typename R::S s, int kind, int width) {
+    for (int o = width >> 1; o > 0; o >>= 1) s = R::join(s, R::down(s, o, width), kind);
+    return s;
 }
 
-// One warp per (row, chunk) task.  With chunks > 1, lane 0 writes the task's
-// partial sum to ws[task] and bumps the row's counter; the warp that finishes
-// a row's last chunk adds the row's partials up in chunk order and resets the
-// counter for the next launch on this stream.
-// O, the output's format: T, or the compute format (a "wide" sum, whose
-// result a later pass or a scaling reads before the one rounding to T).
-template <typename T, typename O>
-__device__ void sum_rows_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
-                              O* __restrict__ out, unsigned int* __restrict__ counters,
-                              long long rows, long long n, long long chunk,
-                              long long chunks) {
-    using C = compute_t<T>;
+// The states of a block's threads combined in thread order; the result is
+// in thread 0.  `red` holds 32 states; every thread must call this.
+template <class R>
+__device__ typename R::S block_join(typename R::S s, int kind, typename R::S* red) {
+    s = group_join<R>(s, kind, 32);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();   // red may still be read from the previous call
+    if (lane == 0) red[w] = s;
+    __syncthreads();
+    if (w == 0) {
+        s = lane < (int)(blockDim.x >> 5) ? red[lane] : R::identity(kind);
+        s = group_join<R>(s, kind, 32);
+    }
+    return s;
+}
+
+// Shared memory for N values of a type with constructors (the halves), which
+// a __shared__ array of that type cannot hold.
+template <typename S, int N>
+struct SharedArray {
+    __device__ static S* get() {
+        __shared__ __align__(16) unsigned char raw[N * sizeof(S)];
+        return reinterpret_cast<S*>(raw);
+    }
+};
+
+// ---------------------------------------------------------------- rows
+
+// *_short: rows of n <= SHORT_ROW elements (launch.py).  A tile of `per` whole rows
+// is copied to shared memory with coalesced scalar loads (8 in flight per
+// thread, any alignment); then P lanes (a power of 2) reduce each row.
+template <class R, typename T, typename O>
+__device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
+                           long long n, long long div, int kind) {
+    using S = typename R::S;
+    T* tile = SharedArray<T, SHORT_TILE>::get();
+    const long long per = SHORT_TILE / n;
+    int P = 1;
+    while (P * per < blockDim.x && P < 32) P <<= 1;
+    const long long tiles = (rows + per - 1) / per;
+    const int lanes = blockDim.x / P;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const long long r0 = t * per, nr = min(per, rows - r0), count = nr * n;
+        const T* base = a + r0 * n;
+#pragma unroll
+        for (int u = 0; u < SHORT_TILE / SH_BLOCK; ++u) {
+            const long long k = threadIdx.x + (long long)u * blockDim.x;
+            if (k < count) tile[k] = base[k];
+        }
+        for (long long k = threadIdx.x + (long long)SHORT_TILE / SH_BLOCK * blockDim.x;
+             k < count; k += blockDim.x) {   // blocks smaller than SH_BLOCK
+            tile[k] = base[k];
+        }
+        __syncthreads();
+        for (long long lb = 0; lb < nr; lb += lanes) {   // the same trips in every lane
+            const long long lr = lb + threadIdx.x / P;
+            S s = R::identity(kind);
+            if (lr < nr) {
+                for (long long k = threadIdx.x % P; k < n; k += P) R::add(s, tile[lr * n + k], k, kind);
+            }
+            s = group_join<R>(s, kind, P);
+            if (lr < nr && threadIdx.x % P == 0) out[r0 + lr] = R::template result<O>(s, div, kind);
+        }
+        __syncthreads();
+    }
+}
+
+// *_rows (G == 32) and *_long (G == blockDim.x): a group of G threads per
+// (row, chunk) task.  With chunks > 1, the group's first thread writes the
+// task's state to ws[task] and bumps the row's counter; the group that
+// finishes a row's last chunk combines the row's states in chunk order and
+// resets the counter.
+template <class R, bool BLOCKWIDE, typename T, typename O>
+__device__ void rows_impl(const T* __restrict__ a, typename R::S* __restrict__ ws,
+                          O* __restrict__ out, unsigned int* __restrict__ counters,
+                          long long rows, long long n, long long chunk, long long chunks,
+                          long long div, int kind) {
+    using S = typename R::S;
     using VT = typename VecTraits<T>::type;
     constexpr int V = kVec<T>;
-    const int lane = threadIdx.x & 31;
-    const long long nwarps = (long long)gridDim.x * (blockDim.x >> 5);
+    S* red = SharedArray<S, 32>::get();
+    __shared__ unsigned int done_s;
+    const int G = BLOCKWIDE ? blockDim.x : 32;
+    const int t = BLOCKWIDE ? threadIdx.x : (threadIdx.x & 31);
+    const long long groups = BLOCKWIDE ? gridDim.x : (long long)gridDim.x * (blockDim.x >> 5);
+    const long long first = BLOCKWIDE ? blockIdx.x : sh::grid_thread() >> 5;
     const long long tasks = rows * chunks;
-    for (long long task = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-         task < tasks; task += nwarps) {
+    for (long long task = first; task < tasks; task += groups) {
         const long long row = task / chunks;
         const long long begin = (task - row * chunks) * chunk;
         const long long len = begin < n ? min(chunk, n - begin) : 0;
         const T* p = a + row * n + begin;
-        C acc = 0;
+        S s = R::identity(kind);
         // Peel the first elements until p is 16-byte aligned.
         const int mis = (int)(((uintptr_t)p % 16) / sizeof(T));
         const long long head = min((long long)(mis ? V - mis : 0), len);
-        if (lane < head) acc += ld(p[lane]);
+        if (t < head) R::add(s, p[t], begin + t, kind);
         const VT* q = reinterpret_cast<const VT*>(p + head);
         const long long nv = (len - head) / V;
-        // Four independent 16-byte loads in flight per lane, the last trip
-        // predicated: a short row then costs one round trip to memory, not
-        // one per remaining packet.
-        const VT zero{};
-        for (long long i = lane; i < nv; i += 128) {
-            const VT v0 = q[i];
-            const VT v1 = i + 32 < nv ? q[i + 32] : zero;
-            const VT v2 = i + 64 < nv ? q[i + 64] : zero;
-            const VT v3 = i + 96 < nv ? q[i + 96] : zero;
-            acc += (packet_sum<T>(v0) + packet_sum<T>(v1)) +
-                   (packet_sum<T>(v2) + packet_sum<T>(v3));
+        // ROW_UNROLL independent 16-byte loads in flight per thread, the last
+        // trip predicated: a short row costs one round trip to memory.
+        for (long long i = t; i < nv; i += ROW_UNROLL * G) {
+            VT v[ROW_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ROW_UNROLL; ++u)
+                if (i + u * G < nv) v[u] = q[i + u * G];
+#pragma unroll
+            for (int u = 0; u < ROW_UNROLL; ++u)
+                if (i + u * G < nv) R::add_packet(s, v[u], begin + head + (i + u * G) * V, kind);
         }
-        for (long long k = head + nv * V + lane; k < len; k += 32) acc += ld(p[k]);
-        acc = warp_sum(acc);
+        for (long long k = head + nv * V + t; k < len; k += G) R::add(s, p[k], begin + k, kind);
+        s = BLOCKWIDE ? block_join<R>(s, kind, red) : group_join<R>(s, kind, 32);
         if (chunks == 1) {
-            if (lane == 0) out[row] = st<O>(acc);
+            if (t == 0) out[row] = R::template result<O>(s, div, kind);
             continue;
         }
         unsigned int done = 0;
-        if (lane == 0) {
-            ws[task] = acc;
+        if (t == 0) {
+            ws[task] = s;
             __threadfence();   // the partial reaches L2 before the count does
             done = atomicAdd(counters + row, 1u);
         }
-        done = __shfl_sync(0xffffffffu, done, 0);
+        if (BLOCKWIDE) {
+            if (t == 0) done_s = done;
+            __syncthreads();
+            done = done_s;
+            __syncthreads();   // done_s is written again by the next task
+        } else {
+            done = __shfl_sync(0xffffffffu, done, 0);
+        }
         if (done != (unsigned int)(chunks - 1)) continue;
-        if (lane == 0) counters[row] = 0u;
-        __threadfence();       // order the other warps' partials before our reads
-        const C* part = ws + row * chunks;
-        C s = 0;
-        for (long long k = lane; k < chunks; k += 32) s += __ldcg(part + k);   // L2: other SMs wrote them
-        s = warp_sum(s);
-        if (lane == 0) out[row] = st<O>(s);
+        if (t == 0) counters[row] = 0u;
+        __threadfence();       // order the other groups' partials before our reads
+        S r = R::identity(kind);
+        for (long long k = t; k < chunks; k += G) r = R::join(r, R::load_l2(ws + row * chunks + k), kind);
+        r = BLOCKWIDE ? block_join<R>(r, kind, red) : group_join<R>(r, kind, 32);
+        if (t == 0) out[row] = R::template result<O>(r, div, kind);
     }
 }
 
-template <bool CG, typename VT>
-__device__ __forceinline__ VT load(const VT* p) {
-    if constexpr (CG) return __ldcg(p);   // L2 only: written by other blocks
-    else return *p;
-}
+// ---------------------------------------------------------------- cols
 
-// Eight float partials (32 bytes, 16-byte aligned) as two 16-byte loads.
-template <bool CG>
-__device__ __forceinline__ sh::Float8 load(const sh::Float8* p) {
-    const float4* q = reinterpret_cast<const float4*>(p);
-    return {load<CG>(q), load<CG>(q + 1)};
-}
+// The V-wide load type: the scalar for V == 1, else the 16-byte packet.
+template <typename T, int V> struct Load { using type = typename VecTraits<T>::type; };
+template <typename T> struct Load<T, 1> { using type = T; };
 
-// Sums rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V) of
-// the (rows, inner) slab at src into dst[c] (c < inner), in a fixed order.
-// blockDim.x == SH_BLOCK == tx * ty; thread (x, y) sums V adjacent columns over
-// rows y, y + ty, ...; the ty partial sums are then added in y order.  The
-// caller synchronizes before `part` is used again.  S is the format of src
-// (the input T, or the compute format of the partials), D that of dst (T,
-// or the partials'); the sums are in the compute format C and rounded to D
-// as they are stored.
-template <typename S, typename D, int V, bool CG>
-__device__ void tile_sum(const S* __restrict__ src, D* __restrict__ dst, long long inner,
-                         long long col0, long long r_begin, long long r_end, int tx,
-                         compute_t<S>* part) {
-    using C = compute_t<S>;
-    using VT = typename Load<S, V>::type;
-    // Loads in flight per thread: UNROLL, but UNROLL / 4 for the 32-byte
-    // loads of a half tile's float partials (the second stage; more spill
-    // registers next to the eight float sums).
-    constexpr int U = sizeof(VT) > 16 ? (UNROLL + 3) / 4 : UNROLL;
+// Reduces rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V)
+// of the (rows, inner) slab; returns the state of column col0 + threadIdx.x
+// (meaningful where threadIdx.x < tx * V).  Thread (x, y) of the tx * ty
+// block covers V adjacent columns over rows y, y + ty, ...; the ty states
+// are combined in y order through `part`.  STAGE2: the slab is the
+// workspace's states (the chunks' partials of a column), read from L2.
+template <class R, typename T, int V, int U, bool STAGE2>
+__device__ typename R::S tile_reduce(const T* __restrict__ src,
+                                     const typename R::S* __restrict__ states,
+                                     long long inner, long long col0, long long r_begin,
+                                     long long r_end, int tx, typename R::S* part, int kind) {
+    using S = typename R::S;
+    using VT = typename Load<T, V>::type;
     const int ty = blockDim.x / tx;
     const int x = threadIdx.x % tx, y = threadIdx.x / tx;
     const int tile_cols = tx * V;
     const long long col = col0 + (long long)x * V;
-    C acc[V];
+    S acc[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) acc[j] = 0;
+    for (int j = 0; j < V; ++j) acc[j] = R::identity(kind);
     if (col < inner) {
-        const S* base = src + col;
-        long long r = r_begin + y;
-        // U independent loads in flight per thread: the loop is bound by
-        // memory latency, not arithmetic (the host picks chunks that are
-        // multiples of UNROLL * ty, so the tail loop rarely runs).
-        for (; r + (U - 1) * ty < r_end; r += U * ty) {
-            VT v[U];
+        if constexpr (!STAGE2) {
+            const T* base = src + col;
+            for (long long r = r_begin + y; r < r_end; r += (long long)U * ty) {
+                VT v[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                v[u] = load<CG>(reinterpret_cast<const VT*>(base + (r + u * ty) * inner));
+                for (int u = 0; u < U; ++u)
+                    if (r + u * ty < r_end)
+                        v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
+                for (int u = 0; u < U; ++u) {
+                    if (r + u * ty < r_end) {
+                        const T* e = reinterpret_cast<const T*>(&v[u]);
 #pragma unroll
-                for (int j = 0; j < V; ++j) acc[j] += elem<S>(v[u], j);
+                        for (int j = 0; j < V; ++j) R::add(acc[j], e[j], r + u * ty, kind);
+                    }
+                }
             }
-        }
-        for (; r < r_end; r += ty) {
-            const VT v0 = load<CG>(reinterpret_cast<const VT*>(base + r * inner));
+        } else {
+            const S* base = states + col;
+#pragma unroll 4
+            for (long long r = r_begin + y; r < r_end; r += ty) {
 #pragma unroll
-            for (int j = 0; j < V; ++j) acc[j] += elem<S>(v0, j);
+                for (int j = 0; j < V; ++j)
+                    if (col + j < inner) acc[j] = R::join(acc[j], R::load_l2(base + r * inner + j), kind);
+            }
         }
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
     __syncthreads();
-    if (threadIdx.x < tile_cols) {
-        const long long c = col0 + threadIdx.x;
-        C s = 0;
-        for (int k = 0; k < ty; ++k) s += part[k * tile_cols + threadIdx.x];
-        if (c < inner) dst[c] = st<D>(s);
-    }
+    S s = R::identity(kind);
+    if (threadIdx.x < tile_cols)
+        for (int k = 0; k < ty; ++k) s = R::join(s, part[k * tile_cols + threadIdx.x], kind);
+    return s;
 }
 
 // One launch whatever the chunking.  With chunks > 1, each (outer, tile,
-// chunk) task writes its partial sums to ws, laid out (outer, chunks, inner),
-// and bumps the tile's counter; the block that finishes a tile's last chunk
-// adds the tile's partials up in chunk order and resets the counter to 0 for
-// the next launch on this stream.  The order never depends on which block
-// comes last, so results stay bit-for-bit reproducible.
-// ws holds compute_t<T> values (float for the half formats); O is the
-// output's format (sum_rows_impl says which).
-template <typename T, int V, typename O>
-__device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
-                              O* __restrict__ out, unsigned int* __restrict__ counters,
-                              long long outer, long long n, long long inner,
-                              long long chunk, long long chunks, int tx) {
-    using C = compute_t<T>;
-    __shared__ C part[SH_BLOCK * V];
+// chunk) task writes its states to ws, laid out (outer, chunks, inner), and
+// bumps the tile's counter; the block that finishes a tile's last chunk
+// combines the tile's states in chunk order and resets the counter.
+template <class R, typename T, int V, int U, typename O>
+__device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ ws,
+                          O* __restrict__ out, unsigned int* __restrict__ counters,
+                          long long outer, long long n, long long inner, long long chunk,
+                          long long chunks, long long div, int tx, int kind) {
+    using S = typename R::S;
+    S* part = SharedArray<S, SH_BLOCK * V>::get();
     __shared__ bool last;
     const long long tile_cols = (long long)tx * V;
     const long long tiles = (inner + tile_cols - 1) / tile_cols;
@@ -246,16 +367,20 @@ __device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict_
     for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
         const long long o = task / (tiles * chunks);
         const long long rem = task - o * tiles * chunks;
-        const long long tile = rem / chunks, ch = rem - (rem / chunks) * chunks;
-        const long long col0 = tile * tile_cols;
+        const long long tile = rem / chunks, ch = rem - tile * chunks;
+        const long long col0 = tile * tile_cols, c = col0 + threadIdx.x;
+        const bool mine = threadIdx.x < tile_cols && c < inner;
+        const T* slab = a + o * n * inner;
         if (chunks == 1) {
-            tile_sum<T, O, V, false>(a + o * n * inner, out + o * inner, inner, col0, 0, n,
-                                     tx, part);
+            const S s = tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, 0, n, tx,
+                                                       part, kind);
+            if (mine) out[o * inner + c] = R::template result<O>(s, div, kind);
             __syncthreads();
             continue;
         }
-        tile_sum<T, C, V, false>(a + o * n * inner, ws + (o * chunks + ch) * inner, inner,
-                                 col0, ch * chunk, min(n, (ch + 1) * chunk), tx, part);
+        const S s = tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, ch * chunk,
+                                                   min(n, (ch + 1) * chunk), tx, part, kind);
+        if (mine) ws[(o * chunks + ch) * inner + c] = s;
         __threadfence();   // this block's partials reach L2 before the count does
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -265,80 +390,80 @@ __device__ void sum_cols_impl(const T* __restrict__ a, compute_t<T>* __restrict_
         }
         __syncthreads();
         if (last) {
-            tile_sum<C, O, V, true>(ws + o * chunks * inner, out + o * inner, inner, col0, 0,
-                                    chunks, tx, part);
+            __threadfence();
+            const S r = tile_reduce<R, T, V, U, true>(nullptr, ws + o * chunks * inner, inner,
+                                                      col0, 0, chunks, tx, part, kind);
+            if (mine) out[o * inner + c] = R::template result<O>(r, div, kind);
         }
         __syncthreads();
     }
 }
 
-// sum_mid: x viewed as (A, M, I); out[m] = sum over a < A, i < I of x[a, m, i].
-// Task t = m * chunks + c sums rows a in [c * chunk, (c + 1) * chunk) of
-// column m: len * I elements in len contiguous runs of I at a stride of M * I.
-// The block's threads stride over the task's V-wide packets (32-bit indices:
-// the host keeps len * I / V below 2^31), UNROLL packets (below) in
-// flight each; the block's partial sums are added in thread order.  With
-// chunks > 1 the last block of a column adds its chunks' partials in chunk
-// order, so the result depends only on the shape and the block size (as in
-// sum_rows).  Any block size that is a multiple of 32, up to 1024, is
-// correct; the host launches SH_MID_BLOCK (reductions.plan_mid says why).
-// ws holds compute_t<T> values; O is the output's format (sum_rows_impl).
+// ---------------------------------------------------------------- mid
+
+// x viewed as (A, M, I); out[m] = the sum over a < A, i < I of x[a, m, i].
+// Column m's A * I elements are A runs of I at a stride of M * I, flattened
+// into A * (I / V) packets; task t = m * chunks + c reduces packets
+// [c * chunk, (c + 1) * chunk) of that range (chunks over A and I alike, so
+// few columns of few runs still fill the GPU).  The block's threads stride
+// over the task's packets, MID_UNROLL in flight each (32-bit offsets: the
+// host keeps chunk and I / V below 2^31); the block's partial sums are
+// combined in thread order, and with chunks > 1 the last block of a column
+// combines its chunks' sums in chunk order.  Any block size that is a
+// multiple of 32, up to 1024, is correct; the host launches SH_MID_BLOCK.
 template <typename T, int V, typename O>
-__device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
-                             O* __restrict__ out, unsigned int* __restrict__ counters,
-                             long long A, long long M, long long I, long long chunk,
-                             long long chunks) {
+__device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
+                         O* __restrict__ out, unsigned int* __restrict__ counters,
+                         long long A, long long M, long long I, long long chunk,
+                         long long chunks, long long div) {
+    using R = Sum<T>;
     using C = compute_t<T>;
     using VT = typename Load<T, V>::type;
     // Loads in flight per thread: 16 elements (16 / V packets), and for the
     // halves 8 packets (64 elements).  On an H200, bfloat16 (64, 128, 32, 32)
     // over (0, 2, 3) took 4.50 us a call in a graph with 8, 4.59 with 4 and
     // 4.83 with 2; float32 took 10.8 us with 4 and 12.8 with 8 (November 2026).
-    constexpr int UNROLL = V == 8 ? 8 : 16 / V;
-    __shared__ C warps[32];
+    constexpr int MID_UNROLL = V == 8 ? 8 : 16 / V;
+    C* red = SharedArray<C, 32>::get();
     __shared__ bool last;
     const unsigned int nvi = (unsigned int)(I / V);     // packets per run
+    const long long total = A * (long long)nvi;
     const unsigned int threads = blockDim.x;
+    const long long stride = M * I;                     // elements between runs
     const long long tasks = M * chunks;
     for (long long task = blockIdx.x; task < tasks; task += gridDim.x) {
         const long long m = task / chunks, c = task - m * chunks;
-        const long long a0 = c * chunk;
-        const long long len = a0 < A ? min(chunk, A - a0) : 0;
-        const unsigned int total = (unsigned int)(len * nvi);
-        const T* base = a + (a0 * M + m) * I;
-        const long long stride = M * I;                  // elements between runs
+        const long long k0 = c * chunk;
+        const unsigned int len = (unsigned int)(k0 < total ? min(chunk, total - k0) : 0);
+        const long long r0 = k0 / nvi;
+        const unsigned int off0 = (unsigned int)(k0 - r0 * nvi);   // < nvi < 2^31
+        const T* base = a + r0 * stride + m * I;
         C acc = 0;
         unsigned int j = threadIdx.x;
-        for (; j + (UNROLL - 1) * threads < total; j += UNROLL * threads) {
-            VT v[UNROLL];
+        for (; j + (MID_UNROLL - 1) * threads < len; j += MID_UNROLL * threads) {
+            VT v[MID_UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const unsigned int k = j + u * threads;
+            for (int u = 0; u < MID_UNROLL; ++u) {
+                const unsigned int k = off0 + j + u * threads;   // < 2^32
                 const unsigned int r = k / nvi;
                 v[u] = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
             }
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-                for (int q = 0; q < V; ++q) acc += elem<T>(v[u], q);
+            for (int u = 0; u < MID_UNROLL; ++u) {
+                if constexpr (V == 1) acc += ld(v[u]);
+                else acc += packet_sum<T>(v[u]);
             }
         }
-        for (; j < total; j += threads) {
-            const unsigned int r = j / nvi;
-            const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(j - r * nvi) * V);
-#pragma unroll
-            for (int q = 0; q < V; ++q) acc += elem<T>(v0, q);
+        for (; j < len; j += threads) {
+            const unsigned int k = off0 + j, r = k / nvi;
+            const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
+            if constexpr (V == 1) acc += ld(v0);
+            else acc += packet_sum<T>(v0);
         }
-        acc = warp_sum(acc);
-        if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
-        __syncthreads();
-        C s = 0;
-        if (threadIdx.x < 32) {   // one warp adds the warps' sums
-            s = warp_sum(threadIdx.x < (threads >> 5) ? warps[threadIdx.x] : C(0));
-        }
+        const C s = block_join<R>(acc, 0, red);
         if (threadIdx.x == 0) {
             if (chunks == 1) {
-                out[m] = st<O>(s);
+                out[m] = R::template result<O>(s, div, 0);
             } else {
                 ws[task] = s;
                 __threadfence();   // the partial reaches L2 before the count does
@@ -346,7 +471,7 @@ __device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__
             }
         }
         __syncthreads();
-        // The block that finished column m's last chunk adds its partials up.
+        // The block that finished column m's last chunk combines its sums.
         // One warp loads them all at once (one thread adding them in a loop
         // waits a memory round trip per chunk, at the very end of the call,
         // when nothing else hides it).  The order depends only on `chunks`.
@@ -354,58 +479,69 @@ __device__ void sum_mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__
             __threadfence();
             C t = 0;
             for (long long k = threadIdx.x; k < chunks; k += 32) t += __ldcg(ws + m * chunks + k);
-            t = warp_sum(t);
+            t = group_join<R>(t, 0, 32);
             if (threadIdx.x == 0) {
-                out[m] = st<O>(t);
+                out[m] = R::template result<O>(t, div, 0);
                 counters[m] = 0u;   // ready for the next launch on this stream
             }
         }
-        __syncthreads();   // warps[] is reused by the next task
+        __syncthreads();   // `last` is written again by the next task
     }
 }
 
 }  // namespace
 
-// The exported kernels: ws, the workspace of partial sums, holds compute_t<T>
-// (float for the half formats: the host sizes it with 4-byte elements).
-// The half formats' vec kernels read 16-byte packets of 8 halves.  Each
-// kernel also exists as a "wide" one, NAME_wide_SUF, whose output is in the
-// compute format (for the halves: a sum that a later pass or mean_t's
-// scaling reads before the one rounding; the same kernel for float and
-// double).
-#define SH_EXPORT_ROWS(T, O, NAME)                                                   \
-    extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
-    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
-         long long rows, long long n, long long chunk, long long chunks) {           \
-        sum_rows_impl<T, O>(a, ws, out, counters, rows, n, chunk, chunks);           \
+// The exported kernels.  Each takes (a, ws, out, counters, ...); ws, the
+// workspace of partial states, holds compute_t<T> (sums) or 16-byte (value,
+// index) pairs (picks).  Every sum kernel also exists as a "wide" one,
+// NAME_wide_SUF, whose output is in the compute format (for the halves: a
+// sum that a later pass or mean_t's scaling reads before the one rounding).
+#define SH_EXPORT_ROWS(R, T, O, NAME, BOUNDS, BODY)                                  \
+    extern "C" __global__ void __launch_bounds__(BOUNDS)                             \
+    NAME(const T* a, void* ws, O* out, unsigned int* counters, long long rows,       \
+         long long n, long long chunk, long long chunks, long long div, int kind) {  \
+        BODY;                                                                        \
     }
-#define SH_EXPORT_COLS(T, V, O, NAME)                                                \
+#define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
+    SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
+                   (short_impl<R, T, O>(a, out, rows, n, div, kind)))                  \
+    SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \
+                   (rows_impl<R, false, T, O>(a, static_cast<typename R::S*>(ws), out, \
+                                              counters, rows, n, chunk, chunks, div, kind))) \
+    SH_EXPORT_ROWS(R, T, O, PRE##_long##SUF, SH_BLOCK,                               \
+                   (rows_impl<R, true, T, O>(a, static_cast<typename R::S*>(ws), out, \
+                                             counters, rows, n, chunk, chunks, div, kind)))
+#define SH_EXPORT_COLS(R, T, V, U, O, NAME)                                          \
     extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
-    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
-         long long outer, long long n, long long inner, long long chunk,             \
-         long long chunks, int tx) {                                                 \
-        sum_cols_impl<T, V, O>(a, ws, out, counters, outer, n, inner, chunk, chunks, tx); \
+    NAME(const T* a, void* ws, O* out, unsigned int* counters, long long outer,      \
+         long long n, long long inner, long long chunk, long long chunks,            \
+         long long div, int tx, int kind) {                                          \
+        cols_impl<R, T, V, U, O>(a, static_cast<typename R::S*>(ws), out, counters,  \
+                                 outer, n, inner, chunk, chunks, div, tx, kind);     \
     }
 #define SH_EXPORT_MID(T, V, O, NAME)                                                 \
     extern "C" __global__ void __launch_bounds__(SH_MID_BLOCK)                       \
-    NAME(const T* a, sh::compute_t<T>* ws, O* out, unsigned int* counters,           \
-         long long A, long long M, long long I, long long chunk, long long chunks) { \
-        sum_mid_impl<T, V, O>(a, ws, out, counters, A, M, I, chunk, chunks);         \
+    NAME(const T* a, void* ws, O* out, unsigned int* counters, long long A,          \
+         long long M, long long I, long long chunk, long long chunks, long long div) { \
+        mid_impl<T, V, O>(a, static_cast<sh::compute_t<T>*>(ws), out, counters, A, M, I, \
+                          chunk, chunks, div);                                       \
     }
-// Every sum kernel of format T (suffix SUF, packets of V elements), plain and wide.
-#define SH_EXPORT_SUMS(T, V, SUF)                                                    \
-    SH_EXPORT_ROWS(T, T, sum_rows_##SUF)                                             \
-    SH_EXPORT_ROWS(T, sh::compute_t<T>, sum_rows_wide_##SUF)                         \
-    SH_EXPORT_COLS(T, 1, T, sum_cols_##SUF)                                          \
-    SH_EXPORT_COLS(T, 1, sh::compute_t<T>, sum_cols_wide_##SUF)                      \
-    SH_EXPORT_COLS(T, V, T, sum_cols_vec_##SUF)                                      \
-    SH_EXPORT_COLS(T, V, sh::compute_t<T>, sum_cols_vec_wide_##SUF)                  \
-    SH_EXPORT_MID(T, 1, T, sum_mid_##SUF)                                            \
-    SH_EXPORT_MID(T, 1, sh::compute_t<T>, sum_mid_wide_##SUF)                        \
-    SH_EXPORT_MID(T, V, T, sum_mid_vec_##SUF)                                        \
-    SH_EXPORT_MID(T, V, sh::compute_t<T>, sum_mid_vec_wide_##SUF)
+// Every sum kernel of format T (suffix SUF, packets of V elements), output
+// in O (T, or the compute format for the "wide" ones, W = _wide).
+#define SH_EXPORT_SUMS_TO(T, V, SUF, O, W)                                           \
+    SH_EXPORT_ROW_KINDS(Sum<T>, T, O, sum, W##_##SUF)                                \
+    SH_EXPORT_COLS(Sum<T>, T, 1, SUM_UNROLL, O, sum_cols##W##_##SUF)                 \
+    SH_EXPORT_COLS(Sum<T>, T, V, SUM_UNROLL, O, sum_cols_vec##W##_##SUF)             \
+    SH_EXPORT_MID(T, 1, O, sum_mid##W##_##SUF)                                       \
+    SH_EXPORT_MID(T, V, O, sum_mid_vec##W##_##SUF)
+#define SH_EXPORT_ALL(T, V, SUF)                                                     \
+    SH_EXPORT_SUMS_TO(T, V, SUF, T, )                                                \
+    SH_EXPORT_SUMS_TO(T, V, SUF, sh::compute_t<T>, _wide)                            \
+    SH_EXPORT_ROW_KINDS(Pick<T>, T, T, pick, _##SUF)                                 \
+    SH_EXPORT_COLS(Pick<T>, T, 1, PICK_UNROLL, T, pick_cols_##SUF)                   \
+    SH_EXPORT_COLS(Pick<T>, T, V, PICK_UNROLL, T, pick_cols_vec_##SUF)
 
-SH_EXPORT_SUMS(float, 4, f32)
-SH_EXPORT_SUMS(double, 2, f64)
-SH_EXPORT_SUMS(__nv_bfloat16, 8, bf16)
-SH_EXPORT_SUMS(__half, 8, f16)
+SH_EXPORT_ALL(float, 4, f32)
+SH_EXPORT_ALL(double, 2, f64)
+SH_EXPORT_ALL(__nv_bfloat16, 8, bf16)
+SH_EXPORT_ALL(__half, 8, f16)
