@@ -115,7 +115,7 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="")
       latency otherwise: a 1-D array to a scalar is one row), each chunk at
       least one full trip of the block's loads."""
     resident = sms * sm_threads // BLOCK                   # blocks the GPU holds at once
-    args = (rows, n, 0, 1, div, kind)
+    args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     if n <= SHORT_ROW:
         tiles = -(-rows // (BLOCK * 8 // max(n, 1)))
         return Plan(Launch(f"{family}_short{suffix}", max(1, min(tiles, resident)), args,
@@ -174,6 +174,8 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     if base < target:
         chunks = max(1, min(-(-target // base), n // (ty * unroll)))
     chunk = -(-n // chunks)
+    if chunks > 1:   # whole trips of loads per thread (the kernel's fast loop)
+        chunk += -chunk % (ty * unroll)
     chunks = -(-n // chunk)
     kernel = f"{family}_cols{'_vec' if vec > 1 else ''}{suffix}"
     launch = Launch(kernel, max(1, min(base * chunks, sms * 32)),

@@ -97,22 +97,26 @@ struct Sum {
 template <typename T>
 struct Pick {
     struct S { T v; long long i; };
-    __device__ static S identity(int kind) {
-        // Loses to every element (a tie on an infinite value goes to the
-        // smaller index, and no element has this one).
-        return {st<T>(kind == 1 ? INFINITY : -INFINITY), 0x7fffffffffffffffLL};
-    }
+    // No element yet: index -1, which every element beats.
+    __device__ static S identity(int) { return {st<T>(0.0f), -1}; }
     // Is a a better pick than b?  NaN beats numbers; ties go to the smaller index.
     __device__ static bool better(int kind, const S& a, const S& b) {
+        if (a.i < 0) return false;
+        if (b.i < 0) return true;
         const compute_t<T> v = ld(a.v), w = ld(b.v);
         const bool vn = v != v, wn = w != w;
         if (vn || wn) return vn && (!wn || a.i < b.i);
         if (v == w) return a.i < b.i;
         return kind == 1 ? v < w : v > w;
     }
+    // Absorb element v at index i, later than every index s has seen (each
+    // thread walks its elements in order): a tie keeps s, so no index
+    // compare is needed on this, the hot path.
     __device__ static void add(S& s, T v, long long i, int kind) {
-        const S c{v, i};
-        if (better(kind, c, s)) s = c;
+        const compute_t<T> x = ld(v), w = ld(s.v);
+        const bool xn = x != x, wn = w != w;
+        const bool wins = s.i < 0 || (xn ? !wn : !wn && (kind == 1 ? x < w : x > w));
+        if (wins) s = S{v, i};
     }
     template <typename VT>
     __device__ static void add_packet(S& s, VT v, long long i0, int kind) {
@@ -293,16 +297,17 @@ template <typename T, int V> struct Load { using type = typename VecTraits<T>::t
 template <typename T> struct Load<T, 1> { using type = T; };
 
 // Reduces rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V)
-// of the (rows, inner) slab; returns the state of column col0 + threadIdx.x
-// (meaningful where threadIdx.x < tx * V).  Thread (x, y) of the tx * ty
-// block covers V adjacent columns over rows y, y + ty, ...; the ty states
-// are combined in y order through `part`.  STAGE2: the slab is the
-// workspace's states (the chunks' partials of a column), read from L2.
+// of the (rows, inner) slab.  Thread (x, y) of the tx * ty block covers V
+// adjacent columns over rows y, y + ty, ...; the ty states of each column
+// are then combined in y order, and part[cc] holds column col0 + cc's state
+// for the columns cc = threadIdx.x, threadIdx.x + blockDim.x, ... below
+// tx * V (a thread reads only its own: no barrier needed before it does).
+// STAGE2: the slab is the workspace's states (the chunks' partials of a
+// column), read from L2.
 template <class R, typename T, int V, int U, bool STAGE2>
-__device__ typename R::S tile_reduce(const T* __restrict__ src,
-                                     const typename R::S* __restrict__ states,
-                                     long long inner, long long col0, long long r_begin,
-                                     long long r_end, int tx, typename R::S* part, int kind) {
+__device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __restrict__ states,
+                            long long inner, long long col0, long long r_begin, long long r_end,
+                            int tx, typename R::S* part, int kind) {
     using S = typename R::S;
     using VT = typename Load<T, V>::type;
     const int ty = blockDim.x / tx;
@@ -315,14 +320,31 @@ __device__ typename R::S tile_reduce(const T* __restrict__ src,
     if (col < inner) {
         if constexpr (!STAGE2) {
             const T* base = src + col;
-            for (long long r = r_begin + y; r < r_end; r += (long long)U * ty) {
+            long long r = r_begin + y;
+            // Whole trips of U loads in flight (the host sizes chunks in
+            // them), then predicated trips of U / 4 for the rest: a short
+            // axis keeps several loads in flight too.
+            for (; r + (U - 1) * ty < r_end; r += (long long)U * ty) {
                 VT v[U];
 #pragma unroll
                 for (int u = 0; u < U; ++u)
+                    v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+                    for (int j = 0; j < V; ++j) R::add(acc[j], e[j], r + u * ty, kind);
+                }
+            }
+            constexpr int UT = U / 4;   // the rest, UT loads in flight a trip
+            for (; r < r_end; r += (long long)UT * ty) {
+                VT v[UT];
+#pragma unroll
+                for (int u = 0; u < UT; ++u)
                     if (r + u * ty < r_end)
                         v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
+                for (int u = 0; u < UT; ++u) {
                     if (r + u * ty < r_end) {
                         const T* e = reinterpret_cast<const T*>(&v[u]);
 #pragma unroll
@@ -343,10 +365,11 @@ __device__ typename R::S tile_reduce(const T* __restrict__ src,
 #pragma unroll
     for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
     __syncthreads();
-    S s = R::identity(kind);
-    if (threadIdx.x < tile_cols)
-        for (int k = 0; k < ty; ++k) s = R::join(s, part[k * tile_cols + threadIdx.x], kind);
-    return s;
+    for (int cc = threadIdx.x; cc < tile_cols; cc += blockDim.x) {
+        S s = part[cc];
+        for (int k = 1; k < ty; ++k) s = R::join(s, part[k * tile_cols + cc], kind);
+        part[cc] = s;   // row 0 of column cc: only this thread reads or writes it now
+    }
 }
 
 // One launch whatever the chunking.  With chunks > 1, each (outer, tile,
@@ -368,19 +391,20 @@ __device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ w
         const long long o = task / (tiles * chunks);
         const long long rem = task - o * tiles * chunks;
         const long long tile = rem / chunks, ch = rem - tile * chunks;
-        const long long col0 = tile * tile_cols, c = col0 + threadIdx.x;
-        const bool mine = threadIdx.x < tile_cols && c < inner;
+        const long long col0 = tile * tile_cols;
+        const long long ncols = min(tile_cols, inner - col0);   // this tile's columns
         const T* slab = a + o * n * inner;
         if (chunks == 1) {
-            const S s = tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, 0, n, tx,
-                                                       part, kind);
-            if (mine) out[o * inner + c] = R::template result<O>(s, div, kind);
+            tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, 0, n, tx, part, kind);
+            for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
+                out[o * inner + col0 + cc] = R::template result<O>(part[cc], div, kind);
             __syncthreads();
             continue;
         }
-        const S s = tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, ch * chunk,
-                                                   min(n, (ch + 1) * chunk), tx, part, kind);
-        if (mine) ws[(o * chunks + ch) * inner + c] = s;
+        tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, ch * chunk,
+                                       min(n, (ch + 1) * chunk), tx, part, kind);
+        for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
+            ws[(o * chunks + ch) * inner + col0 + cc] = part[cc];
         __threadfence();   // this block's partials reach L2 before the count does
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -391,9 +415,10 @@ __device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ w
         __syncthreads();
         if (last) {
             __threadfence();
-            const S r = tile_reduce<R, T, V, U, true>(nullptr, ws + o * chunks * inner, inner,
-                                                      col0, 0, chunks, tx, part, kind);
-            if (mine) out[o * inner + c] = R::template result<O>(r, div, kind);
+            tile_reduce<R, T, V, U, true>(nullptr, ws + o * chunks * inner, inner, col0, 0,
+                                          chunks, tx, part, kind);
+            for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
+                out[o * inner + col0 + cc] = R::template result<O>(part[cc], div, kind);
         }
         __syncthreads();
     }
@@ -511,8 +536,8 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_ROWS(R, T, O, PRE##_long##SUF, SH_BLOCK,                               \
                    (rows_impl<R, true, T, O>(a, static_cast<typename R::S*>(ws), out, \
                                              counters, rows, n, chunk, chunks, div, kind)))
-#define SH_EXPORT_COLS(R, T, V, U, O, NAME)                                          \
-    extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
+#define SH_EXPORT_COLS(R, T, V, U, O, NAME, MIN_BLOCKS)                              \
+    extern "C" __global__ void __launch_bounds__(SH_BLOCK, MIN_BLOCKS)               \
     NAME(const T* a, void* ws, O* out, unsigned int* counters, long long outer,      \
          long long n, long long inner, long long chunk, long long chunks,            \
          long long div, int tx, int kind) {                                          \
@@ -526,20 +551,25 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
         mid_impl<T, V, O>(a, static_cast<sh::compute_t<T>*>(ws), out, counters, A, M, I, \
                           chunk, chunks, div);                                       \
     }
+// The column kernels are bound to 4 resident blocks per multiprocessor (64
+// registers a thread, as many as the earlier sum_cols used): unbounded, the
+// compiler kept every load of a trip in its own registers (156 a thread for
+// float) and one block fit per multiprocessor.  A pick's packets of halves
+// hold 8 (value, index) pairs, so they are bound to 3.
 // Every sum kernel of format T (suffix SUF, packets of V elements), output
 // in O (T, or the compute format for the "wide" ones, W = _wide).
 #define SH_EXPORT_SUMS_TO(T, V, SUF, O, W)                                           \
     SH_EXPORT_ROW_KINDS(Sum<T>, T, O, sum, W##_##SUF)                                \
-    SH_EXPORT_COLS(Sum<T>, T, 1, SUM_UNROLL, O, sum_cols##W##_##SUF)                 \
-    SH_EXPORT_COLS(Sum<T>, T, V, SUM_UNROLL, O, sum_cols_vec##W##_##SUF)             \
+    SH_EXPORT_COLS(Sum<T>, T, 1, SUM_UNROLL, O, sum_cols##W##_##SUF, 4)                 \
+    SH_EXPORT_COLS(Sum<T>, T, V, SUM_UNROLL, O, sum_cols_vec##W##_##SUF, 4)             \
     SH_EXPORT_MID(T, 1, O, sum_mid##W##_##SUF)                                       \
     SH_EXPORT_MID(T, V, O, sum_mid_vec##W##_##SUF)
 #define SH_EXPORT_ALL(T, V, SUF)                                                     \
     SH_EXPORT_SUMS_TO(T, V, SUF, T, )                                                \
     SH_EXPORT_SUMS_TO(T, V, SUF, sh::compute_t<T>, _wide)                            \
     SH_EXPORT_ROW_KINDS(Pick<T>, T, T, pick, _##SUF)                                 \
-    SH_EXPORT_COLS(Pick<T>, T, 1, PICK_UNROLL, T, pick_cols_##SUF)                   \
-    SH_EXPORT_COLS(Pick<T>, T, V, PICK_UNROLL, T, pick_cols_vec_##SUF)
+    SH_EXPORT_COLS(Pick<T>, T, 1, PICK_UNROLL, T, pick_cols_##SUF, 4)                   \
+    SH_EXPORT_COLS(Pick<T>, T, V, PICK_UNROLL, T, pick_cols_vec_##SUF, 3)
 
 SH_EXPORT_ALL(float, 4, f32)
 SH_EXPORT_ALL(double, 2, f64)

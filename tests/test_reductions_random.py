@@ -1,0 +1,499 @@
+"""Randomized tests of the reductions (``sum_t``, ``mean_t``, ``max_t``,
+``min_t``, ``argmax_t``) on every handler configuration, half formats included.
+
+The cases (shape, axis, output shape, data kind, element offsets of the input
+and the output) are drawn at collection time from a fixed master seed, so
+their ids are stable; the data of each test is fresh, from the ``rng`` fixture
+(seeded from the session's base seed and the test's id: a failure report
+gives the ``--seed`` that replays it).  Three groups:
+
+* random cases: rank 1 to 4, extents from :data:`EXTENTS` and random primes,
+  at most :data:`BUDGET` elements;
+* layout cases: each layout the GPU's reduction engine tells apart after it
+  canonicalizes a shape (size-1 axes dropped, adjacent axes merged): short
+  rows (2 to 64 elements), medium rows, long rows split over blocks, 1-D to
+  a scalar, strided columns under few or many rows, and "mid" reductions
+  (NCHW over (0, 2, 3)), at sizes a CPU runs in seconds;
+* large cases (up to 16M elements): PyCudaHandler only (the suite has no
+  slow marker: they skip on every other handler).
+
+The reference is plain NumPy on float64 copies of the values as the handler
+holds them (rounded to its format first), over the reduced axes moved last
+and made contiguous, so that NumPy sums each result pairwise.  Sums and means
+must be within a probabilistic bound of the accumulation error (see
+:func:`sum_tolerance`); sums of small integers, exact in any order of float32
+or float64 additions, must equal the exact sum rounded once to the format;
+``max_t`` and ``min_t`` (a pick, not arithmetic) must match bit for bit, and
+``argmax_t`` exactly (the first index among equals, or of the first NaN).
+
+Inputs are views at element offset 0, 1 or 3 of a larger buffer, and outputs
+views at offset 0 or 1 of a larger buffer poisoned with NaN: the elements of
+that buffer outside the output must come back untouched.
+"""
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from handlers import dtypes
+from helpers import as_handler_values, assert_unchanged, rand, shape_id
+
+#: every reduction runs on the float16 and bfloat16 handlers too (test kit)
+HALF_FORMATS = True
+
+SUMS = ("sum_t", "mean_t")
+EXTREMES = ("max_t", "min_t", "argmax_t")
+OPS = SUMS + EXTREMES
+
+MASTER_SEED = 0x5EEDED   # the cases (not the data: that comes from ``rng``)
+RANDOM_CASES = 30        # per op
+BUDGET = 1 << 17         # elements of a random case
+EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097)
+PRIMES = tuple(p for p in range(11, 5000)
+               if all(p % d for d in range(2, math.isqrt(p) + 1)) and p not in EXTENTS)
+
+#: Sums and means: lambda in the probabilistic bound of an accumulation in
+#: unit roundoff u, lambda * u * sqrt(n) * sum|x| (Higham and Mary, 2019).
+#: A recursive float32 sum of positive terms has an error of standard
+#: deviation about u * sqrt(n) * sum|x| / 3, so 2 leaves six of them.
+LAMBDA = 2.0
+
+
+# =========================================================================== cases
+@dataclass(frozen=True)
+class Case:
+    op: str
+    shape: tuple
+    axis: object          # int, tuple of ints or None, as passed to the op
+    out_shape: tuple
+    kind: str             # the data: see draw()
+    in_off: int = 0       # element offset of the input view in its buffer
+    out_off: int = 0      # element offset of the output view in its buffer
+    tag: str = ""         # what the case is for (its layout), or "r<number>"
+
+    @property
+    def id(self):
+        if self.axis is None:
+            ax = f"axNone-out{shape_id(self.out_shape)}"
+        else:
+            kept = len(self.out_shape) == len(self.shape)
+            ax = f"{axis_id(self.axis)}-{'keep' if kept else 'drop'}"
+        return (f"{self.op}-{self.tag}-{shape_id(self.shape)}-{ax}-{self.kind}"
+                f"-in{self.in_off}-out{self.out_off}")
+
+
+def axis_id(axis):
+    """``axis`` in a test id: ax1, ax-1, axNone; a tuple: axes0_2_3, axes1."""
+    return f"axes{'_'.join(map(str, axis))}" if isinstance(axis, tuple) else f"ax{axis}"
+
+
+def reduced_axes(shape, axis):
+    """The op's ``axis`` as a sorted tuple of axes in range(len(shape))."""
+    if axis is None:
+        return tuple(range(len(shape)))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return tuple(sorted(x % len(shape) for x in axes))
+
+
+def out_shape_of(shape, axis, keep):
+    axes = reduced_axes(shape, axis)
+    if keep:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _case(op, shape, axis, kind, r, tag, keep=None, out_shape=None):
+    """A case with the output shape and offsets drawn from ``r`` where not given."""
+    if out_shape is None:
+        if axis is None:
+            out_shape = [(), (1,), (1,) * len(shape)][int(r.integers(3))]
+        else:
+            keep = bool(r.integers(2)) if keep is None else keep
+            out_shape = out_shape_of(shape, axis, keep)
+    return Case(op, tuple(shape), axis, tuple(out_shape), kind,
+                in_off=int(r.choice([0, 0, 1, 3])), out_off=int(r.choice([0, 1])), tag=tag)
+
+
+def _random_shape(r):
+    nd = int(r.integers(1, 5))
+    shape, left = [], BUDGET
+    for i in range(nd):
+        pool = [e for e in EXTENTS + (int(r.choice(PRIMES)),) if e <= left]
+        e = int(r.choice(pool))
+        shape.append(e)
+        left //= e
+    return tuple(int(x) for x in r.permutation(shape))
+
+
+def _random_axis(op, nd, r):
+    if op in EXTREMES:
+        axis = int(r.integers(nd))
+        return axis - nd if r.random() < 0.4 else axis
+    pick = r.random()
+    if pick < 0.15:
+        return None
+    if pick < 0.55:
+        axis = int(r.integers(nd))
+        return axis - nd if r.random() < 0.4 else axis
+    k = int(r.integers(1, nd + 1))
+    axes = [int(x) for x in r.permutation(nd)[:k]]
+    return tuple(x - nd if r.random() < 0.3 else x for x in axes)
+
+
+SUM_KINDS = ("pm1", "pos", "wide", "ints")
+EXTREME_KINDS = ("pm1", "ints", "nan", "ints-nan")
+
+
+def random_cases():
+    r = np.random.default_rng(MASTER_SEED)
+    cases = []
+    for op in OPS:
+        kinds = SUM_KINDS if op in SUMS else EXTREME_KINDS
+        for i in range(RANDOM_CASES):
+            shape = _random_shape(r)
+            axis = _random_axis(op, len(shape), r)
+            cases.append(_case(op, shape, axis, kinds[i % len(kinds)], r, f"r{i:02d}"))
+    return cases
+
+
+#: (layout, shape, axis).  The layout names what the GPU engine should make of
+#: it after canonicalization; a tuple axis is for sum_t and mean_t only.
+LAYOUTS = [
+    ("rows2", (4097, 2), 1), ("rows33", (1000, 33), -1), ("rows64", (127, 64), 1),
+    ("rows5", (31, 7, 5), 2), ("rows3", (2053, 3), -1),
+    ("rows-canon", (7, 1, 31, 1), 2),            # (7, 31) over 1
+    ("rows-merged", (5, 6, 7), (1, 2)),          # (5, 42) over 1
+    ("rows-merged1", (3, 1, 5, 1, 7), (2, 3, 4)),
+    ("medium", (33, 1000), 1), ("medium", (7, 4097), -1), ("medium-merged", (5, 127, 33), (1, 2)),
+    ("long", (3, 262147), 1), ("long", (2, 131072), -1),
+    ("scalar1d", (1000003,), 0), ("scalar1d", (65537,), None),
+    ("scalar-merged", (2, 3, 4097), None), ("scalar-canon", (1, 30011, 1), 1),
+    ("cols-few", (3, 4097), 0), ("cols-few", (2, 31, 33), 0), ("cols-few", (5, 1000), -2),
+    ("cols-many", (20011, 5), 0), ("cols-many", (4097, 33), 0), ("cols-many", (65537, 2), 0),
+    ("cols-canon", (1000, 1, 127), 0),           # (1000, 127) over 0
+    ("cols-mid", (31, 127, 33), 1), ("cols-mid", (7, 4097, 5), -2),
+    ("cols-merged", (4, 5, 6, 7), (0, 1)),       # (20, 42) over 0
+    ("mid", (8, 3, 31, 33), (0, 2, 3)), ("mid", (32, 16, 7, 7), (0, 2, 3)),
+    ("mid", (2, 3, 4, 5), (0, 3)), ("mid", (300, 3, 7), (0, 2)),
+    ("mid-canon", (5, 1, 3, 127), (0, 2, 3)), ("mid", (1000, 7, 2), (-1, 0)),
+    ("three-runs", (2, 3, 2, 3, 4), (0, 2, 4)),
+]
+
+
+def layout_cases(layouts, kinds, tag_prefix=""):
+    r = np.random.default_rng(MASTER_SEED + 1)
+    cases = []
+    for layout, shape, axis in layouts:
+        for op in OPS:
+            if op in EXTREMES and (axis is None or isinstance(axis, tuple)):
+                continue
+            for kind in kinds[op]:
+                cases.append(_case(op, shape, axis, kind, r, tag_prefix + layout))
+    return cases
+
+
+LAYOUT_KINDS = {"sum_t": ("ints", "pm1"), "mean_t": ("ints", "pos"),
+                "max_t": ("ints", "nan"), "min_t": ("pm1", "ints-nan"),
+                "argmax_t": ("ints", "nan")}
+
+#: The large cases, GPU only (up to 16M elements).
+LARGE = [
+    ("big-scalar1d", (8859584,), 0), ("big-long", (5, 1154496), 1),
+    ("big-rows2", (400, 7035, 2), 2), ("big-cols-few", (42, 32276), 0),
+    ("big-cols", (12, 1113, 344), 0), ("big-mid", (6, 1, 3, 275300), (0, 2, 3)),
+    ("big-rows3", (81, 1, 1696, 3), 3), ("big-cols-many", (1048576, 16), 0),
+]
+LARGE_KINDS = {"sum_t": ("ints",), "mean_t": ("pos",), "max_t": ("ints",),
+               "min_t": ("nan",), "argmax_t": ("ints", "nan")}
+
+RANDOM = random_cases()
+LAYOUT = layout_cases(LAYOUTS, LAYOUT_KINDS)
+LARGE_CASES = (layout_cases(LARGE, LARGE_KINDS)
+               + [Case("sum_t", (8859584,), None, (), "pm1", 1, 0, "big-scalar1d")])
+
+
+def params(cases):
+    return pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases])
+
+
+# =========================================================================== data
+def int_bound(n):
+    """The largest |k| for integer data whose every partial sum over n terms
+    stays below 2^24: then any float32 (or float64) order of additions is exact."""
+    return max(1, min(8, (2 ** 24 - 1) // max(n, 1)))
+
+
+def draw(kind, shape, k, n, r):
+    """Host float64 data of ``kind``.  ``pm1``: uniform in [-1, 1) without
+    zeros; ``pos``: uniform in [0.5, 1.5) (sums that grow: the accumulation
+    error's worst case); ``wide``: ``pm1`` times 2^j, j in [-8, 8]; ``ints``:
+    whole numbers in [-k, k]; ``nan`` and ``ints-nan``: ``pm1`` and ``ints``
+    with NaN at random places, about one for every other result of a
+    reduction over ``n`` elements (at least two in all)."""
+    if kind.startswith("ints"):
+        x = r.integers(-k, k + 1, shape).astype(np.float64)
+    elif kind == "pos":
+        x = r.uniform(0.5, 1.5, shape)
+    elif kind == "wide":
+        x = rand(shape, r) * np.exp2(r.integers(-8, 9, shape))
+    else:
+        x = rand(shape, r)
+    if kind.endswith("nan") and x.size:
+        at = r.integers(0, x.size, max(2, x.size // max(n, 1) // 2))
+        x.reshape(-1)[at] = np.nan
+    return x
+
+
+def data_bound(op, kind, n, dtype):
+    """``k`` of :func:`draw` for a reduction over ``n`` elements.  Sums of
+    ``ints``: :func:`int_bound` (exact).  Extremes: about n / 8, so that the
+    largest value of a slice recurs a few times at random places (the first
+    one counts for ``argmax_t``), up to 2^20 and the whole numbers exact in
+    ``dtype`` (2048 in float16, 256 in bfloat16)."""
+    if kind.startswith("ints"):
+        if op in SUMS:
+            return int_bound(n)
+        return max(1, min(n // 8, 2 ** 20, dtypes.exact_integers(dtype)))
+    return 0
+
+
+def as_rows(ra, axes):
+    """``ra`` with the axes kept first and the reduced ones last, as a
+    contiguous (kept, reduced) matrix: NumPy sums its rows pairwise."""
+    keep = [i for i in range(ra.ndim) if i not in axes]
+    m = math.prod(ra.shape[i] for i in keep)
+    n = math.prod(ra.shape[i] for i in axes)
+    return np.ascontiguousarray(np.transpose(ra, keep + list(axes))).reshape(m, n)
+
+
+def upload_view(handler, data, off, r):
+    """A view at element ``off`` of a handler buffer holding random values
+    around ``data``; returns the view and the float64 values it holds."""
+    host = np.concatenate([rand((off,), r), data.reshape(-1), rand((2,), r)])
+    buf = handler.create_from_numpy(host)
+    return handler.view_t(buf, off, data.shape), as_handler_values(handler, data)
+
+
+def output_view(handler, shape, off, r):
+    """(buffer, view at element ``off`` of it): the view poisoned with NaN,
+    the rest of the buffer random (its float64 values returned too)."""
+    size = math.prod(shape)
+    host = rand((off + size + 3,), r)
+    host[off:off + size] = np.nan
+    buf = handler.create_from_numpy(host)
+    return buf, handler.view_t(buf, off, shape), as_handler_values(handler, host)
+
+
+# =========================================================================== checks
+def sum_tolerance(handler, want, abs_sum, n, mean):
+    """Allowed |got - want| per result of ``sum_t`` (``mean_t`` if ``mean``).
+
+    The accumulation, in float32 for the half formats and in the format
+    otherwise (unit roundoff u): LAMBDA * u * sqrt(n) * sum|x|; the reference's
+    pairwise float64 sum: (20 + log2 n) * 2^-53 * sum|x|.  A mean divides
+    both by n and adds three roundings of the accumulator (the sum, 1/n and
+    their product).  Then the one rounding to the output format: a unit
+    roundoff of it, relative to the accumulated value (within ``acc`` of
+    ``want``), or its smallest subnormal step.
+    """
+    dt = np.dtype(handler.dtype)
+    u_acc = dtypes.unit_roundoff(dtypes.compute_dtype(dt))
+    u_out = dtypes.unit_roundoff(dt)
+    acc = (LAMBDA * u_acc * math.sqrt(n) + (20 + math.log2(max(n, 1))) * 2.0 ** -53) * abs_sum
+    scale = 1.01 * u_out
+    if mean:
+        acc, scale = acc / max(n, 1), scale + 3 * u_acc
+    return acc + scale * (np.abs(want) + acc) + dtypes.smallest_subnormal(dt)
+
+
+def _where(got, want, bad, what):
+    i = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape) if bad.ndim else ()
+    return (f"{what}: {int(bad.sum())} of {bad.size} results wrong; first at {i}: "
+            f"got {got[i]!r}, expected {want[i]!r}")
+
+
+def assert_bits_equal(got, want, what):
+    """``got`` (the handler's format) equal to ``want`` (float64, exact in
+    that format) bit for bit; NaN where ``want`` is NaN (any NaN bits)."""
+    want_f = want.astype(got.dtype)
+    nan_got, nan_want = np.isnan(got.astype(np.float64)), np.isnan(want)
+    uint = np.dtype(f"u{got.dtype.itemsize}")
+    bad = (nan_got != nan_want) | (~nan_want & (got.view(uint) != want_f.view(uint)))
+    assert not bad.any(), _where(got, want_f, bad, what)
+
+
+def run_case(handler, rng, case):
+    """Run ``case`` on ``handler`` with fresh data from ``rng``; check it."""
+    op, shape = case.op, case.shape
+    axes = reduced_axes(shape, case.axis)
+    n = math.prod(shape[i] for i in axes)
+    what = f"{op} on {handler!r}, case {case.id}"
+    dt = np.dtype(handler.dtype)
+    if op == "argmax_t" and n - 1 > dtypes.exact_integers(dt):
+        # The contract refuses an index that would not be exact, before writing:
+        # "Ops that store indices as floats refuse, with a ValueError before
+        # writing, when an index would not be exact" (handler_contract.rst).
+        a = handler.view_t(handler.zeros((math.prod(shape) + case.in_off,)), case.in_off,
+                           shape)
+        buf, out, buf_ref = output_view(handler, case.out_shape, case.out_off, rng)
+        with pytest.raises(ValueError, match=rf"argmax_t: axis \d+ of .* has {n} elements, "
+                                             r"too many for \w+ indices"):
+            handler.argmax_t(a, case.axis, out)
+        assert_unchanged(handler, buf, buf_ref, "out's buffer")
+        return
+    data = draw(case.kind, shape, data_bound(op, case.kind, n, dt), n, rng)
+    if op == "sum_t" and dtypes.is_half(dt) and data.size and n:
+        # keep each sum within the format's range (a power of two: ints stay exact)
+        top = float(np.nanmax(np.abs(data).sum(axis=axes)))
+        if top > dtypes.largest(dt) / 8:
+            data = data * 2.0 ** -math.ceil(math.log2(top * 8 / dtypes.largest(dt)))
+    a, ra = upload_view(handler, data, case.in_off, rng)
+    buf, out, buf_ref = output_view(handler, case.out_shape, case.out_off, rng)
+    assert getattr(handler, op)(a, case.axis, out) is None
+    rows = as_rows(ra, axes)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a mean over nothing is NaN
+        if op in SUMS:
+            want = rows.sum(axis=1) / (n if op == "mean_t" else 1)
+        elif op == "argmax_t":
+            want = np.argmax(rows, axis=1).astype(np.float64)
+        else:
+            want = getattr(np, op[:-2])(rows, axis=1)
+    want = want.reshape(case.out_shape)
+    got = handler.get_numpy_copy(out)
+    assert got.dtype == dt and got.shape == case.out_shape, (what, got.dtype, got.shape)
+    # the output's buffer outside the output, and the input, are untouched
+    rest = handler.get_numpy_copy(buf).astype(np.float64)
+    off, size = case.out_off, got.size
+    outside = np.concatenate([rest[:off], rest[off + size:]])
+    np.testing.assert_array_equal(
+        outside, np.concatenate([buf_ref[:off], buf_ref[off + size:]]),
+        err_msg=f"{what}: wrote outside out")
+    assert_unchanged(handler, a, ra, "a")
+    exact_sum = op == "sum_t" and case.kind == "ints"
+    if op in EXTREMES:
+        assert_bits_equal(got, want, what)
+        return
+    if exact_sum:   # every order of float32 or float64 additions gives the exact sum
+        want_f = want.astype(dt)        # rounded once, to the output format
+        bad = got != want_f
+        assert not bad.any(), _where(got, want_f, bad, what + " (an exact sum)")
+        return
+    abs_sum = np.abs(rows).sum(axis=1).reshape(case.out_shape)
+    tol = sum_tolerance(handler, want, abs_sum, n, op == "mean_t")
+    g = got.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(g - want) <= tol) & ~(np.isnan(g) & np.isnan(want))
+    assert not bad.any(), _where(g, want, bad, what) + f" (tolerance {tol.max():.3g})"
+
+
+# =========================================================================== tests
+@params(RANDOM)
+def test_random_case(handler, rng, case):
+    run_case(handler, rng, case)
+
+
+@params(LAYOUT)
+def test_layout(handler, rng, case):
+    run_case(handler, rng, case)
+
+
+@params(LARGE_CASES)
+def test_large_on_gpu(handler, rng, case):
+    if type(handler).__name__ != "PyCudaHandler":
+        pytest.skip("GPU-only size (up to 16M elements)")
+    run_case(handler, rng, case)
+
+
+EMPTY = [  # (shape, axis): sums of nothing, and reductions with no result
+    ((3, 0, 4), (0, 1)), ((0,), 0), ((0,), None), ((5, 0), 1), ((2, 0, 3), None),
+    ((0, 5), 1), ((4, 0, 3), 2), ((0, 7, 2), (1, 2)),
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape,axis", EMPTY,
+                         ids=[f"{shape_id(s)}-{axis_id(a)}" for s, a in EMPTY])
+def test_empty(handler, rng, op, shape, axis):
+    """Sums over an empty axis are 0, means NaN (``mean_t``'s doc: "The mean
+    over an empty axis is NaN"); ``max_t``, ``min_t`` and ``argmax_t`` refuse
+    an empty axis with ValueError ("The axis must not be empty"), before
+    writing; an empty output is fine for all of them, and nothing is written."""
+    if op in EXTREMES and (axis is None or isinstance(axis, tuple)):
+        pytest.skip("max_t, min_t and argmax_t take one int axis")
+    case = Case(op, shape, axis, out_shape_of(shape, axis, False), "pm1", 1, 1, "empty")
+    if op in EXTREMES and shape[axis] == 0:
+        a = handler.view_t(handler.create_from_numpy(rand((3,), rng)), 1, shape)
+        buf, out, buf_ref = output_view(handler, case.out_shape, 1, rng)
+        with pytest.raises(ValueError, match=rf"{op}: axis \d+ of .* is empty"):
+            getattr(handler, op)(a, axis, out)
+        assert_unchanged(handler, buf, buf_ref, "out's buffer")
+        return
+    run_case(handler, rng, case)
+
+
+@pytest.mark.parametrize("op", EXTREMES)
+@pytest.mark.parametrize("axis", [None, (1,), (0, 1)], ids=["None", "1tuple", "2tuple"])
+def test_extremes_take_one_int_axis(handler, rng, op, axis):
+    """``max_t``, ``min_t``, ``argmax_t``: "along ``axis`` (one int, negative
+    counting from the end)"; None or a tuple is a TypeError, before writing."""
+    a, _ = upload_view(handler, rand((4, 6), rng), 1, rng)
+    out_shape = (1, 1) if axis is None or len(axis) == 2 else (4,)
+    buf, out, buf_ref = output_view(handler, out_shape, 1, rng)
+    with pytest.raises(TypeError, match=rf"{op}: axis must be an int"):
+        getattr(handler, op)(a, axis, out)
+    assert_unchanged(handler, buf, buf_ref, "out's buffer")
+
+
+@pytest.mark.parametrize("extra", [1, 2], ids=["at-limit", "past-limit"])
+def test_argmax_index_limit(handler, rng, extra):
+    """``argmax_t`` along an axis of exact_integers + 1 elements (the last
+    index exact: 2049 in float16, 257 in bfloat16, 2^24 + 1 in float32) works,
+    with the first maximum last; one more element is refused before writing
+    (the contract: "Ops that store indices as floats refuse, with a
+    ValueError before writing, when an index would not be exact")."""
+    dt = np.dtype(handler.dtype)
+    limit = dtypes.exact_integers(dt)
+    if limit > 2 ** 24:
+        pytest.skip(f"{dt} indices are exact beyond any axis here")
+    if limit == 2 ** 24 and type(handler).__name__ != "PyCudaHandler":
+        pytest.skip("GPU-only size (2^24 + 2 elements)")
+    n = limit + extra
+    buf, out, buf_ref = output_view(handler, (2, 1), 1, rng)
+    if extra == 2:
+        a = handler.view_t(handler.zeros((2 * n + 1,)), 1, (2, n))
+        with pytest.raises(ValueError, match=rf"argmax_t: axis 1 of \(2, {n}\) has {n} "
+                                             r"elements, too many for \w+ indices"):
+            handler.argmax_t(a, -1, out)
+        assert_unchanged(handler, buf, buf_ref, "out's buffer")
+        return
+    host = rng.integers(-3, 3, (2, n)).astype(np.float64)   # ties everywhere below 3
+    host[0, -1] = 3.0                                     # the maximum, last
+    host[1, [n // 2, -1]] = 3.0                           # two: the first one counts
+    a, _ = upload_view(handler, host, 1, rng)
+    handler.argmax_t(a, -1, out)
+    assert_bits_equal(handler.get_numpy_copy(out), np.array([[n - 1.0], [n // 2]]),
+                      f"argmax_t on {handler!r} over {n}")
+
+
+def test_cases_are_stable_and_cover_the_layouts():
+    """The ids are a function of the master seed alone (a failure names a
+    case that reruns), unique, and every op meets every layout it takes."""
+    assert [c.id for c in random_cases()] == [c.id for c in RANDOM]
+    for cases in (RANDOM, LAYOUT, LARGE_CASES):
+        assert len({c.id for c in cases}) == len(cases)
+    assert all(math.prod(c.shape) <= BUDGET for c in RANDOM)
+    every = {"rows2", "rows33", "rows64", "rows-canon", "medium", "long", "scalar1d",
+             "scalar-canon", "cols-few", "cols-many", "cols-canon", "cols-mid"}
+    sums_only = {"rows-merged", "medium-merged", "scalar-merged", "cols-merged", "mid",
+                 "mid-canon", "three-runs"}
+    for op in OPS:
+        assert sum(c.op == op for c in RANDOM) == RANDOM_CASES
+        tags = {c.tag for c in LAYOUT if c.op == op}
+        assert tags >= (every | sums_only if op in SUMS else every), op
+        assert len({c.kind for c in RANDOM if c.op == op}) == 4
+    assert any(isinstance(c.axis, tuple) and len(c.axis) > 1 for c in RANDOM)
+    assert any(c.axis is None for c in RANDOM)
+    assert any(isinstance(c.axis, int) and c.axis < 0 for c in RANDOM)
