@@ -654,7 +654,7 @@ def test_gpu_sum_t_one_call_equals_the_python_path(gpu, shape, axis):
     # One plan for the whole sum (int axes; tuples that sum_mid does in one
     # pass) without a workspace is served; others stay in Python.
     plan = gpu._sum_plans.get((a.shape, checked, int(a.gpudata) % 16 == 0))
-    assert served is bool(plan and not plan[3])
+    assert served is bool(plan and not plan.counters)
     gpu.sum_t(a, axis, out)
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
     tol = 1e-4 if gpu.dtype == np.float32 else 1e-10

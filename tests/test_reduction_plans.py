@@ -137,3 +137,11 @@ def test_tuned_plans_stay():
 
 def test_mid_declines_runs_beyond_32_bit_offsets():
     assert R.plan_mid(2, 3, 2**33, True, 4, 132, 2048) is None
+
+
+def test_small_slabs_share_a_tile():
+    # (13, 8069, 4, 4) over axis 2 and (15158082, 2, 2) over axis 1: a block
+    # per column tile of a few bytes waited on latency (3 ms, 150 ms)
+    for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1)):
+        plan = R.plan(shape, (axis,), True, 4, "pick", 132, 2048, 1, 0)
+        assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]

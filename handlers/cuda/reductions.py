@@ -59,6 +59,8 @@ PICK_STATE = 16
 #: Loads of 16 bytes in flight per thread in the row kernels (ROW_UNROLL in
 #: reduce.cu)
 ROW_UNROLL = 4
+#: Elements of a ``*_short`` tile in shared memory (SHORT_TILE in reduce.cu)
+SHORT_TILE = BLOCK * 8
 
 
 def layout(shape, axes):
@@ -115,11 +117,9 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="")
       latency otherwise: a 1-D array to a scalar is one row), each chunk at
       least one full trip of the block's loads."""
     resident = sms * sm_threads // BLOCK                   # blocks the GPU holds at once
-    args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     if n <= SHORT_ROW:
-        tiles = -(-rows // (BLOCK * 8 // max(n, 1)))
-        return Plan(Launch(f"{family}_short{suffix}", max(1, min(tiles, resident)), args,
-                           BLOCK), 0, 0)
+        return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix)
+    args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     if rows >= sms * sm_threads // 64 or n < 2 * BLOCK * width * ROW_UNROLL:
         warps_per_block = BLOCK // 32
         grid = max(1, min(-(-rows // warps_per_block), 4 * resident))
@@ -134,6 +134,15 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="")
     if chunks == 1:
         return Plan(launch, 0, 0)
     return Plan(launch, rows * chunks * _state(family, width), rows)
+
+
+def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix):
+    """The ``*_short`` plan: tiles of whole (n, inner) slabs in shared memory
+    (n * inner <= SHORT_TILE); the kernel's third number is ``inner``."""
+    tiles = -(-outer // (SHORT_TILE // (n * inner)))
+    grid = max(1, min(tiles, sms * sm_threads // BLOCK))
+    return Plan(Launch(f"{family}_short{suffix}", grid, (outer, n, inner, 1, div, kind), BLOCK),
+                0, 0)
 
 
 def _state(family, width):
@@ -153,12 +162,16 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     loads in flight.  tx is at most 32 (a warp reads 512 contiguous bytes),
     unless the axis is too short to give ty rows UNROLL loads each: then the
     block widens across the columns, down to ty = 1 (every thread reads its
-    whole column in one trip, no partials to combine).  Too few tiles to
+    whole column in one trip, no partials to combine).  Slabs of n * inner
+    <= SHORT_TILE elements go to ``*_short`` instead, many to a block (a
+    block per tiny tile would wait on latency, not bandwidth).  Too few tiles to
     give every multiprocessor half its resident blocks split the rows into
     chunks (half: each thread's UNROLL loads keep enough bytes in flight,
     and fewer chunks keep the second stage small; 4 blocks per SM beat 8 by
     5 points of copy bandwidth on an H200 on 8192x4096 and 1Mx16 over axis
     0)."""
+    if n * inner <= SHORT_TILE:   # small slabs: a tile holds many of them
+        return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix)
     vec = width if aligned and inner % width == 0 else 1
     cols = -(-inner // vec)
     unroll = PICK_UNROLL if family == "pick" else SUM_UNROLL

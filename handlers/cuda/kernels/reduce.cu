@@ -6,7 +6,8 @@
 //   rows  (rows, n): each reduced segment is contiguous (inner == 1).
 //         *_short  n <= SHORT_ROW (launch.py): a block copies a tile of whole rows to
 //                  shared memory with coalesced loads, then a few lanes
-//                  reduce each row (no lane idles on a 2-element row);
+//                  reduce each row (no lane idles on a 2-element row); the
+//                  same kernel takes small (n, inner) slabs of cols;
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -178,22 +179,25 @@ struct SharedArray {
 
 // ---------------------------------------------------------------- rows
 
-// *_short: rows of n <= SHORT_ROW elements (launch.py).  A tile of `per` whole rows
-// is copied to shared memory with coalesced scalar loads (8 in flight per
-// thread, any alignment); then P lanes (a power of 2) reduce each row.
+// *_short: small slabs.  The input is (outer, n, inner) with n * inner at
+// most SHORT_TILE elements (inner == 1: rows of n <= SHORT_ROW, launch.py):
+// out[o, c] reduces x[o, :, c].  A tile of `per` whole slabs is copied to
+// shared memory with coalesced scalar loads (8 in flight per thread, any
+// alignment); then P lanes (a power of 2) reduce each output.  No lane idles
+// on a 2-element row, and no block waits on a tile of a few bytes.
 template <class R, typename T, typename O>
-__device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
-                           long long n, long long div, int kind) {
+__device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long long outer,
+                           long long n, long long inner, long long div, int kind) {
     using S = typename R::S;
     T* tile = SharedArray<T, SHORT_TILE>::get();
-    const long long per = SHORT_TILE / n;
+    const long long slab = n * inner, per = SHORT_TILE / slab, outs = per * inner;
     int P = 1;
-    while (P * per < blockDim.x && P < 32) P <<= 1;
-    const long long tiles = (rows + per - 1) / per;
+    while (P * outs < blockDim.x && P < 32) P <<= 1;
+    const long long tiles = (outer + per - 1) / per;
     const int lanes = blockDim.x / P;
     for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const long long r0 = t * per, nr = min(per, rows - r0), count = nr * n;
-        const T* base = a + r0 * n;
+        const long long r0 = t * per, nr = min(per, outer - r0), count = nr * slab;
+        const T* base = a + r0 * slab;
 #pragma unroll
         for (int u = 0; u < SHORT_TILE / SH_BLOCK; ++u) {
             const long long k = threadIdx.x + (long long)u * blockDim.x;
@@ -204,14 +208,18 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
             tile[k] = base[k];
         }
         __syncthreads();
-        for (long long lb = 0; lb < nr; lb += lanes) {   // the same trips in every lane
-            const long long lr = lb + threadIdx.x / P;
+        const long long nq = nr * inner;                 // this tile's outputs
+        for (long long qb = 0; qb < nq; qb += lanes) {   // the same trips in every lane
+            const long long q = qb + threadIdx.x / P;
             S s = R::identity(kind);
-            if (lr < nr) {
-                for (long long k = threadIdx.x % P; k < n; k += P) R::add(s, tile[lr * n + k], k, kind);
+            if (q < nq) {
+                const long long o = q / inner, c = q - o * inner;
+                const T* col = tile + o * slab + c;
+                for (long long k = threadIdx.x % P; k < n; k += P) R::add(s, col[k * inner], k, kind);
             }
             s = group_join<R>(s, kind, P);
-            if (lr < nr && threadIdx.x % P == 0) out[r0 + lr] = R::template result<O>(s, div, kind);
+            if (q < nq && threadIdx.x % P == 0)
+                out[r0 * inner + q] = R::template result<O>(s, div, kind);
         }
         __syncthreads();
     }
@@ -516,7 +524,8 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
 
 }  // namespace
 
-// The exported kernels.  Each takes (a, ws, out, counters, ...); ws, the
+// The exported kernels.  Each takes (a, ws, out, counters, ...); the row
+// kernels' third number is the chunk, but *_short's is `inner`; ws, the
 // workspace of partial states, holds compute_t<T> (sums) or 16-byte (value,
 // index) pairs (picks).  Every sum kernel also exists as a "wide" one,
 // NAME_wide_SUF, whose output is in the compute format (for the halves: a
@@ -529,7 +538,7 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
-                   (short_impl<R, T, O>(a, out, rows, n, div, kind)))                  \
+                   (short_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                  \
     SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \
                    (rows_impl<R, false, T, O>(a, static_cast<typename R::S*>(ws), out, \
                                               counters, rows, n, chunk, chunks, div, kind))) \
