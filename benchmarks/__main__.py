@@ -8,10 +8,8 @@ the runs of the current code and plots them as PNGs in ``benchmarks/results/``.
 times, taking them in turn (ops, streams, ..., ops, streams, ...) so that a
 slow spell of the machine spreads over all of them
 (``python -m benchmarks --runs 3 all --save`` is how committed results are made).
-Two diagnostics, not part of ``all``: ``sumtune`` (a sweep of ``sum_t``'s
-chunking knobs) prints which settings run fastest on this GPU; ``hostcost``
-splits small ops' host time into Python and kernel launch, beside raw launch
-and event floors.
+One diagnostic, not part of ``all``: ``hostcost`` splits small ops' host
+time into Python and kernel launch, beside raw launch and event floors.
 """
 import argparse
 import importlib
@@ -21,7 +19,7 @@ import sys
 # all: in this order
 SUITES = ("mxb", "ops", "reductions", "streams", "upload", "train", "conv", "fusion", "half", "dp",
           "report")
-TOOLS = ("sumtune", "hostcost")   # diagnostics, run by name only
+TOOLS = ("hostcost",)   # diagnostics, run by name only
 
 
 def written(name):

@@ -1,4 +1,4 @@
-"""User-defined fused elementwise ops: declared once, run on every handler::
+"""User-defined fused ops: declared once, run on every handler::
 
     from handlers import fused_op
     gelu = fused_op("gelu", inputs="x", outputs="y",
@@ -13,13 +13,15 @@ contract's ops: an :class:`handlers.optable.Op` row (so the call is validated
 by the same generated checks, and DebugHandler knows its reads and writes),
 the NumPy evaluation (here) and the CUDA kernel
 (``handlers/cuda/fused_source.py``).  Both evaluate the same program, one
-operation of the program at a time, in the handler's dtype.
+operation of the program at a time, in the handler's dtype (a reduction's
+sums are grouped differently: NumPy's pairwise, the kernel's per-thread
+partial sums and a tree, so they agree to rounding).
 
 Why an object called with the handler, not a handler method: a declaration is
 process-wide, like a kernel, and belongs to no handler; the same object works
 on every handler, view and wrapper, and adds no names to the contract.
 
-The language (:data:`FUNCTIONS` lists the calls):
+The language (:data:`FUNCTIONS` and :data:`REDUCTIONS` list the calls):
 
 * statements ``name = expr`` (and ``name += expr`` etc.), on lines or
   separated by ``;``.  A name assigned that is not an output is a temporary;
@@ -35,7 +37,31 @@ The language (:data:`FUNCTIONS` lists the calls):
   true, as in ``where_t``; comparisons give 1.0 or 0.0 and are false on NaN
   (but ``!=``, true);
 * ``max`` and ``min`` propagate NaN (as ``maximum_tt``, ``numpy.maximum``):
-  ``max(x, 0)`` of NaN is NaN.
+  ``max(x, 0)`` of NaN is NaN;
+* reductions along the last axis (:data:`REDUCTIONS`): ``sum(e)``,
+  ``mean(e)``, ``max(e)`` and ``min(e)`` with one argument (``axis=-1`` may
+  be written; no other axis is taken).  The arrays are rows along their last
+  axis (a 1-D array is one row), and a reduction gives one value per row,
+  which the rest of the body uses elementwise, broadcast along the row.  A
+  reduction may reduce a value that depends on another reduction
+  (``m = max(x); s = sum(exp(x - m))``).  ``max`` and ``min`` of a row with
+  a NaN are NaN; ``mean`` is the sum divided by the row's length.  A body
+  that reduces refuses arrays whose rows are empty (last dimension 0);
+* ``col``, the column of the element within its row (0, 1, ... as a number
+  of the compute format), so that an integer class target picks its column:
+  ``picked = sum(where(col == t, z, 0))``.
+
+Per-row arrays: an input or output declared ``name:col`` holds one value per
+row, shape ``(..., 1)`` (the full arrays' shape with last dimension 1, a
+column vector for matrices).  A per-row input is broadcast along the row; a
+per-row output must be assigned a per-row value (one that depends only on
+reductions, per-row inputs, scalars and numbers), else the declaration
+raises.  For example, softmax and LayerNorm::
+
+    softmax = fused_op("softmax", "x", "y", "m = max(x); e = exp(x - m); y = e / sum(e)")
+    layer_norm = fused_op("layer_norm", "x g:row b:row #eps", "y mu:col r:col",
+                          "mu = mean(x); d = x - mu; r = rsqrt(mean(d * d) + eps); "
+                          "y = d * r * g + b")
 
 Errors in a declaration raise ``ValueError`` naming the op and, for the body,
 the line and column.  A statement's expression may nest at most
@@ -58,11 +84,18 @@ import numpy as np
 from . import optable
 from .checks import fail_value
 
-__all__ = ["FUNCTIONS", "FusedOp", "MAX_DEPTH", "OPERATIONS", "fused_op"]
+__all__ = ["FUNCTIONS", "FusedOp", "MAX_DEPTH", "OPERATIONS", "REDUCTIONS", "fused_op"]
 
-#: The functions a body may call, with their number of arguments.
+#: The elementwise functions a body may call, with their number of arguments.
 FUNCTIONS = {"exp": 1, "expm1": 1, "log": 1, "log1p": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1,
              "sigmoid": 1, "abs": 1, "erf": 1, "max": 2, "min": 2, "where": 3}
+#: The reductions along the last axis: these functions with one argument
+#: (``max`` and ``min`` with two are elementwise).
+REDUCTIONS = ("sum", "mean", "max", "min")
+#: The built-in value of a body: the element's column within its row.
+COLUMN = "col"
+#: Names a parameter or a value cannot take: the functions and ``col``.
+RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | {COLUMN}
 #: Every operation of a parsed program: the functions plus the operators.
 #: Each evaluator (NumPy below, CUDA in fused_source) implements exactly these.
 OPERATIONS = frozenset(FUNCTIONS) | {"add", "sub", "mul", "div", "neg", "pow", "ipow",
@@ -83,30 +116,44 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # ============================================================================ the program
 class Program:
     """A parsed body.  Expressions are tuples: ``("num", value)``,
-    ``("ref", slot)``, ``("ipow", expr, k)`` or ``(operation, *exprs)``.
+    ``("ref", slot)``, ``("col",)`` (the column index), ``("ipow", expr, k)``,
+    ``("reduce", kind, expr)`` (``kind`` one of :data:`REDUCTIONS`, along the
+    last axis) or ``(operation, *exprs)``.
     Slots: ``"in:x"`` an array input, ``"sc:s"`` a scalar, ``"old:y"`` the
     old contents of output y, ``"t3:u"`` the value of statement 3 (which
     assigns u).  ``statements`` is a list of (slot, expr); ``results`` maps
     each output to the slot of its last assignment; ``reads_old`` are the
-    outputs whose old contents are read; ``text`` the statements as source."""
+    outputs whose old contents are read; ``text`` the statements as source;
+    ``per_row`` the slots holding one value per row (scalars, per-row inputs
+    and outputs, and statements computed from those, reductions and numbers
+    only); ``reduces`` and ``uses_col`` whether the body reduces and reads
+    ``col``."""
 
-    def __init__(self, statements, results, reads_old, text):
+    def __init__(self, statements, results, reads_old, text, per_row=frozenset(),
+                 reduces=False, uses_col=False):
         self.statements, self.results = statements, results
         self.reads_old, self.text = reads_old, text
+        self.per_row, self.reduces, self.uses_col = frozenset(per_row), reduces, uses_col
 
 
 class _Parser:
     """Turns the body's syntax tree into a :class:`Program`, checking it."""
 
-    def __init__(self, op, arrays, scalars, outputs):
+    def __init__(self, op, arrays, scalars, outputs, cols=()):
         self.op = op
         self.level = 0           # operations nested around the expression being parsed
         self.env = {n: f"in:{n}" for n in arrays}
         self.env.update({n: f"sc:{n}" for n in scalars})
         self.inputs = set(arrays) | set(scalars)
         self.outputs = outputs
+        self.cols = set(cols)    # per-row (':col') inputs and outputs
         self.read = set()        # inputs, scalars and old outputs read
         self.reads_old = []
+        # Slots of one value per row: scalars, per-row inputs, then the
+        # statements computed from per-row values only.
+        self.per_row = {f"sc:{n}" for n in scalars} | {f"in:{n}" for n in arrays
+                                                        if n in self.cols}
+        self.reduces = self.uses_col = False
 
     def fail(self, node, msg, hint=""):
         where = f" at line {node.lineno}, column {node.col_offset + 1}" if node else ""
@@ -128,6 +175,7 @@ class _Parser:
             fail_value(self.op, f"the body nests deeper than Python's parser can read, far "
                                 f"beyond fused_op's limit of {MAX_DEPTH} nested operations")
         statements, text = [], []
+        nodes = {}   # slot -> the syntax of its value (for errors)
         for stmt in tree.body:
             if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                 target, value = stmt.target, ast.BinOp(
@@ -151,6 +199,9 @@ class _Parser:
             statements.append((slot, expr))
             text.append(f"{name} = {ast.unparse(value)}")
             self.env[name] = slot
+            nodes[slot] = value
+            if _is_per_row(expr, self.per_row):
+                self.per_row.add(slot)
         if not statements:
             fail_value(self.op, "the body assigns nothing")
         results = {}
@@ -159,24 +210,37 @@ class _Parser:
             if slot is None or not slot.startswith("t"):
                 fail_value(self.op, f"output {out!r} is never assigned")
             results[out] = slot
+            if out in self.cols and slot not in self.per_row:
+                # A per-row output holds one value per row: a value that
+                # varies along the row has no single value to store there.
+                self.fail(nodes[slot], f"output {out!r} is declared per row (':col') but is "
+                                       f"assigned a value that varies along the row",
+                          " (reduce it with sum, mean, max or min, or declare the output "
+                          "without ':col')")
         unread = [n for n in sorted(self.inputs) if n not in self.read]
         if unread:
             # An input the body ignores is almost always a typo, and it would
             # still be validated and tracked as read: refuse it.
             fail_value(self.op, f"input {unread[0]!r} is never read by the body")
-        return Program(statements, results, tuple(self.reads_old), "; ".join(text))
+        return Program(statements, results, tuple(self.reads_old), "; ".join(text),
+                       self.per_row, self.reduces, self.uses_col)
 
     def check_name(self, name, node):
-        if name in FUNCTIONS or name in optable.METHOD_NAMES or not _NAME.match(name):
+        if name in RESERVED or name in optable.METHOD_NAMES or not _NAME.match(name):
             self.fail(node, f"{name!r} cannot name a value (a function name, a reserved "
                             f"name or not an ASCII identifier)")
 
     def ref(self, node):
         name = node.id
+        if name == COLUMN:
+            self.uses_col = True
+            return ("col",)
         slot = self.env.get(name)
         if slot is None and name in self.outputs:
             slot = self.env[name] = f"old:{name}"   # read before assigned: the old value
             self.reads_old.append(name)
+            if name in self.cols:
+                self.per_row.add(slot)
         if slot is None:
             self.fail(node, f"unknown name {name!r}")
         if not slot.startswith("t"):
@@ -240,31 +304,58 @@ class _Parser:
             return ("where", self.expr(node.test), self.expr(node.body), self.expr(node.orelse))
         if isinstance(node, ast.Call):
             fn = node.func.id if isinstance(node.func, ast.Name) else None
-            if fn not in FUNCTIONS:
+            if fn not in FUNCTIONS and fn not in REDUCTIONS:
                 self.fail(node, f"unknown function {ast.unparse(node.func)!r}",
-                          f" (known: {', '.join(sorted(FUNCTIONS))})")
-            if node.keywords or len(node.args) != FUNCTIONS[fn] \
-                    or any(isinstance(a, ast.Starred) for a in node.args):
-                self.fail(node, f"{fn} takes {FUNCTIONS[fn]} positional argument(s)")
+                          f" (known: {', '.join(sorted(set(FUNCTIONS) | set(REDUCTIONS)))})")
+            starred = any(isinstance(a, ast.Starred) for a in node.args)
+            if fn in REDUCTIONS and len(node.args) == 1 and not starred:
+                return self.reduction(node, fn)
+            if node.keywords or len(node.args) != FUNCTIONS.get(fn) or starred:
+                if fn not in FUNCTIONS:     # sum, mean
+                    takes = "1 positional argument (the value to reduce along the last axis)"
+                elif fn in REDUCTIONS:      # max, min
+                    takes = "1 (a reduction along the last axis) or 2 positional arguments"
+                else:
+                    takes = f"{FUNCTIONS[fn]} positional argument(s)"
+                self.fail(node, f"{fn} takes {takes}")
             return (fn, *(self.expr(a) for a in node.args))
         what = type(node.op).__name__ if isinstance(node, (ast.BinOp, ast.UnaryOp)) \
             else type(node).__name__
         self.fail(node, f"unsupported syntax {what} in {ast.unparse(node)!r}")
 
+    def reduction(self, node, fn):
+        """``fn(e)`` (one of :data:`REDUCTIONS`) along the last axis; the only
+        keyword is ``axis=-1``, which says so."""
+        for kw in node.keywords:
+            if kw.arg != "axis":
+                self.fail(node, f"{fn} takes no keyword {kw.arg or '**'!r} (only axis=-1)")
+            try:
+                axis = ast.literal_eval(kw.value)
+            except (ValueError, TypeError, SyntaxError):
+                axis = None
+            if type(axis) is not int or axis != -1:
+                self.fail(node, f"{fn}: axis must be -1, got {ast.unparse(kw.value)}",
+                          " (fused_op reduces along the last axis only)")
+        self.reduces = True
+        return ("reduce", fn, self.expr(node.args[0]))
+
 
 # ============================================================================ the declaration
 class FusedOp:
-    """A user-defined fused elementwise op; make one with :func:`fused_op`.
+    """A user-defined fused op; make one with :func:`fused_op`.
 
     Call it as ``op(h, *arrays_and_scalars, *outputs)`` with any handler,
     stream-group view or DebugHandler ``h``: the arguments in the declared
     order (``inputs``, then ``outputs``).  The call validates its arguments
     like a contract op and issues the work on ``h``'s stream group (or
     records it, inside a capture).  Attributes: ``name``, ``params`` (the
-    call's parameters), ``inputs``, ``rows``, ``scalars``,
-    ``device_scalars``, ``outputs``, ``program`` (the parsed body), ``row``
-    (the op-table row derived from the declaration) and ``digest`` (a hash of
-    the declaration, which names its kernels).
+    call's parameters), ``inputs``, ``rows`` (``:row`` inputs), ``cols``
+    (``:col`` inputs and outputs, one value per row), ``scalars``,
+    ``device_scalars``, ``outputs``, ``full`` (the array of full rows whose
+    shape the others follow), ``row_wise`` (whether the body reduces, reads
+    ``col`` or has per-row arrays: a row kernel on the GPU), ``program`` (the
+    parsed body), ``row`` (the op-table row derived from the declaration) and
+    ``digest`` (a hash of the declaration, which names its kernels).
     """
 
     def __init__(self, name, inputs, outputs, body):
@@ -276,14 +367,15 @@ class FusedOp:
         out_tokens = _tokens(name, "outputs", outputs)
         if not out_tokens:
             fail_value(name, "declares no output")
-        arrays, rows, scalars, device, params = [], [], [], [], []
+        arrays, rows, cols, scalars, device, params = [], [], [], [], [], []
         for tok in tokens:
             kind, n = ("scalar", tok[1:]) if tok[0] in "#$" else ("array", tok)
             if kind == "array" and ":" in tok:
                 n, mode = tok.split(":", 1)
-                if mode != "row":
-                    fail_value(name, f"unknown input mode {mode!r} in {tok!r} (only ':row')")
-                rows.append(n)
+                if mode not in ("row", "col"):
+                    fail_value(name, f"unknown input mode {mode!r} in {tok!r} (only ':row' "
+                                     f"or ':col')")
+                (rows if mode == "row" else cols).append(n)
             _check_declared(name, n, params)
             params.append(n)
             if kind == "array":
@@ -292,13 +384,31 @@ class FusedOp:
                 scalars.append(n)
                 if tok[0] == "$":
                     device.append(n)
-        for n in out_tokens:
+        outputs = []
+        for tok in out_tokens:
+            n = tok
+            if ":" in tok:
+                n, mode = tok.split(":", 1)
+                if mode != "col":
+                    fail_value(name, f"unknown output mode {mode!r} in {tok!r} (only ':col')")
+                cols.append(n)
             _check_declared(name, n, params)
             params.append(n)
+            outputs.append(n)
         self.inputs, self.rows, self.scalars = tuple(arrays), tuple(rows), tuple(scalars)
-        self.device_scalars, self.outputs = tuple(device), tuple(out_tokens)
+        self.device_scalars, self.outputs = tuple(device), tuple(outputs)
+        self.cols = tuple(cols)
         self.params = tuple(params)
-        self.program = _Parser(name, arrays, scalars, out_tokens).parse(body)
+        self.program = _Parser(name, arrays, scalars, self.outputs, cols).parse(body)
+        # The array whose shape the others follow: the first output of full
+        # rows, else the first such input.  It gives the rows and their length.
+        full = [p for p in self.outputs + self.inputs if p not in self.rows + self.cols]
+        if not full:
+            fail_value(name, "has no input or output of full rows (every array is ':row' or "
+                             "':col'): one is needed to give the rows and their length")
+        self.full = full[0]
+        # Row programs run as a row kernel on the GPU (handlers/cuda/fused_source.py).
+        self.row_wise = bool(self.program.reduces or self.program.uses_col or self.cols)
         canonical = repr((name, tokens, out_tokens, self.program.statements,
                           self.program.results))
         self.digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
@@ -348,9 +458,14 @@ class FusedOp:
             else:
                 tokens.append(p)
         ins = ", ".join(self._describe(p) for p in self.params if p not in self.outputs)
+        if self.cols:
+            outs = (", ".join(o + (" (per row)" if o in self.cols else "") for o in self.outputs)
+                    + "; full rows of one shape, per-row ones of that shape with last "
+                      "dimension 1")
+        else:
+            outs = f"{', '.join(self.outputs)}, all of one shape"
         doc = (f"Fused op {self.name}: {self.program.text}.\n\n"
-               f"Inputs: {ins or 'none'}; outputs: {', '.join(self.outputs)}, all of one "
-               f"shape.  An output "
+               f"Inputs: {ins or 'none'}; outputs: {outs}.  An output "
                f"may be an input (the same memory); a partial overlap, or outputs that "
                f"overlap each other, raise ValueError.")
         return optable.Op(self.name, " ".join(tokens), exact=self.inputs, shape=self._shapes,
@@ -359,15 +474,26 @@ class FusedOp:
     def _describe(self, p):
         if p in self.rows:
             return f"{p} (a row: shape (n,) or (1, n), broadcast over the last axis)"
+        if p in self.cols:
+            return f"{p} (one value per row: shape (..., 1))"
         if p in self.device_scalars:
             return f"{p} (a number or a device scalar)"
-        return f"{p} (a number)" if p in self.scalars else f"{p} (the outputs' shape)"
+        if p in self.scalars:
+            return f"{p} (a number)"
+        return f"{p} (full rows)" if self.cols else f"{p} (the outputs' shape)"
 
     def _shapes(self, h, *args):
         """The shape rule (called with the parameters but host scalars)."""
         named = dict(zip(self._checked, args))
-        name, first = self.name, self.outputs[0]
+        name, first = self.name, self.full
         shape = tuple(named[first].shape)
+        if self.row_wise and not shape:
+            fail_value(name, f"{first} has shape (): a body that reduces or reads 'col', or "
+                             f"per-row (':col') arrays, need arrays of at least one dimension")
+        if self.program.reduces and shape[-1] == 0:
+            fail_value(name, f"{first} {shape} has rows of 0 elements: a reduction over an "
+                             f"empty row is undefined")
+        per_row = shape[:-1] + (1,)
         for p in self.params:
             if p in self.scalars:
                 value = named.get(p, 0.0)
@@ -383,6 +509,10 @@ class FusedOp:
                     n = shape[-1] if shape else "n"
                     fail_value(name, f"row input {p} must have shape ({n},) or (1, {n}) to "
                                      f"broadcast over {first} {shape}, got {s}")
+            elif p in self.cols:
+                if s != per_row:
+                    fail_value(name, f"per-row array {p} must have shape {per_row} (one value "
+                                     f"per row of {first} {shape}), got {s}")
             elif s != shape:
                 fail_value(name, f"shapes differ: {p} {s}, {first} {shape}")
 
@@ -421,7 +551,12 @@ class FusedOp:
         that is an input's memory does not change what later statements read
         (as in the kernel, which loads an element's inputs before it stores)."""
         t = h.dtype.type
-        env, given = {}, set()
+        shape = args[self.params.index(self.full)].shape
+        # Besides the slots: the full shape (reductions broadcast to it
+        # first, so that sum(s) of a per-row s is d * s) and col.
+        env, given = {"shape": shape}, set()
+        if self.program.uses_col:
+            env["col"] = np.arange(shape[-1], dtype=t)
         for p, a in zip(self.params, args):
             if p in self.scalars:   # a device scalar is read now, when the op runs
                 env[f"sc:{p}"] = t(a if type(a) is float else a.reshape(-1)[0])
@@ -449,13 +584,31 @@ def _depth(expr):
     deepest, stack = 0, [(expr, 0)]
     while stack:
         e, d = stack.pop()
-        if e[0] in ("num", "ref"):
+        if e[0] in ("num", "ref", "col"):
             deepest = max(deepest, d)
         elif e[0] == "ipow":
             stack.append((e[1], d + 1))
+        elif e[0] == "reduce":
+            stack.append((e[2], d + 1))
         else:
             stack.extend((a, d + 1) for a in e[1:])
     return deepest
+
+
+def _is_per_row(expr, per_row):
+    """Whether ``expr`` has one value per row: it reads only the slots of
+    ``per_row``, reductions and numbers (never ``col`` nor an array of full
+    rows).  Called on parsed expressions, at most MAX_DEPTH deep."""
+    kind = expr[0]
+    if kind in ("num", "reduce"):
+        return True
+    if kind == "col":
+        return False
+    if kind == "ref":
+        return expr[1] in per_row
+    if kind == "ipow":
+        return _is_per_row(expr[1], per_row)
+    return all(_is_per_row(e, per_row) for e in expr[1:])
 
 
 def _evaluate(expr, env, t):
@@ -464,8 +617,14 @@ def _evaluate(expr, env, t):
         return t(expr[1])
     if kind == "ref":
         return env[expr[1]]
+    if kind == "col":
+        return env["col"]
     if kind == "ipow":
         return _ipow(_evaluate(expr[1], env, t), expr[2], t)
+    if kind == "reduce":
+        # Over the full rows: a per-row value or a number is repeated along them.
+        value = np.broadcast_to(_evaluate(expr[2], env, t), env["shape"])
+        return REDUCE[expr[1]](value, axis=-1, keepdims=True)
     return NUMPY[kind](t, *(_evaluate(e, env, t) for e in expr[1:]))
 
 
@@ -522,6 +681,11 @@ NUMPY = {
 }
 
 
+#: The NumPy reductions along the last axis, in the operands' dtype (np.max
+#: and np.min propagate NaN; np.mean divides the sum by the row's length).
+REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
 def _tokens(op, what, spec):
     if isinstance(spec, str):
         return spec.replace(",", " ").split()
@@ -531,7 +695,7 @@ def _tokens(op, what, spec):
 
 
 def _check_declared(op, name, seen):
-    if not _NAME.match(name) or keyword.iskeyword(name) or name in FUNCTIONS \
+    if not _NAME.match(name) or keyword.iskeyword(name) or name in RESERVED \
             or name in optable.METHOD_NAMES:
         fail_value(op, f"{name!r} cannot name a parameter (a function name, a reserved name "
                        f"or not an ASCII identifier)")
@@ -540,26 +704,33 @@ def _check_declared(op, name, seen):
 
 
 def fused_op(name, inputs, outputs, body):
-    """Declare a fused elementwise op and return it as a :class:`FusedOp`.
+    """Declare a fused op (elementwise, or row by row with reductions along
+    the last axis) and return it as a :class:`FusedOp`.
 
     Args:
         name: an identifier; it names the op in errors and its kernels.
         inputs: the op's inputs in call order, a str of tokens separated by
             spaces or commas: ``x`` an array of the outputs' shape, ``b:row``
             an array of shape (n,) or (1, n) broadcast along the last axis of
-            outputs whose last dimension is n (a bias), ``#s`` a real number
+            outputs whose last dimension is n (a bias), ``t:col`` an array
+            of one value per row, shape (..., 1), broadcast along the rows
+            (a class target, a per-row scale), ``#s`` a real number
             (fixed when a capture records the call) and ``$s`` a real number
             or a device scalar (a one-element array of the handler, read when
             the op runs, so a replayed graph sees its current value).
-        outputs: the output names, after the inputs in the call.
+        outputs: the output names, after the inputs in the call: ``y`` of
+            full rows, ``loss:col`` one value per row, shape (..., 1).
         body: assignments computing every output (see the module docstring
-            for the language).
+            for the language, reductions along the last axis included).
 
     Raises ValueError naming the op (and the line and column in the body)
     for an unknown name or function, unsupported syntax, an output never
-    assigned, an input never read or an assignment to an input.
+    assigned, an input never read, an assignment to an input, a reduction
+    along another axis or a per-row output assigned a value that varies
+    along the row.
 
-    The op computes on NumPy with ufuncs in the handler's dtype and on a GPU
+    The op computes on NumPy with ufuncs (and ``numpy.sum``, ``mean``,
+    ``max``, ``min`` along the last axis) in the handler's dtype and on a GPU
     with one generated kernel per declaration and dtype, compiled once per
     process (and cached on disk by pycuda).
     """

@@ -510,7 +510,8 @@ def check_fused_op(handler, op, expected, shape, rng, *, scalars=None, low=-1.0,
     against ``expected``, a NumPy function of its inputs in float64.
 
     Each array input gets fresh random values in [low, high) of ``shape``
-    (a ``:row`` input, shape (1, last axis)); ``scalars`` maps each scalar
+    (a ``:row`` input, shape (1, last axis); a ``:col`` input or output, one
+    value per row: ``shape`` with last dimension 1); ``scalars`` maps each scalar
     input's name to its value.  ``expected(**inputs)`` takes the inputs by
     name (float64 arrays of the values the handler holds, scalars as
     floats) and returns the outputs in declared order (an array, or a
@@ -533,10 +534,11 @@ def check_fused_op(handler, op, expected, shape, rng, *, scalars=None, low=-1.0,
             values[p] = float(scalars[p])
             args.append(values[p])
             continue
+        s = (1, shape[-1]) if p in op.rows else tuple(shape[:-1]) + (1,) if p in op.cols \
+            else shape
         if p in op.outputs and p not in reads_old:
-            args.append(poisoned(handler, shape))
+            args.append(poisoned(handler, s))
             continue
-        s = (1, shape[-1]) if p in op.rows else shape
         a, ref = rand_input(handler, s, rng, low, high)
         values[p] = ref
         args.append(a)

@@ -113,20 +113,34 @@ def elementwise(h, op, *args):
 
 def fused(h, op, *args):
     """Run fused op ``op`` on checked arguments."""
-    n, values = h._fused_arguments(op, args)
-    h._launch(op, n, *values)
+    grid, block, values = h._fused_arguments(op, args)
+    if grid:
+        h._run(h._k[op], grid, *values, block=block)
 
 
 def fused_arguments(h, op, args):
-    """(elements, kernel arguments) of fused op ``op`` on the checked
-    ``args``.  Its kernel is generated, compiled and loaded at the first
-    call (once per process; pycuda's disk cache skips nvcc in later
-    processes), then kept under the op in _k."""
-    out = args[op.row.out]
-    n = out.size
-    if n and op not in h._k:
+    """(grid, block, kernel arguments) of fused op ``op`` on the checked
+    ``args``; grid 0 when there is nothing to compute.  An elementwise op's
+    kernel strides over the elements (``h._grid``); a row kernel
+    (``op.row_wise``) over the rows of its full arrays, on the grid and
+    block of ``fused_source.plan_rows``.  The kernel is generated, compiled
+    and loaded at the first call that computes (once per process; pycuda's
+    disk cache skips nvcc in later processes), then kept under the op in _k."""
+    if op.row_wise:
+        full = args[op.params.index(op.full)]
+        cols = full.shape[-1]
+        rows = math.prod(full.shape[:-1])
+        grid, block = fused_source.plan_rows(
+            rows, cols, fused_source.held_elements(op, h.dtype), h._sms, h._sm_threads)
+        sizes, bound = (rows, cols), fused_source.ROW_BLOCK
+    else:
+        out = args[op.row.out]
+        n = out.size
+        grid, block = (h._grid(n) if n else 0), _BLOCK
+        sizes, bound = (n, out.shape[-1] if out.shape else 1), _BLOCK
+    if grid and op not in h._k:
         h._k[op] = kernel_loader.source_function(
-            fused_source.kernel_source(op, h.dtype, _BLOCK),
+            fused_source.kernel_source(op, h.dtype, bound),
             fused_source.kernel_name(op, h.dtype),
             fused_source.kernel_format(op, h.dtype))
     values = []
@@ -137,7 +151,11 @@ def fused_arguments(h, op, args):
             values += (0, a)                # a number: no address
         else:
             values += (a.gpudata, 0.0)      # a device scalar, read by the kernel
-    return n, (*values, n, out.shape[-1] if out.shape else 1)
+    if op.row_wise:
+        # An empty array has no memory (gpudata None): a row kernel over
+        # rows of 0 elements reads none of it, so any address does.
+        values = [0 if v is None else v for v in values]
+    return grid, block, (*values, *sizes)
 
 
 def bind_fused(h, op, args, kwargs):
@@ -145,20 +163,20 @@ def bind_fused(h, op, args, kwargs):
     # The checks and the argument list once; each call is then a launch,
     # or, while a capture records, the _fused hook that it shadows.
     checked = op._checks(h, *args, **kwargs)
-    n, values = h._fused_arguments(op, checked)
+    grid, block, values = h._fused_arguments(op, checked)
     # Once the handler is closed, a call goes to the _fused hook, whose
     # stand-in raises (handlers.closed), as the unbound op would.
     capturing, closed = h._capture_box, h._closed_box
-    if not n:
+    if not grid:
         def nothing():
             if closed[0]:
                 h._fused(op, *checked)
         return nothing
-    kernel, grid, launch = h._k[op], h._grid(n), kernel_loader.launch_function()
+    kernel, launch = h._k[op], kernel_loader.launch_function()
 
     def call():
         if capturing[0] is None and not closed[0]:
-            launch(kernel.handle, h._slot.handle, grid, _BLOCK, kernel.fmt, *values)
+            launch(kernel.handle, h._slot.handle, grid, block, kernel.fmt, *values)
         else:
             h._fused(op, *checked)
     return call

@@ -1,6 +1,12 @@
 """CUDA source of a fused op (``handlers.fused.FusedOp``): one kernel per
 declaration and dtype.
 
+An op whose body reduces along the last axis, reads ``col`` or has per-row
+(``:col``) arrays (``op.row_wise``) gets a row kernel instead:
+:func:`row_kernel_source` says how it works and :func:`plan_rows` how it is
+launched.  What follows is the elementwise kernel; the row kernel shares its
+types, loads, stores, scalars and launch format.
+
 The kernel is a grid-stride loop over the outputs' elements (64-bit counts)
 through ``sh::batched_loop`` of ``common.cuh``: each trip loads the element's
 inputs, evaluates the program's statements in registers and returns the
@@ -27,12 +33,14 @@ order: ``const T*`` per array input, ``const T*`` and a number per scalar (a
 device scalar's address or 0, and the number, of the compute format: ``T``
 for float and double, ``C`` = float for the halves), ``T*`` per output, then
 ``long long n`` (elements) and ``long long cols`` (the outputs' last
-dimension).  :func:`kernel_format` gives the same list as launch codes.
+dimension; a row kernel's are ``rows`` and ``cols``).  :func:`kernel_format`
+gives the same list as launch codes.
 """
 import numpy as np
 
 from .. import dtypes
 from ..fused import OPERATIONS
+from .launch import BLOCK
 
 #: How each operation of a program is written in CUDA ({0}, {1}, ... its
 #: operands, already parenthesised where needed; {C} the name of the compute
@@ -114,20 +122,31 @@ def _cname(slot):
     return {"in": "v_", "sc": "s_", "old": "o_"}.get(kind, kind + "_") + name
 
 
-def _expr(e, dtype):
+def _expr(e, dtype, reductions=None):
+    """The C expression of program expression ``e``; ``reductions`` maps each
+    reduction of a row kernel to the name of its per-row value."""
     kind = e[0]
     if kind == "num":
         return literal(e[1], dtype)
     if kind == "ref":
         return _cname(e[1])
+    if kind == "col":
+        return "j_col"
+    if kind == "reduce":
+        return reductions[e]
     if kind == "ipow":
-        return CUDA["ipow"].format(_expr(e[1], dtype), k=e[2])
-    return CUDA[kind].format(*(_expr(a, dtype) for a in e[1:]), C=_compute_name(dtype))
+        return CUDA["ipow"].format(_expr(e[1], dtype, reductions), k=e[2])
+    return CUDA[kind].format(*(_expr(a, dtype, reductions) for a in e[1:]),
+                             C=_compute_name(dtype))
 
 
 def kernel_source(op, dtype, block):
     """The CUDA source of ``op``'s kernel for ``dtype``, launched with
-    ``block`` threads per block (its ``__launch_bounds__``)."""
+    ``block`` threads per block at most (its ``__launch_bounds__``): the
+    host's BLOCK for an elementwise op, :data:`ROW_BLOCK` for a row kernel
+    (``op.row_wise``: see :func:`row_kernel_source`)."""
+    if op.row_wise:
+        return row_kernel_source(op, dtype, block)
     ctype, cctype, _ = _ctype(dtype)
     half = dtypes.is_half(dtype)
     c = _compute_name(dtype)   # values in registers: T, or C for the halves
@@ -241,6 +260,319 @@ def kernel_source(op, dtype, block):
         f"            return f({loads('e', 'c.d0')});",
         "        },",
         f"        [&](long long e, const Values& r) {{ {store} }});",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ============================================================================ row kernels
+#: Threads per block of a row kernel at most (its ``__launch_bounds__``): a
+#: row of up to ROW_BLOCK * R elements is held by one block.
+ROW_BLOCK = 1024
+#: Values of a row one thread holds in registers, over the arrays it reads
+#: per element, by compute format: 16 floats or 4 doubles (16 and 8 of the 64
+#: registers that ``__launch_bounds__(ROW_BLOCK)`` leaves a thread), so that
+#: the body's temporaries fit: nvcc 13 spills little or nothing for softmax,
+#: cross-entropy and LayerNorm at these budgets (double math takes many more
+#: registers than float: cross-entropy spilled 164 bytes at 8 doubles).
+HELD_VALUES = {"float": 16, "double": 4}
+
+
+def _element_arrays(op):
+    """The arrays a row kernel reads per element, in parameter order, as
+    (pointer, program slot, row input?): full inputs, ``:row`` inputs and
+    full outputs whose old contents the body reads."""
+    out = []
+    for p in op.params:
+        if p in op.scalars or p in op.cols:
+            continue
+        if p in op.outputs:
+            if p in op.program.reads_old:
+                out.append(("out_" + p, "old:" + p, False))
+        else:
+            out.append(("in_" + p, "in:" + p, p in op.rows))
+    return out
+
+
+def held_elements(op, dtype):
+    """R, the elements of a row each thread holds in registers in the row
+    kernel's held strategies (at most 8, as ``softmax_rows``; fewer when the
+    body reads several arrays per element, within :data:`HELD_VALUES`)."""
+    budget = HELD_VALUES[_ctype(dtype)[1]]
+    return max(1, min(8, budget // max(1, len(_element_arrays(op)))))
+
+
+def plan_rows(rows, cols, held, sms, sm_threads):
+    """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
+    rows of ``cols`` elements, ``held`` elements per thread
+    (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
+    ``sm_threads`` threads each; grid 0 when there is no row.
+
+    The kernel picks its strategy from cols and the block (``rows_loop`` in
+    kernels/fused.cuh), so the two follow one rule: rows of up to 32 * held
+    go to lane groups in blocks of BLOCK threads (block / width rows a block,
+    width the group's lanes); a longer row gets a block of its own, of
+    enough threads to hold it (a multiple of 32, at least BLOCK, at most
+    ROW_BLOCK, which then streams rows longer than ROW_BLOCK * held).  The
+    grid strides over rows, so it needs no more blocks than the
+    multiprocessors hold at once (sm_threads each): more would only queue,
+    and fewer leave a multiprocessor idle while rows remain.
+    """
+    if cols <= 32 * held:
+        width = 1
+        while width * held < cols:
+            width *= 2
+        block = BLOCK
+        needed = -(-rows // (block // width))
+    else:
+        block = min(ROW_BLOCK, max(BLOCK, -(-cols // (32 * held)) * 32))
+        needed = rows
+    return min(needed, sms * max(1, sm_threads // block)), block
+
+
+def _levels(prog):
+    """(slot -> its level, reductions -> their level): a reduction's level is
+    one more than the deepest reduction its argument depends on, a value's
+    level that of the deepest reduction it depends on (0 for none).  The
+    reductions come in the order they are first met, inner ones first."""
+    depth, found = {}, {}
+
+    def level(e):
+        kind = e[0]
+        if kind in ("num", "col"):
+            return 0
+        if kind == "ref":
+            return depth.get(e[1], 0)
+        if kind == "reduce":
+            lv = 1 + level(e[2])
+            found.setdefault(e, lv)
+            return lv
+        if kind == "ipow":
+            return level(e[1])
+        return max(level(a) for a in e[1:])
+    for slot, expr in prog.statements:
+        depth[slot] = level(expr)
+    return depth, found
+
+
+def _element_slice(prog, roots):
+    """What a per-element lambda computes for the expressions ``roots``: the
+    statements of per-element values they need (in program order), and the
+    leaves they read (element array slots, ``"col"``).  Per-row values and
+    reductions are variables of the row's scope, captured."""
+    stmts = dict(prog.statements)
+    need, leaves, stack = set(), set(), list(roots)
+    while stack:
+        e = stack.pop()
+        kind = e[0]
+        if kind in ("num", "reduce"):
+            continue
+        if kind == "col":
+            leaves.add("col")
+        elif kind == "ref":
+            slot = e[1]
+            if slot in prog.per_row or slot in need:
+                continue
+            if slot in stmts:
+                need.add(slot)
+                stack.append(stmts[slot])
+            else:
+                leaves.add(slot)
+        elif kind == "ipow":
+            stack.append(e[1])
+        else:
+            stack.extend(e[1:])
+    return [(slot, expr) for slot, expr in prog.statements if slot in need], leaves
+
+
+class _RowContext:
+    """What the parts of a row kernel's source share: the op, its format's
+    names and conversions, its program's levels and reductions (each named
+    ``rd<i>`` in the source) and the arrays read per element."""
+
+    def __init__(self, op, dtype):
+        self.op, self.dtype, self.prog = op, dtype, op.program
+        self.c = _compute_name(dtype)   # the compute format: T, or C for the halves
+        half = dtypes.is_half(dtype)
+        self.widen = "ld({})" if half else "{}"
+        self.store = "st<T>({})" if half else "{}"
+        self.depth, self.found = _levels(self.prog)
+        self.reductions = {e: f"rd{i}" for i, e in enumerate(self.found)}
+        self.elements = _element_arrays(op)
+        self.full_outs = [o for o in op.outputs if o not in op.cols]
+        self.row_outs = [o for o in op.outputs if o in op.cols]
+
+    def expr(self, e):
+        return _expr(e, self.dtype, self.reductions)
+
+    def element_lambda(self, roots, tail, returns=""):
+        """A lambda (const In& e, long long j) computing the expressions
+        ``roots``, ending with the lines ``tail(their C expressions)``."""
+        stmts, leaves = _element_slice(self.prog, roots)
+        c = self.c
+        body = ["(void)e;", "(void)j;"]
+        body += [f"const {c} {_cname(slot)} = e.{_cname(slot)};"
+                 for _, slot, _ in self.elements if slot in leaves]
+        if "col" in leaves:
+            body.append(f"const {c} j_col = {c}(j);")
+        body += [f"const {c} {_cname(slot)} = {self.expr(expr)};" for slot, expr in stmts]
+        body += tail([self.expr(r) for r in roots])
+        return ([f"[&](const In& e, const long long j){returns} {{"]
+                + [f"    {line}" for line in body] + ["}"])
+
+    def per_row_statements(self, level):
+        """The per-row statements computable once the reductions of
+        ``level`` are done (level 0: at the row's start)."""
+        return [f"const {self.c} {_cname(slot)} = {self.expr(expr)};"
+                for slot, expr in self.prog.statements
+                if slot in self.prog.per_row and self.depth[slot] == level]
+
+
+#: The combining function of each reduction in kernels/fused.cuh.
+_COMBINE = {"sum": "fx::Sum", "mean": "fx::Sum", "max": "fx::Max", "min": "fx::Min"}
+
+
+def _row_function(rc):
+    """The body of the row lambda ``row(s, r, live)``: per-row reads, each
+    level of reductions (one pass ``s.each``, then ``s.reduce``), the full
+    outputs (``s.outputs``) and the per-row outputs (one thread)."""
+    c, op, prog = rc.c, rc.op, rc.prog
+    lines = ["(void)r;", "(void)live;"]
+    for p in op.cols:   # per-row inputs, and per-row outputs whose old value is read
+        if p in op.inputs or p in prog.reads_old:
+            ptr, name = ("in_", "v_") if p in op.inputs else ("out_", "o_")
+            lines.append(f"const {c} {name}{p} = live ? {rc.widen.format(f'{ptr}{p}[r]')} "
+                         f": {c}(0);")
+    lines += rc.per_row_statements(0)
+    for level in range(1, max(rc.found.values(), default=0) + 1):
+        here = [(e, rc.reductions[e]) for e, lv in rc.found.items() if lv == level]
+        lines.append(f"// Level {level}: " + ", ".join(f"{n} = {e[1]}(...)" for e, n in here))
+        lines += [f"{c} {n} = {_COMBINE[e[1]]}::identity<{c}>();" for e, n in here]
+        lam = rc.element_lambda([e[2] for e, _ in here], lambda args: [
+            f"{n} = {_COMBINE[e[1]]}{{}}({n}, {a});" for (e, n), a in zip(here, args)])
+        lines += ["s.each(" + lam[0]] + lam[1:-1] + ["});"]
+        lines += [f"{n} = s.reduce({n}, {_COMBINE[e[1]]}{{}})"
+                  + (f" / {c}(cols);" if e[1] == "mean" else ";") for e, n in here]
+        lines += rc.per_row_statements(level)
+    if rc.full_outs:
+        roots = [("ref", prog.results[o]) for o in rc.full_outs]
+        lam = rc.element_lambda(roots, lambda args: ["Values o;"] + [
+            f"o.{o} = {a};" for o, a in zip(rc.full_outs, args)] + ["return o;"], " -> Values")
+        lines += ["// The full outputs.", "s.outputs(" + lam[0]] + lam[1:-1] \
+            + ["}, store, store_packets);"]
+    if rc.row_outs:
+        lines += ["// The per-row outputs, once every read of the row is done.", "s.sync();",
+                  "if (live && s.leader()) {"]
+        lines += [f"    out_{o}[r] = {rc.store.format(_cname(prog.results[o]))};"
+                  for o in rc.row_outs]
+        lines += ["}"]
+    return lines
+
+
+def _row_memory(rc):
+    """The lambdas that read one element's values (``In``) or a packet of W
+    of them, and that store the full outputs (``Values``) by element or by
+    packet, and the test of whether packets may be used."""
+    c, elements = rc.c, rc.elements
+    lines = ["const auto load = [&](const long long r, const long long j) {",
+             "    (void)r;", "    (void)j;", "    In v;"]
+    lines += [f"    v.{_cname(slot)} = {rc.widen.format(f'{ptr}[{index}]')};"
+              for ptr, slot, is_row in elements
+              for index in ["j" if is_row else "r * cols + j"]]
+    lines += ["    return v;", "};",
+              "const auto load_packets = [&](const long long r, const long long p) {",
+              "    (void)r;", "    (void)p;", "    Lanes<In, W> v;"]
+    lines += [f"    const Packet<T> p{i} = load_packet({ptr}, "
+              f"{'p' if is_row else 'r * (cols / W) + p'});"
+              for i, (ptr, _, is_row) in enumerate(elements)]
+    lines += ["#pragma unroll", "    for (int k = 0; k < W; ++k) {"]
+    lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
+              for i, (_, slot, _) in enumerate(elements)]
+    lines += ["    }", "    return v;", "};"]
+    if rc.full_outs:
+        lines += [f"struct Values {{ {' '.join(f'{c} {o};' for o in rc.full_outs)} }};",
+                  "const auto store = [&](const long long r, const long long j, "
+                  "const Values& o) {",
+                  "    const long long e = r * cols + j;"]
+        lines += [f"    out_{o}[e] = {rc.store.format(f'o.{o}')};" for o in rc.full_outs]
+        lines += ["};", "const auto store_packets = [&](const long long r, const long long p, "
+                  "const Lanes<Values, W>& o) {",
+                  "    const long long q = r * (cols / W) + p;"]
+        lines += [f"    {{ Packet<T> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
+                  f"store_packet(out_{o}, q, v); }}" for o in rc.full_outs]
+        lines += ["};"]
+    # Packets where no packet straddles two rows and every array allows them.
+    pointers = [ptr for ptr, _, _ in elements] + [f"out_{o}" for o in rc.full_outs]
+    lines.append("const bool packets = "
+                 + " && ".join(["cols % W == 0"] + [f"is_aligned16({q})" for q in pointers])
+                 + ";")
+    return lines
+
+
+def row_kernel_source(op, dtype, block):
+    """The CUDA source of a row kernel: ``op``'s body (which reduces along
+    the last axis, reads ``col`` or has per-row arrays) on rows of the full
+    arrays, for ``dtype``, launched with ``block`` threads at most.
+
+    Parameters as the elementwise kernel's (module docstring), but the last
+    two are ``long long rows, long long cols`` (the product of the full
+    arrays' leading dimensions and their last dimension).  The kernel hands
+    a generic lambda ``row(s, r, live)``, the body on row r, to
+    ``fx::rows_loop`` of kernels/fused.cuh, which runs it with the strategy
+    that cols allows (lane groups or a block holding the row in registers,
+    or a block streaming it from memory): per-row inputs are read once, then
+    each level of reductions (:func:`_levels`) is one ``s.each`` over the
+    row's elements, computing what the reductions' arguments need and
+    folding them into per-thread partials, and one ``s.reduce`` per
+    reduction; then the per-row values of that level; last, the full outputs
+    per element and the per-row outputs by one thread.  Accumulation is in
+    the compute format (float for float32 and the halves, double for
+    float64); ``mean`` is the sum divided by ``cols``; ``max`` and ``min``
+    propagate NaN."""
+    ctype, cctype, _ = _ctype(dtype)
+    rc = _RowContext(op, dtype)
+    c = rc.c
+    params = []
+    for p in op.params:
+        if p in op.scalars:
+            params += [f"const T* sp_{p}", f"{c} sv_{p}"]
+        else:
+            params.append(f"T* out_{p}" if p in op.outputs else f"const T* in_{p}")
+    params += ["long long rows", "long long cols"]
+    body = "\n".join(f"    // {line}" for line in op.program.text.split("; "))
+    if dtypes.is_half(dtype):
+        title = f"{ctype} stored, {cctype} math rounded once on store"
+        types = f"namespace {{ using T = {ctype}; using C = {cctype}; }}"
+        scalar = "const C s_{0} = sp_{0} ? ld(*sp_{0}) : sv_{0};"
+    else:
+        title = ctype
+        types = f"namespace {{ using T = {ctype}; using C = T; }}"
+        scalar = "const T s_{0} = sp_{0} ? *sp_{0} : sv_{0};"
+    lines = [
+        f'// Fused op "{op.name}" ({title}), a row kernel generated by',
+        "// handlers/cuda/fused_source.py:",
+        body,
+        '#include "fused.cuh"',
+        "",
+        types,
+        "",
+        f'extern "C" __global__ void __launch_bounds__({block}) {kernel_name(op, dtype)}(',
+        "        " + ", ".join(params) + ") {",
+        "    using namespace sh;",
+        "    constexpr int W = kVec<T>;",
+        f"    constexpr int R = {held_elements(op, dtype)};   // elements held per thread",
+        *["    " + scalar.format(s) for s in op.scalars],
+        "    // One element's values read from memory, in the compute format.",
+        "    struct In { " + " ".join(f"{c} {_cname(slot)};" for _, slot, _ in rc.elements)
+        + " };",
+        *[line if line.startswith("#") else f"    {line}" for line in _row_memory(rc)],
+        "    // The body on row r (live: r is a row; lane groups past the last row",
+        "    // only join the shuffles).",
+        "    const auto row = [&](auto& s, const long long r, const bool live) {",
+        *[f"        {line}" for line in _row_function(rc)],
+        "    };",
+        "    fx::rows_loop<T, R, In>(rows, cols, packets, load, load_packets, row);",
         "}",
         "",
     ]

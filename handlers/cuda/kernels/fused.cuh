@@ -1,8 +1,10 @@
 // Device helpers of the generated fused-op kernels (handlers/cuda/fused_source.py).
 //
-// Each helper here has a NumPy twin in handlers/fused.py (NUMPY) that does
-// the same operations in the same order, so the two backends agree up to the
-// rounding of the math library (and nvcc's fused multiply-adds).
+// Each elementwise helper here has a NumPy twin in handlers/fused.py (NUMPY)
+// that does the same operations in the same order, so the two backends agree
+// up to the rounding of the math library (and nvcc's fused multiply-adds).
+// The row kernels' reductions (below) group their sums differently from
+// NumPy's pairwise sums, so those agree to the rounding of a sum.
 #ifndef STREAMHANDLERS_KERNELS_FUSED_CUH
 #define STREAMHANDLERS_KERNELS_FUSED_CUH
 
@@ -51,6 +53,240 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
         if (n) base = base * base;
     }
     return K < 0 ? T(1) / result : result;
+}
+
+// ------------------------------------------------------------- row kernels
+//
+// A fused op whose body reduces along the last axis (or reads `col`, or has
+// per-row arrays) is generated as a row kernel: the kernel writes one row as
+// a generic lambda row(s, r, live) and rows_loop below runs it with one of
+// three strategies, chosen from cols and blockDim (both uniform, so every
+// thread of a block takes the same branch), as softmax_rows of rows.cu:
+//   cols <= 32 * R            LaneRow: a group of G lanes per row, G the
+//                             smallest power of two with G * R >= cols, the
+//                             row held in registers (R elements a lane):
+//                             one read per element, shuffles only, many rows
+//                             (and many loads) in flight per warp;
+//   cols <= blockDim.x * R    BlockRow: a block per row, held in registers;
+//   larger                    StreamRow: a block per row, one pass over the
+//                             row in memory per level of reductions (a
+//                             reduction of a value that depends on another
+//                             is a level deeper) and one for the outputs,
+//                             each pass recomputing the values it needs from
+//                             the inputs; by 16-byte packets where the rows
+//                             allow.
+// R (elements held per thread) is the generator's, from the number of arrays
+// read per element; the host plans blocks and grids with the same rule
+// (fused_source.plan_rows).  A strategy s gives the row function:
+//   s.each(f)           f(const In& e, long long j) for each element j of the
+//                       row that this thread holds (or reads, streaming);
+//   s.reduce(v, op)     v combined over the row's threads: every thread of
+//                       the row gets the same bits (the butterfly's a + b
+//                       and b + a are equal, and each warp combines the
+//                       per-warp partials in the same order);
+//   s.outputs(f, store, store_packets)  f(e, j) -> Values for each element,
+//                       stored (streaming: read, computed, stored per packet);
+//   s.sync()            orders every read of the row before a per-row store
+//                       (an output may be an input's memory);
+//   s.leader()          the thread that stores the row's per-row outputs.
+// In place (an output over an input) is safe: held rows are read whole
+// before any store, and streaming passes read and write an element in the
+// same thread, after the reductions' barriers end the previous passes.
+
+// The reductions: combining functions (max and min propagate NaN, as
+// numpy.max and numpy.min) and their identities (padding adds nothing).
+struct Sum {
+    template <typename C> __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
+    template <typename C> static __device__ __forceinline__ C identity() { return C(0); }
+};
+struct Max {
+    template <typename C> __device__ __forceinline__ C operator()(C a, C b) const {
+        return max(a, b);
+    }
+    template <typename C> static __device__ __forceinline__ C identity() {
+        return -dm::infinity<C>();
+    }
+};
+struct Min {
+    template <typename C> __device__ __forceinline__ C operator()(C a, C b) const {
+        return min(a, b);
+    }
+    template <typename C> static __device__ __forceinline__ C identity() {
+        return dm::infinity<C>();
+    }
+};
+
+// v combined over aligned groups of `width` lanes (a power of two <= 32).
+// The whole warp must call it: every lane takes part in the shuffles.
+template <typename C, typename Op>
+__device__ __forceinline__ C lanes_reduce(C v, Op op, int width) {
+    for (int offset = width >> 1; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// v combined over the block, returned to every thread.  blockDim.x must be a
+// multiple of 32; scratch holds 32 values.  Every warp combines the per-warp
+// partials itself, in the same order: bit-identical results, no broadcast.
+template <typename C, typename Op>
+__device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
+    const int lane = threadIdx.x & 31;
+    v = lanes_reduce(v, op, 32);
+    if (lane == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = lanes_reduce(lane < int(blockDim.x >> 5) ? scratch[lane] : Op::template identity<C>(),
+                     op, 32);
+    __syncthreads();  // scratch is free for the next reduction
+    return v;
+}
+
+// R elements of row r held in registers: this thread's columns are first,
+// first + step, ...; `live` is false for a lane group past the last row,
+// which only joins the shuffles.
+template <typename In, int R>
+struct HeldRow {
+    In v[R];
+    long long r, first, step, cols;
+    bool live;
+
+    template <typename Load> __device__ __forceinline__ void load(Load load) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            const long long j = first + k * step;
+            if (live && j < cols) v[k] = load(r, j);
+        }
+    }
+
+    template <typename F> __device__ __forceinline__ void each(F f) const {
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            const long long j = first + k * step;
+            if (live && j < cols) f(v[k], j);
+        }
+    }
+
+    template <typename F, typename Store, typename StorePackets>
+    __device__ __forceinline__ void outputs(F f, Store store, StorePackets) const {
+        each([&](const In& e, long long j) { store(r, j, f(e, j)); });
+    }
+};
+
+template <typename In, int R, typename C>
+struct LaneRow : HeldRow<In, R> {
+    int width;
+    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
+        return lanes_reduce(v, op, width);
+    }
+    __device__ __forceinline__ bool leader() const { return this->first == 0; }
+    __device__ __forceinline__ void sync() const { __syncwarp(); }
+};
+
+template <typename In, int R, typename C>
+struct BlockRow : HeldRow<In, R> {
+    C* scratch;
+    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
+        return block_reduce(v, op, scratch);
+    }
+    __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
+// Row r read from memory at each pass: element by element, or by packets of
+// W = kVec<T> elements when `packets` (cols % W == 0 and every array 16-byte
+// aligned: then no packet straddles two rows).
+template <typename T, typename In, typename Load, typename LoadPackets>
+struct StreamRow {
+    using C = compute_t<T>;
+    static constexpr int W = kVec<T>;
+    Load load;
+    LoadPackets load_packets;
+    C* scratch;
+    long long r, cols;
+    bool packets;
+
+    template <typename F> __device__ __forceinline__ void each(F f) const {
+        if (packets) {
+            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
+                const Lanes<In, W> e = load_packets(r, p);
+#pragma unroll
+                for (int k = 0; k < W; ++k) f(e.v[k], p * W + k);
+            }
+        } else {
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) f(load(r, j), j);
+        }
+    }
+
+    template <typename F, typename Store, typename StorePackets>
+    __device__ __forceinline__ void outputs(F f, Store store, StorePackets store_packets) const {
+        if (packets) {
+            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
+                const Lanes<In, W> e = load_packets(r, p);
+                Lanes<decltype(f(e.v[0], 0LL)), W> o;
+#pragma unroll
+                for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k);
+                store_packets(r, p, o);
+            }
+        } else {
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x)
+                store(r, j, f(load(r, j), j));
+        }
+    }
+
+    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
+        return block_reduce(v, op, scratch);
+    }
+    __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
+// Runs row(s, r, live) for every row of a (rows, cols) problem that this
+// thread's lane group or block takes, with the strategy that cols and the
+// block allow (see above).  load(r, j) gives element j of row r's inputs
+// (In), load_packets(r, p) the W of packet p (only called when `packets`).
+// Any grid works (grid-stride over rows); blockDim.x a multiple of 32.
+template <typename T, int R, typename In, typename Load, typename LoadPackets, typename Row>
+__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
+                                          Load load, LoadPackets load_packets, Row row) {
+    using C = compute_t<T>;
+    __shared__ C scratch[32];  // per-warp partials of block reductions, in C
+    if (cols <= 32 * R) {
+        LaneRow<In, R, C> s;
+        s.width = 1;
+        while ((long long)s.width * R < cols) s.width <<= 1;
+        const int lane = threadIdx.x & 31;
+        s.first = lane & (s.width - 1);
+        s.step = s.width;
+        s.cols = cols;
+        const long long per_warp = 32 / s.width;  // rows per warp and trip
+        const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        const long long nwarps = (long long)gridDim.x * (blockDim.x >> 5);
+        // The trip count depends only on the warp, so all its lanes stay in
+        // the loop together for the shuffles.
+        for (long long base = warp * per_warp; base < rows; base += nwarps * per_warp) {
+            s.r = base + lane / s.width;
+            s.live = s.r < rows;
+            s.load(load);
+            row(s, s.r, s.live);
+        }
+    } else if (cols <= (long long)blockDim.x * R) {
+        BlockRow<In, R, C> s;
+        s.scratch = scratch;
+        s.first = threadIdx.x;
+        s.step = blockDim.x;
+        s.cols = cols;
+        s.live = true;
+        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+            s.r = r;
+            s.load(load);
+            row(s, r, true);
+        }
+    } else {
+        StreamRow<T, In, Load, LoadPackets> s{load, load_packets, scratch, 0, cols, packets};
+        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+            s.r = r;
+            row(s, r, true);
+        }
+    }
 }
 
 }  // namespace fx

@@ -1,0 +1,477 @@
+"""Reductions in fused ops (``handlers.fused_op``): ``sum``, ``mean``,
+``max`` and ``min`` along the last axis, ``col`` and per-row (``:col``)
+arrays, per handler and dtype.
+
+References are float64 NumPy formulas written here, independently of the
+evaluator in handlers/fused.py, on fresh random inputs; outputs are poisoned
+with NaN first.  Row lengths cover every strategy of the GPU's row kernel
+(``fused_source.plan_rows``): lane groups (1, 3, 32), a block holding the
+row (1000, 5000) and streaming passes (40000).  The CUDA source of every
+declaration here compiles with nvcc where it is installed.
+"""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from handlers import DebugHandler, dtypes, fused_op
+from handlers.cuda import fused_source
+from handlers.fused import REDUCTIONS
+from handlers.testing import check_fused_op
+from helpers import as_handler_values, poisoned, rand, shape_id, upload
+
+#: these ops run on the float16 and bfloat16 NumpyHandler too (conftest)
+HALF_FORMATS = True
+
+COLS = [1, 3, 32, 1000, 5000, 40000]
+ROWS = [1, 6]
+
+SOFTMAX = fused_op("softmax", "x", "y", "m = max(x); e = exp(x - m); s = sum(e); y = e / s")
+LOG_SOFTMAX = fused_op("log_softmax", "x", "y", "m = max(x); y = x - m - log(sum(exp(x - m)))")
+CROSS_ENTROPY = fused_op("cross_entropy", "z t:col #inv_n", "loss:col dz", """
+m = max(z)
+e = exp(z - m)
+s = sum(e)
+picked = sum(where(col == t, z, 0))
+loss = (log(s) + m - picked) * inv_n
+dz = (e / s - (col == t)) * inv_n
+""")
+LAYER_NORM = fused_op("layer_norm", "x g:row b:row #eps", "y mu:col r:col", """
+mu = mean(x)
+d = x - mu
+r = rsqrt(mean(d * d) + eps)
+y = d * r * g + b
+""")
+LAYER_NORM_BACK = fused_op("layer_norm_back", "x dy g:row mu:col r:col", "dx", """
+xhat = (x - mu) * r
+gdy = g * dy
+dx = r * (gdy - mean(gdy) - xhat * mean(gdy * xhat))
+""")
+RMS_NORM = fused_op("rms_norm", "x g:row $eps", "y", "y = x * rsqrt(mean(x * x) + eps) * g")
+EPS = 1e-5
+
+
+def close(h, arr, ref, rtol=2e-5, scale=None):
+    """Compare handler array ``arr`` with the float64 ``ref`` (NaN where NaN):
+    within ``rtol`` of each element or of ``scale``, the magnitude of the
+    terms it is computed from (default: its row's largest magnitude; a value
+    computed from row sums carries their absolute error, and a difference
+    of large terms, such as a loss near 0, theirs)."""
+    got = h.get_numpy_copy(arr)
+    assert got.dtype == h.dtype and got.shape == ref.shape
+    if h.dtype == np.float64:
+        rtol = 1e-11
+    if scale is None:
+        scale = np.nanmax(np.abs(ref), axis=-1, keepdims=True) if ref.size else 0.0
+    atol = rtol * scale
+    if dtypes.is_half(h.dtype):   # float32 arithmetic, then one rounding to the format
+        rtol = rtol + 1.01 * dtypes.unit_roundoff(h.dtype)
+        atol = atol + dtypes.smallest_subnormal(h.dtype)
+    got = got.astype(np.float64)
+    bad = ~(np.abs(got - ref) <= atol + rtol * np.abs(ref)) & ~(np.isnan(got) & np.isnan(ref))
+    assert not bad.any(), (f"{bad.sum()} of {bad.size} elements differ, first at "
+                           f"{np.argwhere(bad)[0]}: got {got[bad][0]}, want {ref[bad][0]}")
+
+
+def targets(h, rng, rows, d):
+    """Class indices in [0, d) as a (rows, 1) handler array, each exactly
+    representable in the handler's format (bfloat16 holds every integer
+    only up to 256, float16 up to 2048)."""
+    limit = {"bfloat16": 256, "float16": 2048}.get(h.dtype.name, d)
+    return upload(h, rng.integers(0, min(d, limit), (rows, 1)).astype(np.float64))
+
+
+def softmax64(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layer_norm64(x):
+    mu = x.mean(axis=-1, keepdims=True)
+    r = 1 / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + EPS)
+    return mu, r
+
+
+# ============================================================================ results
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_softmax(handler, rng, rows, d):
+    x, x64 = upload(handler, rand((rows, d), rng, -4, 4))
+    y = poisoned(handler, (rows, d))
+    SOFTMAX(handler, x, y)
+    close(handler, y, softmax64(x64))
+
+
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_log_softmax(handler, rng, rows, d):
+    x, x64 = upload(handler, rand((rows, d), rng, -4, 4))
+    y = poisoned(handler, (rows, d))
+    LOG_SOFTMAX(handler, x, y)
+    m = x64.max(axis=-1, keepdims=True)
+    close(handler, y, x64 - m - np.log(np.exp(x64 - m).sum(axis=-1, keepdims=True)))
+
+
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_cross_entropy_and_gradient(handler, rng, rows, d):
+    """Loss per row (rows, 1) and its gradient (rows, d), from class indices
+    t (rows, 1) and a scalar 1 / rows."""
+    (z, z64), (t, t64) = upload(handler, rand((rows, d), rng, -4, 4)), targets(handler, rng,
+                                                                             rows, d)
+    loss, dz = poisoned(handler, (rows, 1)), poisoned(handler, (rows, d))
+    CROSS_ENTROPY(handler, z, t, 1.0 / rows, loss, dz)
+    m = z64.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(z64 - m).sum(axis=-1, keepdims=True))
+    onehot = np.arange(d) == t64
+    picked = z64[onehot].reshape(rows, 1)
+    close(handler, loss, (lse - picked) / rows, scale=(np.abs(lse) + np.abs(picked)) / rows)
+    close(handler, dz, (softmax64(z64) - onehot) / rows)
+
+
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_layer_norm(handler, rng, rows, d):
+    (x, x64), (g, g64), (b, b64) = (upload(handler, rand(s, rng)) for s in
+                                    ((rows, d), (d,), (1, d)))
+    y, mu, r = poisoned(handler, (rows, d)), poisoned(handler, (rows, 1)), \
+        poisoned(handler, (rows, 1))
+    LAYER_NORM(handler, x, g, b, EPS, y, mu, r)
+    mu64, r64 = layer_norm64(x64)
+    close(handler, mu, mu64, scale=np.abs(x64).mean(axis=-1, keepdims=True))
+    close(handler, r, r64)
+    close(handler, y, (x64 - mu64) * r64 * g64 + b64)
+
+
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_layer_norm_backward(handler, rng, rows, d):
+    x64 = rand((rows, d), rng)
+    mu, r = layer_norm64(x64)
+    (x, x64), (dy, dy64), (g, g64) = (upload(handler, a) for a in
+                                      (x64, rand((rows, d), rng), rand((d,), rng)))
+    (mu, mu64), (r, r64) = upload(handler, mu), upload(handler, r)
+    dx = poisoned(handler, (rows, d))
+    LAYER_NORM_BACK(handler, x, dy, g, mu, r, dx)
+    xhat, gdy = (x64 - mu64) * r64, g64 * dy64
+    want = r64 * (gdy - gdy.mean(axis=-1, keepdims=True)
+                  - xhat * (gdy * xhat).mean(axis=-1, keepdims=True))
+    # the terms' magnitude: a row of one element cancels to 0 exactly in
+    # float64, but an FMA's unrounded g * dy leaves its rounding error times r
+    terms = r64 * (np.abs(gdy) + np.abs(xhat) * np.abs(gdy * xhat).mean(axis=-1, keepdims=True))
+    close(handler, dx, want, scale=terms.max(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("d", COLS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_rms_norm(handler, rng, rows, d):
+    (x, x64), (g, g64) = upload(handler, rand((rows, d), rng)), upload(handler, rand((d,), rng))
+    eps, eps64 = upload(handler, np.array([EPS]))   # a device scalar, as the format holds it
+    y = poisoned(handler, (rows, d))
+    RMS_NORM(handler, x, g, eps, y)
+    close(handler, y, x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + eps64) * g64)
+
+
+@pytest.mark.parametrize("d", COLS)
+def test_every_element_counts_once(handler, rng, d):
+    """Exact: a sum of ones is the row's length, ``max(col)`` its last column
+    and ``col`` every column, whichever strategy covers the row."""
+    op = fused_op("cover", "x", "n:col hi:col lo:col c",
+                  "n = sum(x * 0 + 1); hi = max(col); lo = min(col); c = col")
+    x = upload(handler, rand((3, d), rng))[0]
+    n, hi, lo = (poisoned(handler, (3, 1)) for _ in range(3))
+    c = poisoned(handler, (3, d))
+    op(handler, x, n, hi, lo, c)
+    for arr, want in ((n, d), (hi, d - 1), (lo, 0)):
+        np.testing.assert_array_equal(handler.get_numpy_copy(arr).astype(np.float64),
+                                      np.full((3, 1), as_handler_values(handler, float(want))))
+    np.testing.assert_array_equal(handler.get_numpy_copy(c).astype(np.float64),
+                                  np.broadcast_to(as_handler_values(handler, np.arange(d)), (3, d)))
+
+
+@pytest.mark.parametrize("d", [5, 1000, 40000])
+def test_reductions_propagate_nan(handler, rng, d):
+    """``max``, ``min``, ``sum`` and ``mean`` of a row holding a NaN are NaN,
+    wherever the NaN is; a row of -inf has max -inf (not NaN)."""
+    op = fused_op("nan_rows", "x", "mx:col mn:col s:col m:col",
+                  "mx = max(x); mn = min(x); s = sum(x); m = mean(x)")
+    xv = rand((5, d), rng)
+    xv[0, rng.integers(d)] = np.nan
+    xv[1, 0] = xv[2, -1] = np.nan
+    xv[3] = -np.inf
+    xv[4, rng.integers(d)] = 50.0           # the row's maximum, exact
+    x, x64 = upload(handler, xv)
+    outs = [handler.create_from_numpy(np.full((5, 1), 7.0)) for _ in range(4)]
+    op(handler, x, *outs)
+    got = [handler.get_numpy_copy(o).astype(np.float64).ravel() for o in outs]
+    for g in got:
+        assert np.isnan(g[:3]).all()
+    assert got[0][3] == -np.inf and got[1][3] == -np.inf and got[0][4] == 50.0
+    assert got[1][4] == x64[4].min()
+    rtol = 1e-4 + (dtypes.unit_roundoff(handler.dtype) if dtypes.is_half(handler.dtype) else 0)
+    assert abs(got[2][4] - x64[4].sum()) <= rtol * np.abs(x64[4]).sum()
+    assert abs(got[3][4] - x64[4].mean()) <= rtol * np.abs(x64[4]).mean()
+
+
+@pytest.mark.parametrize("shape", [(7,), (2, 3, 33), (0, 5), (0, 3, 4)], ids=shape_id)
+def test_any_number_of_axes_and_no_rows(handler, rng, shape):
+    """A 1-D array is one row (per-row arrays of shape (1,)); more axes are
+    rows of rows (per-row shape (..., 1)); no rows compute nothing."""
+    (z, z64) = upload(handler, rand(shape, rng, -2, 2))
+    per_row = shape[:-1] + (1,)
+    t, t64 = upload(handler, rng.integers(0, shape[-1], per_row).astype(np.float64))
+    loss, dz = poisoned(handler, per_row), poisoned(handler, shape)
+    CROSS_ENTROPY(handler, z, t, 0.5, loss, dz)
+    m = z64.max(axis=-1, keepdims=True) if z64.size else np.zeros(per_row)
+    lse = m + np.log(np.exp(z64 - m).sum(axis=-1, keepdims=True))
+    onehot = np.arange(shape[-1]) == t64
+    picked = np.where(onehot, z64, 0).sum(axis=-1, keepdims=True)
+    close(handler, loss, (lse - picked) * 0.5, scale=np.abs(lse) + np.abs(picked))
+    close(handler, dz, (np.exp(z64 - lse) - onehot) * 0.5)
+
+
+def test_in_place(handler, rng):
+    """Softmax over its own input, and an output over a per-row input."""
+    x, x64 = upload(handler, rand((4, 300), rng, -3, 3))
+    SOFTMAX(handler, x, x)
+    close(handler, x, softmax64(x64))
+    op = fused_op("shift", "x s:col", "y m:col", "y = x - s; m = max(x) + s")
+    (x, x64), (s, s64) = upload(handler, rand((4, 9), rng)), upload(handler, rand((4, 1), rng))
+    y = poisoned(handler, (4, 9))
+    op(handler, x, s, y, s)                  # m is s's memory: s read before m is written
+    close(handler, y, x64 - s64, scale=2)
+    close(handler, s, x64.max(axis=-1, keepdims=True) + s64, scale=2)
+
+
+def test_per_row_values_broadcast_and_accumulate(handler, rng):
+    """A full output assigned a per-row value is that value along the row;
+    a per-row input is broadcast without any reduction; a reduction of a
+    per-row value sums it along the row; a per-row output can accumulate."""
+    op = fused_op("row_values", "x s:col", "avg scaled acc:col",
+                  "avg = mean(x); scaled = x * s; acc += sum(s) + max(x * s)")
+    (x, x64), (s, s64) = upload(handler, rand((5, 13), rng)), upload(handler, rand((5, 1), rng))
+    acc, acc64 = upload(handler, rand((5, 1), rng))
+    avg, scaled = poisoned(handler, (5, 13)), poisoned(handler, (5, 13))
+    assert op.row.reads == ("x", "s", "acc") and op.row.writes == ("avg", "scaled", "acc")
+    op(handler, x, s, avg, scaled, acc)
+    close(handler, avg, np.broadcast_to(x64.mean(axis=-1, keepdims=True), (5, 13)), scale=1)
+    close(handler, scaled, x64 * s64)
+    close(handler, acc, acc64 + 13 * s64 + (x64 * s64).max(axis=-1, keepdims=True), scale=15)
+
+
+def test_col_without_reductions(handler, rng):
+    """One-hot rows from class indices: ``col`` alone makes a row kernel."""
+    op = fused_op("one_hot", "t:col", "y", "y = col == t")
+    t, t64 = upload(handler, rng.integers(0, 7, (6, 1)).astype(np.float64))
+    y = poisoned(handler, (6, 7))
+    op(handler, t, y)
+    np.testing.assert_array_equal(handler.get_numpy_copy(y).astype(np.float64),
+                                  (np.arange(7) == t64).astype(np.float64))
+
+
+def test_nested_reductions_inline(handler, rng):
+    """A reduction inside another's argument, within one expression."""
+    op = fused_op("lse", "x", "l:col", "l = log(sum(exp(x - max(x, axis=-1)))) + max(x)")
+    x, x64 = upload(handler, rand((3, 50), rng, -5, 5))
+    lv = poisoned(handler, (3, 1))
+    op(handler, x, lv)
+    m = x64.max(axis=-1, keepdims=True)
+    close(handler, lv, m + np.log(np.exp(x64 - m).sum(axis=-1, keepdims=True)))
+
+
+def test_check_fused_op_knows_per_row_arrays(handler, rng):
+    """The test kit's check_fused_op makes per-row inputs and outputs of
+    shape (..., 1)."""
+    op = fused_op("scaled_sum", "x s:col", "y:col", "y = sum(x) * s")
+    check_fused_op(handler, op, lambda x, s: x.sum(axis=-1, keepdims=True) * s, (4, 20), rng)
+
+
+# ============================================================================ gradients
+def test_cross_entropy_gradient_is_the_derivative(make_handler, rng):
+    """dz from the op is the derivative of the summed loss (float64,
+    central differences)."""
+    h = make_handler("numpy-f64")
+    z64, t64 = rand((3, 6), rng, -2, 2), rng.integers(0, 6, (3, 1)).astype(np.float64)
+    z, t = h.create_from_numpy(z64), h.create_from_numpy(t64)
+    loss, dz = h.zeros((3, 1)), h.zeros((3, 6))
+    CROSS_ENTROPY(h, z, t, 1 / 3, loss, dz)
+
+    def total(zv):
+        h.set_from_numpy(z, zv)
+        CROSS_ENTROPY(h, z, t, 1 / 3, loss, h.zeros((3, 6)))
+        return h.get_numpy_copy(loss).sum()
+    grad = h.get_numpy_copy(dz)
+    for i, j in [(0, 0), (1, int(t64[1, 0])), (2, 5)]:
+        step = np.zeros_like(z64)
+        step[i, j] = 1e-6
+        fd = (total(z64 + step) - total(z64 - step)) / 2e-6
+        assert abs(fd - grad[i, j]) < 1e-8, (i, j, fd, grad[i, j])
+
+
+def test_layer_norm_backward_is_the_derivative(make_handler, rng):
+    """dx of LAYER_NORM_BACK is the derivative of sum(y * dy) (float64)."""
+    h = make_handler("numpy-f64")
+    x64, dy64, g64, b64 = rand((2, 7), rng), rand((2, 7), rng), rand((7,), rng), rand((7,), rng)
+    x, dy, g, b = (h.create_from_numpy(a) for a in (x64, dy64, g64, b64))
+    y, mu, r, dx = h.zeros((2, 7)), h.zeros((2, 1)), h.zeros((2, 1)), h.zeros((2, 7))
+    LAYER_NORM(h, x, g, b, EPS, y, mu, r)
+    LAYER_NORM_BACK(h, x, dy, g, mu, r, dx)
+
+    def total(xv):
+        h.set_from_numpy(x, xv)
+        LAYER_NORM(h, x, g, b, EPS, y, h.zeros((2, 1)), h.zeros((2, 1)))
+        return (h.get_numpy_copy(y) * dy64).sum()
+    grad = h.get_numpy_copy(dx)
+    for i, j in [(0, 0), (1, 3), (1, 6)]:
+        step = np.zeros_like(x64)
+        step[i, j] = 1e-6
+        fd = (total(x64 + step) - total(x64 - step)) / 2e-6
+        assert abs(fd - grad[i, j]) < 1e-7, (i, j, fd, grad[i, j])
+
+
+# ============================================================================ calls
+def test_bound_call_capture_and_debug(make_handler, handler_id, rng):
+    """A reduction op binds, captures and replays like any fused op, and
+    DebugHandler tracks its per-row arrays."""
+    h = make_handler(handler_id)
+    (z, z64), (t, t64) = upload(h, rand((4, 40), rng)), targets(h, rng, 4, 40)
+    loss, dz = poisoned(h, (4, 1)), poisoned(h, (4, 40))
+    run = CROSS_ENTROPY.bind(h, z, t, 0.25, loss, dz)
+    with h.capture() as g:
+        run()
+    assert np.isnan(h.get_numpy_copy(loss)).all()     # recorded, not run
+    g.replay()
+    m = z64.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(z64 - m).sum(axis=-1, keepdims=True))
+    onehot = np.arange(40) == t64
+    picked = z64[onehot].reshape(4, 1)
+    close(h, loss, (lse - picked) * 0.25, scale=np.abs(lse) + np.abs(picked))
+    debug = DebugHandler(h)
+    CROSS_ENTROPY(debug, z, t, 0.25, loss, dz)
+    assert CROSS_ENTROPY.row.reads == ("z", "t") and CROSS_ENTROPY.row.writes == ("loss", "dz")
+    close(h, dz, (np.exp(z64 - lse) - onehot) * 0.25)
+
+
+def test_bad_calls(handler, rng):
+    x = upload(handler, rand((3, 4), rng))[0]
+    with pytest.raises(ValueError, match=r"cross_entropy: per-row array t must have shape "
+                                         r"\(3, 1\) \(one value per row of dz \(3, 4\)\), "
+                                         r"got \(3,\)"):
+        CROSS_ENTROPY(handler, x, poisoned(handler, (3,)), 1.0, poisoned(handler, (3, 1)),
+                      poisoned(handler, (3, 4)))
+    with pytest.raises(ValueError, match=r"per-row array loss must have shape \(3, 1\)"):
+        CROSS_ENTROPY(handler, x, poisoned(handler, (3, 1)), 1.0, poisoned(handler, (1, 3)),
+                      poisoned(handler, (3, 4)))
+    with pytest.raises(ValueError, match=r"softmax: y \(3, 0\) has rows of 0 elements: a "
+                                         r"reduction over an empty row is undefined"):
+        SOFTMAX(handler, poisoned(handler, (3, 0)), poisoned(handler, (3, 0)))
+    with pytest.raises(ValueError, match=r"softmax: y has shape \(\): .* at least one dimension"):
+        SOFTMAX(handler, handler.zeros(()), handler.zeros(()))
+    with pytest.raises(ValueError, match=r"softmax: shapes differ"):
+        SOFTMAX(handler, x, poisoned(handler, (3, 5)))
+
+
+# ============================================================================ declarations
+@pytest.mark.parametrize("inputs, outputs, body, message", [
+    ("x", "y:col", "y = x * 2", r"output 'y' is declared per row \(':col'\) but is assigned "
+                                r"a value that varies along the row at line 1, column 5"),
+    ("x", "y:col", "m = max(x)\ny = m + col", r"output 'y' .* at line 2, column 5"),
+    ("x b:row", "y:col", "y = max(x) * b", r"output 'y' is declared per row"),
+    ("x", "y", "y = sum(x, 1)", r"sum takes 1 positional argument \(the value to reduce"),
+    ("x", "y", "y = mean(x, x)", r"mean takes 1 positional argument"),
+    ("x", "y", "y = sum(x, axis=0)", r"sum: axis must be -1, got 0 at line 1, column 5 "
+                                     r"\(fused_op reduces along the last axis only\)"),
+    ("x", "y", "y = max(x, axis=1)", r"max: axis must be -1, got 1"),
+    ("x", "y", "y = sum(x, axis=a)", r"sum: axis must be -1, got a"),
+    ("x", "y", "y = sum(x, keepdims=True)", r"sum takes no keyword 'keepdims' \(only axis=-1\)"),
+    ("x", "y", "y = min(x, x, x)", r"min takes 1 \(a reduction along the last axis\) or 2"),
+    ("x", "y", "y = max(x, 0, axis=-1)", r"max takes 1 \(a reduction"),
+    ("x", "y", "y = sum()", r"sum takes 1 positional argument"),
+    ("x", "y", "y = prod(x)", r"unknown function 'prod' .*known: .*max, mean, min, .*sum"),
+    ("col", "y", "y = col", r"'col' cannot name a parameter"),
+    ("x", "sum", "sum = x", r"'sum' cannot name a parameter"),
+    ("x", "y", "col = x; y = col", r"'col' cannot name a value"),
+    ("x", "y", "mean = x; y = mean", r"'mean' cannot name a value"),
+    ("x:rows", "y", "y = x", r"unknown input mode 'rows' in 'x:rows' \(only ':row' or ':col'\)"),
+    ("x", "y:row", "y = x", r"unknown output mode 'row' in 'y:row' \(only ':col'\)"),
+    ("t:col", "y:col", "y = sum(t)", r"has no input or output of full rows"),
+    ("t:col b:row", "y:col", "y = t + max(b)", r"has no input or output of full rows"),
+])
+def test_bad_declarations(inputs, outputs, body, message):
+    with pytest.raises(ValueError, match="^bad: " + message):
+        fused_op("bad", inputs=inputs, outputs=outputs, body=body)
+
+
+def test_declaration_attributes():
+    assert CROSS_ENTROPY.cols == ("t", "loss") and CROSS_ENTROPY.full == "dz"
+    assert CROSS_ENTROPY.row_wise and not fused_op("e", "x", "y", "y = max(x, 0)").row_wise
+    assert fused_op("c", "x", "y", "y = x * col").row_wise
+    assert fused_op("s", "x s:col", "y", "y = x * s").row_wise
+    assert LAYER_NORM.full == "y" and "per row" in LAYER_NORM.__doc__
+    assert set(REDUCTIONS) == {"sum", "mean", "max", "min"}
+    # max and min keep their elementwise meaning with two arguments
+    prog = fused_op("two", "x", "y", "y = max(x, 0) + min(x)").program
+    assert prog.statements[0][1] == ("add", ("max", ("ref", "in:x"), ("num", 0.0)),
+                                     ("reduce", "min", ("ref", "in:x")))
+    assert prog.per_row == frozenset() and prog.reduces and not prog.uses_col
+
+
+# ============================================================================ CUDA source
+def test_plan_rows():
+    """The row kernel's launches: lane groups in blocks of BLOCK threads up
+    to 32 * held columns, then a block per row big enough to hold it (or
+    streaming past ROW_BLOCK * held), at most one wave of blocks."""
+    plan, block = fused_source.plan_rows, fused_source.BLOCK
+    assert plan(0, 100, 8, 132, 2048) == (0, block)
+    assert plan(1000, 32, 8, 132, 2048) == (16, block)    # groups of 4 lanes: 64 rows a block
+    assert plan(10 ** 6, 1, 8, 132, 2048) == (132 * 2048 // block, block)    # one lane a row
+    assert plan(10, 300, 8, 132, 2048) == (10, block)
+    assert plan(10, 5000, 8, 132, 2048) == (10, 640)                         # 625 threads hold it
+    assert plan(10 ** 6, 5000, 8, 132, 2048) == (132 * 3, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 1536) == (132 * 2, 640)    # fewer threads an SM
+    assert plan(3, 40000, 8, 132, 2048) == (3, fused_source.ROW_BLOCK)       # streams
+    assert fused_source.held_elements(SOFTMAX, np.float32) == 8
+    assert fused_source.held_elements(SOFTMAX, np.float64) == 4
+    assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 5   # x, dy, g
+
+
+def test_generated_row_source():
+    src = fused_source.kernel_source(CROSS_ENTROPY, np.float32, fused_source.ROW_BLOCK)
+    name = fused_source.kernel_name(CROSS_ENTROPY, np.float32)
+    assert f'__launch_bounds__(1024) {name}(' in src
+    assert ("const T* in_z, const T* in_t, const T* sp_inv_n, T sv_inv_n, T* out_loss, "
+            "T* out_dz, long long rows, long long cols") in src
+    assert fused_source.kernel_format(CROSS_ENTROPY, np.float32) == "PPPfPPqq"
+    assert "const T v_t = live ? in_t[r] : T(0);" in src
+    assert "rd0 = s.reduce(rd0, fx::Max{});" in src
+    assert "const T j_col = T(j);" in src
+    assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In>(" in src
+    half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
+    assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{}) / C(cols);" in half
+    assert "out_mu[r] = st<T>(t0_mu);" in half and "v.v_x = ld(in_x[r * cols + j]);" in half
+
+
+NVCC = shutil.which("nvcc")
+COMPILED = [(op, dt) for op in (SOFTMAX, LOG_SOFTMAX, CROSS_ENTROPY, LAYER_NORM, LAYER_NORM_BACK,
+                                RMS_NORM) for dt in ("f32", "f64")]
+COMPILED += [(op, dt) for op in (SOFTMAX, CROSS_ENTROPY, LAYER_NORM_BACK) for dt in ("bf16", "f16")]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+@pytest.mark.parametrize("op, fmt", COMPILED, ids=[f"{op.name}-{dt}" for op, dt in COMPILED])
+def test_generated_row_source_compiles(op, fmt, tmp_path):
+    """As tests/test_kernels_compile.py for the .cu files: nvcc accepts the
+    generated row kernel, and a float kernel does no double arithmetic."""
+    dtype = dtypes.resolve(fmt)
+    src = tmp_path / "fused.cu"
+    src.write_text(fused_source.kernel_source(op, dtype, fused_source.ROW_BLOCK))
+    kernels = fused_source.__file__.rsplit("/", 1)[0] + "/kernels"
+    ptx = tmp_path / "fused.ptx"
+    cmd = [NVCC, "-arch=sm_90", "-std=c++17", "-I", kernels, "-ptx", "-o", str(ptx), str(src)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"nvcc failed:\n{result.stderr}\n{src.read_text()}"
+    text = ptx.read_text()
+    assert fused_source.kernel_name(op, dtype) in text
+    if fmt != "f64":
+        assert ".f64" not in text, "the float kernel computes in double somewhere"
