@@ -171,8 +171,9 @@ def small_ops(h, rng, n=1000):
     return ops
 
 
-def _check(checks, what, errors, tol):
-    checks.append(dict(what=what, errors=errors, tol=tol, ok=check_line(what, errors, tol)))
+def _check(checks, what, errors, tol, against="float64 NumPy"):
+    checks.append(dict(what=what, errors=errors, tol=tol,
+                       ok=check_line(what, errors, tol, against)))
 
 
 # -------------------------------------------------------------- host overhead

@@ -59,7 +59,6 @@ import numpy as np
 
 from benchmarks.common import (
     Run,
-    check_line,
     derive,
     finish,
     gpu_name,
@@ -68,7 +67,16 @@ from benchmarks.common import (
     suite_parser,
 )
 from benchmarks.gpu import EventTimer, cuda_handler, interleaved, optional_peers
-from benchmarks.ops import LOOP, Lib, copy_spread, inputs_beyond_l2, libraries
+from benchmarks.ops import (
+    LOOP,
+    Lib,
+    _check,
+    _nan,
+    _ratio,
+    copy_spread,
+    inputs_beyond_l2,
+    libraries,
+)
 from benchmarks.train import HostTimer
 from handlers import dtypes
 
@@ -299,15 +307,6 @@ def _errors(op, x32, axis, got, count, dtype):
     return errors, 0.0, "NumPy (argmax: share of wrong indices)"
 
 
-def _check(checks, what, errors, tol, against="float64 NumPy"):
-    checks.append(dict(what=what, errors=errors, tol=tol,
-                       ok=check_line(what, errors, tol, against)))
-
-
-def _ratio(a, b):
-    return a / b if a and b else None
-
-
 def _first_line(e):
     """An exception as one line: its type and the first line of its message."""
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
@@ -375,10 +374,6 @@ def _guarded(env, case, host, host32, reps, which, target, checks):
         return dict(set=which, op=case["op"], shape=[int(d) for d in case["shape"]],
                     axis=_json_axis(case["axis"]), input_bytes=int(host.nbytes),
                     target=target, error=err)
-
-
-def _nan(x):
-    return float("nan") if x is None else x
 
 
 def _us(spread):

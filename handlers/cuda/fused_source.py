@@ -36,6 +36,8 @@ for float and double, ``C`` = float for the halves), ``T*`` per output, then
 dimension; a row kernel's are ``rows`` and ``cols``).  :func:`kernel_format`
 gives the same list as launch codes.
 """
+import functools
+
 import numpy as np
 
 from .. import dtypes
@@ -314,6 +316,7 @@ def _element_arrays(op):
     return out
 
 
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def held_elements(op, dtype):
     """R, the elements of a row each thread holds in registers in the row
     kernel's held strategies (at most 8, as ``softmax_rows``; fewer when the
@@ -322,6 +325,7 @@ def held_elements(op, dtype):
     return max(1, min(8, budget // max(1, len(_element_arrays(op)))))
 
 
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread

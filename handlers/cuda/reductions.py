@@ -22,7 +22,6 @@ The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
 divided by the count as it is stored: one launch) or ``pick`` (max, min,
 argmax: the ``kind`` argument).
 """
-import functools
 import math
 from typing import NamedTuple
 
@@ -30,6 +29,7 @@ import numpy as np
 
 from .. import shape_rules
 from ..base import Handler
+from ..optable import OPS
 from .context import enter as _enter
 from .launch import BLOCK, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
 
@@ -230,12 +230,11 @@ def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix=""):
     return Plan(launch, M * chunks * _state("sum", width), M)
 
 
-@functools.lru_cache(maxsize=4096)   # pure; asked once per new combination
 def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
     """The ``Plan`` of a reduction of ``shape`` over ``axes`` (a sorted tuple
     in range) in one launch, or None where it takes several passes (``layout``
     says which; ``plan_mid`` may decline too).  Other arguments as
-    ``plan_cols``'s."""
+    ``plan_cols``'s.  Pure: the handler caches it per combination."""
     form, dims = layout(shape, axes)
     if form == "rows":
         return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix)
@@ -280,7 +279,7 @@ def remember_sum(h, a, axis, out):
     if key in h._sum_launches:
         return
     checked_axis = h._sum_shapes[(a.shape, axis, out.shape)]
-    found = h._sum_plans.get((a.shape, checked_axis, aligned)) if a.size and out.size else None
+    found = _planned(h, "sum", a, checked_axis) if a.size and out.size else None
     launch = None
     if found and not found.counters:
         first = found.launch
@@ -317,14 +316,7 @@ def sum_t(h, a, axis, out):
     if not a.size:             # an empty axis: the sum is 0
         h._fill(out, 0.0)
         return
-    found = _planned(h, "sum", a, axis)
-    if found is not None:
-        h._run_reduction(found, a, out)
-    elif h._half:              # passes in float32, one rounding at the end
-        wide = h._sum_passes(a, _axes(a.ndim, axis))
-        h._launch("narrow", out.size, wide.gpudata, 1.0, out.gpudata, out.size)
-    else:
-        h._sum_passes(a, _axes(a.ndim, axis), out)
+    _sum(h, a, axis, out)
 
 
 def mean_t(h, a, axis, out):
@@ -335,14 +327,23 @@ def mean_t(h, a, axis, out):
     if not out.size or n == 0:
         return Handler._mean_t(h, a, axis, out)
     with h._slot.lock:         # as the work hooks: the stream's workspace is ours
-        found = _planned(h, "sum", a, axis, div=n)
-        if found is not None:
-            h._run_reduction(found, a, out)
-        elif h._half:          # the float32 sum scaled by 1 / n, rounded once
-            wide = h._sum_passes(a, _axes(a.ndim, axis))
-            h._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
-        else:
-            Handler._mean_t(h, a, axis, out)
+        _sum(h, a, axis, out, n)
+
+
+def _sum(h, a, axis, out, n=1):
+    """The sum of non-empty ``a`` over checked ``axis`` into ``out``, divided
+    by ``n`` (a mean) as it is stored: one launch where the layout allows,
+    else passes, the halves' in float32 with one scaling and rounding."""
+    found = _planned(h, "sum", a, axis, div=n)
+    if found is not None:
+        h._run_reduction(found, a, out)
+    elif h._half:
+        wide = h._sum_passes(a, _axes(a.ndim, axis))
+        h._launch("narrow", out.size, wide.gpudata, 1.0 / n, out.gpudata, out.size)
+    else:
+        h._sum_passes(a, _axes(a.ndim, axis), out)
+        if n != 1:
+            h._elementwise(OPS["mult_st"], 1.0 / n, out, out)
 
 
 def sum_kernels(h, form):

@@ -472,6 +472,10 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
         const unsigned int off0 = (unsigned int)(k0 - r0 * nvi);   // < nvi < 2^31
         const T* base = a + r0 * stride + m * I;
         C acc = 0;
+        const auto add = [&](const VT& v) {   // a scalar or a 16-byte packet
+            if constexpr (V == 1) acc += ld(v);
+            else acc += packet_sum<T>(v);
+        };
         unsigned int j = threadIdx.x;
         for (; j + (MID_UNROLL - 1) * threads < len; j += MID_UNROLL * threads) {
             VT v[MID_UNROLL];
@@ -482,16 +486,11 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
                 v[u] = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
             }
 #pragma unroll
-            for (int u = 0; u < MID_UNROLL; ++u) {
-                if constexpr (V == 1) acc += ld(v[u]);
-                else acc += packet_sum<T>(v[u]);
-            }
+            for (int u = 0; u < MID_UNROLL; ++u) add(v[u]);
         }
         for (; j < len; j += threads) {
             const unsigned int k = off0 + j, r = k / nvi;
-            const VT v0 = *reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V);
-            if constexpr (V == 1) acc += ld(v0);
-            else acc += packet_sum<T>(v0);
+            add(*reinterpret_cast<const VT*>(base + r * stride + (long long)(k - r * nvi) * V));
         }
         const C s = block_join<R>(acc, 0, red);
         if (threadIdx.x == 0) {
