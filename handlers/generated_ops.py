@@ -4,6 +4,7 @@ with a shape rule; ``Handler`` takes them as its methods (``base.install_ops``).
 Written by ``python -m handlers.generate`` from the table: do not edit by
 hand, change the table and run that (``tests/test_optable.py`` fails while
 this file is out of date)."""
+from . import fused_rows
 from .checks import (
     check_any_format,
     check_array_scalar,
@@ -865,7 +866,7 @@ def softmax_m(self, m, out):
     _softmax_m_row.shape(self, m, out)
     if self.read_only_arrays and not (out.flags.writeable):
         check_writable("softmax_m", ('out',), out)
-    self._softmax_m(m, out)
+    self._fused(fused_rows.SOFTMAX, m, out)
 
 
 _index_m_by_v_row = PUBLIC['index_m_by_v']
@@ -989,7 +990,7 @@ def normalize_rows_m(self, x, eps, xhat, rstd):
         fail_value("normalize_rows_m", "xhat must not overlap rstd")
     if self.read_only_arrays and not (xhat.flags.writeable and rstd.flags.writeable):
         check_writable("normalize_rows_m", ('xhat', 'rstd'), xhat, rstd)
-    self._normalize_rows(x, eps, xhat, rstd)
+    self._fused(fused_rows.NORMALIZE, x, eps, xhat, rstd)
 
 
 _normalize_rows_backward_m_row = PUBLIC['normalize_rows_backward_m']
@@ -1011,7 +1012,7 @@ def normalize_rows_backward_m(self, xhat, rstd, g, dx):
         fail_value("normalize_rows_backward_m", "dx must not overlap g")
     if self.read_only_arrays and not (dx.flags.writeable):
         check_writable("normalize_rows_backward_m", ('dx',), dx)
-    self._normalize_rows_backward(xhat, rstd, g, dx)
+    self._fused(fused_rows.NORMALIZE_BACKWARD, xhat, rstd, g, dx)
 
 
 _transpose_m_row = PUBLIC['transpose_m']

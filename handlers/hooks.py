@@ -56,15 +56,12 @@ HOOKS = {
                                          "max_scale)."),
     "_broadcast_t": ("work", True, "broadcast_t's work."),
     "_mv": ("work", True, "The *_mv ops."),
-    "_softmax_m": ("work", True, "softmax_m's work."),
     "_index_m_by_v": ("work", True, "index_m_by_v's work."),
     "_binarize_v": ("work", True, "binarize_v's work."),
     "_gather_rows": ("work", True, "gather_rows_m's work (invalid indices: see its "
                                    "docstring)."),
     "_scatter_add_rows": ("work", True, "scatter_add_rows_m's work, in index order "
                                         "(deterministic)."),
-    "_normalize_rows": ("work", True, "normalize_rows_m's work."),
-    "_normalize_rows_backward": ("work", True, "normalize_rows_backward_m's work."),
     "_transpose_m": ("work", True, "transpose_m's work."),
     "_concat_t": ("work", True, "concat_t's work, along a checked axis."),
     "_split_t": ("work", True, "split_t's work, along a checked axis."),

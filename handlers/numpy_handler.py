@@ -329,15 +329,6 @@ class NumpyHandler(Handler):
     def _mv(self, name, m, v, out, orientation):
         _BINARY[name](m, v, out=out)
 
-    # rows -----------------------------------------------------------------
-    def _softmax_m(self, m, out):
-        col = self._scratch((m.shape[0], 1))
-        np.max(m, axis=1, keepdims=True, out=col)
-        np.subtract(m, col, out=out)
-        np.exp(out, out=out)
-        np.sum(out, axis=1, keepdims=True, out=col)
-        np.divide(out, col, out=out)
-
     # indexing and masks -----------------------------------------------------
     def _valid_index(self, v, n):
         idx = v[:, 0]
@@ -363,27 +354,6 @@ class NumpyHandler(Handler):
         # ufunc.at adds one row after another in index order, repeated indices
         # included: the same order, hence the same bits, as the GPU kernel.
         np.add.at(out, _row_ids("scatter_add_rows_m", idx, out.shape[0]), a)
-
-    def _normalize_rows(self, x, eps, xhat, rstd):
-        np.mean(x, axis=1, keepdims=True, out=rstd)      # the mean, for now
-        np.subtract(x, rstd, out=xhat)
-        tmp = self._scratch(x.shape)
-        np.multiply(xhat, xhat, out=tmp)
-        np.mean(tmp, axis=1, keepdims=True, out=rstd)    # the variance
-        np.add(rstd, eps, out=rstd)
-        np.sqrt(rstd, out=rstd)
-        np.divide(1.0, rstd, out=rstd)
-        np.multiply(xhat, rstd, out=xhat)
-
-    def _normalize_rows_backward(self, xhat, rstd, g, dx):
-        means = self._scratch((2,) + rstd.shape)         # mean(g), mean(g * xhat)
-        np.mean(g, axis=1, keepdims=True, out=means[0])
-        np.multiply(g, xhat, out=dx)
-        np.mean(dx, axis=1, keepdims=True, out=means[1])
-        np.multiply(xhat, means[1], out=dx)
-        np.subtract(g, dx, out=dx)
-        np.subtract(dx, means[0], out=dx)
-        np.multiply(dx, rstd, out=dx)
 
     def _is_fully_finite(self, a):
         return np.isfinite(a).all()

@@ -580,7 +580,7 @@ OPS = {op.name: op for op in [
         ("mult", "mul", "out = m * v, v broadcast as in ``add_mv`` (out may be m)."),
         ("divide", "div", "out = m / v, v broadcast as in ``add_mv`` (out may be m)."),
     ]),
-    _op("softmax_m", "m out=", shape=rules.softmax_m, call="_softmax_m(m, out)",
+    _op("softmax_m", "m out=", shape=rules.softmax_m, call="_fused(fused_rows.SOFTMAX, m, out)",
         doc="""Row-wise softmax of the matrix m into out, computed as
         exp(m - rowmax) / rowsum so that large inputs do not overflow.
         Rows must not be empty (m with 0 columns raises ValueError: the
@@ -636,7 +636,7 @@ OPS = {op.name: op for op in [
     # LayerNorm's row work, each a single kernel where the general ops take
     # 9 (forward) and 10 (backward) launches.
     _op("normalize_rows_m", "x #eps xhat= rstd=", disjoint=("x",), check=_eps_rule,
-        shape=rules.normalize_rows_m, call="_normalize_rows(x, eps, xhat, rstd)",
+        shape=rules.normalize_rows_m, call="_fused(fused_rows.NORMALIZE, x, eps, xhat, rstd)",
         doc="""Normalize each row of ``x`` (n, d), d >= 1: rstd = 1 / sqrt(var + eps)
         and xhat = (x - mean) * rstd, the mean and the (biased) variance taken
         over the row.  ``rstd`` is (n, 1), ``xhat`` has ``x``'s shape; eps >= 0,
@@ -645,7 +645,7 @@ OPS = {op.name: op for op in [
         outputs must not overlap ``x`` or each other."""),
     _op("normalize_rows_backward_m", "xhat rstd g dx=", disjoint=("xhat", "rstd", "g"),
         shape=rules.normalize_rows_backward_m,
-        call="_normalize_rows_backward(xhat, rstd, g, dx)",
+        call="_fused(fused_rows.NORMALIZE_BACKWARD, xhat, rstd, g, dx)",
         doc="""The gradient through ``normalize_rows_m``: given its outputs ``xhat``
         (n, d) and ``rstd`` (n, 1) and g = dL/dxhat (n, d),
         dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), the means over each
@@ -786,13 +786,10 @@ KERNELS = {
        for side in ("row", "col")},
     "broadcast": ("elementwise", "PPqqq"),
     "all_finite": ("elementwise", "PqP"),
-    "softmax_rows": ("rows", "PPqq"),
     "index_m_by_v": ("rows", "PPPqq"),
     "binarize_v": ("rows", "PPqq"),
     "gather_rows": ("rows", "PPPqqq"),
     "scatter_add_rows": ("rows", "PPPqqq"),
-    "normalize_rows": ("rows", "PTPPqq"),
-    "normalize_rows_backward": ("rows", "PPPPqq"),
     "fill_gaussian": ("random", "PqTTQQP"),
     "probability_mask": ("random", "PqTQQP"),
     "rng_advance": ("random", "PQ"),
@@ -930,6 +927,7 @@ def generated_source():
             "Written by ``python -m handlers.generate`` from the table: do not edit by",
             "hand, change the table and run that (``tests/test_optable.py`` fails while",
             'this file is out of date)."""',
+            "from . import fused_rows",
             "from .checks import (",
             *(f"    {n}," for n in sorted(_CHECKS)),
             ")",

@@ -14,7 +14,7 @@ held there would name other classes; float32 holds them up to 2^24.
 """
 import math
 
-from handlers import dtypes
+from handlers import dtypes, fused_op
 
 from .base import Layer
 
@@ -66,14 +66,51 @@ class Loss(Layer):
         return out
 
 
+def _cross_entropy(targets, gradient):
+    """The fused program of softmax cross-entropy for ``targets`` "labels"
+    (class indices, (n, 1)) or "distributions" ((n, c)): each row's loss
+    times ``inv_n`` into ``loss`` (n, 1) and, with ``gradient``, dL/dy into
+    ``dy``.  One pass over the logits: the row's max, its sum of exponentials
+    and the outputs come from registers on the GPU where the row fits."""
+    if targets == "labels":
+        # The class of t as index_m_by_v takes it: t truncated toward zero,
+        # valid in [0, c); no column matches an invalid one (NaN included),
+        # and sqrt(0 - 1) then makes that row's loss NaN.
+        loss = """hit = col <= t and t < col + 1
+loss = (log(s) - sum(where(hit, y - m, 0)) + sqrt(sum(hit) - 1)) * inv_n
+"""
+        grad = "dy = (e / s - hit) * inv_n\n"
+        t = "t:col"
+    else:   # -sum(t * log p), log p = (y - m) - log(s), finite for finite y
+        loss = "loss = sum(t * (log(s) - (y - m))) * inv_n\n"
+        grad = "dy = (e / s - t) * inv_n\n"
+        t = "t"
+    body = "m = max(y)\ne = exp(y - m)\ns = sum(e)\n" + loss + (grad if gradient else "")
+    return fused_op(f"softmax_cross_entropy_{targets}{'_grad' if gradient else ''}",
+                    inputs=f"y {t} #inv_n", outputs="loss:col dy" if gradient else "loss:col",
+                    body=body)
+
+
+#: (targets, with the gradient) -> its fused program
+_CROSS_ENTROPY = {(t, g): _cross_entropy(t, g)
+                  for t in ("labels", "distributions") for g in (False, True)}
+
+
 class SoftmaxCrossEntropy(Loss):
     """Softmax over the classes (columns) of ``y`` (n, c) followed by the mean
     cross-entropy -1/n sum_i log p[i, target_i].
 
     ``targets`` are either class indices stored as floats, shape (n, 1), or a
     distribution per row (one-hot or soft), shape (n, c).  The gradient is
-    (softmax(y) - onehot) / n.  ``probabilities`` holds softmax(y) after
-    ``forward`` (an array of ``self.h``).
+    (softmax(y) - onehot) / n.  A class index is taken as ``index_m_by_v``
+    takes it (truncated toward zero); one that names no class gives a NaN
+    loss.  ``probabilities`` computes softmax(y) of the last ``forward``
+    when read (an array of ``self.h``).
+
+    ``forward`` is one fused kernel on a GPU (``handlers.fused``), which
+    reads the logits once and, while training, writes dL/dy in the same pass
+    (``backward`` then returns it; after ``training=False`` it computes it
+    then), plus the sum of the rows' losses.
 
     Class indices must be exact in the format they come in and in
     ``self.h``'s, where they are read: ValueError, before any work, where c
@@ -82,10 +119,12 @@ class SoftmaxCrossEntropy(Loss):
     2^24 + 1).  Give them as arrays of ``self.h``, float32 for a network in
     a half format.
 
-    The log-probabilities are computed as (y - rowmax) - log(sum(exp(y -
+    The log-probabilities are taken as (y - rowmax) - log(sum(exp(y -
     rowmax))), never as log(softmax(y)): a probability that underflows to 0
     (logits [0, -800]) still gives its exact, finite log (-800).
     """
+
+    _trained = None   # no forward yet
 
     def forward(self, y, targets, training=True):
         self.check_input(y, 2, what="y")
@@ -93,42 +132,46 @@ class SoftmaxCrossEntropy(Loss):
         if targets.shape not in ((n, 1), (n, c)):
             raise ValueError(f"SoftmaxCrossEntropy: targets must be ({n}, 1) class indices "
                              f"or ({n}, {c}) distributions, got {targets.shape}")
-        if targets.shape == (n, 1) and c != 1:
+        labels = targets.shape == (n, 1) and c != 1
+        if labels:
             self._check_labels(targets.dtype, c)
         h = self.h
-        b = self.buffers(y.shape, p=(n, c), work=(n, c), col=(n, 1), loss=(1,))
+        b = self.buffers(y.shape, y=(n, c), dy=(n, c), rows=(n, 1), loss=(1,))
         self._y, targets = y, self.own("targets", targets)
         if y.dtype != h.dtype:
-            h.cast_t(y, b.p)       # the logits in float32: p is written after their last read
-            y = b.p
-        h.max_t(y, 1, b.col)                          # row maxima
-        h.subtract_mv(y, b.col, b.work)               # shifted logits s <= 0
-        h.exp_t(b.work, b.p)
-        h.sum_t(b.p, 1, b.col)                        # sum(exp(s)) in [1, c]
-        h.divide_mv(b.p, b.col, b.p)                  # softmax
-        h.log_t(b.col, b.col)
-        h.subtract_mv(b.work, b.col, b.work)          # log softmax, finite for finite y
-        if targets.shape == (n, 1) and c != 1:
-            h.index_m_by_v(b.work, targets, b.col)    # log p of each row's class
-            h.sum_t(b.col, None, b.loss)
-        else:
-            h.mult_tt(targets, b.work, b.work)
-            h.sum_t(b.work, None, b.loss)
-        h.mult_st(-1.0 / n, b.loss, b.loss)
-        self._targets, self._b = targets, b
-        self.probabilities = b.p
+            h.cast_t(y, b.y)       # the logits in float32
+            y = b.y
+        self._logits, self._targets, self._b = y, targets, b
+        self._labels = "labels" if labels else "distributions"
+        self._run(training)
+        h.sum_t(b.rows, None, b.loss)
         return self.in_format_of("loss", b.loss, self._y)
 
+    def _run(self, gradient):
+        """The fused program on the last forward's logits and targets: each
+        row's loss into ``rows`` and, with ``gradient``, dL/dy into ``dy``."""
+        b, y, t = self._b, self._logits, self._targets
+        program = _CROSS_ENTROPY[(self._labels, bool(gradient))]
+        n = y.shape[0]
+        program(self.h, y, t, 1.0 / n, b.rows, *((b.dy,) if gradient else ()))
+        self._trained = bool(gradient)
+
+    @property
+    def probabilities(self):
+        """softmax(y) of the last ``forward``, computed now (an array of
+        ``self.h``, the same array at each read for a shape)."""
+        if self._trained is None:
+            raise RuntimeError("SoftmaxCrossEntropy.probabilities: no forward yet")
+        p = self.cached(("p", self._b.dy.shape), lambda: self.h.allocate(self._b.dy.shape))
+        self.h.softmax_m(self._logits, p)
+        return p
+
     def backward(self, dy=None):
-        h, b, t = self.h, self._b, self._targets
-        n, c = b.p.shape
-        if t.shape == (n, 1) and c != 1:
-            h.binarize_v(t, b.work)                   # one-hot of the class indices
-            h.subtract_tt(b.p, b.work, b.work)
-        else:
-            h.subtract_tt(b.p, t, b.work)
-        h.mult_st(1.0 / n, b.work, b.work)
-        return self.in_format_of("dy", b.work, self._y)
+        if self._trained is None:
+            raise RuntimeError("SoftmaxCrossEntropy.backward: no forward yet")
+        if not self._trained:   # the forward computed no gradient (training=False)
+            self._run(True)
+        return self.in_format_of("dy", self._b.dy, self._y)
 
     def _check_labels(self, dtype, c):
         """ValueError unless class indices 0 .. c-1 are all exact in ``dtype``,

@@ -474,13 +474,10 @@ class PyCudaHandler(Handler):
     _run_reduction = reductions.run
 
     # rows, indexing and masks: handlers.cuda.rows
-    _softmax_m = rows.softmax_m
     _index_m_by_v = rows.index_m_by_v
     _binarize_v = rows.binarize_v
     _gather_rows = rows.gather_rows
     _scatter_add_rows = rows.scatter_add_rows
-    _normalize_rows = rows.normalize_rows
-    _normalize_rows_backward = rows.normalize_rows_backward
 
     def _is_fully_finite(self, a):
         _enter()

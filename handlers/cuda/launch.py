@@ -27,12 +27,6 @@ ROWS_PER_BLOCK = BLOCK // 32
 MAX_BLOCKS_PER_SM = 16
 
 
-def warp_rows_grid(rows, max_blocks):
-    """Blocks for a kernel that gives each of ``rows`` rows a warp
-    (``ROWS_PER_BLOCK`` rows a block), at most ``max_blocks``."""
-    return min(-(-rows // ROWS_PER_BLOCK), max_blocks)
-
-
 #: The kernels' copy of these numbers (``header_source``)
 HEADER = os.path.join(KERNEL_DIR, "launch_constants.cuh")
 

@@ -1,22 +1,13 @@
-"""PyCudaHandler's row ops: softmax, indexing by class, embedding rows and the
-rows of LayerNorm (``kernels/rows.cu``).
+"""PyCudaHandler's row ops: indexing by class and embedding rows
+(``kernels/rows.cu``).  Softmax and LayerNorm's rows are fused-op programs
+(``handlers/fused_rows.py``).
 
 Functions of a PyCudaHandler ``h``, which takes them as its hooks (its class
 body names them); they launch through ``h._launch`` and ``h._run``.  Kernels
 that stride over rows take a grid that fills the GPU (``h._max_blocks``),
 which is much faster for short rows than a block per row.
 """
-from .launch import BLOCK, warp_rows_grid
-
-
-def softmax_m(h, m, out):
-    """Softmax of each row of ``m``."""
-    rows, cols = m.shape
-    if rows and cols:
-        # The kernel strides over rows, so a grid that fills the GPU is
-        # enough (and much faster for short rows than a block per row).
-        h._run(h._k["softmax_rows"], min(rows, h._max_blocks),
-               m.gpudata, out.gpudata, rows, cols)
+from .launch import BLOCK
 
 
 def index_m_by_v(h, m, v, out):
@@ -61,21 +52,3 @@ def scatter_add_rows(h, a, idx, out):
         h._run(h._k["scatter_add_rows_wide"], grid, a.gpudata, idx.gpudata, wide, n,
                out.shape[0], d)
         h._launch("narrow", out.size, wide, 1.0, out.gpudata, out.size)
-
-
-def normalize_rows(h, x, eps, xhat, rstd):
-    """LayerNorm's forward without scale: each row to mean 0 and variance 1."""
-    rows, d = x.shape
-    if rows:   # a warp per row (see rows.cu)
-        h._run(h._k["normalize_rows"],
-               warp_rows_grid(rows, h._max_blocks),
-                  x.gpudata, eps, xhat.gpudata, rstd.gpudata, rows, d)
-
-
-def normalize_rows_backward(h, xhat, rstd, g, dx):
-    """The gradient of ``normalize_rows``."""
-    rows, d = xhat.shape
-    if rows:
-        h._run(h._k["normalize_rows_backward"],
-               warp_rows_grid(rows, h._max_blocks),
-                  xhat.gpudata, rstd.gpudata, g.gpudata, dx.gpudata, rows, d)
