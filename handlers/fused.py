@@ -63,6 +63,29 @@ raises.  For example, softmax and LayerNorm::
                           "mu = mean(x); d = x - mu; r = rsqrt(mean(d * d) + eps); "
                           "y = d * r * g + b")
 
+Summed rows: an output declared ``name:row`` is one row, shape ``(n,)`` or
+``(1, n)`` like a ``:row`` input (``n`` the full arrays' last dimension),
+and holds the sum over all rows (every leading axis) of the value assigned
+to it: the adjoint of a ``:row`` input's broadcast, the gradient of a gain
+or a bias.  The value may vary along the row (column ``j`` gets the sum of
+its column) or be per row (broadcast along the row first, so every column
+gets the sum of the per-row values).  The body cannot read such an
+output's old contents (the declaration raises: there is no per-row old
+value to read; after an assignment its name is the value assigned, per
+element, not the sum); it must not overlap any input or other output, and
+an op with no rows writes zeros to it.  Any such output makes the op
+row-wise (a row kernel on the GPU), with or without reductions.  The sums
+are computed in the handler's dtype on NumPy (float32 for the halves) and
+in the compute format on the GPU, where each block sums the rows it takes
+and the last blocks to finish add those partial rows in block order:
+reproducible bit for bit, with no atomic additions of values.  LayerNorm's
+backward pass, reading ``dy`` and ``x`` once::
+
+    layer_norm_backward = fused_op(
+        "layer_norm_backward", "dy x g:row mu:col r:col", "dx dg:row db:row",
+        "xhat = (x - mu) * r; gy = dy * g; "
+        "dx = r * (gy - mean(gy) - xhat * mean(gy * xhat)); dg = dy * xhat; db = dy")
+
 Errors in a declaration raise ``ValueError`` naming the op and, for the body,
 the line and column.  A statement's expression may nest at most
 :data:`MAX_DEPTH` operations (a chain ``a + b + c`` nests two, as does
@@ -139,7 +162,7 @@ class Program:
 class _Parser:
     """Turns the body's syntax tree into a :class:`Program`, checking it."""
 
-    def __init__(self, op, arrays, scalars, outputs, cols=()):
+    def __init__(self, op, arrays, scalars, outputs, cols=(), sums=()):
         self.op = op
         self.level = 0           # operations nested around the expression being parsed
         self.env = {n: f"in:{n}" for n in arrays}
@@ -147,6 +170,7 @@ class _Parser:
         self.inputs = set(arrays) | set(scalars)
         self.outputs = outputs
         self.cols = set(cols)    # per-row (':col') inputs and outputs
+        self.sums = set(sums)    # outputs summed over the rows (':row')
         self.read = set()        # inputs, scalars and old outputs read
         self.reads_old = []
         # Slots of one value per row: scalars, per-row inputs, then the
@@ -236,6 +260,12 @@ class _Parser:
             self.uses_col = True
             return ("col",)
         slot = self.env.get(name)
+        if slot is None and name in self.sums:
+            # A summed output has no old value per element or per row to
+            # read (and the kernel writes it once, after every row).
+            self.fail(node, f"output {name!r} is declared ':row' (a sum over the rows): the "
+                            f"body cannot read its old contents",
+                      " (assign it before reading the name, or declare it without ':row')")
         if slot is None and name in self.outputs:
             slot = self.env[name] = f"old:{name}"   # read before assigned: the old value
             self.reads_old.append(name)
@@ -350,12 +380,14 @@ class FusedOp:
     like a contract op and issues the work on ``h``'s stream group (or
     records it, inside a capture).  Attributes: ``name``, ``params`` (the
     call's parameters), ``inputs``, ``rows`` (``:row`` inputs), ``cols``
-    (``:col`` inputs and outputs, one value per row), ``scalars``,
+    (``:col`` inputs and outputs, one value per row), ``sums`` (``:row``
+    outputs, each a row holding a sum over the rows), ``scalars``,
     ``device_scalars``, ``outputs``, ``full`` (the array of full rows whose
     shape the others follow), ``row_wise`` (whether the body reduces, reads
-    ``col`` or has per-row arrays: a row kernel on the GPU), ``program`` (the
-    parsed body), ``row`` (the op-table row derived from the declaration) and
-    ``digest`` (a hash of the declaration, which names its kernels).
+    ``col`` or has per-row arrays or summed outputs: a row kernel on the
+    GPU), ``program`` (the parsed body), ``row`` (the op-table row derived
+    from the declaration) and ``digest`` (a hash of the declaration, which
+    names its kernels).
     """
 
     def __init__(self, name, inputs, outputs, body):
@@ -384,31 +416,34 @@ class FusedOp:
                 scalars.append(n)
                 if tok[0] == "$":
                     device.append(n)
-        outputs = []
+        outputs, sums = [], []
         for tok in out_tokens:
             n = tok
             if ":" in tok:
                 n, mode = tok.split(":", 1)
-                if mode != "col":
-                    fail_value(name, f"unknown output mode {mode!r} in {tok!r} (only ':col')")
-                cols.append(n)
+                if mode not in ("row", "col"):
+                    fail_value(name, f"unknown output mode {mode!r} in {tok!r} (only ':row' "
+                                     f"or ':col')")
+                (sums if mode == "row" else cols).append(n)
             _check_declared(name, n, params)
             params.append(n)
             outputs.append(n)
         self.inputs, self.rows, self.scalars = tuple(arrays), tuple(rows), tuple(scalars)
         self.device_scalars, self.outputs = tuple(device), tuple(outputs)
-        self.cols = tuple(cols)
+        self.cols, self.sums = tuple(cols), tuple(sums)
         self.params = tuple(params)
-        self.program = _Parser(name, arrays, scalars, self.outputs, cols).parse(body)
+        self.program = _Parser(name, arrays, scalars, self.outputs, cols, sums).parse(body)
         # The array whose shape the others follow: the first output of full
         # rows, else the first such input.  It gives the rows and their length.
-        full = [p for p in self.outputs + self.inputs if p not in self.rows + self.cols]
+        full = [p for p in self.outputs + self.inputs
+                if p not in self.rows + self.cols + self.sums]
         if not full:
             fail_value(name, "has no input or output of full rows (every array is ':row' or "
                              "':col'): one is needed to give the rows and their length")
         self.full = full[0]
         # Row programs run as a row kernel on the GPU (handlers/cuda/fused_source.py).
-        self.row_wise = bool(self.program.reduces or self.program.uses_col or self.cols)
+        self.row_wise = bool(self.program.reduces or self.program.uses_col or self.cols
+                             or self.sums)
         canonical = repr((name, tokens, out_tokens, self.program.statements,
                           self.program.results))
         self.digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
@@ -458,7 +493,13 @@ class FusedOp:
             else:
                 tokens.append(p)
         ins = ", ".join(self._describe(p) for p in self.params if p not in self.outputs)
-        if self.cols:
+        if self.sums:
+            outs = (", ".join(o + (" (per row)" if o in self.cols else " (a row: the sum over "
+                                   "the rows)" if o in self.sums else "") for o in self.outputs)
+                    + "; full rows of one shape" + (", per-row ones of that shape with last "
+                                                     "dimension 1" if self.cols else "")
+                    + ", summed rows of shape (n,) or (1, n)")
+        elif self.cols:
             outs = (", ".join(o + (" (per row)" if o in self.cols else "") for o in self.outputs)
                     + "; full rows of one shape, per-row ones of that shape with last "
                       "dimension 1")
@@ -468,6 +509,8 @@ class FusedOp:
                f"Inputs: {ins or 'none'}; outputs: {outs}.  An output "
                f"may be an input (the same memory); a partial overlap, or outputs that "
                f"overlap each other, raise ValueError.")
+        if self.sums:
+            doc += "  A summed (':row') output must not overlap any input."
         return optable.Op(self.name, " ".join(tokens), exact=self.inputs, shape=self._shapes,
                           call=f"_fused(FUSED, {', '.join(self.params)})", doc=doc)
 
@@ -503,18 +546,29 @@ class FusedOp:
                             fail_value(name, f"{p} must not overlap the output {o}")
                 continue
             s = tuple(named[p].shape)
-            if p in self.rows:
+            if p in self.rows or p in self.sums:
                 if not shape or not (1 <= len(s) <= len(shape) and s[-1] == shape[-1]
                                      and all(d == 1 for d in s[:-1])):
                     n = shape[-1] if shape else "n"
-                    fail_value(name, f"row input {p} must have shape ({n},) or (1, {n}) to "
-                                     f"broadcast over {first} {shape}, got {s}")
+                    what = ("to broadcast over" if p in self.rows else
+                            "to hold the sum over the rows of")
+                    fail_value(name, f"row {'input' if p in self.rows else 'output'} {p} must "
+                                     f"have shape ({n},) or (1, {n}) {what} {first} {shape}, "
+                                     f"got {s}")
             elif p in self.cols:
                 if s != per_row:
                     fail_value(name, f"per-row array {p} must have shape {per_row} (one value "
                                      f"per row of {first} {shape}), got {s}")
             elif s != shape:
                 fail_value(name, f"shapes differ: {p} {s}, {first} {shape}")
+        for o in self.sums:
+            # A summed output is written after every row has been read (by
+            # the GPU's last block): not even an input's very memory may be
+            # under it (the table's rule would allow that).  Outputs are
+            # disjoint from one another by the table's rule.
+            for p in self.inputs:
+                if h._overlaps(named[o], named[p]):
+                    fail_value(name, f"the summed output {o} must not overlap the input {p}")
 
     def __call__(self, h, *args, **kwargs):
         run = getattr(h, "_run_fused", None)
@@ -549,7 +603,10 @@ class FusedOp:
         parameter order), in ``h``'s dtype, writing the outputs in place.
         Every value is computed before any output is written, so an output
         that is an input's memory does not change what later statements read
-        (as in the kernel, which loads an element's inputs before it stores)."""
+        (as in the kernel, which loads an element's inputs before it stores).
+        A summed (``:row``) output gets its value broadcast to the full
+        shape and summed over every leading axis (``numpy.sum``, in the
+        dtype; zeros when there is no row)."""
         t = h.dtype.type
         shape = args[self.params.index(self.full)].shape
         # Besides the slots: the full shape (reductions broadcast to it
@@ -571,6 +628,10 @@ class FusedOp:
             for slot, expr in self.program.statements:
                 env[slot] = _evaluate(expr, env, t)
             values = [env[self.program.results[o]] for o in self.outputs]
+            if self.sums:
+                lead = tuple(range(len(shape) - 1))
+                values = [np.sum(np.broadcast_to(v, shape), axis=lead, dtype=t)
+                          if o in self.sums else v for o, v in zip(self.outputs, values)]
             # A result that is an argument itself (y = x) is copied before any
             # output is written, in case that output is the argument's memory.
             values = [v.copy() if id(v) in given else v for v in values]
@@ -719,15 +780,18 @@ def fused_op(name, inputs, outputs, body):
             or a device scalar (a one-element array of the handler, read when
             the op runs, so a replayed graph sees its current value).
         outputs: the output names, after the inputs in the call: ``y`` of
-            full rows, ``loss:col`` one value per row, shape (..., 1).
+            full rows, ``loss:col`` one value per row, shape (..., 1),
+            ``db:row`` a row of shape (n,) or (1, n) holding the sum over
+            all rows of the value assigned (a gain's or a bias's gradient).
         body: assignments computing every output (see the module docstring
             for the language, reductions along the last axis included).
 
     Raises ValueError naming the op (and the line and column in the body)
     for an unknown name or function, unsupported syntax, an output never
     assigned, an input never read, an assignment to an input, a reduction
-    along another axis or a per-row output assigned a value that varies
-    along the row.
+    along another axis, a per-row output assigned a value that varies
+    along the row or a summed (``:row``) output whose old contents the body
+    reads.
 
     The op computes on NumPy with ufuncs (and ``numpy.sum``, ``mean``,
     ``max``, ``min`` along the last axis) in the handler's dtype and on a GPU

@@ -1,14 +1,37 @@
 """``LayerNorm``: normalize each sample over its last axis, then scale and shift."""
 import math
-from types import SimpleNamespace
 
 import numpy as np
 
+from handlers import fused_op
 from handlers.checks import check_scalar
 
 from . import init
 from .base import Layer
-from .params import view
+
+#: The forward pass: y, and each row's mean and 1 / std kept for the backward.
+_FORWARD = fused_op("layer_norm", inputs="x gain:row bias:row #eps", outputs="y mu:col r:col",
+                    body="""
+mu = mean(x)
+d = x - mu
+r = 1 / sqrt(mean(d * d) + eps)
+y = d * r * gain + bias
+""")
+# The backward pass, from x and the kept mean and 1 / std (xhat is recomputed,
+# never stored): dgain and dbias are sums over the rows (":row" outputs).
+_GRADS = """
+xhat = (x - mu) * r
+dgain = dy * xhat
+dbias = dy
+"""
+_BACKWARD = fused_op("layer_norm_backward", inputs="dy x gain:row mu:col r:col",
+                     outputs="dx dgain:row dbias:row", body=_GRADS + """
+g = dy * gain
+dx = r * (g - mean(g) - xhat * mean(g * xhat))
+""")
+#: The backward pass when no layer below needs dL/dx: the parameters' alone.
+_PARAM_GRADS = fused_op("layer_norm_param_grads", inputs="dy x mu:col r:col",
+                        outputs="dgain:row dbias:row", body=_GRADS)
 
 
 class LayerNorm(Layer):
@@ -21,11 +44,10 @@ class LayerNorm(Layer):
     normalized on its own).  ``gain`` and ``bias`` are (1, d), starting at 1
     and 0.
 
-    Forward is 3 ops (``normalize_rows_m``, then the gain and the bias),
-    backward 5 (the two parameter sums, ``normalize_rows_backward_m``), one
-    kernel each on a GPU.  From the general ops alone (``mean_t``,
-    ``subtract_mv``, ``rsqrt_t``, ...) the same took 24 kernels, and a step of
-    small ops costs its launches, not its bytes.
+    Forward and backward are one fused op each (``handlers.fused``), one
+    kernel on a GPU: the forward reads x once and keeps only each row's mean
+    and 1 / std; the backward reads dy and x once and gives dx and the sums
+    over the rows of the gain's and the bias's gradients.
     """
 
     def __init__(self, d, eps=1e-5):
@@ -48,28 +70,12 @@ class LayerNorm(Layer):
         init.constant(host["gain"], 1.0)
         init.constant(host["bias"], 0.0)
 
-    def _bufs(self, shape):
-        def build():
-            h, d = self.h, self.d
-            n = math.prod(shape[:-1])
-            y, dx = h.allocate(shape), h.allocate(shape)
-            return SimpleNamespace(
-                y=y, dx=dx, n=n,
-                # 2-D views of N-D arrays: the row ops want matrices.
-                y2=view(h, y, 0, (n, d)), dx2=view(h, dx, 0, (n, d)),
-                xhat=h.allocate((n, d)),    # the normalized input, kept for backward
-                rstd=h.allocate((n, 1)),    # 1 / sqrt(var + eps), kept for backward
-                tmp=h.allocate((n, d)))     # dy * xhat, then dy * gain
-        return self.cached(shape, build)
-
     def forward(self, x, training=True):
         self.check_input(x, (2, 3, 4), self.d)
-        h, b = self.h, self._bufs(tuple(x.shape))
-        x2 = x if len(x.shape) == 2 else view(h, x, 0, (b.n, self.d))
-        h.normalize_rows_m(x2, self.eps, b.xhat, b.rstd)
-        h.mult_mv(b.xhat, self.params["gain"], b.y2)
-        h.add_mv(b.y2, self.params["bias"], b.y2)
-        self._b = b
+        h, shape = self.h, tuple(x.shape)
+        b = self.buffers(shape, y=shape, dx=shape, mu=shape[:-1] + (1,), r=shape[:-1] + (1,))
+        _FORWARD(h, x, self.params["gain"], self.params["bias"], self.eps, b.y, b.mu, b.r)
+        self._x, self._b = x, b
         return b.y
 
     def backward(self, dy):
@@ -77,12 +83,9 @@ class LayerNorm(Layer):
         if tuple(dy.shape) != tuple(b.y.shape):
             raise ValueError(f"{self!r}: dy must have the output's shape {tuple(b.y.shape)}, "
                              f"got {tuple(dy.shape)}")
-        dy2 = dy if len(dy.shape) == 2 else view(h, dy, 0, (b.n, self.d))
-        h.sum_t(dy2, 0, self.grads["bias"])           # dbias = sum over the batch of dy
-        h.mult_tt(dy2, b.xhat, b.tmp)
-        h.sum_t(b.tmp, 0, self.grads["gain"])         # dgain = sum of dy * xhat
         if not self.input_grad:
+            _PARAM_GRADS(h, dy, self._x, b.mu, b.r, self.grads["gain"], self.grads["bias"])
             return None
-        h.mult_mv(dy2, self.params["gain"], b.tmp)    # dL/dxhat = dy * gain
-        h.normalize_rows_backward_m(b.xhat, b.rstd, b.tmp, b.dx2)
+        _BACKWARD(h, dy, self._x, self.params["gain"], b.mu, b.r, b.dx, self.grads["gain"],
+                  self.grads["bias"])
         return b.dx

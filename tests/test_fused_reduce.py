@@ -1,14 +1,16 @@
 """Reductions in fused ops (``handlers.fused_op``): ``sum``, ``mean``,
-``max`` and ``min`` along the last axis, ``col`` and per-row (``:col``)
-arrays, per handler and dtype.
+``max`` and ``min`` along the last axis, ``col``, per-row (``:col``) arrays
+and summed (``:row``) outputs, per handler and dtype.
 
 References are float64 NumPy formulas written here, independently of the
 evaluator in handlers/fused.py, on fresh random inputs; outputs are poisoned
 with NaN first.  Row lengths cover every strategy of the GPU's row kernel
 (``fused_source.plan_rows``): lane groups (1, 3, 32), a block holding the
-row (1000, 5000) and streaming passes (40000).  The CUDA source of every
-declaration here compiles with nvcc where it is installed.
+row (1000, 5000) and streaming passes (40000); the summed outputs' shapes
+add grids of many blocks (two levels of partial rows on a GPU).  The CUDA
+source of every declaration here compiles with nvcc where it is installed.
 """
+import re
 import shutil
 import subprocess
 
@@ -49,7 +51,30 @@ gdy = g * dy
 dx = r * (gdy - mean(gdy) - xhat * mean(gdy * xhat))
 """)
 RMS_NORM = fused_op("rms_norm", "x g:row $eps", "y", "y = x * rsqrt(mean(x * x) + eps) * g")
+# Backward passes in one kernel each: dx, and the gain's and bias's gradients
+# summed over the rows (':row' outputs).
+LN_BACKWARD = fused_op("layer_norm_backward", "dy x g:row mu:col r:col", "dx dg:row db:row", """
+xhat = (x - mu) * r
+gy = dy * g
+dx = r * (gy - mean(gy) - xhat * mean(gy * xhat))
+dg = dy * xhat
+db = dy
+""")
+RMS_BACKWARD = fused_op("rms_norm_backward", "dy x g:row r:col", "dx dg:row", """
+gy = dy * g
+dx = r * (gy - x * (r * r) * mean(gy * x))
+dg = dy * x * r
+""")
+# No reduction: a row kernel for the sum alone.
+BIAS_BACKWARD = fused_op("bias_backward", "dy", "dx db:row", "dx = dy * 2; db = dy")
+# Per-row values summed: each column gets the sum over the rows.
+ROW_TOTALS = fused_op("row_totals", "x t:col", "s:row n:row", "s = t * 2 + max(x); n = 1")
 EPS = 1e-5
+#: Shapes of the summed outputs' tests: lane groups (1, 5, 17, 40, 64 columns;
+#: 5000 rows make hundreds of blocks), a block per row (300, 1000; 1500 rows
+#: fill the GPU) and streaming (20000, with 16-byte packets; 20001 without).
+SUM_SHAPES = [(1, 1), (1, 1000), (7, 5), (33, 17), (64, 300), (4, 3, 40), (5000, 64),
+              (1500, 300), (3, 20000), (2, 20001), (40, 20000)]
 
 
 def close(h, arr, ref, rtol=2e-5, scale=None):
@@ -287,6 +312,182 @@ def test_check_fused_op_knows_per_row_arrays(handler, rng):
     check_fused_op(handler, op, lambda x, s: x.sum(axis=-1, keepdims=True) * s, (4, 20), rng)
 
 
+# ============================================================================ summed outputs
+def column_sums(terms):
+    """(the sum over every leading axis of float64 ``terms``, the sum of
+    their magnitudes: the scale of a float32 sum's error)."""
+    lead = tuple(range(terms.ndim - 1))
+    return terms.sum(axis=lead), np.abs(terms).sum(axis=lead)
+
+
+@pytest.mark.parametrize("shape", SUM_SHAPES, ids=shape_id)
+def test_layer_norm_backward_in_one_kernel(handler, rng, shape):
+    """dx, and dg and db summed over the rows, from dy and x read once; dg
+    of shape (d,), db of shape (1, d)."""
+    d = shape[-1]
+    x64 = rand(shape, rng)
+    mu, r = layer_norm64(x64)
+    (dy, dy64), (x, x64), (g, g64) = (upload(handler, a) for a in
+                                      (rand(shape, rng), x64, rand((d,), rng)))
+    (mu, mu64), (r, r64) = upload(handler, mu), upload(handler, r)
+    dx, dg, db = poisoned(handler, shape), poisoned(handler, (d,)), poisoned(handler, (1, d))
+    LN_BACKWARD(handler, dy, x, g, mu, r, dx, dg, db)
+    xhat, gy = (x64 - mu64) * r64, dy64 * g64
+    want = r64 * (gy - gy.mean(axis=-1, keepdims=True)
+                  - xhat * (gy * xhat).mean(axis=-1, keepdims=True))
+    terms = r64 * (np.abs(gy) + np.abs(xhat) * np.abs(gy * xhat).mean(axis=-1, keepdims=True))
+    close(handler, dx, want, scale=terms.max(axis=-1, keepdims=True))
+    want, scale = column_sums(dy64 * xhat)
+    close(handler, dg, want, scale=scale)
+    want, scale = column_sums(dy64)
+    close(handler, db, want.reshape(1, d), scale=scale)
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (33, 17), (64, 300), (4, 3, 40), (3, 20000)],
+                         ids=shape_id)
+def test_rms_norm_backward_in_one_kernel(handler, rng, shape):
+    d = shape[-1]
+    x64 = rand(shape, rng)
+    (dy, dy64), (x, x64), (g, g64) = (upload(handler, a) for a in
+                                      (rand(shape, rng), x64, rand((d,), rng)))
+    r, r64 = upload(handler, 1 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + EPS))
+    dx, dg = poisoned(handler, shape), poisoned(handler, (1, d))
+    RMS_BACKWARD(handler, dy, x, g, r, dx, dg)
+    gy = dy64 * g64
+    want = r64 * (gy - x64 * r64 ** 2 * (gy * x64).mean(axis=-1, keepdims=True))
+    terms = r64 * (np.abs(gy) + np.abs(x64) * r64 ** 2 * np.abs(gy * x64).mean(axis=-1,
+                                                                               keepdims=True))
+    close(handler, dx, want, scale=terms.max(axis=-1, keepdims=True))
+    want, scale = column_sums(dy64 * x64 * r64)
+    close(handler, dg, want.reshape(1, d), scale=scale)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (5, 7), (3, 20000), (300, 33)], ids=shape_id)
+def test_summed_output_without_reductions(handler, rng, shape):
+    """A bias gradient beside an elementwise output: a row kernel with no
+    reduction; in place too (dx over dy: the sum is of the old dy)."""
+    assert BIAS_BACKWARD.row_wise and not BIAS_BACKWARD.program.reduces
+    d = shape[-1]
+    dy, dy64 = upload(handler, rand(shape, rng))
+    dx, db = poisoned(handler, shape), poisoned(handler, (d,))
+    BIAS_BACKWARD(handler, dy, dx, db)
+    close(handler, dx, 2 * dy64, scale=2)
+    want, scale = column_sums(dy64)
+    close(handler, db, want, scale=scale)
+    db2 = poisoned(handler, (1, d))
+    BIAS_BACKWARD(handler, dy, dy, db2)    # dx is dy's memory
+    close(handler, dy, 2 * dy64, scale=2)
+    close(handler, db2, want.reshape(1, d), scale=scale)
+
+
+def test_summed_output_of_one_row(handler, rng):
+    """A 1-D array is one row: its sum over the rows is itself."""
+    dy, dy64 = upload(handler, rand((9,), rng))
+    dx, db = poisoned(handler, (9,)), poisoned(handler, (9,))
+    BIAS_BACKWARD(handler, dy, dx, db)
+    np.testing.assert_array_equal(handler.get_numpy_copy(db), handler.get_numpy_copy(dy))
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (4, 3, 40), (2, 3000), (2, 20001)], ids=shape_id)
+def test_per_row_values_summed(handler, rng, shape):
+    """A per-row value assigned to a summed output is broadcast along the
+    row, then summed: every column gets the sum of the rows' values (n = 1:
+    the number of rows, exactly)."""
+    d, per_row = shape[-1], shape[:-1] + (1,)
+    (x, x64), (t, t64) = upload(handler, rand(shape, rng)), upload(handler, rand(per_row, rng))
+    s, n = poisoned(handler, (d,)), poisoned(handler, (1, d))
+    ROW_TOTALS(handler, x, t, s, n)
+    values = np.broadcast_to(2 * t64 + x64.max(axis=-1, keepdims=True), shape)
+    want, scale = column_sums(values)
+    close(handler, s, want, scale=scale)
+    rows = int(np.prod(shape[:-1]))
+    np.testing.assert_array_equal(handler.get_numpy_copy(n).astype(np.float64),
+                                  np.full((1, d), float(rows)))
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (0, 3, 4), (0, 20000)], ids=shape_id)
+def test_summed_outputs_of_no_rows_are_zero(handler, shape):
+    d = shape[-1]
+    per_row = shape[:-1] + (1,)
+    dy, x, dx = poisoned(handler, shape), poisoned(handler, shape), poisoned(handler, shape)
+    mu, r = poisoned(handler, per_row), poisoned(handler, per_row)
+    g, dg, db = poisoned(handler, (d,)), poisoned(handler, (d,)), poisoned(handler, (1, d))
+    LN_BACKWARD(handler, dy, x, g, mu, r, dx, dg, db)
+    for arr in (dg, db):
+        np.testing.assert_array_equal(handler.get_numpy_copy(arr).astype(np.float64),
+                                      np.zeros(arr.shape))
+    s, n = poisoned(handler, (d,)), poisoned(handler, (d,))
+    ROW_TOTALS(handler, x, mu, s, n)
+    for arr in (s, n):
+        np.testing.assert_array_equal(handler.get_numpy_copy(arr).astype(np.float64),
+                                      np.zeros(d))
+
+
+def test_summed_outputs_of_empty_rows(handler):
+    """Rows of no element: summed outputs of shape (0,), nothing to write."""
+    dy, dx, db = poisoned(handler, (4, 0)), poisoned(handler, (4, 0)), poisoned(handler, (0,))
+    BIAS_BACKWARD(handler, dy, dx, db)
+    assert handler.get_numpy_copy(db).shape == (0,)
+
+
+@pytest.mark.parametrize("shape", [(5000, 64), (1500, 300), (40, 20000)], ids=shape_id)
+def test_summed_outputs_are_reproducible(make_handler, handler_id, rng, shape):
+    """The same bits at every run, whichever block finishes last (no value
+    is added atomically), through a bound call and a replayed capture too."""
+    h = make_handler(handler_id)
+    d = shape[-1]
+    (dy, dy64), (x, x64) = upload(h, rand(shape, rng)), upload(h, rand(shape, rng))
+    mu, r = layer_norm64(x64)
+    g, mu, r = upload(h, rand((d,), rng))[0], upload(h, mu)[0], upload(h, r)[0]
+    outs = [poisoned(h, shape), poisoned(h, (d,)), poisoned(h, (d,))]
+    LN_BACKWARD(h, dy, x, g, mu, r, *outs)
+    first = [h.get_numpy_copy(o) for o in outs]
+    run = LN_BACKWARD.bind(h, dy, x, g, mu, r, *outs)
+    for _ in range(3):
+        for o in outs:
+            h.fill(o, np.nan)
+        run()
+        for o, want in zip(outs, first):
+            np.testing.assert_array_equal(h.get_numpy_copy(o), want)
+    with h.capture() as graph:
+        run()
+    for _ in range(2):
+        for o in outs:
+            h.fill(o, np.nan)
+        graph.replay()
+        for o, want in zip(outs, first):
+            np.testing.assert_array_equal(h.get_numpy_copy(o), want)
+    want, scale = column_sums(dy64)
+    close(h, outs[2], want, scale=scale)
+
+
+def test_summed_output_calls(handler, rng):
+    """Summed outputs must be (d,) or (1, d) rows and may not overlap an
+    input (not even as its very memory) or another output."""
+    dy = upload(handler, rand((7, 5), rng))[0]
+    g, dx, dg, db = handler.ones((5,)), poisoned(handler, (7, 5)), poisoned(handler, (5,)), \
+        poisoned(handler, (5,))
+    mu, r = handler.zeros((7, 1)), handler.ones((7, 1))
+    for bad in [(6,), (2, 5), (5, 1), (7, 5)]:
+        with pytest.raises(ValueError, match=(
+                rf"^layer_norm_backward: row output db must have shape \(5,\) or \(1, 5\) to "
+                rf"hold the sum over the rows of dx \(7, 5\), got {re.escape(str(bad))}$")):
+            LN_BACKWARD(handler, dy, dy, g, mu, r, dx, dg, poisoned(handler, bad))
+    with pytest.raises(ValueError, match=r"^layer_norm_backward: the summed output db must not "
+                                         r"overlap the input g$"):
+        LN_BACKWARD(handler, dy, dy, g, mu, r, dx, dg, g)
+    with pytest.raises(ValueError, match=r"^layer_norm_backward: dg must not overlap db$"):
+        LN_BACKWARD(handler, dy, dy, g, mu, r, dx, dg, dg)
+    with pytest.raises(ValueError, match=r"^row_totals: row output s must have shape"):
+        ROW_TOTALS(handler, dy, mu, poisoned(handler, (1, 7)), dg)
+    t = handler.zeros((5, 1))
+    with pytest.raises(ValueError, match=r"^row_totals: the summed output n must not overlap "
+                                         r"the input t$"):   # t's memory, another object
+        ROW_TOTALS(handler, handler.zeros((5, 5)), t, dg, handler.reshape_t(t, (5,)))
+    # A full output may still be an input's very memory
+    LN_BACKWARD(handler, dy, dy, g, mu, r, dy, dg, db)
+
+
 # ============================================================================ gradients
 def test_cross_entropy_gradient_is_the_derivative(make_handler, rng):
     """dz from the op is the derivative of the summed loss (float64,
@@ -394,7 +595,15 @@ def test_bad_calls(handler, rng):
     ("x", "y", "col = x; y = col", r"'col' cannot name a value"),
     ("x", "y", "mean = x; y = mean", r"'mean' cannot name a value"),
     ("x:rows", "y", "y = x", r"unknown input mode 'rows' in 'x:rows' \(only ':row' or ':col'\)"),
-    ("x", "y:row", "y = x", r"unknown output mode 'row' in 'y:row' \(only ':col'\)"),
+    ("x", "y:rows", "y = x", r"unknown output mode 'rows' in 'y:rows' \(only ':row' or "
+                             r"':col'\)"),
+    ("dy", "dx db:row", "dx = dy\ndb = db + dy", r"output 'db' is declared ':row' \(a sum "
+                                                 r"over the rows\): the body cannot read its "
+                                                 r"old contents at line 2, column 6"),
+    ("dy", "db:row", "db += dy", r"output 'db' is declared ':row' .* at line 1, column 1"),
+    ("dy", "y db:row", "y = db; db = dy", r"output 'db' is declared ':row'"),
+    ("b:row", "db:row", "db = b", r"has no input or output of full rows"),
+    ("t:col", "db:row", "db = t", r"has no input or output of full rows"),
     ("t:col", "y:col", "y = sum(t)", r"has no input or output of full rows"),
     ("t:col b:row", "y:col", "y = t + max(b)", r"has no input or output of full rows"),
 ])
@@ -415,6 +624,13 @@ def test_declaration_attributes():
     assert prog.statements[0][1] == ("add", ("max", ("ref", "in:x"), ("num", 0.0)),
                                      ("reduce", "min", ("ref", "in:x")))
     assert prog.per_row == frozenset() and prog.reduces and not prog.uses_col
+    assert LN_BACKWARD.sums == ("dg", "db") and LN_BACKWARD.full == "dx"
+    assert LN_BACKWARD.row.writes == ("dx", "dg", "db") and "sum over the rows" in \
+        LN_BACKWARD.__doc__
+    assert ROW_TOTALS.full == "x" and ROW_TOTALS.sums == ("s", "n") and ROW_TOTALS.row_wise
+    # after its assignment, a summed output's name is the value assigned
+    op = fused_op("reuse", "dy", "db:row y", "db = dy * 2; y = db + 1")
+    assert op.program.reads_old == ()
 
 
 # ============================================================================ CUDA source
@@ -434,6 +650,19 @@ def test_plan_rows():
     assert fused_source.held_elements(SOFTMAX, np.float32) == 8
     assert fused_source.held_elements(SOFTMAX, np.float64) == 4
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 5   # x, dy, g
+    # Summed outputs: one block at least (zeros over no rows), and no more
+    # blocks than keep their partial rows within SUM_WORKSPACE.
+    assert plan(0, 100, 8, 132, 2048, 8) == (1, block)
+    assert plan(0, 5000, 8, 132, 2048, 8) == (1, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)
+    assert plan(10 ** 4, 10 ** 6, 8, 132, 2048, 8) == (
+        fused_source.SUM_WORKSPACE // (8 * 10 ** 6), fused_source.ROW_BLOCK)
+    assert [fused_source.sum_groups(g) for g in (1, 2, 3, 4, 5, 1056)] == [
+        (1, 2), (2, 2), (2, 3), (2, 3), (3, 3), (33, 33)]
+    assert fused_source.sum_bytes(LN_BACKWARD, np.float32) == 8
+    assert fused_source.sum_bytes(LN_BACKWARD, np.float64) == 16
+    assert fused_source.sum_bytes(LN_BACKWARD, dtypes.resolve("bf16")) == 8
+    assert fused_source.sum_bytes(SOFTMAX, np.float32) == 0
 
 
 def test_generated_row_source():
@@ -450,12 +679,23 @@ def test_generated_row_source():
     half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
     assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{}) / C(cols);" in half
     assert "out_mu[r] = st<T>(t0_mu);" in half and "v.v_x = ld(in_x[r * cols + j]);" in half
+    src = fused_source.kernel_source(LN_BACKWARD, np.float32, fused_source.ROW_BLOCK)
+    assert ("T* out_dx, T* out_dg, T* out_db, long long rows, long long cols, "
+            "C* sum_partials, unsigned int* sum_counters, long long sum_group)") in src
+    assert fused_source.kernel_format(LN_BACKWARD, np.float32) == "PPPPPPPPqqPPq"
+    assert "struct Values { T dx; T sums[2]; };" in src
+    assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
+    assert "fx::rows_loop_sums<T, R, In, 2>(" in src and "fx::rows_loop<" not in src
+    half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
+    assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half
 
 
 NVCC = shutil.which("nvcc")
 COMPILED = [(op, dt) for op in (SOFTMAX, LOG_SOFTMAX, CROSS_ENTROPY, LAYER_NORM, LAYER_NORM_BACK,
                                 RMS_NORM) for dt in ("f32", "f64")]
 COMPILED += [(op, dt) for op in (SOFTMAX, CROSS_ENTROPY, LAYER_NORM_BACK) for dt in ("bf16", "f16")]
+COMPILED += [(op, dt) for op in (LN_BACKWARD, RMS_BACKWARD, BIAS_BACKWARD, ROW_TOTALS)
+             for dt in ("f32", "f64", "bf16", "f16")]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

@@ -115,7 +115,24 @@ def fused(h, op, *args):
     """Run fused op ``op`` on checked arguments."""
     grid, block, values = h._fused_arguments(op, args)
     if grid:
-        h._run(h._k[op], grid, *values, block=block)
+        sums = _sum_arguments(h, op, grid, values[-1]) if op.sums else ()
+        h._run(h._k[op], grid, *values, *sums, block=block)
+
+
+def _sum_arguments(h, op, grid, cols):
+    """The last kernel arguments of a row kernel with summed (``:row``)
+    outputs: this stream's workspace for the blocks' partial rows, its
+    counters and the group size (``fused_source.sum_groups``); none
+    without.  Taken at each launch, never kept: a capture gives the slot
+    back its own scratch when it ends (the graph keeps what it grew), so an
+    address kept by a bound call could outlive its memory.  Called holding
+    the stream's lock (as the work hooks are): Scratch grows unlocked."""
+    if not op.sums:
+        return ()
+    group, counters = fused_source.sum_groups(grid)
+    nbytes = grid * cols * fused_source.sum_bytes(op, h.dtype)
+    ws = h._slot.workspace(nbytes) if nbytes else 0   # no column: nothing is written
+    return ws, h._slot.counters(counters), group
 
 
 def fused_arguments(h, op, args):
@@ -123,7 +140,9 @@ def fused_arguments(h, op, args):
     ``args``; grid 0 when there is nothing to compute.  An elementwise op's
     kernel strides over the elements (``h._grid``); a row kernel
     (``op.row_wise``) over the rows of its full arrays, on the grid and
-    block of ``fused_source.plan_rows``.  The kernel is generated, compiled
+    block of ``fused_source.plan_rows`` (one block at least with summed
+    outputs, which are zeros over no rows; their workspace arguments follow,
+    from ``_sum_arguments`` at each launch).  The kernel is generated, compiled
     and loaded at the first call that computes (once per process; pycuda's
     disk cache skips nvcc in later processes), then kept under the op in _k."""
     if op.row_wise:
@@ -131,7 +150,8 @@ def fused_arguments(h, op, args):
         cols = full.shape[-1]
         rows = math.prod(full.shape[:-1])
         grid, block = fused_source.plan_rows(
-            rows, cols, fused_source.held_elements(op, h.dtype), h._sms, h._sm_threads)
+            rows, cols, fused_source.held_elements(op, h.dtype), h._sms, h._sm_threads,
+            fused_source.sum_bytes(op, h.dtype))
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
     else:
         out = args[op.row.out]
@@ -173,6 +193,17 @@ def bind_fused(h, op, args, kwargs):
                 h._fused(op, *checked)
         return nothing
     kernel, launch = h._k[op], kernel_loader.launch_function()
+    if op.sums:
+        slot, cols = h._slot, values[-1]
+
+        def call_summing():
+            if capturing[0] is None and not closed[0]:
+                with slot.lock:   # the stream's workspace and counters, as the hooks
+                    launch(kernel.handle, slot.handle, grid, block, kernel.fmt, *values,
+                           *_sum_arguments(h, op, grid, cols))
+            else:
+                h._fused(op, *checked)
+        return call_summing
 
     def call():
         if capturing[0] is None and not closed[0]:

@@ -2,10 +2,11 @@
 declaration and dtype.
 
 An op whose body reduces along the last axis, reads ``col`` or has per-row
-(``:col``) arrays (``op.row_wise``) gets a row kernel instead:
-:func:`row_kernel_source` says how it works and :func:`plan_rows` how it is
-launched.  What follows is the elementwise kernel; the row kernel shares its
-types, loads, stores, scalars and launch format.
+(``:col``) arrays or summed (``:row``) outputs (``op.row_wise``) gets a row
+kernel instead: :func:`row_kernel_source` says how it works and
+:func:`plan_rows` how it is launched.  What follows is the elementwise
+kernel; the row kernel shares its types, loads, stores, scalars and launch
+format.
 
 The kernel is a grid-stride loop over the outputs' elements (64-bit counts)
 through ``sh::batched_loop`` of ``common.cuh``: each trip loads the element's
@@ -33,10 +34,13 @@ order: ``const T*`` per array input, ``const T*`` and a number per scalar (a
 device scalar's address or 0, and the number, of the compute format: ``T``
 for float and double, ``C`` = float for the halves), ``T*`` per output, then
 ``long long n`` (elements) and ``long long cols`` (the outputs' last
-dimension; a row kernel's are ``rows`` and ``cols``).  :func:`kernel_format`
-gives the same list as launch codes.
+dimension; a row kernel's are ``rows`` and ``cols``, followed, where the op
+has summed ``:row`` outputs, by the workspace, the counters and the group
+size of :func:`sum_groups`).  :func:`kernel_format` gives the same list as
+launch codes.
 """
 import functools
+import math
 
 import numpy as np
 
@@ -92,9 +96,11 @@ def kernel_name(op, dtype):
 def kernel_format(op, dtype):
     """The launch format (struct codes of ``handlers/cuda/_launch.c``): ``P``
     per array, ``P`` and the compute format's code per scalar (``f`` for
-    float32 and the halves, ``d`` for float64), then ``qq``."""
+    float32 and the halves, ``d`` for float64), then ``qq``, then ``PPq``
+    with summed outputs (workspace, counters, group)."""
     code = _ctype(dtype)[2]
-    return "".join("P" + code if p in op.scalars else "P" for p in op.params) + "qq"
+    return ("".join("P" + code if p in op.scalars else "P" for p in op.params) + "qq"
+            + ("PPq" if op.sums else ""))
 
 
 def literal(value, dtype):
@@ -325,12 +331,21 @@ def held_elements(op, dtype):
     return max(1, min(8, budget // max(1, len(_element_arrays(op)))))
 
 
+#: The most bytes of partial rows a launch with summed (``:row``) outputs
+#: keeps in its stream's workspace (``plan_rows`` caps its grid by it).
+SUM_WORKSPACE = 64 << 20
+
+
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
-def plan_rows(rows, cols, held, sms, sm_threads):
+def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
-    ``sm_threads`` threads each; grid 0 when there is no row.
+    ``sm_threads`` threads each; grid 0 when there is no row.  ``sum_bytes``
+    (:func:`sum_bytes`), nonzero for an op with summed outputs, gives at
+    least one block (which writes zeros over no rows) and at most as many as
+    keep the blocks' partial rows (``sum_bytes * cols`` bytes each) within
+    :data:`SUM_WORKSPACE` (fewer blocks only for rows of megabytes).
 
     The kernel picks its strategy from cols and the block (``rows_loop`` in
     kernels/fused.cuh), so the two follow one rule: rows of up to 32 * held
@@ -351,7 +366,28 @@ def plan_rows(rows, cols, held, sms, sm_threads):
     else:
         block = min(ROW_BLOCK, max(BLOCK, -(-cols // (32 * held)) * 32))
         needed = rows
-    return min(needed, sms * max(1, sm_threads // block)), block
+    grid = min(needed, sms * max(1, sm_threads // block))
+    if sum_bytes:
+        grid = max(1, min(grid, SUM_WORKSPACE // (sum_bytes * max(1, cols))))
+    return grid, block
+
+
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
+def sum_bytes(op, dtype):
+    """Bytes of one column of a block's partial row in a row kernel with
+    summed (``:row``) outputs: one compute-format value per summed output
+    (float for float32 and the halves, double for float64); 0 without."""
+    return len(op.sums) * np.dtype(dtypes.compute_dtype(dtype)).itemsize
+
+
+def sum_groups(grid):
+    """(group, counters) of the in-launch combine of a row kernel's partial
+    rows (``finish_sums`` in kernels/fused.cuh): blocks per first-level
+    group, about the square root of ``grid`` so that no block adds more
+    than that many rows, and the per-stream counters it needs (one per
+    group and one for the groups)."""
+    group = max(1, math.isqrt(max(0, grid - 1)) + 1)
+    return group, -(-grid // group) + 1
 
 
 def _levels(prog):
@@ -423,8 +459,9 @@ class _RowContext:
         self.depth, self.found = _levels(self.prog)
         self.reductions = {e: f"rd{i}" for i, e in enumerate(self.found)}
         self.elements = _element_arrays(op)
-        self.full_outs = [o for o in op.outputs if o not in op.cols]
+        self.full_outs = [o for o in op.outputs if o not in op.cols + op.sums]
         self.row_outs = [o for o in op.outputs if o in op.cols]
+        self.sums = list(op.sums)   # summed (':row') outputs, Values::sums[i] in order
 
     def expr(self, e):
         return _expr(e, self.dtype, self.reductions)
@@ -478,11 +515,17 @@ def _row_function(rc):
         lines += [f"{n} = s.reduce({n}, {_COMBINE[e[1]]}{{}})"
                   + (f" / {c}(cols);" if e[1] == "mean" else ";") for e, n in here]
         lines += rc.per_row_statements(level)
-    if rc.full_outs:
-        roots = [("ref", prog.results[o]) for o in rc.full_outs]
+    if rc.full_outs or rc.sums:
+        # One pass computes an element's full outputs and its terms of the
+        # sums (the strategy adds them to its columns' running sums).
+        roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
+        fields = [f"o.{o}" for o in rc.full_outs] + [f"o.sums[{i}]"
+                                                    for i in range(len(rc.sums))]
         lam = rc.element_lambda(roots, lambda args: ["Values o;"] + [
-            f"o.{o} = {a};" for o, a in zip(rc.full_outs, args)] + ["return o;"], " -> Values")
-        lines += ["// The full outputs.", "s.outputs(" + lam[0]] + lam[1:-1] \
+            f"{f} = {a};" for f, a in zip(fields, args)] + ["return o;"], " -> Values")
+        what = ("The full outputs." if not rc.sums else "The summed outputs' terms."
+                if not rc.full_outs else "The full outputs and the summed outputs' terms.")
+        lines += [f"// {what}", "s.outputs(" + lam[0]] + lam[1:-1] \
             + ["}, store, store_packets);"]
     if rc.row_outs:
         lines += ["// The per-row outputs, once every read of the row is done.", "s.sync();",
@@ -513,15 +556,22 @@ def _row_memory(rc):
     lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
               for i, (_, slot, _) in enumerate(elements)]
     lines += ["    }", "    return v;", "};"]
-    if rc.full_outs:
-        lines += [f"struct Values {{ {' '.join(f'{c} {o};' for o in rc.full_outs)} }};",
+    if rc.full_outs or rc.sums:
+        # The summed outputs' terms ride in Values::sums, which the strategy
+        # reads (kernels/fused.cuh); store writes the full outputs only.
+        fields = [f"{c} {o};" for o in rc.full_outs]
+        fields += [f"{c} sums[{len(rc.sums)}];"] if rc.sums else []
+        idle = not rc.full_outs   # nothing to store: (void) the lambdas' arguments
+        lines += [f"struct Values {{ {' '.join(fields)} }};",
                   "const auto store = [&](const long long r, const long long j, "
-                  "const Values& o) {",
-                  "    const long long e = r * cols + j;"]
+                  "const Values& o) {"]
+        lines += (["    (void)r;", "    (void)j;", "    (void)o;"] if idle
+                  else ["    const long long e = r * cols + j;"])
         lines += [f"    out_{o}[e] = {rc.store.format(f'o.{o}')};" for o in rc.full_outs]
         lines += ["};", "const auto store_packets = [&](const long long r, const long long p, "
-                  "const Lanes<Values, W>& o) {",
-                  "    const long long q = r * (cols / W) + p;"]
+                  "const Lanes<Values, W>& o) {"]
+        lines += (["    (void)r;", "    (void)p;", "    (void)o;"] if idle
+                  else ["    const long long q = r * (cols / W) + p;"])
         lines += [f"    {{ Packet<T> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
                   f"store_packet(out_{o}, q, v); }}" for o in rc.full_outs]
         lines += ["};"]
@@ -549,7 +599,12 @@ def row_kernel_source(op, dtype, block):
     row's elements, computing what the reductions' arguments need and
     folding them into per-thread partials, and one ``s.reduce`` per
     reduction; then the per-row values of that level; last, the full outputs
-    per element and the per-row outputs by one thread.  Accumulation is in
+    per element and the per-row outputs by one thread.  Summed (``:row``)
+    outputs: the outputs' pass also gives each element's terms
+    (``Values::sums``), which the strategy adds to its columns' running sums,
+    and ``fx::rows_loop_sums`` ends the launch by adding the blocks' partial
+    rows in block order (``finish_sums``), in the workspace and counters of
+    the last three parameters.  Accumulation is in
     the compute format (float for float32 and the halves, double for
     float64); ``mean`` is the sum divided by ``cols``; ``max`` and ``min``
     propagate NaN."""
@@ -562,6 +617,8 @@ def row_kernel_source(op, dtype, block):
         else:
             params.append(f"T* out_{p}" if p in op.outputs else f"const T* in_{p}")
     params += ["long long rows", "long long cols"]
+    if op.sums:
+        params += ["C* sum_partials", "unsigned int* sum_counters", "long long sum_group"]
     lines = [
         *_preamble(op, dtype, block, params, row=True),
         f"    constexpr int R = {held_elements(op, dtype)};   // elements held per thread",
@@ -575,8 +632,24 @@ def row_kernel_source(op, dtype, block):
         "    const auto row = [&](auto& s, const long long r, const bool live) {",
         *[f"        {line}" for line in _row_function(rc)],
         "    };",
-        "    fx::rows_loop<T, R, In>(rows, cols, packets, load, load_packets, row);",
+        *([f"    {line}" for line in _sums_tail(rc)] if op.sums else
+          ["    fx::rows_loop<T, R, In>(rows, cols, packets, load, load_packets, row);"]),
         "}",
         "",
     ]
     return "\n".join(lines)
+
+
+def _sums_tail(rc):
+    """The end of a row kernel with summed outputs: the lambda that stores
+    summed output i's column j, and rows_loop_sums, whose blocks sum their
+    rows' terms and then combine them in block order (kernels/fused.cuh)."""
+    lines = ["// Summed output i's column j (i a constant where finish_sums calls it).",
+             "const auto store_sum = [&](const int i, const long long j, const C v) {"]
+    lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
+              for i, o in enumerate(rc.sums)]
+    lines += ["};",
+              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}>(",
+              "    rows, cols, packets, load, load_packets, row,",
+              "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
+    return lines

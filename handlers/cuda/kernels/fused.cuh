@@ -92,6 +92,32 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 // In place (an output over an input) is safe: held rows are read whole
 // before any store, and streaming passes read and write an element in the
 // same thread, after the reductions' barriers end the previous passes.
+//
+// Summed (':row') outputs, rows_loop_sums: S outputs of one row each, the
+// sums over all rows of the values the body assigns them.  s.outputs(f, ...)
+// then also adds each element's terms (Values::sums[S], returned by f) to
+// the running sums of its column, and after the rows each block holds one
+// partial row of S * cols sums; finish_sums adds the blocks' partial rows
+// in block order.  Everything accumulates in the compute format C, and no
+// value is ever added atomically: the order of every addition depends only
+// on the shape and the grid, so the results are the same bits at every run.
+//   LaneRow, BlockRow   a thread's columns are the same for every row it
+//                       takes (first + k * step), so it keeps their sums in
+//                       registers (R * S values).  After the rows, a block
+//                       row's threads hold disjoint columns and write them
+//                       as they are; a lane-row block combines the lane
+//                       groups of each warp (a butterfly of shuffles over the
+//                       groups, which hold the same columns), then its warps
+//                       in warp order through shared memory.
+//   StreamRow           a column has no register to live in (a row may be
+//                       any length), so the block's partial row lives in the
+//                       workspace, and the thread that owns a column (the
+//                       same one at every row: its packet or element index
+//                       modulo blockDim.x) adds to it: per element and summed
+//                       output, one more read and one more write of a C, in
+//                       L2 where the grid's partial rows fit (the host caps
+//                       the grid so that they stay small).  The first row
+//                       stores instead of adding, so nothing clears the row.
 
 // The reductions: combining functions (max and min propagate NaN, as
 // numpy.max and numpy.min) and their identities (padding adds nothing).
@@ -114,6 +140,34 @@ struct Min {
     template <typename C> static __device__ __forceinline__ C identity() {
         return dm::infinity<C>();
     }
+};
+
+// The running sums of the S summed outputs at one column (R of them per
+// thread in the held strategies); Values::sums[S] are an element's terms.
+// S = 0 (no summed output) holds and adds nothing.
+template <typename C, int S>
+struct ColumnSums {
+    C v[S];
+    template <typename Values> __device__ __forceinline__ void add(const Values& o) {
+#pragma unroll
+        for (int i = 0; i < S; ++i) v[i] += o.sums[i];
+    }
+};
+template <typename C>
+struct ColumnSums<C, 0> {
+    template <typename Values> __device__ __forceinline__ void add(const Values&) {}
+};
+
+// Where the blocks of a launch with summed outputs meet (kernel arguments):
+// `partials`, gridDim.x partial rows of S * cols values (block b's at
+// b * S * cols, output i's column j at i * cols + j); `counters`, at least
+// ceil(gridDim.x / group) + 1 zeroed counters, left zero; `group`, the
+// blocks per first-level group of finish_sums (fused_source.sum_groups).
+template <typename C>
+struct GridSums {
+    C* partials;
+    unsigned int* counters;
+    long long group;
 };
 
 // v combined over aligned groups of `width` lanes (a power of two <= 32).
@@ -143,9 +197,10 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
 // R elements of row r held in registers: this thread's columns are first,
 // first + step, ...; `live` is false for a lane group past the last row,
 // which only joins the shuffles.
-template <typename In, int R>
+template <typename In, int R, typename C, int S>
 struct HeldRow {
     In v[R];
+    ColumnSums<C, S> acc[R];  // the summed outputs' running sums of v's columns
     long long r, first, step, cols;
     bool live;
 
@@ -166,13 +221,21 @@ struct HeldRow {
     }
 
     template <typename F, typename Store, typename StorePackets>
-    __device__ __forceinline__ void outputs(F f, Store store, StorePackets) const {
-        each([&](const In& e, long long j) { store(r, j, f(e, j)); });
+    __device__ __forceinline__ void outputs(F f, Store store, StorePackets) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            const long long j = first + k * step;
+            if (live && j < cols) {
+                const auto o = f(v[k], j);
+                store(r, j, o);
+                acc[k].add(o);
+            }
+        }
     }
 };
 
-template <typename In, int R, typename C>
-struct LaneRow : HeldRow<In, R> {
+template <typename In, int R, typename C, int S = 0>
+struct LaneRow : HeldRow<In, R, C, S> {
     int width;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
         return lanes_reduce(v, op, width);
@@ -181,8 +244,8 @@ struct LaneRow : HeldRow<In, R> {
     __device__ __forceinline__ void sync() const { __syncwarp(); }
 };
 
-template <typename In, int R, typename C>
-struct BlockRow : HeldRow<In, R> {
+template <typename In, int R, typename C, int S = 0>
+struct BlockRow : HeldRow<In, R, C, S> {
     C* scratch;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
         return block_reduce(v, op, scratch);
@@ -193,8 +256,10 @@ struct BlockRow : HeldRow<In, R> {
 
 // Row r read from memory at each pass: element by element, or by packets of
 // W = kVec<T> elements when `packets` (cols % W == 0 and every array 16-byte
-// aligned: then no packet straddles two rows).
-template <typename T, typename In, typename Load, typename LoadPackets>
+// aligned: then no packet straddles two rows).  With S summed outputs,
+// `partial` is this block's partial row (S * cols values) and `fresh` says
+// that no row has been summed into it yet.
+template <typename T, typename In, typename Load, typename LoadPackets, int S = 0>
 struct StreamRow {
     using C = compute_t<T>;
     static constexpr int W = kVec<T>;
@@ -203,6 +268,20 @@ struct StreamRow {
     C* scratch;
     long long r, cols;
     bool packets;
+    C* partial;
+    bool fresh;
+
+    // Element j's terms into the block's partial row (this thread owns j).
+    template <typename Values>
+    __device__ __forceinline__ void add(long long j, const Values& o) const {
+        if constexpr (S > 0) {
+#pragma unroll
+            for (int i = 0; i < S; ++i) {
+                C* p = partial + i * cols + j;
+                *p = fresh ? o.sums[i] : *p + o.sums[i];
+            }
+        }
+    }
 
     template <typename F> __device__ __forceinline__ void each(F f) const {
         if (packets) {
@@ -225,10 +304,21 @@ struct StreamRow {
 #pragma unroll
                 for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k);
                 store_packets(r, p, o);
+                if constexpr (S > 0) {
+#pragma unroll
+                    for (int k = 0; k < W; ++k) add(p * W + k, o.v[k]);
+                }
             }
         } else {
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x)
-                store(r, j, f(load(r, j), j));
+            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+                if constexpr (S > 0) {
+                    const auto o = f(load(r, j), j);
+                    store(r, j, o);
+                    add(j, o);
+                } else {
+                    store(r, j, f(load(r, j), j));
+                }
+            }
         }
     }
 
@@ -239,18 +329,95 @@ struct StreamRow {
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
+// The end of a launch with S summed outputs: this block's partial row
+// (S * cols values at sums.partials + blockIdx.x * S * cols) is written by
+// its threads; the blocks' partial rows are added up in block order and
+// store(i, j, sum) writes output i's column j.
+//
+// In two levels, each finished by the last block to arrive, told by a
+// counter that it resets to 0 for the next launch on the stream (as
+// reduce.cu's chunked kernels): the last block of each group of `group`
+// consecutive blocks adds the group's partial rows into the group's first
+// one, and the last group to finish adds the groups' rows and stores them.
+// With group ~ sqrt(gridDim.x), no block adds more than ~sqrt(grid) rows:
+// one last block adding every row would read all of grid * S * cols
+// values alone (megabytes for a thousand blocks of long rows), many times
+// the time of the rows themselves.  Every sum's order is block order, fixed
+// by the grid, whichever block happens to finish last.
+template <int S, typename C, typename Store>
+__device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long cols,
+                                            Store store) {
+    __shared__ bool last;
+    const long long n = S * cols;
+    const long long group = sums.group;
+    const long long g = blockIdx.x / group, groups = (gridDim.x + group - 1) / group;
+    const long long size = min(group, (long long)gridDim.x - g * group);
+    C* const head = sums.partials + g * group * n;  // the group's first partial row
+    __threadfence();  // this block's partial row reaches L2 before the count does
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sums.counters + g, 1u) == (unsigned int)(size - 1);
+        if (last) sums.counters[g] = 0u;  // ready for the next launch on this stream
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // order the group's partial rows before our reads
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+            const long long e = i * cols + j;
+            C v = __ldcg(head + e);
+            for (long long b = 1; b < size; ++b) v += __ldcg(head + b * n + e);
+            if (groups == 1) {
+                store(i, j, v);
+            } else {
+                head[e] = v;
+            }
+        }
+    }
+    if (groups == 1) return;
+    __threadfence();  // the group's row reaches L2 before the count does
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sums.counters + groups, 1u) == (unsigned int)(groups - 1);
+        if (last) sums.counters[groups] = 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+        for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+            const long long e = i * cols + j;
+            C v = __ldcg(sums.partials + e);
+            for (long long k = 1; k < groups; ++k) v += __ldcg(sums.partials + k * group * n + e);
+            store(i, j, v);
+        }
+    }
+}
+
 // Runs row(s, r, live) for every row of a (rows, cols) problem that this
 // thread's lane group or block takes, with the strategy that cols and the
 // block allow (see above).  load(r, j) gives element j of row r's inputs
 // (In), load_packets(r, p) the W of packet p (only called when `packets`).
 // Any grid works (grid-stride over rows); blockDim.x a multiple of 32.
-template <typename T, int R, typename In, typename Load, typename LoadPackets, typename Row>
-__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
-                                          Load load, LoadPackets load_packets, Row row) {
+// With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
+// sums (finish_sums): store_sum(i, j, v) stores output i's column j.
+template <typename T, int R, typename In, int S, typename Load, typename LoadPackets,
+          typename Row, typename StoreSum>
+__device__ __forceinline__ void rows_impl(long long rows, long long cols, bool packets,
+                                          Load load, LoadPackets load_packets, Row row,
+                                          const GridSums<compute_t<T>>& sums,
+                                          StoreSum store_sum) {
     using C = compute_t<T>;
     __shared__ C scratch[32];  // per-warp partials of block reductions, in C
+    C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
     if (cols <= 32 * R) {
-        LaneRow<In, R, C> s;
+        LaneRow<In, R, C, S> s;
+        if constexpr (S > 0) {
+#pragma unroll
+            for (int k = 0; k < R; ++k) s.acc[k] = ColumnSums<C, S>{};
+        }
         s.width = 1;
         while ((long long)s.width * R < cols) s.width <<= 1;
         const int lane = threadIdx.x & 31;
@@ -268,8 +435,45 @@ __device__ __forceinline__ void rows_loop(long long rows, long long cols, bool p
             s.load(load);
             row(s, s.r, s.live);
         }
+        if constexpr (S > 0) {
+            // The warp's lane groups hold the same columns (lane & (width - 1)):
+            // a butterfly over them leaves every lane the same bits.
+            for (int offset = 16; offset >= s.width; offset >>= 1) {
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+#pragma unroll
+                    for (int i = 0; i < S; ++i)
+                        s.acc[k].v[i] += __shfl_xor_sync(0xffffffffu, s.acc[k].v[i], offset);
+                }
+            }
+            // Then the warps, in warp order, through shared memory (cols <= 32 * R).
+            __shared__ C part[S * 32 * R];
+            const int my_warp = threadIdx.x >> 5;
+            for (int w = 0; w < int(blockDim.x >> 5); ++w) {
+                if (my_warp == w && lane < s.width) {
+#pragma unroll
+                    for (int k = 0; k < R; ++k) {
+                        const long long j = s.first + k * s.step;
+                        if (j < cols) {
+#pragma unroll
+                            for (int i = 0; i < S; ++i) {
+                                C& p = part[i * cols + j];
+                                p = w == 0 ? s.acc[k].v[i] : p + s.acc[k].v[i];
+                            }
+                        }
+                    }
+                }
+                __syncthreads();
+            }
+            for (long long e = threadIdx.x; e < S * cols; e += blockDim.x) partial[e] = part[e];
+            finish_sums<S>(sums, cols, store_sum);
+        }
     } else if (cols <= (long long)blockDim.x * R) {
-        BlockRow<In, R, C> s;
+        BlockRow<In, R, C, S> s;
+        if constexpr (S > 0) {
+#pragma unroll
+            for (int k = 0; k < R; ++k) s.acc[k] = ColumnSums<C, S>{};
+        }
         s.scratch = scratch;
         s.first = threadIdx.x;
         s.step = blockDim.x;
@@ -280,13 +484,53 @@ __device__ __forceinline__ void rows_loop(long long rows, long long cols, bool p
             s.load(load);
             row(s, r, true);
         }
+        if constexpr (S > 0) {
+            // Each column of the block is one thread's: its sums are the block's.
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+                const long long j = s.first + k * s.step;
+                if (j < cols) {
+#pragma unroll
+                    for (int i = 0; i < S; ++i) partial[i * cols + j] = s.acc[k].v[i];
+                }
+            }
+            finish_sums<S>(sums, cols, store_sum);
+        }
     } else {
-        StreamRow<T, In, Load, LoadPackets> s{load, load_packets, scratch, 0, cols, packets};
+        StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
+                                                 packets, partial, true};
         for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
             s.r = r;
             row(s, r, true);
+            s.fresh = false;
+        }
+        if constexpr (S > 0) {
+            if (s.fresh) {  // no row (an op over no rows): the sums are 0
+                for (long long e = threadIdx.x; e < S * cols; e += blockDim.x) partial[e] = C(0);
+            }
+            finish_sums<S>(sums, cols, store_sum);
         }
     }
+}
+
+// A row kernel without summed outputs.
+template <typename T, int R, typename In, typename Load, typename LoadPackets, typename Row>
+__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
+                                          Load load, LoadPackets load_packets, Row row) {
+    rows_impl<T, R, In, 0>(rows, cols, packets, load, load_packets, row,
+                           GridSums<compute_t<T>>{nullptr, nullptr, 1},
+                           [](int, long long, compute_t<T>) {});
+}
+
+// A row kernel with S > 0 summed outputs (see finish_sums).
+template <typename T, int R, typename In, int S, typename Load, typename LoadPackets,
+          typename Row, typename StoreSum>
+__device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool packets,
+                                               Load load, LoadPackets load_packets, Row row,
+                                               const GridSums<compute_t<T>>& sums,
+                                               StoreSum store_sum) {
+    static_assert(S > 0, "rows_loop_sums sums at least one output");
+    rows_impl<T, R, In, S>(rows, cols, packets, load, load_packets, row, sums, store_sum);
 }
 
 }  // namespace fx
