@@ -636,25 +636,29 @@ def test_declaration_attributes():
 # ============================================================================ CUDA source
 def test_plan_rows():
     """The row kernel's launches: lane groups in blocks of BLOCK threads up
-    to 32 * held columns, then a block per row big enough to hold it (or
-    streaming past ROW_BLOCK * held), at most one wave of blocks."""
+    to 32 * held columns, then a block per row of as few threads as hold it
+    (or streaming past ROW_BLOCK * held); a block for every row group, but
+    with summed outputs at most one wave of blocks."""
     plan, block = fused_source.plan_rows, fused_source.BLOCK
     assert plan(0, 100, 8, 132, 2048) == (0, block)
     assert plan(1000, 32, 8, 132, 2048) == (16, block)    # groups of 4 lanes: 64 rows a block
-    assert plan(10 ** 6, 1, 8, 132, 2048) == (132 * 2048 // block, block)    # one lane a row
-    assert plan(10, 300, 8, 132, 2048) == (10, block)
+    assert plan(10 ** 6, 1, 8, 132, 2048) == (-(-10 ** 6 // block), block)    # a lane a row
+    assert plan(10, 300, 8, 132, 2048) == (10, 64)       # as few threads as hold the row
     assert plan(10, 5000, 8, 132, 2048) == (10, 640)                         # 625 threads hold it
-    assert plan(10 ** 6, 5000, 8, 132, 2048) == (132 * 3, 640)
-    assert plan(10 ** 6, 5000, 8, 132, 1536) == (132 * 2, 640)    # fewer threads an SM
+    assert plan(10 ** 6, 5000, 8, 132, 2048) == (10 ** 6, 640)               # a block a row
     assert plan(3, 40000, 8, 132, 2048) == (3, fused_source.ROW_BLOCK)       # streams
     assert fused_source.held_elements(SOFTMAX, np.float32) == 8
     assert fused_source.held_elements(SOFTMAX, np.float64) == 4
-    assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 5   # x, dy, g
+    # x and dy held (g, a row input, is read where used); whole packets
+    assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 8
+    assert fused_source.held_elements(LAYER_NORM_BACK, np.float64) == 2
+    assert fused_source.held_elements(LAYER_NORM_BACK, np.float16) == 8
     # Summed outputs: one block at least (zeros over no rows), and no more
     # blocks than keep their partial rows within SUM_WORKSPACE.
     assert plan(0, 100, 8, 132, 2048, 8) == (1, block)
     assert plan(0, 5000, 8, 132, 2048, 8) == (1, 640)
-    assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)     # the resident blocks
+    assert plan(10 ** 6, 5000, 8, 132, 1536, 8) == (132 * 2, 640)    # fewer threads an SM
     assert plan(10 ** 4, 10 ** 6, 8, 132, 2048, 8) == (
         fused_source.SUM_WORKSPACE // (8 * 10 ** 6), fused_source.ROW_BLOCK)
     assert [fused_source.sum_groups(g) for g in (1, 2, 3, 4, 5, 1056)] == [
