@@ -7,16 +7,26 @@ What must hold: the canonical layout reduces exactly what NumPy reduces (an
 independent check: reshaping by the layout and reducing gives NumPy's
 result); a plan's chunks cover the reduced axis with none empty; chunk
 starts of the row kernels stay 16-byte aligned; a chunked plan asks for the
-partials and counters its second stage reads; the kernel is one of the
-table's and gets as many arguments as its format says; and the plans that
-earlier tuning fixed on an H200 stay as they were."""
+partials and counters its second stage reads, in the size of its family's
+state (a max's or a min's one value, an argmax's 16 bytes); the kernel is
+one of the table's and gets as many arguments as its format says; the
+general kernel's walk (``sum_gen*``: digits and carries, simulated here from
+the plan's arguments as reduce.cu's GenIx does it) reaches exactly the
+elements NumPy reduces for each output; the numbers the host copies from
+the kernels' sources agree with them; and the plans that earlier tuning
+fixed on an H200 stay as they were."""
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from handlers.cuda import reductions as R
+from handlers.cuda.launch import BLOCK
 from handlers.optable import KERNELS
+
+SOURCES = Path(R.__file__).resolve().parent
 
 DEVICES = ((132, 2048), (78, 2048), (108, 2048), (16, 1536))   # (sms, threads per SM)
 EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
@@ -73,18 +83,38 @@ def _check(plan, n, width):
         A, M, inner, chunk, chunks, _ = launch.args
         total = A * (inner // (width if "_vec" in launch.kernel else 1))
         assert chunk < 2**31 and (chunks - 1) * chunk < total <= chunks * chunk
-    elif "_cols" in launch.kernel:
-        outer, m, inner, chunk, chunks, _, tx, _ = launch.args
+    elif "_cols" in launch.kernel or "_gen" in launch.kernel:
+        outer, m, inner, chunk, chunks, _, tx, _ = launch.args[:8]
         assert m == n and 256 % tx == 0
         assert (chunks - 1) * chunk < n <= chunks * chunk
+        if chunks > 1:   # whole trips of the block's rows (the kernel's fast loop)
+            assert chunk % (256 // tx * _trip(launch.kernel, width)) == 0
     else:
         rows, m, chunk, chunks, _, _ = launch.args
         assert m == n
         if chunks > 1:
             assert launch.kernel.startswith(("sum_long", "pick_long"))
             assert (chunks - 1) * chunk < n <= chunks * chunk and chunk % 2 == 0
-    chunked = launch.args[4 if "_cols" in launch.kernel or "_mid" in launch.kernel else 3] > 1
+    columns = any(k in launch.kernel for k in ("_cols", "_mid", "_gen"))
+    chunked = launch.args[4 if columns else 3] > 1
     assert (plan.counters > 0) == chunked and (plan.workspace > 0) == chunked
+    # the one-call path takes every plan but the general kernel's (remember_sum
+    # keeps a plan of more arguments in Python)
+    assert "_gen" in launch.kernel or 4 + len(launch.args) <= R.ONE_CALL_PARAMS
+
+
+def _trip(kernel, width):
+    """Rows a trip of a column kernel, as reduce.cu's exports give them."""
+    if "_gen" in kernel:
+        return R.GEN_UNROLL
+    family = kernel.split("_")[0]
+    unroll = R.PICK_UNROLL if family == "pick" else R.SUM_UNROLL
+    return unroll if "_vec" in kernel else unroll // R.scalar_cols(width, family)
+
+
+def _state_bytes(kernel, width):
+    """Bytes of one partial state of ``kernel``'s family."""
+    return 16 if kernel.startswith("pick") else (4 if width >= 4 else 8)
 
 
 @pytest.mark.parametrize("family,width,suffix",
@@ -99,18 +129,20 @@ def test_plans_hold_their_invariants(rng, family, width, suffix):
         aligned = bool(rng.integers(2))
         plan = R.plan(shape, axes, aligned, width, family, sms, threads, 1, 0, suffix)
         form, dims = R.layout(shape, axes)
-        if form == "passes":
-            assert plan is None
+        if plan is None:   # only where the general kernel declines
+            assert form == "passes" and (family != "sum" or suffix), (shape, axes)
             continue
         _check(plan, math.prod(shape[a] for a in axes), width)
         assert plan.launch.kernel.endswith(suffix) or suffix == ""
+        assert plan.launch.kernel.startswith(family)
+        assert ("_gen" in plan.launch.kernel) == (form == "passes")
 
 
 def test_long_rows_fill_the_gpu():
-    # A 1-D max to a scalar (0.3 GB/s on one warp before the engine) now
+    # A 1-D min to a scalar (0.3 GB/s on one warp before the engine) now
     # splits over a block per chunk, at least one per multiprocessor.
-    plan = R.plan((8859584,), (0,), True, 4, "pick", 132, 2048, 1, 1)
-    assert plan.launch.kernel == "pick_long" and plan.launch.args[3] >= 132
+    plan = R.plan((8859584,), (0,), True, 4, R.family_of("min"), 132, 2048, 1, 1)
+    assert plan.launch.kernel == "min_long" and plan.launch.args[3] >= 132
     # a few long rows: (5, 1154496) over its last axis
     plan = R.plan((5, 1154496), (1,), True, 4, "pick", 132, 2048, 1, 2)
     assert plan.launch.kernel == "pick_long" and 5 * plan.launch.args[3] >= 132
@@ -145,3 +177,221 @@ def test_small_slabs_share_a_tile():
     for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1)):
         plan = R.plan(shape, (axis,), True, 4, "pick", 132, 2048, 1, 0)
         assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]
+
+
+# --------------------------------------------------------------- extremes
+def test_max_and_min_keep_the_value_alone():
+    """max_t and min_t run kernels of their own (reduce.cu's Extreme): the
+    same grids as a sum's, one compute-format value a partial state; argmax
+    stays on the (value, index) pick."""
+    assert R.family_of("max") == "max" and R.family_of("min") == "min"
+    assert R.family_of("argmax") == "pick"
+    for width, state in ((4, 4), (2, 8), (8, 4)):
+        for shape, axis in (((8859584,), 0), ((5, 1154496), 1), ((8192, 4096), 0),
+                            ((64, 300007), 0), ((1000003, 3), 0)):
+            for aligned in (True, False):
+                plans = {f: R.plan(shape, (axis,), aligned, width, f, 132, 2048, 1,
+                                   R.PICK_KINDS.get(f, 2)) for f in ("sum", "max", "min")}
+                kernels = {f: p.launch.kernel for f, p in plans.items()}
+                assert kernels["max"] == kernels["sum"].replace("sum", "max", 1)
+                assert kernels["min"] == kernels["sum"].replace("sum", "min", 1)
+                for f in ("max", "min"):
+                    p, q = plans[f], plans["sum"]
+                    assert p.launch.grid == q.launch.grid
+                    assert p.launch.args[:-1] == q.launch.args[:-1]
+                    assert p.workspace == q.workspace
+                    if p.counters:
+                        tasks = p.workspace // state
+                        assert p.workspace == tasks * state and tasks > 1
+                arg = R.plan(shape, (axis,), aligned, width, "pick", 132, 2048, 1, 2)
+                if arg.counters:
+                    assert arg.workspace % 16 == 0
+    # a chunked max: each chunk's partial is one value
+    plan = R.plan((8859584,), (0,), True, 4, "max", 132, 2048, 1, 0)
+    assert plan.workspace == plan.launch.args[3] * 4
+    plan = R.plan((8859584,), (0,), True, 2, "max", 132, 2048, 1, 0)
+    assert plan.workspace == plan.launch.args[3] * 8
+
+
+# --------------------------------------------------------------- columns
+def test_unaligned_columns_read_several_a_thread():
+    """Rows that do not start on 16 bytes (an odd inner extent, or an input
+    at an odd offset) read min(packet, SCALAR_COLS) columns a thread with
+    scalar loads, tx apart (one for double): the tiles and a whole trip
+    count those columns."""
+    assert [R.scalar_cols(w) for w in (2, 4, 8)] == [1, 4, 4]
+    assert [R.scalar_cols(w, "pick") for w in (2, 4, 8)] == [1, 1, 1]
+    assert [R.scalar_cols(w, "max") for w in (2, 4, 8)] == [1, 4, 4]
+    for width in (4, 2, 8):
+        per = R.scalar_cols(width)
+        for outer, n, inner, aligned in ((1, 42, 322763, True), (1, 3, 6197 * 23 * 29, True),
+                                         (1, 8192, 4096, False), (7, 1000, 33, True),
+                                         (1, 20011, 5, True), (3, 100003, 77, False)):
+            plan = R.plan_cols(outer, n, inner, aligned, width, "sum", 132, 2048)
+            launch = plan.launch
+            assert launch.kernel == "sum_cols", (n, inner, aligned)
+            _, _, _, chunk, chunks, _, tx, _ = launch.args
+            ty = BLOCK // tx
+            tiles = -(-inner // (tx * per))
+            assert plan.counters in (0, outer * tiles)
+            if chunks > 1:
+                assert chunk % (ty * (R.SUM_UNROLL // per)) == 0
+                assert plan.workspace == outer * chunks * inner * (4 if width >= 4 else 8)
+    # the short axis: 42 rows of float, one trip of 4 rows of 4 columns a
+    # thread where one column a thread took 11 rows in trips of 4
+    plan = R.plan_cols(1, 42, 322763, True, 4, "sum", 132, 2048)
+    tx = plan.launch.args[6]
+    assert (tx, BLOCK // tx) == (32, 8)
+
+
+# --------------------------------------------------------------- general kernel
+def _passes_case(rng):
+    """A random shape of 4 to 9 axes whose merged layout is a ``passes``
+    one (reduced and kept runs interleaved beyond rows/cols/mid), at most
+    30000 elements, and its reduced axes."""
+    while True:
+        ndim = int(rng.integers(4, 10))
+        shape = [int(rng.choice((1, 2, 3, 4, 5, 7, 8, 11, 16, 31, 64))) for _ in range(ndim)]
+        while math.prod(shape) > 30000:
+            shape[int(rng.integers(ndim))] = max(1, shape[int(rng.integers(ndim))] // 2)
+        axes = tuple(i for i in range(ndim) if rng.random() < 0.5)
+        if axes and R.layout(tuple(shape), axes)[0] == "passes":
+            return tuple(shape), axes
+
+
+def _simulate_gen(launch, size, width):
+    """{output: sorted element indices} that ``sum_gen*`` reduces, computed
+    as reduce.cu's cols_impl, tile_reduce and GenIx do from the launch's
+    arguments: every task (tile, chunk) of every block, each thread's
+    columns (a packet of ``width`` for ``sum_gen_vec``) and its walk down
+    the rows (the digits of its first row by division, then the step's
+    digits with one conditional wrap a digit, offsets modulo 2^32)."""
+    outer, n, inner, chunk, chunks, _, tx, _ = launch.args[:8]
+    g = launch.args[8:]
+    yfast, ke, ks, re_, rs = g[0], g[1:4], g[4:8], g[8:11], g[11:15]
+    sd, wr, soff = g[15:18], g[18:21], g[21]
+    assert outer == 1
+    V = width if launch.kernel.endswith("_vec") else 1
+    ty = launch.block // tx
+    t = np.arange(launch.block)
+    x = t // ty if yfast else t % tx
+    y = t % ty if yfast else t // tx
+    tile_cols = tx * V
+    tiles = -(-inner // tile_cols)
+    got = {o: [] for o in range(inner)}
+    mask = 2**32 - 1
+    for tile in range(tiles):
+        for ch in range(chunks):
+            r_begin, r_end = ch * chunk, min(n, (ch + 1) * chunk)
+            for xi, yi in zip(x.tolist(), y.tolist()):
+                col = tile * tile_cols + xi * V
+                if col >= inner:
+                    continue
+                c, base = col, 0
+                for i in range(3):
+                    q = c // ke[i]
+                    base += (c - q * ke[i]) * ks[i]
+                    c = q
+                base += c * ks[3]
+                r = r_begin + yi
+                q, off, d = r, 0, []
+                for i in range(3):
+                    p = q // re_[i]
+                    d.append(q - p * re_[i])
+                    off += d[-1] * rs[i]
+                    q = p
+                off = (off + q * rs[3]) & mask
+                while r < r_end:
+                    for j in range(V):
+                        got[col + j].append(base + off + j)
+                    off = (off + soff) & mask
+                    carry = 0
+                    for i in range(3):
+                        d[i] += sd[i] + carry
+                        carry = int(d[i] >= re_[i])
+                        if carry:
+                            d[i] -= re_[i]
+                            off = (off + wr[i]) & mask
+                    r += ty
+    for o, offsets in got.items():
+        assert all(0 <= e < size for e in offsets), (o, offsets)
+    return {o: sorted(v) for o, v in got.items()}
+
+
+@pytest.mark.parametrize("width", [4, 2, 8])
+def test_the_general_kernel_reduces_what_numpy_reduces(rng, width):
+    seen = set()
+    for _ in range(60):
+        shape, axes = _passes_case(rng)
+        sms, threads = DEVICES[int(rng.integers(len(DEVICES)))]
+        aligned = bool(rng.integers(2))
+        plan = R.plan(shape, axes, aligned, width, "sum", sms, threads)
+        extents, reduced = R.layout(shape, axes)[1]
+        runs = (len(reduced), len(extents) - len(reduced))
+        if max(runs) > R.GEN_RUNS:
+            assert plan is None, (shape, axes)
+            continue
+        launch = plan.launch
+        seen.add((launch.kernel, launch.args[4] > 1, launch.args[8]))
+        _check(plan, math.prod(shape[a] for a in axes), width)
+        if launch.kernel.endswith("_vec"):
+            assert aligned and extents[-1] % width == 0 and reduced[-1] != len(extents) - 1
+        kept = [i for i in range(len(extents)) if i not in reduced]
+        index = np.arange(math.prod(extents)).reshape(extents)
+        want = np.transpose(index, kept + list(reduced)).reshape(launch.args[2], -1)
+        got = _simulate_gen(launch, index.size, width)
+        for o in range(launch.args[2]):
+            assert got[o] == sorted(want[o].tolist()), (shape, axes, o)
+    # the cases met both kernels, chunked and not, and both thread layouts
+    assert {k for k, _, _ in seen} == {"sum_gen", "sum_gen_vec"}, seen
+    assert {c for _, c, _ in seen} == {False, True}, seen
+    assert {yf for _, _, yf in seen} == {0, 1}, seen
+
+
+def test_the_general_kernel_takes_the_issue_cases():
+    """(593, 4, 11, 11) over (0, 2), RKRK: one launch (three before: two
+    passes and their intermediate), its outputs few enough to chunk; a
+    mean divides in the same launch."""
+    plan = R.plan((593, 4, 11, 11), (0, 2), True, 4, "sum", 132, 2048, div=593 * 11)
+    launch = plan.launch
+    assert launch.kernel == "sum_gen" and launch.args[:3] == (1, 593 * 11, 44)
+    assert launch.args[5] == 593 * 11 and launch.args[4] > 1 and launch.args[8] == 0
+    assert plan.counters >= 1 and plan.workspace == launch.args[4] * 44 * 4
+    # packets where the last kept extent allows, rows first where reduced axes end
+    assert R.plan((593, 4, 11, 16), (0, 2), True, 4, "sum", 132, 2048).launch.kernel \
+        == "sum_gen_vec"
+    assert R.plan((593, 4, 11, 16), (0, 2), False, 4, "sum", 132, 2048).launch.kernel \
+        == "sum_gen"
+    plan = R.plan((7, 300, 5, 400), (1, 3), True, 4, "sum", 132, 2048)
+    assert plan.launch.kernel == "sum_gen" and plan.launch.args[8] == 1
+    # beyond the kernel: more runs, other families, the halves' wide passes
+    assert R.plan((2,) * 10, (0, 2, 4, 6, 8), True, 4, "sum", 132, 2048) is None
+    assert R.plan((2, 3, 4, 5), (0, 2), True, 8, "sum", 132, 2048, suffix="_wide") is None
+    assert R.plan_gen((2, 3, 4, 5), (0, 2), True, 4, "max", 132, 2048) is None
+    assert R.plan_gen((2**16, 3, 2**15, 5), (0, 2), True, 4, "sum", 132, 2048) is None
+
+
+def test_gen_args_follow_the_runs():
+    # (33, 127, 31, 7) over (0, 2): kept 127 (stride 217) and 7 (stride 1);
+    # reduced 33 (stride 27559) and 31 (stride 7); a step of 8 rows
+    args = R.gen_args((33, 127, 31, 7), (0, 2), 8)
+    assert len(args) == 22 and len(KERNELS["sum_gen"][1]) == 12 + len(args)
+    assert args == (0, 7, 127, 1, 1, 217, 0, 0, 31, 33, 1, 7, 27559, 0, 0,
+                    8, 0, 0, 27559 - 31 * 7, -33 * 27559, 0, 56)
+    assert R.gen_args((5, 31, 7, 33), (1, 3), 256)[0] == 1   # reduced axes end it
+
+
+# --------------------------------------------------------------- shared numbers
+@pytest.mark.parametrize("name,value,source,macro", [
+    ("SCALAR_COLS", R.SCALAR_COLS, "kernels/reduce.cu", r"constexpr int SCALAR_COLS = (\d+);"),
+    ("SHORT_TILE", R.SHORT_TILE // BLOCK, "kernels/reduce.cu",
+     r"constexpr int SHORT_TILE = SH_BLOCK \* (\d+);"),
+    ("GEN_UNROLL", R.GEN_UNROLL, "kernels/reduce.cu", r"constexpr int GEN_UNROLL = (\d+);"),
+    ("ROW_UNROLL", R.ROW_UNROLL, "kernels/reduce.cu", r"constexpr int ROW_UNROLL = (\d+);"),
+    ("ONE_CALL_PARAMS", R.ONE_CALL_PARAMS, "_one_call.c", r"#define MAX_PARAMS (\d+)"),
+], ids=lambda v: v if isinstance(v, str) and v.isupper() else "")
+def test_the_host_copies_agree_with_the_sources(name, value, source, macro):
+    """The numbers reductions.py copies from the kernels and the one-call
+    path, each read from its source."""
+    found = re.findall(macro, (SOURCES / source).read_text())
+    assert found == [str(value)], (name, found)

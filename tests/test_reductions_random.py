@@ -12,10 +12,15 @@ gives the ``--seed`` that replays it).  Three groups:
 * layout cases: each layout the GPU's reduction engine tells apart after it
   canonicalizes a shape (size-1 axes dropped, adjacent axes merged): short
   rows (2 to 64 elements), medium rows, long rows split over blocks, 1-D to
-  a scalar, strided columns under few or many rows, and "mid" reductions
-  (NCHW over (0, 2, 3)), at sizes a CPU runs in seconds;
+  a scalar, strided columns under few or many rows (rows 16-byte aligned
+  or not: an odd inner extent), "mid" reductions (NCHW over (0, 2, 3)) and
+  the general kernel's interleavings (reduced and kept runs alternating,
+  up to four of each, ending with either kind, chunked or not; five runs
+  fall back to passes), at sizes a CPU runs in seconds;
 * large cases (up to 16M elements): PyCudaHandler only (the suite has no
-  slow marker: they skip on every other handler).
+  slow marker: they skip on every other handler);
+* special values for the extremes (:func:`test_extremes_special_values`):
+  signed zeros, infinities, NaN among them and ties, per slice.
 
 The reference is plain NumPy on float64 copies of the values as the handler
 holds them (rounded to its format first), over the reduced axes moved last
@@ -179,6 +184,21 @@ LAYOUTS = [
     ("mid", (2, 3, 4, 5), (0, 3)), ("mid", (300, 3, 7), (0, 2)),
     ("mid-canon", (5, 1, 3, 127), (0, 2, 3)), ("mid", (1000, 7, 2), (-1, 0)),
     ("three-runs", (2, 3, 2, 3, 4), (0, 2, 4)),
+    ("cols-odd", (42, 3229), 0), ("cols-odd", (7, 1000, 33), 1),   # rows not 16-byte aligned
+    ("cols-odd-canon", (3, 1, 97, 23, 29), 0),                      # (3, 97 * 23 * 29) over 0
+    # the general kernel (sum_gen*): reduced and kept runs interleaved
+    ("gen-rkrk", (593, 4, 11, 11), (0, 2)),      # few outputs: chunked
+    ("gen-rkrk-vec", (97, 4, 11, 16), (0, 2)),   # packets where the input is aligned
+    ("gen-krkr", (5, 31, 7, 33), (1, 3)),        # rows first
+    ("gen-krkr-short", (300, 3, 200, 2), (1, -1)),   # many outputs of 6 elements
+    ("gen-krkrk", (3, 5, 7, 11, 13), (1, 3)),
+    ("gen-rkrkr", (9, 5, 7, 11, 13), (0, 2, 4)),
+    ("gen-4runs", (2, 3, 2, 3, 2, 3, 2, 3), (0, 2, 4, 6)),
+    ("gen-4runs-k", (3, 2, 3, 2, 3, 2, 3, 2), (1, 3, 5, 7)),
+    ("gen-chunked", (3000, 2, 50, 3), (0, 2)),   # 6 outputs of 150000
+    ("gen-krkr-long", (2, 3000, 3, 50), (1, 3)),   # the same, rows first
+    ("gen-canon", (5, 1, 7, 3, 1, 9), (0, 3, 4)),   # (5, 7, 3, 9) over (0, 2)
+    ("passes-5runs", (2,) * 10, (0, 2, 4, 6, 8)),   # beyond the general kernel
 ]
 
 
@@ -204,6 +224,8 @@ LARGE = [
     ("big-rows2", (400, 7035, 2), 2), ("big-cols-few", (42, 32276), 0),
     ("big-cols", (12, 1113, 344), 0), ("big-mid", (6, 1, 3, 275300), (0, 2, 3)),
     ("big-rows3", (81, 1, 1696, 3), 3), ("big-cols-many", (1048576, 16), 0),
+    ("big-cols-odd", (42, 322763), 0), ("big-cols-odd4", (3, 6197, 23, 29), 0),
+    ("big-gen-rkrk", (1031, 64, 13, 16), (0, 2)), ("big-gen-krkr", (64, 1000, 16, 13), (1, 3)),
 ]
 LARGE_KINDS = {"sum_t": ("ints",), "mean_t": ("pos",), "max_t": ("ints",),
                "min_t": ("nan",), "argmax_t": ("ints", "nan")}
@@ -478,6 +500,89 @@ def test_argmax_index_limit(handler, rng, extra):
                       f"argmax_t on {handler!r} over {n}")
 
 
+#: (tag, shape, axis) of the special-value cases: rows short and long, a
+#: 1-D scalar, columns whose rows are 16-byte aligned or not, many or few
+SPECIAL = [("short", (1000, 5), 1), ("rows", (7, 333), 1), ("long", (3, 70001), -1),
+           ("scalar1d", (65537,), 0), ("cols", (33, 64), 0), ("cols-odd", (33, 63), 0),
+           ("cols-many", (4097, 3), 0), ("cols-mid", (5, 301, 7), 1)]
+#: what a slice holds, in turn (see special_slice)
+SCENARIOS = ("zeros", "zeros-neg", "zeros-pos", "-inf", "+inf", "infs", "infs-nan", "ties",
+             "nan-first", "numbers")
+
+
+def special_slice(scenario, n, r):
+    """n host values of ``scenario``: ``zeros`` signed zeros alone (both
+    signs when n > 1); ``zeros-neg`` signed zeros and negative numbers (the
+    max is a zero); ``zeros-pos`` signed zeros and positive ones (the min is
+    a zero); ``-inf`` / ``+inf`` that infinity alone; ``infs`` both
+    infinities among numbers; ``infs-nan`` the same with one NaN;
+    ``ties`` small whole numbers, the largest and the smallest several
+    times; ``nan-first`` NaN first, then numbers; ``numbers`` numbers in
+    [-1, 1) (no zero)."""
+    zeros = np.where(r.random(n) < 0.5, -0.0, 0.0)
+    if n > 1:
+        zeros[r.permutation(n)[:2]] = (-0.0, 0.0)
+    if scenario == "zeros":
+        return zeros
+    if scenario in ("zeros-neg", "zeros-pos"):
+        x = np.abs(rand((n,), r)) * (-1 if scenario == "zeros-neg" else 1)
+        at = r.random(n) < 0.5
+        at[int(r.integers(n))] = True
+        x[at] = zeros[at]
+        return x
+    if scenario in ("-inf", "+inf"):
+        return np.full(n, -np.inf if scenario == "-inf" else np.inf)
+    if scenario.startswith("infs"):
+        x = rand((n,), r)
+        at = r.permutation(n)
+        x[at[: max(1, n // 4)]] = -np.inf
+        x[at[max(1, n // 4): max(2, n // 2)]] = np.inf
+        if scenario == "infs-nan":
+            x[int(r.integers(n))] = np.nan
+        return x
+    if scenario == "ties":
+        return r.integers(-2, 3, n).astype(np.float64)
+    x = rand((n,), r)
+    if scenario == "nan-first":
+        x[0] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("op", EXTREMES)
+@pytest.mark.parametrize("tag,shape,axis", SPECIAL, ids=[t for t, _, _ in SPECIAL])
+@pytest.mark.parametrize("in_off", [0, 1])
+def test_extremes_special_values(handler, rng, op, tag, shape, axis, in_off):
+    """``max_t``, ``min_t`` and ``argmax_t`` on slices of signed zeros,
+    infinities (alone: a slice of -inf has the max -inf), NaN among them,
+    ties and NaN first (:func:`special_slice`, the scenarios in turn over
+    the slices).  NaN wins; argmax is NumPy's (the first of equal maxima,
+    -0.0 and +0.0 equal, or the first NaN), exactly; max and min are the
+    element bit for bit, but a zero result may be either zero (they are
+    equal: which one the contract leaves open)."""
+    ax = axis % len(shape)
+    n = shape[ax]
+    if op == "argmax_t" and n - 1 > dtypes.exact_integers(np.dtype(handler.dtype)):
+        pytest.skip("argmax_t refuses indices inexact in the format (test_argmax_index_limit)")
+    kept = tuple(d for i, d in enumerate(shape) if i != ax)
+    rows = np.stack([special_slice(SCENARIOS[k % len(SCENARIOS)], n, rng)
+                     for k in range(math.prod(kept))])
+    data = np.moveaxis(rows.reshape(kept + (n,)), -1, ax)
+    a, ra = upload_view(handler, data, in_off, rng)
+    buf, out, _ = output_view(handler, kept, 1, rng)
+    getattr(handler, op)(a, axis, out)
+    got = handler.get_numpy_copy(out)
+    ref = np.moveaxis(ra, ax, -1).reshape(-1, n)
+    what = f"{op} on {handler!r}, {tag} {shape} axis {axis}"
+    if op == "argmax_t":
+        assert_bits_equal(got, np.argmax(ref, axis=1).astype(np.float64).reshape(kept), what)
+        return
+    want = getattr(np, op[:-2])(ref, axis=1).reshape(kept)
+    zero = want == 0
+    g = got.astype(np.float64)
+    assert not (zero & (g != 0)).any(), _where(g, want, zero & (g != 0), what + " (a zero)")
+    assert_bits_equal(np.where(zero, np.zeros_like(got), got), np.where(zero, 0.0, want), what)
+
+
 def test_cases_are_stable_and_cover_the_layouts():
     """The ids are a function of the master seed alone (a failure names a
     case that reruns), unique, and every op meets every layout it takes."""
@@ -486,9 +591,12 @@ def test_cases_are_stable_and_cover_the_layouts():
         assert len({c.id for c in cases}) == len(cases)
     assert all(math.prod(c.shape) <= BUDGET for c in RANDOM)
     every = {"rows2", "rows33", "rows64", "rows-canon", "medium", "long", "scalar1d",
-             "scalar-canon", "cols-few", "cols-many", "cols-canon", "cols-mid"}
+             "scalar-canon", "cols-few", "cols-many", "cols-canon", "cols-mid", "cols-odd",
+             "cols-odd-canon"}
     sums_only = {"rows-merged", "medium-merged", "scalar-merged", "cols-merged", "mid",
-                 "mid-canon", "three-runs"}
+                 "mid-canon", "three-runs", "gen-rkrk", "gen-rkrk-vec", "gen-krkr",
+                 "gen-krkr-short", "gen-krkrk", "gen-rkrkr", "gen-4runs", "gen-4runs-k",
+                 "gen-chunked", "gen-krkr-long", "gen-canon", "passes-5runs"}
     for op in OPS:
         assert sum(c.op == op for c in RANDOM) == RANDOM_CASES
         tags = {c.tag for c in LAYOUT if c.op == op}

@@ -6,21 +6,24 @@ Planning has two steps, both pure functions of shapes and the device (no
 handler), cached by the handler per combination:
 
 1. ``layout``: the input's size-1 axes are dropped and adjacent reduced (and
-   adjacent kept) axes merged, which leaves one of three layouts, or several
-   passes for the rare interleavings beyond them: ``rows`` (each reduced
+   adjacent kept) axes merged, which leaves one of three layouts, or
+   ``passes`` for the interleavings beyond them: ``rows`` (each reduced
    segment contiguous), ``cols`` (a reduced axis with contiguous kept axes
    after it) and ``mid`` (kept axes between reduced ones: the conv bias
    gradient, (0, 2, 3) of NCHW).
-2. ``plan_rows``, ``plan_cols``, ``plan_mid``: the kernel, its grid and its
-   chunking, from the device's multiprocessors and threads per
-   multiprocessor.  The rules (each planner's docstring says why): enough
-   blocks to keep the loads in flight that hide memory latency; chunks of a
-   long axis only as far as that needs, so the in-launch second stage stays
-   small; never a second launch.
+2. ``plan_rows``, ``plan_cols``, ``plan_mid``, ``plan_gen`` (the ``passes``
+   layouts of up to GEN_RUNS merged runs of each kind, in one launch): the
+   kernel, its grid and its chunking, from the device's multiprocessors and
+   threads per multiprocessor.  The rules (each planner's docstring says
+   why): enough blocks to keep the loads in flight that hide memory latency;
+   chunks of a long axis only as far as that needs, so the in-launch second
+   stage stays small; never a second launch.  Layouts beyond ``plan_gen``
+   run ``sum_passes``: one launch per merged run of reduced axes.
 
 The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
-divided by the count as it is stored: one launch) or ``pick`` (max, min,
-argmax: the ``kind`` argument).
+divided by the count as it is stored: one launch), ``max`` and ``min`` (the
+value alone, kept as a sum keeps its total) or ``pick`` (argmax: a value and
+its index).
 """
 import math
 from typing import NamedTuple
@@ -52,7 +55,8 @@ class Plan(NamedTuple):
     counters: int
 
 
-#: The code of each pick (the kernels' ``kind``)
+#: The code of each extreme (the kernels' ``kind``: only ``pick``, argmax's
+#: family, reads it; max and min have kernels of their own)
 PICK_KINDS = {"max": 0, "min": 1, "argmax": 2}
 #: Bytes of a pick's partial state: the value and its int64 index
 PICK_STATE = 16
@@ -61,6 +65,17 @@ PICK_STATE = 16
 ROW_UNROLL = 4
 #: Elements of a ``*_short`` tile in shared memory (SHORT_TILE in reduce.cu)
 SHORT_TILE = BLOCK * 8
+#: The most columns a thread of ``*_cols`` (scalar loads) reads, tx apart
+#: (SCALAR_COLS in reduce.cu; ``scalar_cols``)
+SCALAR_COLS = 4
+#: Rows a trip of the general kernels ``sum_gen*`` (GEN_UNROLL in reduce.cu)
+GEN_UNROLL = 7
+#: The most merged runs of reduced (and of kept) axes that ``sum_gen*`` takes
+#: (the four digits of reduce.cu's GenArgs)
+GEN_RUNS = 4
+#: The most kernel arguments the one-call path takes (MAX_PARAMS in
+#: ``_one_call.c``): a plan with more stays in Python
+ONE_CALL_PARAMS = 12
 
 
 def layout(shape, axes):
@@ -104,10 +119,12 @@ def _pow2(x):
 
 def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
     """The ``Plan`` of a reduction of each contiguous row of n elements:
-    ``width`` elements per 16-byte packet, ``family`` "sum" or "pick",
-    ``sms`` and ``sm_threads`` the device's multiprocessors and threads per
-    multiprocessor, ``div`` the count a mean divides by (1: a sum), ``kind``
-    the pick, ``suffix`` the kernels' ("_wide": a sum in the compute format).
+    ``width`` elements per 16-byte packet, ``family`` "sum", "max", "min"
+    or "pick" (argmax), ``sms`` and ``sm_threads`` the device's
+    multiprocessors and threads per multiprocessor, ``div`` the count a mean
+    divides by (1: a sum), ``kind`` the code of ``PICK_KINDS`` (read by
+    "pick" alone), ``suffix`` the kernels' ("_wide": a sum in the compute
+    format).
 
     * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
     * rows enough for half the resident warps: ``*_rows``, a warp per row;
@@ -146,9 +163,59 @@ def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix):
 
 
 def _state(family, width):
-    """Bytes of one partial state: a pick's (value, index) or a sum in the
-    compute format (float for the halves, whose packets hold 8)."""
+    """Bytes of one partial state: a pick's (value, index), or a sum's, a
+    max's or a min's one value in the compute format (float for the halves,
+    whose packets hold 8)."""
     return PICK_STATE if family == "pick" else (4 if width >= 4 else 8)
+
+
+def family_of(kind):
+    """The kernel family of an extreme (``PICK_KINDS``'s keys): max and min
+    keep the value alone, argmax a value and its index ("pick")."""
+    return kind if kind in ("max", "min") else "pick"
+
+
+def scalar_cols(width, family="sum"):
+    """Columns a thread of ``*_cols`` reads for packets of ``width``
+    elements (reduce.cu's kScalarCols and exports): the packet's, at most
+    SCALAR_COLS; one for double (width 2), whose loads of 8 bytes already
+    hold as many bytes in flight as a packet trip, and for argmax ("pick"),
+    whose (value, index) states of several columns spill registers."""
+    return 1 if width <= 2 or family == "pick" else min(width, SCALAR_COLS)
+
+
+def _tile(cols, n, trip, rows_first=False):
+    """(tx, ty) of a column kernel's block: tx threads across ``cols``
+    thread columns, ty down ``n`` rows, each giving ``trip`` rows a trip.
+    Lanes go first where memory is contiguous: across the columns (at most
+    32: a warp reads one contiguous run), or with ``rows_first`` down the
+    rows (``plan_gen``'s layouts that end with reduced axes), as many as
+    give each ``trip`` rows.  Then the rest of the block widens the other way
+    (an axis too short for ty rows of ``trip`` each gives its threads to the
+    columns, down to ty = 1)."""
+    wide, deep = _pow2(cols), _pow2(-(-n // trip))
+    if rows_first:
+        ty = min(BLOCK, deep)
+    else:
+        ty = max(1, min(BLOCK // min(32, wide), deep))
+    tx = min(BLOCK // ty, wide)
+    return tx, BLOCK // tx
+
+
+def _chunking(base, n, ty, trip, sms, sm_threads):
+    """(chunk, chunks) of a column kernel's n rows, ``base`` tasks before
+    chunking: too few tasks to give every multiprocessor half its resident
+    blocks split the rows (half: each thread's loads in flight keep enough
+    bytes in flight, and fewer chunks keep the second stage small), each
+    chunk whole trips of the block's rows (the kernel's fast loop)."""
+    target = sms * sm_threads // BLOCK // 2
+    chunks = 1
+    if base < target:
+        chunks = max(1, min(-(-target // base), n // (ty * trip)))
+    chunk = -(-n // chunks)
+    if chunks > 1:
+        chunk += -chunk % (ty * trip)
+    return chunk, -(-n // chunk)
 
 
 def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, kind=0,
@@ -157,40 +224,39 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     inner) view, inner > 1 (arguments as ``plan_rows``'s; ``aligned``:
     whether the input starts on 16 bytes).
 
-    A block of tx * ty threads: tx across the columns (V-wide loads where the
-    rows stay 16-byte aligned), ty down the rows, each thread with UNROLL
-    loads in flight.  tx is at most 32 (a warp reads 512 contiguous bytes),
-    unless the axis is too short to give ty rows UNROLL loads each: then the
-    block widens across the columns, down to ty = 1 (every thread reads its
-    whole column in one trip, no partials to combine).  Slabs of n * inner
-    <= SHORT_TILE elements go to ``*_short`` instead, many to a block (a
-    block per tiny tile would wait on latency, not bandwidth).  Too few tiles to
-    give every multiprocessor half its resident blocks split the rows into
-    chunks (half: each thread's UNROLL loads keep enough bytes in flight,
-    and fewer chunks keep the second stage small; 4 blocks per SM beat 8 by
-    5 points of copy bandwidth on an H200 on 8192x4096 and 1Mx16 over axis
-    0)."""
+    A block of tx * ty threads (``_tile``): tx across the columns, ty down
+    the rows, each thread with UNROLL loads in flight a trip (SUM_UNROLL;
+    argmax's (value, index) pairs take PICK_UNROLL).  Where every row starts
+    on 16 bytes (``aligned`` and inner a multiple of the packet), a thread
+    reads a packet of adjacent columns (``*_cols_vec``: UNROLL rows a trip);
+    elsewhere it reads ``scalar_cols`` columns tx apart with scalar loads
+    (``*_cols``: UNROLL / columns rows a trip), so that each load of a warp
+    is still 32 consecutive elements and a thread keeps as many loads in
+    flight as one column of UNROLL rows did, in fewer rows: a short axis (42
+    rows) fills its first trip instead of trickling through single-row
+    trips.  Scalar columns beat peeling each row to alignment here: the
+    rows' misalignment changes from row to row, a peel per row per thread
+    would cost a branch a row, and the strided columns need none.  tx is at
+    most 32, unless the axis is too short to give ty rows a trip each: then
+    the block widens across the columns, down to ty = 1 (every thread
+    reads its whole column in one trip, no partials to combine).  Slabs of
+    n * inner <= SHORT_TILE elements go to ``*_short`` instead, many to a
+    block (a block per tiny tile would wait on latency, not bandwidth).  Too
+    few tiles for the device split the rows into chunks (``_chunking``; 4
+    blocks per SM beat 8 by 5 points of copy bandwidth on an H200 on
+    8192x4096 and 1Mx16 over axis 0)."""
     if n * inner <= SHORT_TILE:   # small slabs: a tile holds many of them
         return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix)
-    vec = width if aligned and inner % width == 0 else 1
-    cols = -(-inner // vec)
     unroll = PICK_UNROLL if family == "pick" else SUM_UNROLL
-    wide = _pow2(cols)
-    tx = min(32, wide)
-    ty = max(1, min(BLOCK // tx, _pow2(-(-n // unroll))))
-    tx = min(BLOCK // ty, wide)
-    ty = BLOCK // tx
+    vec = aligned and inner % width == 0
+    per = width if vec else scalar_cols(width, family)   # columns a thread
+    trip = unroll if vec else unroll // per           # rows a trip
+    cols = -(-inner // per)
+    tx, ty = _tile(cols, n, trip)
     tiles = -(-cols // tx)
     base = outer * tiles
-    target = sms * sm_threads // BLOCK // 2
-    chunks = 1
-    if base < target:
-        chunks = max(1, min(-(-target // base), n // (ty * unroll)))
-    chunk = -(-n // chunks)
-    if chunks > 1:   # whole trips of loads per thread (the kernel's fast loop)
-        chunk += -chunk % (ty * unroll)
-    chunks = -(-n // chunk)
-    kernel = f"{family}_cols{'_vec' if vec > 1 else ''}{suffix}"
+    chunk, chunks = _chunking(base, n, ty, trip, sms, sm_threads)
+    kernel = f"{family}_cols{'_vec' if vec else ''}{suffix}"
     launch = Launch(kernel, max(1, min(base * chunks, sms * 32)),
                     (outer, n, inner, chunk, chunks, div, tx, kind), BLOCK)
     if chunks == 1:
@@ -230,11 +296,92 @@ def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix=""):
     return Plan(launch, M * chunks * _state("sum", width), M)
 
 
+def _int32(x):
+    """x modulo 2^32 as a signed 32-bit int (an ``i`` argument): the kernels
+    add offsets modulo 2^32, which is exact wherever the true sum is below
+    2^31."""
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def gen_args(extents, reduced, ty):
+    """The trailing arguments of ``sum_gen*`` after ``kind`` (reduce.cu's
+    GenArgs, in order) for the merged ``extents`` (contiguous) reduced over
+    the merged axes ``reduced``, walked ty rows a step: yfast (1 where the
+    layout ends with a reduced run, whose rows are then contiguous); the
+    kept runs' extents (all but the outermost) and strides, innermost first;
+    the same of the reduced runs; ty's digits in the reduced runs' radices
+    (the outermost takes the quotient), the offset each digit's wrap adds
+    (rs[i + 1] - re[i] * rs[i]) and the step's offset.  Runs are padded to
+    GEN_RUNS with extent 1 and stride 0."""
+    strides = [math.prod(extents[i + 1:]) for i in range(len(extents))]
+    kept = [i for i in range(len(extents)) if i not in reduced]
+
+    def runs(axes):
+        ext = [extents[i] for i in reversed(axes)] + [1] * (GEN_RUNS - len(axes))
+        st = [strides[i] for i in reversed(axes)] + [0] * (GEN_RUNS - len(axes))
+        return ext, st
+
+    ke, ks = runs(kept)
+    re, rs = runs(reduced)
+    sd, q = [], ty
+    for e in re[:-1]:
+        sd.append(q % e)
+        q //= e
+    soff = sum(d * st for d, st in zip(sd + [q], rs))
+    wr = [rs[i + 1] - re[i] * rs[i] for i in range(GEN_RUNS - 1)]
+    yfast = int(reduced[-1] == len(extents) - 1)
+    return (yfast, *ke[:-1], *ks, *re[:-1], *rs, *sd, *map(_int32, wr), _int32(soff))
+
+
+def plan_gen(extents, reduced, aligned, width, family, sms, sm_threads, div=1, kind=0,
+             suffix=""):
+    """The ``Plan`` of a ``passes`` layout (``layout``'s merged ``extents``
+    and ``reduced`` axes) in one launch of ``sum_gen*``, or None where the
+    kernel does not take it: more than GEN_RUNS merged runs of either kind,
+    2^31 elements or more (its offsets are 32-bit), a family other than
+    "sum" (max_t and min_t take one axis, never such a layout) or a wide
+    sum (the passes' own).  Other arguments as ``plan_cols``'s.
+
+    The kernel is the column kernel of ``plan_cols`` with general offsets:
+    a column is an output element (the kept runs, in order) and a row a flat
+    index into the reduced runs, which each thread walks ty rows a step by
+    digits (adds and compares, no division; ``gen_args``).  A block of tx *
+    ty threads (``_tile``, GEN_UNROLL rows a trip) puts its lanes where
+    memory is contiguous: across consecutive outputs where kept axes end
+    the layout (packets of them where their extent allows, as
+    ``*_cols_vec``), down consecutive rows where reduced axes do (then a
+    warp of a long reduction reads a contiguous run, and many short ones
+    share a block).  An output's rows are split into chunks only where the
+    outputs leave the device idle (``_chunking``), finished in the same
+    launch: one launch replaces a pass per merged run of reduced axes and
+    its intermediate arrays."""
+    if family != "sum" or suffix or math.prod(extents) >= 2**31:
+        return None
+    kept = [i for i in range(len(extents)) if i not in reduced]
+    if len(kept) > GEN_RUNS or len(reduced) > GEN_RUNS:
+        return None
+    outputs = math.prod(extents[i] for i in kept)
+    n = math.prod(extents[i] for i in reduced)
+    ends_kept = kept[-1] == len(extents) - 1
+    vec = ends_kept and aligned and extents[-1] % width == 0
+    per = width if vec else 1
+    tx, ty = _tile(outputs // per, n, GEN_UNROLL, rows_first=not ends_kept)
+    tiles = -(-outputs // (tx * per))
+    chunk, chunks = _chunking(tiles, n, ty, GEN_UNROLL, sms, sm_threads)
+    launch = Launch(f"sum_gen{'_vec' if vec else ''}", max(1, min(tiles * chunks, sms * 32)),
+                    (1, n, outputs, chunk, chunks, div, tx, kind)
+                    + gen_args(extents, reduced, ty), BLOCK)
+    if chunks == 1:
+        return Plan(launch, 0, 0)
+    return Plan(launch, chunks * outputs * _state(family, width), tiles)
+
+
 def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
     """The ``Plan`` of a reduction of ``shape`` over ``axes`` (a sorted tuple
     in range) in one launch, or None where it takes several passes (``layout``
-    says which; ``plan_mid`` may decline too).  Other arguments as
-    ``plan_cols``'s.  Pure: the handler caches it per combination."""
+    says which; ``plan_mid`` and ``plan_gen`` may decline too).  Other
+    arguments as ``plan_cols``'s.  Pure: the handler caches it per
+    combination."""
     form, dims = layout(shape, axes)
     if form == "rows":
         return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix)
@@ -242,6 +389,8 @@ def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, su
         return plan_cols(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix)
     if form == "mid" and family == "sum":
         return plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix)
+    if form == "passes":
+        return plan_gen(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix)
     return None
 
 
@@ -272,8 +421,10 @@ def _planned(h, family, a, axis, form="TT", div=1, kind=0):
 
 def remember_sum(h, a, axis, out):
     """Store the launch of a checked sum_t combination for the one-call path,
-    or None if it stays in Python (nothing to launch, several passes, or a
-    chunked plan, which uses this group's workspace); once per combination."""
+    or None if it stays in Python (nothing to launch, several passes, a
+    chunked plan, which uses this group's workspace, or a kernel of more
+    arguments than the one-call path takes: ``sum_gen*``); once per
+    combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
     if key in h._sum_launches:
@@ -281,7 +432,7 @@ def remember_sum(h, a, axis, out):
     checked_axis = h._sum_shapes[(a.shape, axis, out.shape)]
     found = _planned(h, "sum", a, checked_axis) if a.size and out.size else None
     launch = None
-    if found and not found.counters:
+    if found and not found.counters and 4 + len(found.launch.args) <= ONE_CALL_PARAMS:
         first = found.launch
         fn = h._k[first.kernel]
         launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
@@ -305,11 +456,12 @@ def extreme_t(h, kind, a, axis, out):
     if not out.size:
         return
     # One int axis (the checks refuse others), so one launch always.
-    h._run_reduction(_planned(h, "pick", a, axis, kind=PICK_KINDS[kind]), a, out)
+    h._run_reduction(_planned(h, family_of(kind), a, axis, kind=PICK_KINDS[kind]), a, out)
 
 
 def sum_t(h, a, axis, out):
-    """The sum_t hook: one launch, or passes over separate runs of axes."""
+    """The sum_t hook: one launch, or passes over separate runs of axes
+    beyond ``plan_gen``'s."""
     _enter()
     if not out.size:
         return

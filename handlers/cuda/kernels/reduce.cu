@@ -1,7 +1,8 @@
 // The reduction engine: sum_t, mean_t, max_t, min_t and argmax_t.
 //
 // The host (handlers/cuda/reductions.py) drops size-1 axes, merges adjacent
-// reduced and adjacent kept axes, and so sees one of three layouts:
+// reduced and adjacent kept axes, and so sees one of three layouts, or a
+// general one:
 //
 //   rows  (rows, n): each reduced segment is contiguous (inner == 1).
 //         *_short  n <= SHORT_ROW (launch.py): a block copies a tile of whole rows to
@@ -12,21 +13,32 @@
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
 //   cols  (outer, n, inner), inner > 1: thread (x, y) of a tx * ty block
-//         owns V adjacent columns and walks down rows y, y + ty, ... with
-//         several loads in flight (predicated, so short axes keep them in
-//         flight too); the ty partials are then combined in y order.
+//         owns V columns (*_cols_vec: a 16-byte packet of adjacent ones;
+//         *_cols: scalars tx apart, where rows are not 16-byte aligned) and
+//         walks down rows y, y + ty, ... with several loads in flight
+//         (predicated, so short axes keep them in flight too); the ty
+//         partials are then combined in y order.
 //   mid   (A, M, I) summed over A and I (the conv bias gradient, (0, 2, 3)
 //         of NCHW): a block per (m, chunk of the A * I elements).
+//   gen   sum_gen*: reduced and kept runs interleaved beyond these (up to 4
+//         of each), the cols kernel with general offsets: a column is an
+//         output element, a row a flat index of the reduced runs, which a
+//         thread walks by digits (GenIx).
 //
 // One combine is a template parameter of every kernel:
-//   Sum<T>   compute-format sums (float for the halves), scaled by 1 / div
-//            as they are stored: mean_t is the same launch with div = n;
-//   Pick<T>  max (kind 0), min (1) or argmax (2): (value, index) pairs.  NaN
-//            wins, as in NumPy: a slice holding NaN gives NaN, and argmax the
-//            index of its first NaN; among equal values the first index wins.
-//            Values stay in T (compared widened), so max and min return the
-//            chosen element bit for bit; argmax stores st<T>(index): the host
-//            checks beforehand that every index is exact in T.
+//   Sum<T>      compute-format sums (float for the halves), scaled by 1 / div
+//               as they are stored: mean_t is the same launch with div = n;
+//   Max<T>, Min<T>  (Extreme) max_t and min_t: the value alone, one
+//               compute-format number a state as a sum's.  NaN wins, as in
+//               NumPy: a slice holding NaN gives NaN; otherwise the largest
+//               (smallest) element bit for bit (of equal ones such as -0.0
+//               and +0.0, one the shape decides);
+//   Pick<T>     argmax (kind 2; 0 and 1 are max and min, which run Extreme):
+//               (value, index) pairs.  NaN wins: argmax gives the index of
+//               the first NaN; among equal values the first index wins.
+//               Values stay in T (compared widened); argmax stores
+//               st<T>(index): the host checks beforehand that every index
+//               is exact in T.
 //
 // Long axes are split into `chunks`; the partial states go to a per-stream
 // workspace and the launch finishes them itself: the last group of a row
@@ -49,11 +61,26 @@ using sh::VecTraits;
 
 // Loads in flight per thread in the column kernels (SUM_UNROLL and
 // PICK_UNROLL in handlers/cuda/launch.py): the host sizes chunks by them.
-// A pick keeps a (value, index) pair per column, so it holds fewer loads.
+// An argmax keeps a (value, index) pair per column, so it holds fewer
+// loads; max and min keep one value, as a sum, and take SUM_UNROLL.
 constexpr int SUM_UNROLL = SH_SUM_UNROLL;
 constexpr int PICK_UNROLL = SH_PICK_UNROLL;
 // Loads in flight per thread in the row kernels.
 constexpr int ROW_UNROLL = 4;
+// Columns a thread of *_cols reads (scalar_cols in reductions.py): a packet's
+// elements, at most SCALAR_COLS (more spill registers), so that a thread of
+// 4-byte or 2-byte elements keeps several times the bytes of one column in
+// flight; double keeps one column, whose SUM_UNROLL loads of 8 bytes
+// already hold as many bytes as a packet trip (two columns held fewer loads
+// in flight in 64 registers).
+constexpr int SCALAR_COLS = 4;
+template <typename T>
+constexpr int kScalarCols = kVec<T> <= 2 ? 1 : kVec<T> < SCALAR_COLS ? kVec<T> : SCALAR_COLS;
+// Rows a trip in the general kernels (GEN_UNROLL in reductions.py): each
+// load's offset comes from the walk's digits and is held until the load
+// issues; 7 is the most that fit the 64 registers of 4 resident blocks
+// without spilling (8 packets of float spill).
+constexpr int GEN_UNROLL = 7;
 // Elements of a *_short tile: 8 loads in flight per thread.
 constexpr int SHORT_TILE = SH_BLOCK * 8;
 
@@ -142,6 +169,63 @@ struct Pick {
         return kind == 2 ? st<O>((compute_t<O>)s.i) : s.v;
     }
 };
+
+// The values of one 16-byte packet of T, in the compute format.
+template <typename T, typename VT>
+__device__ __forceinline__ sh::Packet<T> packet_values(VT v) {
+    if constexpr (sh::is_half_v<T>) {
+        return sh::widen_packet<T>(v);
+    } else {
+        sh::Packet<T> e;
+        memcpy(&e, &v, sizeof(VT));
+        return e;
+    }
+}
+
+// max_t (MAX) and min_t: the value alone, which is all they return (argmax_t
+// needs Pick's index).  The state is one compute-format value (4 bytes for
+// float and the halves, 8 for double): always an element widened, or the
+// identity, so result() gives that element bit for bit.  NaN wins as in
+// Pick: a NaN state is never replaced by a number, so a slice holding NaN
+// gives one of its NaNs.  Equal values (-0.0 and +0.0) keep the state's:
+// which zero comes back depends on the shape, never on timing.  A slice of
+// -inf alone (max) meets the identity -inf and gives -inf.
+template <typename T, bool MAX>
+struct Extreme {
+    using C = compute_t<T>;
+    using S = C;
+    __device__ static S identity(int) {
+        return MAX ? -sh::dm::infinity<C>() : sh::dm::infinity<C>();
+    }
+    // Does x replace s?  A NaN replaces anything; nothing replaces a NaN
+    // but a NaN (every comparison with NaN is false).
+    __device__ static bool wins(C x, C s) { return (MAX ? x > s : x < s) || x != x; }
+    __device__ static void add(S& s, T v, long long, int) {
+        const C x = ld(v);
+        if (wins(x, s)) s = x;
+    }
+    // A packet's values joined in a tree (independent compares), then into s.
+    template <typename VT>
+    __device__ static void add_packet(S& s, VT v, long long, int) {
+        sh::Packet<T> e = packet_values<T>(v);
+        constexpr int N = kVec<T>;
+#pragma unroll
+        for (int w = N / 2; w > 0; w /= 2) {
+#pragma unroll
+            for (int j = 0; j < w; ++j) e.v[j] = join(e.v[j], e.v[j + w], 0);
+        }
+        s = join(s, e.v[0], 0);
+    }
+    __device__ static S join(S a, S b, int) { return wins(b, a) ? b : a; }
+    __device__ static S down(S s, int o, int width) {
+        return __shfl_down_sync(0xffffffffu, s, o, width);
+    }
+    __device__ static S load_l2(const S* p) { return __ldcg(p); }
+    template <typename O>
+    __device__ static O result(S s, long long, int) { return st<O>(s); }
+};
+template <typename T> using Max = Extreme<T, true>;
+template <typename T> using Min = Extreme<T, false>;
 
 // The states of `width` adjacent lanes (a power of 2 up to 32) combined in
 // lane order; the result is in the group's first lane.
@@ -304,59 +388,207 @@ __device__ void rows_impl(const T* __restrict__ a, typename R::S* __restrict__ w
 template <typename T, int V> struct Load { using type = typename VecTraits<T>::type; };
 template <typename T> struct Load<T, 1> { using type = T; };
 
+// Where a column kernel's elements are, in elements: slab(o) is outer o's
+// first from the input's start (computed once a task, by cols_impl: inside
+// tile_reduce the compiler kept a trip's loads fewer in flight), base(col)
+// row 0 of column col from the slab, and offset(w, r) row r's from that,
+// where a Walk w follows the rows r, r + step, r + 2 * step, ... of a thread
+// (advance(w) to the next), so that the loads of one trip need no division.
+
+// The cols layout: an (outer, n, inner) array, contiguous.  Row r is at
+// r * inner: each load's address is independent of the others (a chain of
+// adds would hold the trip's loads back).
+struct PlainIx {
+    long long n, inner;
+    struct Walk {};
+    __device__ bool yfast() const { return false; }
+    __device__ long long slab(long long o) const { return o * n * inner; }
+    __device__ long long base(long long col) const { return col; }
+    __device__ Walk walk(long long, int) const { return {}; }
+    __device__ long long offset(const Walk&, long long r) const { return r * inner; }
+    __device__ void advance(Walk&) const {}
+};
+
+// The "passes" layouts (reductions.layout): up to 4 merged kept runs and 4
+// merged reduced runs, interleaved.  A column is a flat index of the output
+// (the kept runs in order) and a row a flat index of the reduced runs; the
+// host passes each kind's runs innermost first, padded to 4 with extent 1
+// and stride 0 (the outermost run's extent is never needed: it takes the
+// quotient).  Every offset and index is below 2^31 (the host sends larger
+// arrays through passes), so the digits are 32-bit.  The walk steps rows by
+// the block's ty, whose digits sd (each below its run's extent), offset
+// soff and carry offsets wr (wr[i] = rs[i + 1] - re[i] * rs[i]: digit i
+// wraps, digit i + 1 counts one more) the host computes: advance() is adds
+// and compares, one conditional subtraction a digit.  A digit beyond the
+// last real run may go wrong only once the row passes n, where no load is
+// made.  yfast: consecutive threads take consecutive rows (the reduced runs
+// end the layout: rows are contiguous) rather than columns.
+struct GenArgs {
+    int yfast;
+    int ke[3], ks[4];          // kept runs: extents, strides
+    int re[3], rs[4];          // reduced runs: extents, strides
+    int sd[3], wr[3], soff;    // the walk's step: digits, carries, offset
+};
+
+struct GenIx {
+    GenArgs g;
+    struct Walk { unsigned off; int d[3]; };
+    __device__ bool yfast() const { return g.yfast != 0; }
+    __device__ long long slab(long long) const { return 0; }   // outer is 1
+    __device__ long long base(long long col) const {
+        unsigned c = (unsigned)col, off = 0;
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            const unsigned q = c / (unsigned)g.ke[i];
+            off += (c - q * (unsigned)g.ke[i]) * (unsigned)g.ks[i];
+            c = q;
+        }
+        return off + c * (unsigned)g.ks[3];
+    }
+    // The digits of row r (any step: the host's sd are for blockDim / tx).
+    __device__ Walk walk(long long r, int) const {
+        Walk w;
+        unsigned q = (unsigned)r;
+        w.off = 0;
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            const unsigned p = q / (unsigned)g.re[i];
+            w.d[i] = (int)(q - p * (unsigned)g.re[i]);
+            w.off += (unsigned)w.d[i] * (unsigned)g.rs[i];
+            q = p;
+        }
+        w.off += q * (unsigned)g.rs[3];
+        return w;
+    }
+    __device__ long long offset(const Walk& w, long long) const { return w.off; }
+    __device__ void advance(Walk& w) const {
+        w.off += (unsigned)g.soff;
+        int c = 0;
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            w.d[i] += g.sd[i] + c;
+            c = w.d[i] >= g.re[i];
+            if (c) {
+                w.d[i] -= g.re[i];
+                w.off += (unsigned)g.wr[i];
+            }
+        }
+    }
+};
+
 // Reduces rows [r_begin, r_end) of one tile of columns [col0, col0 + tx * V)
-// of the (rows, inner) slab.  Thread (x, y) of the tx * ty block covers V
-// adjacent columns over rows y, y + ty, ...; the ty states of each column
-// are then combined in y order, and part[cc] holds column col0 + cc's state
-// for the columns cc = threadIdx.x, threadIdx.x + blockDim.x, ... below
-// tx * V (a thread reads only its own: no barrier needed before it does).
-// STAGE2: the slab is the workspace's states (the chunks' partials of a
-// column), read from L2.
-template <class R, typename T, int V, int U, bool STAGE2>
+// of the slab src.  Thread (x, y) of the tx * ty block covers V columns over rows
+// y, y + ty, ...: V adjacent ones read as one 16-byte packet (VEC), or V
+// columns tx apart read as scalars (every load of a warp is then 32
+// consecutive elements, and a thread keeps V times the bytes of one column
+// in flight).  The ty states of each column are then combined in y order,
+// and part[cc] holds column col0 + cc's state for the columns cc =
+// threadIdx.x, threadIdx.x + blockDim.x, ... below tx * V (a thread reads
+// only its own: no barrier needed before it does).  STAGE2: the rows are the
+// workspace's states (the chunks' partials of a column, laid out (outer,
+// chunks, inner)), read from L2.
+template <class R, class Ix, typename T, int V, bool VEC, int U, bool STAGE2>
 __device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __restrict__ states,
-                            long long inner, long long col0, long long r_begin, long long r_end,
-                            int tx, typename R::S* part, int kind) {
+                            const Ix& ix, long long inner, long long col0, long long r_begin,
+                            long long r_end, int tx, typename R::S* part, int kind) {
     using S = typename R::S;
-    using VT = typename Load<T, V>::type;
+    using VT = typename VecTraits<T>::type;
     const int ty = blockDim.x / tx;
-    const int x = threadIdx.x % tx, y = threadIdx.x / tx;
+    const bool yf = !VEC && ix.yfast();   // packets: the kept runs end the layout
+    const int x = yf ? threadIdx.x / ty : threadIdx.x % tx;
+    const int y = yf ? threadIdx.x % ty : threadIdx.x / tx;
     const int tile_cols = tx * V;
-    const long long col = col0 + (long long)x * V;
+    const int cstep = VEC ? 1 : tx;   // between the thread's columns
+    const long long col = col0 + (VEC ? (long long)x * V : x);
     S acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = R::identity(kind);
-    if (col < inner) {
+    if (col < inner) {   // VEC: inner % V == 0, so the whole packet is in
         if constexpr (!STAGE2) {
-            const T* base = src + col;
+            // Column j's offset from the first; columns past inner (the
+            // scalar path's last tile) read the last column instead: their
+            // states are never stored, and no load needs a column predicate
+            // (with one a row, they outnumber the predicate registers and
+            // the loads trickle out one by one).
+            int cj[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                cj[j] = VEC ? j : (int)min((long long)j * cstep, inner - 1 - col);
+            const T* base = src + ix.base(col);
             long long r = r_begin + y;
-            // Whole trips of U loads in flight (the host sizes chunks in
-            // them), then predicated trips of U / 4 for the rest: a short
-            // axis keeps several loads in flight too.
+            typename Ix::Walk w = ix.walk(r, ty);
+            // Whole trips of U rows in flight (the host sizes chunks in
+            // them), then predicated trips of UT rows for the rest: a short
+            // axis keeps several loads in flight too.  Each row is one
+            // packet (VEC) or V scalars.
             for (; r + (U - 1) * ty < r_end; r += (long long)U * ty) {
-                VT v[U];
+                if constexpr (VEC) {
+                    VT v[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u)
-                    v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
+                    for (int u = 0; u < U; ++u) {
+                        v[u] = *reinterpret_cast<const VT*>(base + ix.offset(w, r + u * ty));
+                        ix.advance(w);
+                    }
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const T* e = reinterpret_cast<const T*>(&v[u]);
-#pragma unroll
-                    for (int j = 0; j < V; ++j) R::add(acc[j], e[j], r + u * ty, kind);
-                }
-            }
-            constexpr int UT = U / 4;   // the rest, UT loads in flight a trip
-            for (; r < r_end; r += (long long)UT * ty) {
-                VT v[UT];
-#pragma unroll
-                for (int u = 0; u < UT; ++u)
-                    if (r + u * ty < r_end)
-                        v[u] = *reinterpret_cast<const VT*>(base + (r + u * ty) * inner);
-#pragma unroll
-                for (int u = 0; u < UT; ++u) {
-                    if (r + u * ty < r_end) {
+                    for (int u = 0; u < U; ++u) {
                         const T* e = reinterpret_cast<const T*>(&v[u]);
 #pragma unroll
                         for (int j = 0; j < V; ++j) R::add(acc[j], e[j], r + u * ty, kind);
+                    }
+                } else {
+                    T v[U][V];
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const T* p = base + ix.offset(w, r + u * ty);
+#pragma unroll
+                        for (int j = 0; j < V; ++j) v[u][j] = p[cj[j]];
+                        ix.advance(w);
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+#pragma unroll
+                        for (int j = 0; j < V; ++j) R::add(acc[j], v[u][j], r + u * ty, kind);
+                    }
+                }
+            }
+            // The rest: ceil(U / 4) rows a trip, or with V scalar columns
+            // all U rows of a trip, which are few (UNROLL / V): then one
+            // round trip reads an axis of U rows, as one column's did.
+            constexpr int UT = VEC || V == 1 ? (U + 3) / 4 : U;
+            for (; r < r_end; r += (long long)UT * ty) {
+                if constexpr (VEC) {
+                    VT v[UT];
+#pragma unroll
+                    for (int u = 0; u < UT; ++u) {
+                        if (r + u * ty < r_end)
+                            v[u] = *reinterpret_cast<const VT*>(base + ix.offset(w, r + u * ty));
+                        ix.advance(w);
+                    }
+#pragma unroll
+                    for (int u = 0; u < UT; ++u) {
+                        if (r + u * ty < r_end) {
+                            const T* e = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+                            for (int j = 0; j < V; ++j) R::add(acc[j], e[j], r + u * ty, kind);
+                        }
+                    }
+                } else {
+                    T v[UT][V];
+#pragma unroll
+                    for (int u = 0; u < UT; ++u) {
+                        const T* p = base + ix.offset(w, r + u * ty);
+                        if (r + u * ty < r_end) {
+#pragma unroll
+                            for (int j = 0; j < V; ++j) v[u][j] = p[cj[j]];
+                        }
+                        ix.advance(w);
+                    }
+#pragma unroll
+                    for (int u = 0; u < UT; ++u) {
+                        if (r + u * ty < r_end) {
+#pragma unroll
+                            for (int j = 0; j < V; ++j) R::add(acc[j], v[u][j], r + u * ty, kind);
+                        }
                     }
                 }
             }
@@ -366,12 +598,14 @@ __device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __re
             for (long long r = r_begin + y; r < r_end; r += ty) {
 #pragma unroll
                 for (int j = 0; j < V; ++j)
-                    if (col + j < inner) acc[j] = R::join(acc[j], R::load_l2(base + r * inner + j), kind);
+                    if (col + (long long)j * cstep < inner)
+                        acc[j] = R::join(acc[j], R::load_l2(base + r * inner + j * cstep), kind);
             }
         }
     }
 #pragma unroll
-    for (int j = 0; j < V; ++j) part[y * tile_cols + x * V + j] = acc[j];
+    for (int j = 0; j < V; ++j)
+        part[y * tile_cols + (VEC ? x * V + j : x + j * tx)] = acc[j];
     __syncthreads();
     for (int cc = threadIdx.x; cc < tile_cols; cc += blockDim.x) {
         S s = part[cc];
@@ -384,9 +618,9 @@ __device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __re
 // chunk) task writes its states to ws, laid out (outer, chunks, inner), and
 // bumps the tile's counter; the block that finishes a tile's last chunk
 // combines the tile's states in chunk order and resets the counter.
-template <class R, typename T, int V, int U, typename O>
+template <class R, class Ix, typename T, int V, bool VEC, int U, typename O>
 __device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ ws,
-                          O* __restrict__ out, unsigned int* __restrict__ counters,
+                          O* __restrict__ out, unsigned int* __restrict__ counters, const Ix& ix,
                           long long outer, long long n, long long inner, long long chunk,
                           long long chunks, long long div, int tx, int kind) {
     using S = typename R::S;
@@ -401,16 +635,17 @@ __device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ w
         const long long tile = rem / chunks, ch = rem - tile * chunks;
         const long long col0 = tile * tile_cols;
         const long long ncols = min(tile_cols, inner - col0);   // this tile's columns
-        const T* slab = a + o * n * inner;
+        const T* slab = a + ix.slab(o);
         if (chunks == 1) {
-            tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, 0, n, tx, part, kind);
+            tile_reduce<R, Ix, T, V, VEC, U, false>(slab, nullptr, ix, inner, col0, 0, n, tx,
+                                                    part, kind);
             for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
                 out[o * inner + col0 + cc] = R::template result<O>(part[cc], div, kind);
             __syncthreads();
             continue;
         }
-        tile_reduce<R, T, V, U, false>(slab, nullptr, inner, col0, ch * chunk,
-                                       min(n, (ch + 1) * chunk), tx, part, kind);
+        tile_reduce<R, Ix, T, V, VEC, U, false>(slab, nullptr, ix, inner, col0, ch * chunk,
+                                                min(n, (ch + 1) * chunk), tx, part, kind);
         for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
             ws[(o * chunks + ch) * inner + col0 + cc] = part[cc];
         __threadfence();   // this block's partials reach L2 before the count does
@@ -423,8 +658,8 @@ __device__ void cols_impl(const T* __restrict__ a, typename R::S* __restrict__ w
         __syncthreads();
         if (last) {
             __threadfence();
-            tile_reduce<R, T, V, U, true>(nullptr, ws + o * chunks * inner, inner, col0, 0,
-                                          chunks, tx, part, kind);
+            tile_reduce<R, Ix, T, V, VEC, U, true>(nullptr, ws + o * chunks * inner, ix, inner,
+                                                   col0, 0, chunks, tx, part, kind);
             for (int cc = threadIdx.x; cc < ncols; cc += blockDim.x)
                 out[o * inner + col0 + cc] = R::template result<O>(part[cc], div, kind);
         }
@@ -525,10 +760,11 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
 // kernels' third number is the chunk, but *_short's is `inner`; ws, the
-// workspace of partial states, holds compute_t<T> (sums) or 16-byte (value,
-// index) pairs (picks).  Every sum kernel also exists as a "wide" one,
-// NAME_wide_SUF, whose output is in the compute format (for the halves: a
-// sum that a later pass or mean_t's scaling reads before the one rounding).
+// workspace of partial states, holds compute_t<T> (sums, max, min) or
+// 16-byte (value, index) pairs (argmax's picks).  Every sum kernel but
+// sum_gen* also exists as a "wide" one, NAME_wide_SUF, whose output is in
+// the compute format (for the halves: a sum that a later pass or mean_t's
+// scaling reads before the one rounding).
 #define SH_EXPORT_ROWS(R, T, O, NAME, BOUNDS, BODY)                                  \
     extern "C" __global__ void __launch_bounds__(BOUNDS)                             \
     NAME(const T* a, void* ws, O* out, unsigned int* counters, long long rows,       \
@@ -544,13 +780,30 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_ROWS(R, T, O, PRE##_long##SUF, SH_BLOCK,                               \
                    (rows_impl<R, true, T, O>(a, static_cast<typename R::S*>(ws), out, \
                                              counters, rows, n, chunk, chunks, div, kind)))
-#define SH_EXPORT_COLS(R, T, V, U, O, NAME, MIN_BLOCKS)                              \
+#define SH_EXPORT_COLS(R, T, V, VEC, U, O, NAME, MIN_BLOCKS)                         \
     extern "C" __global__ void __launch_bounds__(SH_BLOCK, MIN_BLOCKS)               \
     NAME(const T* a, void* ws, O* out, unsigned int* counters, long long outer,      \
          long long n, long long inner, long long chunk, long long chunks,            \
          long long div, int tx, int kind) {                                          \
-        cols_impl<R, T, V, U, O>(a, static_cast<typename R::S*>(ws), out, counters,  \
-                                 outer, n, inner, chunk, chunks, div, tx, kind);     \
+        cols_impl<R, PlainIx, T, V, VEC, U, O>(a, static_cast<typename R::S*>(ws), out, \
+                                               counters, PlainIx{n, inner}, outer, n,  \
+                                               inner, chunk, chunks, div, tx, kind);   \
+    }
+// The general kernels (GenIx): the column kernel's arguments (outer is 1,
+// inner the outputs), then GenArgs's in order.
+#define SH_EXPORT_GEN(R, T, V, VEC, U, O, NAME)                                      \
+    extern "C" __global__ void __launch_bounds__(SH_BLOCK, 4)                        \
+    NAME(const T* a, void* ws, O* out, unsigned int* counters, long long outer,      \
+         long long n, long long inner, long long chunk, long long chunks,            \
+         long long div, int tx, int kind, int yfast, int ke0, int ke1, int ke2,      \
+         int ks0, int ks1, int ks2, int ks3, int re0, int re1, int re2, int rs0,     \
+         int rs1, int rs2, int rs3, int sd0, int sd1, int sd2, int wr0, int wr1,     \
+         int wr2, int soff) {                                                        \
+        const GenIx ix{{yfast, {ke0, ke1, ke2}, {ks0, ks1, ks2, ks3}, {re0, re1, re2}, \
+                        {rs0, rs1, rs2, rs3}, {sd0, sd1, sd2}, {wr0, wr1, wr2}, soff}}; \
+        cols_impl<R, GenIx, T, V, VEC, U, O>(a, static_cast<typename R::S*>(ws), out,  \
+                                             counters, ix, outer, n, inner, chunk,     \
+                                             chunks, div, tx, kind);                   \
     }
 #define SH_EXPORT_MID(T, V, O, NAME)                                                 \
     extern "C" __global__ void __launch_bounds__(SH_MID_BLOCK)                       \
@@ -562,22 +815,36 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
 // The column kernels are bound to 4 resident blocks per multiprocessor (64
 // registers a thread, as many as the earlier sum_cols used): unbounded, the
 // compiler kept every load of a trip in its own registers (156 a thread for
-// float) and one block fit per multiprocessor.  A pick's packets of halves
-// hold 8 (value, index) pairs, so they are bound to 3.
+// float) and one block fit per multiprocessor.  An argmax's packets of
+// halves hold 8 (value, index) pairs, so they are bound to 3.  *_cols read
+// kScalarCols<T> columns a thread (the strided scalar path; argmax one: four
+// (value, index) states spill), *_cols_vec one packet's; max and min keep
+// one value a column, as a sum does, and so get SUM_UNROLL loads in flight.
 // Every sum kernel of format T (suffix SUF, packets of V elements), output
 // in O (T, or the compute format for the "wide" ones, W = _wide).
 #define SH_EXPORT_SUMS_TO(T, V, SUF, O, W)                                           \
     SH_EXPORT_ROW_KINDS(Sum<T>, T, O, sum, W##_##SUF)                                \
-    SH_EXPORT_COLS(Sum<T>, T, 1, SUM_UNROLL, O, sum_cols##W##_##SUF, 4)                 \
-    SH_EXPORT_COLS(Sum<T>, T, V, SUM_UNROLL, O, sum_cols_vec##W##_##SUF, 4)             \
+    SH_EXPORT_COLS(Sum<T>, T, kScalarCols<T>, false, SUM_UNROLL / kScalarCols<T>, O,          \
+                   sum_cols##W##_##SUF, 4)                                           \
+    SH_EXPORT_COLS(Sum<T>, T, V, true, SUM_UNROLL, O, sum_cols_vec##W##_##SUF, 4)      \
     SH_EXPORT_MID(T, 1, O, sum_mid##W##_##SUF)                                       \
     SH_EXPORT_MID(T, V, O, sum_mid_vec##W##_##SUF)
+// max_t or min_t (R: Max<T> or Min<T>, kernel names PRE_...).
+#define SH_EXPORT_EXTREMES(R, T, V, SUF, PRE)                                        \
+    SH_EXPORT_ROW_KINDS(R, T, T, PRE, _##SUF)                                        \
+    SH_EXPORT_COLS(R, T, kScalarCols<T>, false, SUM_UNROLL / kScalarCols<T>, T,               \
+                   PRE##_cols_##SUF, 4)                                              \
+    SH_EXPORT_COLS(R, T, V, true, SUM_UNROLL, T, PRE##_cols_vec_##SUF, 4)
 #define SH_EXPORT_ALL(T, V, SUF)                                                     \
     SH_EXPORT_SUMS_TO(T, V, SUF, T, )                                                \
     SH_EXPORT_SUMS_TO(T, V, SUF, sh::compute_t<T>, _wide)                            \
+    SH_EXPORT_GEN(Sum<T>, T, 1, false, GEN_UNROLL, T, sum_gen_##SUF)                   \
+    SH_EXPORT_GEN(Sum<T>, T, V, true, GEN_UNROLL, T, sum_gen_vec_##SUF)                \
+    SH_EXPORT_EXTREMES(Max<T>, T, V, SUF, max)                                       \
+    SH_EXPORT_EXTREMES(Min<T>, T, V, SUF, min)                                       \
     SH_EXPORT_ROW_KINDS(Pick<T>, T, T, pick, _##SUF)                                 \
-    SH_EXPORT_COLS(Pick<T>, T, 1, PICK_UNROLL, T, pick_cols_##SUF, 4)                   \
-    SH_EXPORT_COLS(Pick<T>, T, V, PICK_UNROLL, T, pick_cols_vec_##SUF, 3)
+    SH_EXPORT_COLS(Pick<T>, T, 1, false, PICK_UNROLL, T, pick_cols_##SUF, 4)              \
+    SH_EXPORT_COLS(Pick<T>, T, V, true, PICK_UNROLL, T, pick_cols_vec_##SUF, 3)
 
 SH_EXPORT_ALL(float, 4, f32)
 SH_EXPORT_ALL(double, 2, f64)
