@@ -506,14 +506,14 @@ def test_generated_source(dtype):
     assert f'extern "C" __global__ void __launch_bounds__(256) {name}(' in src
     assert f"using T = {ctype};" in src and '#include "fused.cuh"' in src
     assert "const T s_beta = sp_beta ? *sp_beta : sv_beta;" in src
-    assert "const T t0_y = ((s_alpha * v_x) + s_beta);" in src
+    assert "const T t0_y = (fx::mul(s_alpha, v_x) + s_beta);" in src   # no FMA
     assert "out_y[e] = r.y;" in src and "long long n, long long cols" in src
     fmt = fused_source.kernel_format(AFFINE, dtype)
     assert fmt == f"PP{code}P{code}Pqq"
     assert signature_codes(src).replace("T", code) == fmt
     gelu = fused_source.kernel_source(GELU, dtype, 256)
     lit = "0.5f" if dtype == np.float32 else "0.5"
-    assert f"({lit} * v_x)" in gelu and "dm::tanh(" in gelu and "fx::ipow<3>(v_x)" in gelu
+    assert f"fx::mul({lit}, v_x)" in gelu and "dm::tanh(" in gelu and "fx::ipow<3>(v_x)" in gelu
     assert "in_b[c.d0]" in fused_source.kernel_source(BIAS_RELU, dtype, 256)
     assert "load_packet(in_b, c.d0)" in fused_source.kernel_source(BIAS_RELU, dtype, 256)
     acc = fused_source.kernel_source(ACCUMULATE, dtype, 256)

@@ -659,6 +659,10 @@ def test_plan_rows():
     assert plan(0, 5000, 8, 132, 2048, 8) == (1, 640)
     assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)     # the resident blocks
     assert plan(10 ** 6, 5000, 8, 132, 1536, 8) == (132 * 2, 640)    # fewer threads an SM
+    # streamed rows: the partial rows within half of a 50 MiB L2 (held rows ignore it)
+    assert plan(10 ** 4, 50257, 8, 132, 2048, 8, 50 << 20) == (
+        (25 << 20) // (8 * 50257), fused_source.ROW_BLOCK)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 50 << 20) == (132 * 3, 640)
     assert plan(10 ** 4, 10 ** 6, 8, 132, 2048, 8) == (
         fused_source.SUM_WORKSPACE // (8 * 10 ** 6), fused_source.ROW_BLOCK)
     assert [fused_source.sum_groups(g) for g in (1, 2, 3, 4, 5, 1056)] == [

@@ -151,7 +151,7 @@ def fused_arguments(h, op, args):
         rows = math.prod(full.shape[:-1])
         grid, block = fused_source.plan_rows(
             rows, cols, fused_source.held_elements(op, h.dtype), h._sms, h._sm_threads,
-            fused_source.sum_bytes(op, h.dtype))
+            fused_source.sum_bytes(op, h.dtype), h._l2_bytes)
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
     else:
         out = args[op.row.out]

@@ -52,7 +52,7 @@ from .launch import BLOCK
 #: operands, already parenthesised where needed; {C} the name of the compute
 #: format in the source).  Must cover OPERATIONS.
 CUDA = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "fx::mul({0}, {1})", "div": "({0} / {1})",
     "neg": "(-{0})", "pow": "dm::pow({0}, {1})",
     # comparisons give 1 or 0; every comparison with NaN is false (!= true)
     "lt": "({0} < {1} ? {C}(1) : {C}(0))", "le": "({0} <= {1} ? {C}(1) : {C}(0))",
@@ -348,7 +348,7 @@ SUM_WORKSPACE = 64 << 20
 
 
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
-def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0):
+def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
@@ -371,6 +371,10 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0):
     multiprocessor finish theirs (a softmax on an H200 ran 5-15% faster so
     than with a resident grid striding over the rows); with summed outputs,
     at most the resident blocks, as each block adds a partial row to combine.
+    A streamed row (longer than ROW_BLOCK * held) adds its terms into its
+    block's partial row in memory, reading and writing it once per row: the
+    grid then keeps the partial rows within half of ``l2_bytes`` (the GPU's
+    L2 cache; 0: unknown, no such limit), so that this traffic stays in L2.
     """
     if cols <= 32 * held:
         width = 1
@@ -383,8 +387,11 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0):
         needed = rows
     grid = min(needed, 2**31 - 1)
     if sum_bytes:
-        grid = min(grid, sms * max(1, sm_threads // block))
-        grid = max(1, min(grid, SUM_WORKSPACE // (sum_bytes * max(1, cols))))
+        row_bytes = sum_bytes * max(1, cols)
+        grid = min(grid, sms * max(1, sm_threads // block), SUM_WORKSPACE // row_bytes)
+        if l2_bytes and cols > ROW_BLOCK * held:
+            grid = min(grid, l2_bytes // 2 // row_bytes)
+        grid = max(1, grid)
     return grid, block
 
 

@@ -134,6 +134,7 @@ class PyCudaHandler(Handler):
         self._sms = sms
         self._sm_threads = ext.device_attribute(kernel_loader.MAX_THREADS_PER_MULTIPROCESSOR,
                                                 device)
+        self._l2_bytes = ext.device_attribute(kernel_loader.L2_CACHE_SIZE, device)
         self._pool = DeviceMemoryPool()
         # cuBLAS's recommended workspace: 32 MiB on Hopper and later, else 4 MiB.
         major = ext.device_attribute(kernel_loader.COMPUTE_CAPABILITY_MAJOR, device)
@@ -163,7 +164,7 @@ class PyCudaHandler(Handler):
 
     #: What twins share (Handler.twin): the device, memory pool, streams and
     #: their scratch, random counter, cuDNN plans and the release hook.
-    _FAMILY = ("blas", "deterministic", "_sms", "_sm_threads", "_pool", "_slots",
+    _FAMILY = ("blas", "deterministic", "_sms", "_sm_threads", "_l2_bytes", "_pool", "_slots",
                "_all_slots", "_max_blocks", "_rng", "_rng_lock", "_conv_plans", "_conv_pins",
                "_pinned",
                "_uploads", "_free_events", "_resources")

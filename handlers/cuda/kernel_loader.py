@@ -24,6 +24,7 @@ KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 MULTIPROCESSOR_COUNT = 16
 COMPUTE_CAPABILITY_MAJOR = 75
 MAX_THREADS_PER_MULTIPROCESSOR = 39
+L2_CACHE_SIZE = 38
 _cubins = {}
 _modules = {}
 _launch = None

@@ -2,7 +2,8 @@
 //
 // Each elementwise helper here has a NumPy twin in handlers/fused.py (NUMPY)
 // that does the same operations in the same order, so the two backends agree
-// up to the rounding of the math library (and nvcc's fused multiply-adds).
+// up to the rounding of the math library (products are rounded on their own,
+// never fused into multiply-adds: see mul below).
 // The row kernels' reductions (below) group their sums differently from
 // NumPy's pairwise sums, so those agree to the rounding of a sum.
 #ifndef STREAMHANDLERS_KERNELS_FUSED_CUH
@@ -17,6 +18,13 @@ __device__ __forceinline__ float log1p(float x) { return ::log1pf(x); }
 __device__ __forceinline__ double log1p(double x) { return ::log1p(x); }
 __device__ __forceinline__ float erf(float x) { return ::erff(x); }
 __device__ __forceinline__ double erf(double x) { return ::erf(x); }
+
+// A product rounded on its own, as NumPy rounds it: nvcc never contracts
+// __fmul_rn/__dmul_rn into a fused multiply-add with a later addition, which
+// would keep the product's rounding error (dy * g - mean(dy * g) over a row
+// of one element is then the error, not 0).
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
 
 // NaN in either operand gives NaN, as numpy.maximum/minimum (and the Max/Min
 // functors of elementwise.cu); fmax/fmin would return the other operand.
@@ -46,11 +54,11 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
     for (int bit = 0; bit < 8; ++bit) {
         if (n == 0) break;
         if (n & 1u) {
-            result = first ? base : result * base;
+            result = first ? base : mul(result, base);
             first = false;
         }
         n >>= 1;
-        if (n) base = base * base;
+        if (n) base = mul(base, base);
     }
     return K < 0 ? T(1) / result : result;
 }
@@ -212,6 +220,10 @@ struct HeldRow {
     long long r, cols;
     int first, step;  // a held row has at most ROW_BLOCK * R columns: int arithmetic
     bool live, packets;
+    // Every element held is a column of the row (set by load): the passes
+    // then run without a test per element, the common case and the cheaper
+    // one (a softmax is near the instruction issue rate at copy bandwidth).
+    bool whole;
 
     // The column of element k.
     __device__ __forceinline__ int col(int k) const {
@@ -220,6 +232,7 @@ struct HeldRow {
 
     template <typename Load, typename LoadPackets>
     __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
+        whole = live && col(R - 1) < cols;
         if (P && packets) {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
@@ -240,6 +253,11 @@ struct HeldRow {
     }
 
     template <typename F> __device__ __forceinline__ void each(F f) const {
+        if (whole) {
+#pragma unroll
+            for (int k = 0; k < R; ++k) f(v[k], col(k));
+            return;
+        }
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = col(k);
@@ -253,7 +271,7 @@ struct HeldRow {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
-                if (live && p * W < cols) {
+                if (whole || (live && p * W < cols)) {
                     Lanes<decltype(f(v[0], 0LL)), W> o;
 #pragma unroll
                     for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i);
@@ -267,7 +285,7 @@ struct HeldRow {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            if (live && j < cols) {
+            if (whole || (live && j < cols)) {
                 const auto o = f(v[k], j);
                 store(r, j, o);
                 acc[k].add(o);
