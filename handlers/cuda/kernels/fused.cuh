@@ -220,10 +220,6 @@ struct HeldRow {
     long long r, cols;
     int first, step;  // a held row has at most ROW_BLOCK * R columns: int arithmetic
     bool live, packets;
-    // Every element held is a column of the row (set by load): the passes
-    // then run without a test per element, the common case and the cheaper
-    // one (a softmax is near the instruction issue rate at copy bandwidth).
-    bool whole;
 
     // The column of element k.
     __device__ __forceinline__ int col(int k) const {
@@ -232,7 +228,6 @@ struct HeldRow {
 
     template <typename Load, typename LoadPackets>
     __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
-        whole = live && col(R - 1) < cols;
         if (P && packets) {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
@@ -253,11 +248,6 @@ struct HeldRow {
     }
 
     template <typename F> __device__ __forceinline__ void each(F f) const {
-        if (whole) {
-#pragma unroll
-            for (int k = 0; k < R; ++k) f(v[k], col(k));
-            return;
-        }
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = col(k);
@@ -271,7 +261,7 @@ struct HeldRow {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
-                if (whole || (live && p * W < cols)) {
+                if (live && p * W < cols) {
                     Lanes<decltype(f(v[0], 0LL)), W> o;
 #pragma unroll
                     for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i);
@@ -285,7 +275,7 @@ struct HeldRow {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            if (whole || (live && j < cols)) {
+            if (live && j < cols) {
                 const auto o = f(v[k], j);
                 store(r, j, o);
                 acc[k].add(o);
