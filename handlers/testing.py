@@ -510,8 +510,9 @@ def check_fused_op(handler, op, expected, shape, rng, *, scalars=None, low=-1.0,
     against ``expected``, a NumPy function of its inputs in float64.
 
     Each array input gets fresh random values in [low, high) of ``shape``
-    (a ``:row`` input, shape (1, last axis); a ``:col`` input or output, one
-    value per row: ``shape`` with last dimension 1); ``scalars`` maps each scalar
+    (a ``:row`` input or output, shape (1, last axis); a ``:col`` input or
+    output, one value per row: ``shape`` with last dimension 1); ``scalars``
+    maps each scalar
     input's name to its value.  ``expected(**inputs)`` takes the inputs by
     name (float64 arrays of the values the handler holds, scalars as
     floats) and returns the outputs in declared order (an array, or a
@@ -534,8 +535,8 @@ def check_fused_op(handler, op, expected, shape, rng, *, scalars=None, low=-1.0,
             values[p] = float(scalars[p])
             args.append(values[p])
             continue
-        s = (1, shape[-1]) if p in op.rows else tuple(shape[:-1]) + (1,) if p in op.cols \
-            else shape
+        s = (1, shape[-1]) if p in op.rows or p in op.sums \
+            else tuple(shape[:-1]) + (1,) if p in op.cols else shape
         if p in op.outputs and p not in reads_old:
             args.append(poisoned(handler, s))
             continue

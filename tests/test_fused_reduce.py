@@ -305,6 +305,17 @@ def test_nested_reductions_inline(handler, rng):
     close(handler, lv, m + np.log(np.exp(x64 - m).sum(axis=-1, keepdims=True)))
 
 
+def test_check_fused_op_knows_summed_outputs(handler, rng):
+    """The test kit's check_fused_op makes a summed (':row') output of shape
+    (1, last axis), and a wrong reference for it fails."""
+    op = fused_op("kit_col_sums", "x", "y s:row", "y = x * 2; s = x * x")
+    check_fused_op(handler, op, lambda x: (x * 2, (x * x).sum(axis=0, keepdims=True)),
+                   (6, 9), rng)
+    with pytest.raises(AssertionError, match="output s"):
+        check_fused_op(handler, op, lambda x: (x * 2, (x * x).sum(axis=0, keepdims=True) + 1),
+                       (6, 9), rng)
+
+
 def test_check_fused_op_knows_per_row_arrays(handler, rng):
     """The test kit's check_fused_op makes per-row inputs and outputs of
     shape (..., 1)."""
