@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from handlers import dtypes
+from handlers import dtypes, fused_op
 from handlers.checks import check_scalar
 from handlers.optable import check_adam_hyperparameters
 
@@ -42,6 +42,17 @@ def _check_kind(checker, name):
         raise ValueError(f"{checker.owner}: the state is of {kind}, not {name}")
 
 
+#: One SGD step over the flat buffers, read and written once:
+#: v = beta * v + alpha * g, then p = p + gate * v (alpha = -lr, beta =
+#: momentum and gate = 1 for the plain step; a loss scaler's gated values
+#: otherwise), all three device scalars, so a captured step sees new values.
+_SGD_STEP = fused_op("sgd_momentum_step", inputs="g $alpha $beta $gate", outputs="v p",
+                     body="""
+v = beta * v + alpha * g
+p = p + gate * v
+""")
+
+
 def _momentum(value):
     m = check_scalar("SGD", "momentum", value)
     if not 0.0 <= m < 1.0:   # NaN fails too
@@ -55,10 +66,11 @@ class SGD(NoCopies):
         v = momentum * v - lr * g
         p = p + v
 
-    Each line is one ``axpby`` over the flat buffers, so a step is two device
-    ops whatever the number of layers, with no host round trip.  ``lr`` and
-    ``momentum`` may be changed between steps (schedules): they live on the
-    device as ``axpby``'s device scalars, so a step captured as a graph
+    A step is one fused op over the flat buffers (one kernel on a GPU, which
+    reads g, v and p once and writes v and p once), whatever the number of
+    layers, with no host round trip.  ``lr`` and ``momentum`` may be changed
+    between steps (schedules): they live on the device as the op's device
+    scalars, so a step captured as a graph
     (``Handler.capture``) sees the new values on its next replay.  Setting
     one queues a one-element fill on group 0; do it outside a capture.
 
@@ -79,7 +91,8 @@ class SGD(NoCopies):
         # The device scalars: -lr, momentum, 1.  Times a gate, plus (0, 1 -
         # gate, 0), they are a gated step's (step(gate=...)).
         self._scalars = h.create_from_numpy(np.array([0.0, 0.0, 1.0]))
-        self._neg_lr, self._momentum = (view(h, self._scalars, i, (1,)) for i in range(2))
+        self._neg_lr, self._momentum, self._one = (view(h, self._scalars, i, (1,))
+                                                    for i in range(3))
         self._unit = h.create_from_numpy(np.array([0.0, 1.0, 0.0]))
         self._gated = h.zeros((3,))
         self._gated_views = [view(h, self._gated, i, (1,)) for i in range(3)]
@@ -147,25 +160,24 @@ class SGD(NoCopies):
         (the gradients must be finite: ``scale_finite_t`` sees to it), where
         1 it is the plain step, decided on the device.  Three more small ops
         make the gated scalars -lr * gate, (1 - gate) + gate * momentum and
-        gate, each exact for a gate of 0 or 1.  A Ctrl-C during the step is
-        raised after it (``layers.interrupts``): the velocity and the
-        parameters never disagree.
+        gate, each exact for a gate of 0 or 1, for the same one-op step.  A
+        Ctrl-C during the step is raised after it (``layers.interrupts``):
+        the velocity and the parameters never disagree.
         """
         with interrupts.deferred():
             self._step(gate)
 
     def _step(self, gate):
         h, p = self.parameters.h, self.parameters
-        if gate is None:
-            h.axpby(self._neg_lr, p.grads, self._momentum, self.velocity)
-            h.axpby(1.0, self.velocity, 1.0, p.params)
+        if gate is None:   # -lr, momentum and 1
+            _SGD_STEP(h, p.grads, self._neg_lr, self._momentum, self._one, self.velocity,
+                      p.params)
             return
         alpha, beta, g = self._gated_views
         h.copy_to(self._unit, self._gated)
         h.axpby(-1.0, gate, 1.0, beta)                 # 1 - gate
         h.axpby(gate, self._scalars, 1.0, self._gated)
-        h.axpby(alpha, p.grads, beta, self.velocity)
-        h.axpby(g, self.velocity, 1.0, p.params)
+        _SGD_STEP(h, p.grads, alpha, beta, g, self.velocity, p.params)
 
 
 class Adam(NoCopies):

@@ -1,7 +1,8 @@
 """Ctrl-C never tears an optimizer step.
 
-A SIGINT raised in the middle of a step (between SGD's two ops; inside
-NumpyHandler's Adam, after m and v are written and before p is) is delivered
+A SIGINT raised in the middle of a step (inside SGD's fused op, after the
+velocity is written and before the parameters are; inside NumpyHandler's
+Adam, after m and v are written and before p is) is delivered
 after the step, so the parameters and the optimizer's state always agree;
 ``Trainer.fit`` stops between two steps.  Each test checks the state after
 the interrupt against a float64 NumPy computation of the whole step.
@@ -11,6 +12,7 @@ import signal
 import numpy as np
 import pytest
 
+import handlers.fused
 import handlers.numpy_handler
 from layers import (
     SGD,
@@ -65,21 +67,38 @@ def restore(h, name):
     h.__dict__.pop(name, None)
 
 
-def test_sgd_step_is_whole(handler, rng):
-    """SIGINT after the velocity's update: the parameters move too, then
-    KeyboardInterrupt is raised."""
+class _CopytoInterrupts:
+    """numpy, except that the first copyto raises SIGINT after it has run:
+    inside a fused op on NumpyHandler (handlers.fused), after its first
+    output (SGD's velocity) is written and before the next (the parameters)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def copyto(self, *args, **kwargs):
+        np.copyto(*args, **kwargs)
+        self.calls += 1
+        if self.calls == 1:
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_sgd_step_is_whole(handler, rng, monkeypatch):
+    """SIGINT after the velocity's update, inside the step's one op: the
+    parameters move too, then KeyboardInterrupt is raised."""
     net = with_gradients(handler, rng)
     opt = SGD(net.parameters, lr=0.1, momentum=0.9)
     v0 = rng.standard_normal(opt.velocity.shape)
     handler.set_from_numpy(opt.velocity, v0)
     v0, p0, g = host(handler, opt.velocity), host(handler, net.params), host(handler, net.grads)
-    calls = interrupt_after_first(handler, "axpby")
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            opt.step()
-    finally:
-        restore(handler, "axpby")
-    assert len(calls) == 2
+    fake = _CopytoInterrupts()
+    monkeypatch.setattr(handlers.fused, "np", fake)
+    with pytest.raises(KeyboardInterrupt):
+        opt.step()
+    monkeypatch.undo()
+    assert fake.calls == 2
     v1 = 0.9 * v0 - 0.1 * g
     np.testing.assert_allclose(host(handler, opt.velocity), v1, **tol(handler))
     np.testing.assert_allclose(host(handler, net.params), p0 + v1, **tol(handler))
@@ -132,14 +151,14 @@ def test_fit_stops_between_steps(handler, rng):
     def step(gate):
         seen.append(host(handler, net.params))
         if len(seen) == 3:
-            interrupt_after_first(handler, "axpby")
+            interrupt_after_first(handler, "_run_fused")   # the step's one op
         real_step(gate)
     opt._step = step
     try:
         with pytest.raises(KeyboardInterrupt):
             trainer.fit(x, y, epochs=1)
     finally:
-        restore(handler, "axpby")
+        restore(handler, "_run_fused")
     assert len(seen) == 3
     np.testing.assert_allclose(host(handler, net.params), seen[2] + host(handler, opt.velocity),
                                **tol(handler))
