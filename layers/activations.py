@@ -11,8 +11,13 @@ class Activation(Layer):
     ``op + "_deriv"``).  Subclasses only set ``op``."""
 
     op = None
+    #: Whether the dense layer before this one applies it (``Sequential``'s
+    #: fusion): then forward and backward pass their argument through.
+    fused = False
 
     def forward(self, x, training=True):
+        if self.fused:
+            return x
         b = self.buffers(x.shape, y=x.shape, dx=x.shape)
         getattr(self.h, self.op)(x, b.y)
         self._x, self._y = x, b.y
@@ -21,6 +26,8 @@ class Activation(Layer):
     def backward(self, dy):
         if not self.input_grad:
             return None
+        if self.fused:
+            return dy
         b = self.buffers(dy.shape)
         getattr(self.h, self.op + "_deriv")(self._x, self._y, dy, b.dx)
         return b.dx

@@ -1,7 +1,7 @@
 """``FullyConnected``: y = x @ W + b."""
 import math
 
-from . import init
+from . import epilogues, init
 from .base import Layer
 from .params import view
 
@@ -12,14 +12,25 @@ class FullyConnected(Layer):
     The input is (n, n_in), or (..., n_in), whose leading axes are flattened
     into one batch axis (so the layer applies to every time step of a
     (T, B, n_in) sequence).  Weights start Glorot-uniform, the bias at 0.
+
+    ``activation`` (None, or "relu", "tanh", "sigmoid" or "elu") makes the
+    layer y = act(x @ W + b), the bias and the activation one op after the
+    product (``layers.epilogues``); ``Sequential`` sets it for an activation
+    layer that follows.
     """
 
-    def __init__(self, n_in, n_out):
+    def __init__(self, n_in, n_out, activation=None):
         super().__init__()
         self.n_in, self.n_out = int(n_in), int(n_out)
+        if activation is not None and activation not in epilogues.FORMULAS:
+            raise ValueError(f"FullyConnected: activation must be None or one of "
+                             f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
+        #: The activation fused after the bias, or None (the affine layer).
+        self.activation = activation
 
     def __repr__(self):
-        return f"FullyConnected({self.n_in}, {self.n_out})"
+        act = f", activation={self.activation!r}" if self.activation else ""
+        return f"FullyConnected({self.n_in}, {self.n_out}{act})"
 
     def param_shapes(self):
         return {"W": (self.n_in, self.n_out), "b": (1, self.n_out)}
@@ -43,17 +54,25 @@ class FullyConnected(Layer):
         h = self.h
         n, y, y2, _, _ = self._bufs(x.shape)
         x2 = x if len(x.shape) == 2 else view(h, x, 0, (n, self.n_in))
-        self._x2 = x2
+        self._x2, self._y2 = x2, y2
         h.dot_mm(x2, self.params["W"], y2)
-        h.add_mv(y2, self.params["b"], y2)
+        if self.activation is None:
+            h.add_mv(y2, self.params["b"], y2)
+        else:   # y = act(z + b), in place
+            epilogues.OPS[self.activation][0](h, y2, self.params["b"], y2)
         return y
 
     def backward(self, dy):
         h = self.h
         n, _, _, dx, dx2 = self._bufs(dy.shape[:-1] + (self.n_in,))
         dy2 = dy if len(dy.shape) == 2 else view(h, dy, 0, (n, self.n_out))
+        if self.activation is None:
+            h.sum_t(dy2, 0, self.grads["b"])                     # db = sum over the batch
+        else:   # dL/dz = dy * act'(z), from y; db its sum over the batch
+            g = self.cached(("g", n), lambda: h.allocate((n, self.n_out)))
+            epilogues.OPS[self.activation][1](h, dy2, self._y2, g, self.grads["b"])
+            dy2 = g
         h.dot_mm(self._x2, dy2, self.grads["W"], transa=True)   # dW = x^T dy
-        h.sum_t(dy2, 0, self.grads["b"])                         # db = sum over the batch
         if not self.input_grad:
             return None
         h.dot_mm(dy2, self.params["W"], dx2, transb=True)        # dx = dy W^T

@@ -61,6 +61,9 @@ def param_slices(ps):
 
 LAYERS = {
     "fc": (lambda: FullyConnected(5, 4), (3, 5)),
+    **{f"fc-{act}": (lambda act=act: FullyConnected(5, 4, activation=act), (3, 5))
+       for act in ("relu", "tanh", "sigmoid", "elu")},
+    "fc-relu-3d-input": (lambda: FullyConnected(4, 3, activation="relu"), (2, 3, 4)),
     "fc-odd-1row": (lambda: FullyConnected(3, 7), (1, 3)),
     "fc-3d-input": (lambda: FullyConnected(4, 3), (2, 3, 4)),
     "sigmoid": (Sigmoid, (4, 6)),

@@ -1,0 +1,96 @@
+"""Dense layers with their activation fused after the bias (layers.epilogues):
+``Sequential`` pairs them without the user asking, and a fused network
+trains as the layers written out do, against float64 NumPy."""
+import numpy as np
+import pytest
+
+from handlers import NumpyHandler
+from handlers.testing import assert_normwise_close
+from layers import (
+    ELU,
+    SGD,
+    FullyConnected,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    SoftmaxCrossEntropy,
+    Tanh,
+)
+from layers.network import fuse_layers
+
+ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "elu": ELU}
+
+
+def net_of(h, act, fuse, seed=3):
+    layers = [FullyConnected(6, 9), ACTIVATIONS[act](), FullyConnected(9, 8),
+              ACTIVATIONS[act](), FullyConnected(8, 4)]
+    return Sequential(h, layers, SoftmaxCrossEntropy(), seed=seed, fuse=fuse)
+
+
+def tolerance(h):
+    return {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 2e-5}.get(h.dtype, 2e-2)
+
+
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+def test_fused_network_trains_as_float64_layers(handler, rng, act):
+    """Two SGD steps of the fused network on this handler against the
+    unfused layers on float64 NumPy: the losses, gradients and parameters."""
+    h64 = NumpyHandler(np.float64)
+    fused, ref = net_of(handler, act, True), net_of(h64, act, False)
+    assert fused.fused_pairs == 2 and ref.fused_pairs == 0
+    ref.parameters.set(fused.parameters.get().astype(np.float64))
+    opts = SGD(fused.parameters, lr=0.1, momentum=0.5), SGD(ref.parameters, lr=0.1, momentum=0.5)
+    x = rng.uniform(-2, 2, (11, 6))
+    t = rng.integers(0, 4, (11, 1)).astype(np.float64)
+    for step in range(2):
+        losses = []
+        for net, opt, h in zip((fused, ref), opts, (handler, h64)):
+            xs = h.create_from_numpy(x.astype(h.dtype))
+            ts = net.loss.h.create_from_numpy(t.astype(net.loss.h.dtype))
+            losses.append(float(net.loss.h.get_numpy_copy(net.train_step(xs, ts))[0]))
+            opt.step()
+        tol = tolerance(handler)
+        assert abs(losses[0] - losses[1]) <= 10 * tol * abs(losses[1]), (step, losses)
+        assert_normwise_close(h64.get_numpy_copy(ref.grads),
+                              handler.get_numpy_copy(fused.grads).astype(np.float64),
+                              10 * tol, f"{act} gradients, step {step}")
+    assert_normwise_close(ref.parameters.get().astype(np.float64),
+                          fused.parameters.get().astype(np.float64), 10 * tolerance(handler),
+                          f"{act} parameters")
+
+
+def test_what_is_fused():
+    """A dense layer and the activation right after it; not an activation
+    first, after another activation, or after a subclass of the dense layer,
+    and nothing with fuse=False."""
+    class MyDense(FullyConnected):
+        pass
+
+    layers = [ReLU(), FullyConnected(3, 4), Tanh(), Sigmoid(), MyDense(4, 4), ReLU(),
+              FullyConnected(4, 2), ELU()]
+    assert fuse_layers(layers) == 2
+    assert [getattr(layer, "activation", None) for layer in layers] == [
+        None, "tanh", None, None, None, None, "elu", None]
+    assert [getattr(layer, "fused", None) for layer in layers] == [
+        False, None, True, False, None, False, None, True]
+    h = NumpyHandler(np.float64)
+    net = Sequential(h, [FullyConnected(3, 4), ReLU()], SoftmaxCrossEntropy(), fuse=False)
+    assert net.fused_pairs == 0 and net.layers[0].activation is None
+    # a dense layer given its activation is not paired again
+    assert fuse_layers([FullyConnected(3, 4, activation="relu"), Tanh()]) == 0
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        FullyConnected(3, 4, activation="gelu")
+
+
+def test_fused_pair_takes_sequences(handler, rng):
+    """A (T, B, F) input through a fused pair: every time step as a row."""
+    h64 = NumpyHandler(np.float64)
+    nets = [Sequential(h, [FullyConnected(5, 6), Tanh()], SoftmaxCrossEntropy(), seed=2,
+                       fuse=f) for h, f in ((handler, True), (h64, False))]
+    nets[1].parameters.set(nets[0].parameters.get().astype(np.float64))
+    x = rng.uniform(-1, 1, (3, 4, 5))
+    ys = [net.forward(h.create_from_numpy(x.astype(h.dtype)))
+          for net, h in zip(nets, (handler, h64))]
+    assert_normwise_close(h64.get_numpy_copy(ys[1]),
+                          handler.get_numpy_copy(ys[0]).astype(np.float64),
+                          10 * tolerance(handler), "tanh over a sequence")
