@@ -9,7 +9,7 @@ rows a ``FullyConnected`` layer takes.
 """
 from handlers.shape_rules import conv_out_size
 
-from . import init
+from . import epilogues, init
 from .base import Layer
 from .params import view
 
@@ -36,11 +36,20 @@ class Conv2D(Layer):
         c_in, c_out: input and output channels.
         kernel: R, or (R, S).
         stride, padding, dilation: an int or a pair (height, width).
+        activation: None, or "relu", "tanh", "sigmoid" or "elu": y =
+            act(conv + b), the bias and the activation one op after the
+            convolution (``layers.epilogues``); ``Sequential`` sets it for an
+            activation layer that follows.
     """
 
-    def __init__(self, c_in, c_out, kernel, stride=1, padding=0, dilation=1):
+    def __init__(self, c_in, c_out, kernel, stride=1, padding=0, dilation=1, activation=None):
         super().__init__()
         name = f"Conv2D({c_in}, {c_out}, ...)"
+        if activation is not None and activation not in epilogues.FORMULAS:
+            raise ValueError(f"{name}: activation must be None or one of "
+                             f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
+        #: The activation fused after the bias, or None.
+        self.activation = activation
         self.c_in, self.c_out = int(c_in), int(c_out)
         if self.c_in < 1 or self.c_out < 1:
             raise ValueError(f"{name}: channels must be >= 1")
@@ -50,8 +59,9 @@ class Conv2D(Layer):
         self.dilation = _pair(dilation, "dilation", name, 1)
 
     def __repr__(self):
+        act = f", activation={self.activation!r}" if self.activation else ""
         return (f"Conv2D({self.c_in}, {self.c_out}, kernel={self.kernel}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation})")
+                f"padding={self.padding}, dilation={self.dilation}{act})")
 
     def param_shapes(self):
         return {"W": (self.c_out, self.c_in) + self.kernel, "b": (self.c_out,)}
@@ -77,6 +87,15 @@ class Conv2D(Layer):
                 raise ValueError(f"{self!r}: input {shape} is too small for the kernel "
                                  f"(output {out})")
             y = h.allocate(out)
+            if self.activation is not None:
+                # (image, channel) planes as rows, b repeated per image as a column
+                planes, db = h.allocate((n, k)), h.allocate((n, k))
+                g = h.allocate(out)
+                return dict(y=y, rows=view(h, y, 0, (n * k, p * q)), planes=planes,
+                            b_planes=view(h, planes, 0, (n * k, 1)), db=db,
+                            db_planes=view(h, db, 0, (n * k, 1)),
+                            b_row=view(h, self.params["b"], 0, (1, k)),
+                            g=g, g_rows=view(h, g, 0, (n * k, p * q)), dx=h.allocate(shape))
             bias = h.allocate((k, p * q))          # b broadcast over the image
             return dict(y=y, y2=view(h, y, 0, (n, k * p * q)), bias=bias,
                         bias_row=view(h, bias, 0, (1, k * p * q)),
@@ -90,6 +109,10 @@ class Conv2D(Layer):
         h, b = self.h, self._bufs(x.shape)
         self._x = x
         h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
+        if self.activation is not None:   # y = act(z + b) over the planes, in place
+            h.broadcast_t(b["b_row"], 0, b["planes"])
+            epilogues.CONV_OPS[self.activation][0](h, b["rows"], b["b_planes"], b["rows"])
+            return b["y"]
         # y += b over (n, p, q): b laid out once per step as a (1, K*P*Q) row
         h.broadcast_t(b["b_col"], 1, b["bias"])
         h.add_mv(b["y2"], b["bias_row"], b["y2"])
@@ -98,9 +121,18 @@ class Conv2D(Layer):
     def backward(self, dy):
         h, x = self.h, self._x
         b = self._bufs(x.shape)
+        if self.activation is not None:
+            # dL/dz = dy * act'(z), from y, and its sum along each plane, in
+            # one op; then the planes' sums over the images
+            dy_rows = view(h, dy, 0, b["rows"].shape)
+            epilogues.CONV_OPS[self.activation][1](h, dy_rows, b["rows"], b["g_rows"],
+                                                   b["db_planes"])
+            h.sum_t(b["db"], 0, self.grads["b"])
+            dy = b["g"]
+        else:
+            h.sum_t(dy, (0, 2, 3), self.grads["b"])     # one pass on the GPU
         h.conv2d_backward_filter(x, dy, self.grads["W"], self.stride, self.padding,
                                  self.dilation)
-        h.sum_t(dy, (0, 2, 3), self.grads["b"])     # one pass on the GPU
         if not self.input_grad:
             return None
         h.conv2d_backward_data(dy, self.params["W"], b["dx"], self.stride, self.padding,

@@ -5,6 +5,7 @@ from handlers import dtypes
 
 from . import checkpoint
 from .activations import ELU, ReLU, Sigmoid, Tanh
+from .conv import Conv2D
 from .dense import FullyConnected
 from .loss_scale import LossScaler
 from .params import ParameterSet
@@ -14,13 +15,13 @@ FUSABLE = (ReLU, Tanh, Sigmoid, ELU)
 
 
 def fuse_layers(layers):
-    """Fuse each ``FullyConnected`` (exactly that class: a subclass may
-    compute otherwise) with a fusable activation layer right after it: the
-    dense layer applies the activation (``layers.epilogues``), the
+    """Fuse each ``FullyConnected`` or ``Conv2D`` (exactly those classes: a
+    subclass may compute otherwise) with a fusable activation layer right
+    after it: that layer applies the activation (``layers.epilogues``), the
     activation layer passes its input through.  Returns the pairs fused."""
     pairs = 0
     for dense, act in zip(layers, layers[1:]):
-        if (type(dense) is FullyConnected and type(act) in FUSABLE
+        if (type(dense) in (FullyConnected, Conv2D) and type(act) in FUSABLE
                 and dense.activation is None and not act.fused):
             dense.activation, act.fused = act.op, True
             pairs += 1
@@ -41,10 +42,11 @@ class Sequential(checkpoint.NoCopies):
         loss: a loss layer (``SoftmaxCrossEntropy``, ``SquaredError``, ...).
         seed: seed of the parameter initializers.
         input_grad: compute dL/dx of the network input in ``backward``.
-        fuse: run each ``FullyConnected`` followed by a ``ReLU``, ``Tanh``,
-            ``Sigmoid`` or ``ELU`` as one layer with its activation fused
-            after the bias (``layers.epilogues``); the results agree with
-            the unfused layers' to rounding.  ``fused_pairs`` counts them.
+        fuse: run each ``FullyConnected`` or ``Conv2D`` followed by a
+            ``ReLU``, ``Tanh``, ``Sigmoid`` or ``ELU`` as one layer with its
+            activation fused after the bias (``layers.epilogues``); the
+            results agree with the unfused layers' to rounding.
+            ``fused_pairs`` counts them.
     """
 
     def __init__(self, h, layers, loss, seed=0, input_grad=False, fuse=True):

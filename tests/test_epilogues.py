@@ -9,6 +9,8 @@ from handlers.testing import assert_normwise_close
 from layers import (
     ELU,
     SGD,
+    Conv2D,
+    Flatten,
     FullyConnected,
     ReLU,
     Sequential,
@@ -22,7 +24,8 @@ ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "elu": ELU}
 
 
 def net_of(h, act, fuse, seed=3):
-    layers = [FullyConnected(6, 9), ACTIVATIONS[act](), FullyConnected(9, 8),
+    """Two pairs to fuse: a convolution and a dense layer, each with ``act``."""
+    layers = [Conv2D(2, 3, 3, padding=1), ACTIVATIONS[act](), Flatten(), FullyConnected(27, 8),
               ACTIVATIONS[act](), FullyConnected(8, 4)]
     return Sequential(h, layers, SoftmaxCrossEntropy(), seed=seed, fuse=fuse)
 
@@ -40,7 +43,7 @@ def test_fused_network_trains_as_float64_layers(handler, rng, act):
     assert fused.fused_pairs == 2 and ref.fused_pairs == 0
     ref.parameters.set(fused.parameters.get().astype(np.float64))
     opts = SGD(fused.parameters, lr=0.1, momentum=0.5), SGD(ref.parameters, lr=0.1, momentum=0.5)
-    x = rng.uniform(-2, 2, (11, 6))
+    x = rng.uniform(-2, 2, (11, 2, 3, 3))
     t = rng.integers(0, 4, (11, 1)).astype(np.float64)
     for step in range(2):
         losses = []
@@ -60,9 +63,9 @@ def test_fused_network_trains_as_float64_layers(handler, rng, act):
 
 
 def test_what_is_fused():
-    """A dense layer and the activation right after it; not an activation
-    first, after another activation, or after a subclass of the dense layer,
-    and nothing with fuse=False."""
+    """A dense or convolution layer and the activation right after it; not
+    an activation first, after another activation, or after a subclass of
+    the dense layer, and nothing with fuse=False."""
     class MyDense(FullyConnected):
         pass
 
@@ -78,6 +81,10 @@ def test_what_is_fused():
     assert net.fused_pairs == 0 and net.layers[0].activation is None
     # a dense layer given its activation is not paired again
     assert fuse_layers([FullyConnected(3, 4, activation="relu"), Tanh()]) == 0
+    conv = [Conv2D(1, 2, 3), Sigmoid()]
+    assert fuse_layers(conv) == 1 and conv[0].activation == "sigmoid" and conv[1].fused
+    with pytest.raises(ValueError, match="activation must be None or one of"):
+        Conv2D(1, 2, 3, activation="softmax")
     with pytest.raises(ValueError, match="activation must be None or one of"):
         FullyConnected(3, 4, activation="gelu")
 

@@ -15,6 +15,11 @@ LAYERS = {
     "conv-stride2-dil2-nonsquare": (
         lambda: Conv2D(1, 2, (2, 3), stride=2, padding=(1, 0), dilation=(1, 2)), (1, 1, 6, 7)),
     "conv-1x1": (lambda: Conv2D(3, 2, 1), (2, 3, 3, 2)),
+    # the bias and activation fused after the convolution (layers.epilogues)
+    **{f"conv-{act}": (lambda act=act: Conv2D(2, 3, 3, padding=1, activation=act), (2, 2, 4, 5))
+       for act in ("relu", "tanh", "sigmoid", "elu")},
+    "conv-relu-strided": (lambda: Conv2D(1, 2, (2, 3), stride=2, padding=(1, 0),
+                                         activation="relu"), (3, 1, 6, 7)),
     "maxpool-2": (lambda: MaxPool2D(2), (2, 2, 4, 4)),
     "maxpool-3-stride2-pad1": (lambda: MaxPool2D(3, stride=2, padding=1), (1, 2, 5, 5)),
     "avgpool-2": (lambda: AvgPool2D(2), (2, 2, 4, 4)),
