@@ -12,7 +12,7 @@ every layer runs unchanged on every handler.  Usage::
                      SoftmaxCrossEntropy(), seed=0)
     history = Trainer(net, SGD(net.parameters, lr=0.1), batch_axis=1).fit(x, y, epochs=10)
 """
-from .activations import ELU, Activation, ReLU, Sigmoid, Tanh
+from .activations import ELU, GELU, Activation, ReLU, Sigmoid, SiLU, Tanh
 from .base import Layer
 from .conv import AvgPool2D, Conv2D, MaxPool2D
 from .dense import FullyConnected
@@ -29,7 +29,8 @@ from .optim import SGD, Adam, AdamW
 from .params import ParameterSet, view
 from .trainer import History, NonFiniteLossError, Trainer
 
-__all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "FullyConnected",
+__all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "GELU", "SiLU",
+           "FullyConnected",
            "Dropout", "Embedding", "Flatten", "LayerNorm", "Loss", "SoftmaxCrossEntropy",
            "SquaredError", "LSTM", "Sequential",
            "SGD", "Adam", "AdamW", "Trainer", "History", "NonFiniteLossError", "ParameterSet",

@@ -1,8 +1,12 @@
-"""Elementwise activation layers: ``Sigmoid``, ``Tanh``, ``ReLU``, ``ELU``.
+"""Elementwise activation layers: ``Sigmoid``, ``Tanh``, ``ReLU``, ``ELU``,
+``GELU`` and ``SiLU``.
 
-Each is one handler op forward (``h.<op>(x, y)``) and one backward
-(``h.<op>_deriv(x, y, dy, dx)``); inputs of any shape.
+Each is one op forward and one backward, inputs of any shape: a handler op
+(``h.<op>(x, y)``, ``h.<op>_deriv(x, y, dy, dx)``), or for GELU and SiLU a
+fused op of ``layers.epilogues``, whose formulas the fused dense and
+convolution layers share.
 """
+from . import epilogues
 from .base import Layer
 
 
@@ -51,3 +55,46 @@ class ReLU(Activation):
 class ELU(Activation):
     """y = x for x > 0, exp(x) - 1 otherwise (alpha = 1)."""
     op = "elu"
+
+
+class _FusedActivation(Activation):
+    """An activation with no contract op: forward and backward are the fused
+    ops of ``layers.epilogues.LAYER_OPS`` (its derivative reads x)."""
+
+    def forward(self, x, training=True):
+        if self.fused:
+            return x
+        b = self.buffers(x.shape, y=x.shape, dx=x.shape)
+        epilogues.LAYER_OPS[self.op][0](self.h, x, b.y)
+        self._x, self._y = x, b.y
+        return b.y
+
+    def backward(self, dy):
+        if not self.input_grad:
+            return None
+        if self.fused:
+            return dy
+        b = self.buffers(dy.shape)
+        epilogues.LAYER_OPS[self.op][1](self.h, dy, self._x, b.dx)
+        return b.dx
+
+
+class GELU(_FusedActivation):
+    """y = x * P(X <= x), X standard normal: 0.5 x (1 + erf(x / sqrt(2)))
+    (``approximate="none"``, PyTorch's default), or its tanh approximation
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (``"tanh"``, GPT-2's)."""
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+        self.op = "gelu" if approximate == "none" else "gelu_tanh"
+
+    def __repr__(self):
+        return "GELU()" if self.approximate == "none" else "GELU(approximate='tanh')"
+
+
+class SiLU(_FusedActivation):
+    """y = x * sigmoid(x) (the swish of Ramachandran et al.)."""
+    op = "silu"

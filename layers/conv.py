@@ -36,7 +36,7 @@ class Conv2D(Layer):
         c_in, c_out: input and output channels.
         kernel: R, or (R, S).
         stride, padding, dilation: an int or a pair (height, width).
-        activation: None, or "relu", "tanh", "sigmoid" or "elu": y =
+        activation: None, or a name of ``layers.epilogues.FORMULAS``: y =
             act(conv + b), the bias and the activation one op after the
             convolution (``layers.epilogues``); ``Sequential`` sets it for an
             activation layer that follows.
@@ -95,7 +95,10 @@ class Conv2D(Layer):
                             b_planes=view(h, planes, 0, (n * k, 1)), db=db,
                             db_planes=view(h, db, 0, (n * k, 1)),
                             b_row=view(h, self.params["b"], 0, (1, k)),
-                            g=g, g_rows=view(h, g, 0, (n * k, p * q)), dx=h.allocate(shape))
+                            g=g, g_rows=view(h, g, 0, (n * k, p * q)), dx=h.allocate(shape),
+                            # z + b, kept where the activation's derivative reads it
+                            aux=(h.allocate((n * k, p * q)),)
+                            if epilogues.keeps_input(self.activation) else ())
             bias = h.allocate((k, p * q))          # b broadcast over the image
             return dict(y=y, y2=view(h, y, 0, (n, k * p * q)), bias=bias,
                         bias_row=view(h, bias, 0, (1, k * p * q)),
@@ -111,7 +114,8 @@ class Conv2D(Layer):
         h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
         if self.activation is not None:   # y = act(z + b) over the planes, in place
             h.broadcast_t(b["b_row"], 0, b["planes"])
-            epilogues.CONV_OPS[self.activation][0](h, b["rows"], b["b_planes"], b["rows"])
+            epilogues.CONV_OPS[self.activation][0](h, b["rows"], b["b_planes"], b["rows"],
+                                                   *b["aux"])
             return b["y"]
         # y += b over (n, p, q): b laid out once per step as a (1, K*P*Q) row
         h.broadcast_t(b["b_col"], 1, b["bias"])
@@ -125,8 +129,8 @@ class Conv2D(Layer):
             # dL/dz = dy * act'(z), from y, and its sum along each plane, in
             # one op; then the planes' sums over the images
             dy_rows = view(h, dy, 0, b["rows"].shape)
-            epilogues.CONV_OPS[self.activation][1](h, dy_rows, b["rows"], b["g_rows"],
-                                                   b["db_planes"])
+            epilogues.CONV_OPS[self.activation][1](h, dy_rows, (b["aux"] or (b["rows"],))[0],
+                                                   b["g_rows"], b["db_planes"])
             h.sum_t(b["db"], 0, self.grads["b"])
             dy = b["g"]
         else:

@@ -13,7 +13,8 @@ class FullyConnected(Layer):
     into one batch axis (so the layer applies to every time step of a
     (T, B, n_in) sequence).  Weights start Glorot-uniform, the bias at 0.
 
-    ``activation`` (None, or "relu", "tanh", "sigmoid" or "elu") makes the
+    ``activation`` (None, or a name of ``layers.epilogues.FORMULAS``:
+    "relu", "tanh", "sigmoid", "elu", "gelu", "gelu_tanh", "silu") makes the
     layer y = act(x @ W + b), the bias and the activation one op after the
     product (``layers.epilogues``); ``Sequential`` sets it for an activation
     layer that follows.
@@ -58,9 +59,16 @@ class FullyConnected(Layer):
         h.dot_mm(x2, self.params["W"], y2)
         if self.activation is None:
             h.add_mv(y2, self.params["b"], y2)
-        else:   # y = act(z + b), in place
-            epilogues.OPS[self.activation][0](h, y2, self.params["b"], y2)
+        else:   # y = act(z + b), in place (and z + b kept where act' needs it)
+            epilogues.OPS[self.activation][0](h, y2, self.params["b"], y2, *self._aux(n))
         return y
+
+    def _aux(self, n):
+        """() or (the buffer that keeps z + b for an activation whose
+        derivative reads it)."""
+        if not epilogues.keeps_input(self.activation):
+            return ()
+        return (self.cached(("aux", n), lambda: self.h.allocate((n, self.n_out))),)
 
     def backward(self, dy):
         h = self.h
@@ -70,7 +78,8 @@ class FullyConnected(Layer):
             h.sum_t(dy2, 0, self.grads["b"])                     # db = sum over the batch
         else:   # dL/dz = dy * act'(z), from y; db its sum over the batch
             g = self.cached(("g", n), lambda: h.allocate((n, self.n_out)))
-            epilogues.OPS[self.activation][1](h, dy2, self._y2, g, self.grads["b"])
+            kept = self._aux(n) or (self._y2,)
+            epilogues.OPS[self.activation][1](h, dy2, kept[0], g, self.grads["b"])
             dy2 = g
         h.dot_mm(self._x2, dy2, self.grads["W"], transa=True)   # dW = x^T dy
         if not self.input_grad:

@@ -13,39 +13,87 @@ op and then over the images.  ``Sequential`` sets ``activation`` for a
 ``Sigmoid`` or ``ELU`` layer (``layers.network.fuse_layers``), which then
 passes its input through: the user writes the layers as before.
 
-Each formula is the contract op's (``relu``, ``tanh``, ``sigmoid``, ``elu``
-and their ``*_deriv``), the derivative written in terms of the output, which
-decides the same cases as the input does (``y > 0`` exactly where ``x > 0``
-for ReLU and ELU).
+Each formula of an activation with a contract op is that op's (``relu``,
+``tanh``, ``sigmoid``, ``elu`` and their ``*_deriv``), the derivative
+written in terms of the output, which decides the same cases as the input
+does (``y > 0`` exactly where ``x > 0`` for ReLU and ELU).  GELU and SiLU
+have no contract op: their layers run the same formulas as fused ops, and
+their derivatives read the input, which a fused layer keeps (``aux``).
 """
 from handlers import fused_op
 
-#: activation op -> (its value at s = z + b, its derivative as a factor of y)
+#: activation -> (y as a function of s, the derivative dy/ds, and what the
+#: derivative reads: "y", the output, or "s", the input, which a fused layer
+#: then keeps too).  Each text may start with statements, one a line; its
+#: last line is the expression.  ReLU, tanh, sigmoid and ELU are the
+#: contract ops' formulas (``relu``, ``relu_deriv``, ...); GELU is x * P(X <=
+#: x) for a standard normal X ("gelu", with erf, PyTorch's default) or its
+#: tanh approximation ("gelu_tanh", GPT-2's and cuBLASLt's epilogue's); SiLU
+#: is x * sigmoid(x).
 FORMULAS = {
-    "relu": ("max(s, 0)", "y > 0"),
-    "tanh": ("tanh(s)", "1 - y * y"),
-    "sigmoid": ("sigmoid(s)", "(1 - y) * y"),
-    "elu": ("max(s, 0) + expm1(min(s, 0))", "where(y > 0, 1, y + 1)"),
+    "relu": ("max(s, 0)", "y > 0", "y"),
+    "tanh": ("tanh(s)", "1 - y * y", "y"),
+    "sigmoid": ("sigmoid(s)", "(1 - y) * y", "y"),
+    "elu": ("max(s, 0) + expm1(min(s, 0))", "where(y > 0, 1, y + 1)", "y"),
+    "gelu": ("0.5 * s * (1 + erf(s * 0.7071067811865476))",
+             "0.5 * (1 + erf(s * 0.7071067811865476)) "
+             "+ s * exp(-0.5 * s * s) * 0.3989422804014327", "s"),
+    "gelu_tanh": ("t = tanh(0.7978845608028654 * (s + 0.044715 * s ** 3))\n0.5 * s * (1 + t)",
+                  "t = tanh(0.7978845608028654 * (s + 0.044715 * s ** 3))\n"
+                  "0.5 * (1 + t) + 0.5 * s * (1 - t * t) * 0.7978845608028654 "
+                  "* (1 + 0.134145 * s * s)", "s"),
+    "silu": ("s * sigmoid(s)", "sigmoid(s) * (1 + s * (1 - sigmoid(s)))", "s"),
 }
+
+
+def _split(text):
+    """(the statements, the expression) of a formula's text."""
+    *statements, expr = text.split("\n")
+    return "".join(line + "\n" for line in statements), expr
+
 
 def _declare(act, bias):
     """The forward and backward ops of ``act`` after a bias that is a row
     over the last axis (``bias`` "row": a dense layer's) or one value per
     row (``bias`` "col": a convolution's per-channel bias, each (image,
     channel) plane a row); the backward sums the bias gradient the same way
-    (over the rows, or along each row)."""
-    value, factor = FORMULAS[act]
+    (over the rows, or along each row).  Where the derivative reads s, the
+    forward op also writes s into ``aux`` and the backward reads it there."""
+    (vs, value), (ds, factor), reads = _split(FORMULAS[act][0]), _split(FORMULAS[act][1]), \
+        FORMULAS[act][2]
     kind = "" if bias == "row" else "conv_"
-    forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}", outputs="y",
-                       body=f"s = z + b\ny = {value}\n")
-    backward = fused_op(f"{kind}bias_{act}_backward", inputs="dy y", outputs=f"g db:{bias}",
-                        body=f"g = dy * ({factor})\ndb = {'g' if bias == 'row' else 'sum(g)'}\n")
+    keep = reads == "s"
+    forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}",
+                       outputs="y aux" if keep else "y",
+                       body=f"s = z + b\n{vs}y = {value}\n" + ("aux = s\n" if keep else ""))
+    backward = fused_op(f"{kind}bias_{act}_backward", inputs=f"dy {reads}",
+                        outputs=f"g db:{bias}",
+                        body=f"{ds}g = dy * ({factor})\n"
+                             f"db = {'g' if bias == 'row' else 'sum(g)'}\n")
     return forward, backward
 
 
-#: activation op -> (forward op (z, b, y), backward op (dy, y, g, db)) of a
-#: dense layer: b and db rows (1, n_out)
+def _declare_layer(act):
+    """The forward (x, y) and backward (dy, x, dx) ops of an activation
+    layer computed by fused ops alone (those whose derivative reads s)."""
+    (vs, value), (ds, factor) = _split(FORMULAS[act][0]), _split(FORMULAS[act][1])
+    return (fused_op(act, inputs="x", outputs="y", body=f"s = x\n{vs}y = {value}\n"),
+            fused_op(f"{act}_backward", inputs="dy s", outputs="dx",
+                     body=f"{ds}dx = dy * ({factor})\n"))
+
+
+def keeps_input(act):
+    """Whether a layer fused with ``act`` keeps the activation's input (the
+    ``aux`` output of its forward op) for the backward."""
+    return FORMULAS[act][2] == "s"
+
+
+#: activation op -> (forward op (z, b, y[, aux]), backward op (dy, y or aux,
+#: g, db)) of a dense layer: b and db rows (1, n_out)
 OPS = {act: _declare(act, "row") for act in FORMULAS}
 #: the same for a convolution, over (N * K, P * Q) views of its NCHW output:
 #: b and db one value per row, (N * K, 1)
 CONV_OPS = {act: _declare(act, "col") for act in FORMULAS}
+#: activation -> (forward op (x, y), backward op (dy, x, dx)) of the
+#: activation layers with no contract op (GELU, SiLU)
+LAYER_OPS = {act: _declare_layer(act) for act in FORMULAS if keeps_input(act)}

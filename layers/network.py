@@ -4,14 +4,14 @@ import numpy as np
 from handlers import dtypes
 
 from . import checkpoint
-from .activations import ELU, ReLU, Sigmoid, Tanh
+from .activations import ELU, GELU, ReLU, Sigmoid, SiLU, Tanh
 from .conv import Conv2D
 from .dense import FullyConnected
 from .loss_scale import LossScaler
 from .params import ParameterSet
 
 #: The activation layers a network fuses into the dense layer before them.
-FUSABLE = (ReLU, Tanh, Sigmoid, ELU)
+FUSABLE = (ReLU, Tanh, Sigmoid, ELU, GELU, SiLU)
 
 
 def fuse_layers(layers):
@@ -43,7 +43,8 @@ class Sequential(checkpoint.NoCopies):
         seed: seed of the parameter initializers.
         input_grad: compute dL/dx of the network input in ``backward``.
         fuse: run each ``FullyConnected`` or ``Conv2D`` followed by a
-            ``ReLU``, ``Tanh``, ``Sigmoid`` or ``ELU`` as one layer with its
+            ``ReLU``, ``Tanh``, ``Sigmoid``, ``ELU``, ``GELU`` or ``SiLU``
+            as one layer with its
             activation fused after the bias (``layers.epilogues``); the
             results agree with the unfused layers' to rounding.
             ``fused_pairs`` counts them.

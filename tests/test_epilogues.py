@@ -1,6 +1,8 @@
 """Dense layers with their activation fused after the bias (layers.epilogues):
 ``Sequential`` pairs them without the user asking, and a fused network
 trains as the layers written out do, against float64 NumPy."""
+import math
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from handlers import NumpyHandler
 from handlers.testing import assert_normwise_close
 from layers import (
     ELU,
+    GELU,
     SGD,
     Conv2D,
     Flatten,
@@ -15,12 +18,14 @@ from layers import (
     ReLU,
     Sequential,
     Sigmoid,
+    SiLU,
     SoftmaxCrossEntropy,
     Tanh,
 )
 from layers.network import fuse_layers
 
-ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "elu": ELU}
+ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "elu": ELU, "gelu": GELU,
+               "gelu_tanh": lambda: GELU(approximate="tanh"), "silu": SiLU}
 
 
 def net_of(h, act, fuse, seed=3):
@@ -86,7 +91,7 @@ def test_what_is_fused():
     with pytest.raises(ValueError, match="activation must be None or one of"):
         Conv2D(1, 2, 3, activation="softmax")
     with pytest.raises(ValueError, match="activation must be None or one of"):
-        FullyConnected(3, 4, activation="gelu")
+        FullyConnected(3, 4, activation="swish")
 
 
 def test_fused_pair_takes_sequences(handler, rng):
@@ -101,3 +106,33 @@ def test_fused_pair_takes_sequences(handler, rng):
     assert_normwise_close(h64.get_numpy_copy(ys[1]),
                           handler.get_numpy_copy(ys[0]).astype(np.float64),
                           10 * tolerance(handler), "tanh over a sequence")
+
+
+#: float64 references of the activations with no contract op
+REFERENCES = {
+    "gelu": np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))),
+    "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi)
+                                                  * (v + 0.044715 * v ** 3))),
+    "silu": lambda v: v / (1 + np.exp(-v)),
+}
+
+
+@pytest.mark.parametrize("act", list(REFERENCES))
+def test_gelu_and_silu_against_float64(handler, rng, act):
+    """GELU (both forms) and SiLU, and their derivatives (against central
+    differences of the float64 reference), on this handler."""
+    layer = ACTIVATIONS[act]()
+    layer.bind(handler)
+    x = np.concatenate([rng.uniform(-6, 6, 200), [0.0, -0.0, 1e-3, -1e-3, 30.0, -30.0]])
+    x = x.astype(handler.dtype).astype(np.float64).reshape(2, -1)
+    y = layer.forward(handler.create_from_numpy(x.astype(handler.dtype)))
+    tol = tolerance(handler)
+    assert_normwise_close(REFERENCES[act](x), handler.get_numpy_copy(y).astype(np.float64),
+                          10 * tol, f"{act} forward")
+    dy = rng.uniform(-1, 1, x.shape)
+    dx = layer.backward(handler.create_from_numpy(dy.astype(handler.dtype)))
+    eps = 1e-6
+    dy_held = dy.astype(handler.dtype).astype(np.float64)
+    want = dy_held * (REFERENCES[act](x + eps) - REFERENCES[act](x - eps)) / (2 * eps)
+    assert_normwise_close(want, handler.get_numpy_copy(dx).astype(np.float64), 10 * tol + 1e-8,
+                          f"{act} backward")

@@ -17,7 +17,7 @@ LAYERS = {
     "conv-1x1": (lambda: Conv2D(3, 2, 1), (2, 3, 3, 2)),
     # the bias and activation fused after the convolution (layers.epilogues)
     **{f"conv-{act}": (lambda act=act: Conv2D(2, 3, 3, padding=1, activation=act), (2, 2, 4, 5))
-       for act in ("relu", "tanh", "sigmoid", "elu")},
+       for act in ("relu", "tanh", "sigmoid", "elu", "gelu", "silu")},
     "conv-relu-strided": (lambda: Conv2D(1, 2, (2, 3), stride=2, padding=(1, 0),
                                          activation="relu"), (3, 1, 6, 7)),
     "maxpool-2": (lambda: MaxPool2D(2), (2, 2, 4, 4)),

@@ -18,6 +18,7 @@ import pytest
 from handlers.testing import assert_normwise_close, central_differences, check_layer_gradients
 from layers import (
     ELU,
+    GELU,
     LSTM,
     Dropout,
     Embedding,
@@ -27,6 +28,7 @@ from layers import (
     ReLU,
     Sequential,
     Sigmoid,
+    SiLU,
     SoftmaxCrossEntropy,
     SquaredError,
     Tanh,
@@ -62,7 +64,7 @@ def param_slices(ps):
 LAYERS = {
     "fc": (lambda: FullyConnected(5, 4), (3, 5)),
     **{f"fc-{act}": (lambda act=act: FullyConnected(5, 4, activation=act), (3, 5))
-       for act in ("relu", "tanh", "sigmoid", "elu")},
+       for act in ("relu", "tanh", "sigmoid", "elu", "gelu", "gelu_tanh", "silu")},
     "fc-relu-3d-input": (lambda: FullyConnected(4, 3, activation="relu"), (2, 3, 4)),
     "fc-odd-1row": (lambda: FullyConnected(3, 7), (1, 3)),
     "fc-3d-input": (lambda: FullyConnected(4, 3), (2, 3, 4)),
@@ -71,6 +73,9 @@ LAYERS = {
     "relu": (ReLU, (4, 6)),
     "elu": (ELU, (4, 6)),
     "elu-3d": (ELU, (2, 3, 5)),
+    "gelu": (GELU, (4, 6)),
+    "gelu-tanh": (lambda: GELU(approximate="tanh"), (4, 6)),
+    "silu-3d": (SiLU, (2, 3, 5)),
     "lstm-seq": (lambda: LSTM(3, 4, return_sequences=True), (4, 3, 3)),
     "lstm-last": (lambda: LSTM(3, 5, return_sequences=False), (5, 2, 3)),
     "lstm-1step": (lambda: LSTM(2, 3, return_sequences=True), (1, 2, 2)),
