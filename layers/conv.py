@@ -50,6 +50,8 @@ class Conv2D(Layer):
                              f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
         #: The activation fused after the bias, or None.
         self.activation = activation
+        #: Whether ``activation`` is the next layer's, fused by ``Sequential``.
+        self.paired = False
         self.c_in, self.c_out = int(c_in), int(c_out)
         if self.c_in < 1 or self.c_out < 1:
             raise ValueError(f"{name}: channels must be >= 1")
@@ -59,7 +61,7 @@ class Conv2D(Layer):
         self.dilation = _pair(dilation, "dilation", name, 1)
 
     def __repr__(self):
-        act = f", activation={self.activation!r}" if self.activation else ""
+        act = f", activation={self.activation!r}" if self.activation and not self.paired else ""
         return (f"Conv2D({self.c_in}, {self.c_out}, kernel={self.kernel}, stride={self.stride}, "
                 f"padding={self.padding}, dilation={self.dilation}{act})")
 

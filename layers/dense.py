@@ -28,9 +28,11 @@ class FullyConnected(Layer):
                              f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
         #: The activation fused after the bias, or None (the affine layer).
         self.activation = activation
+        #: Whether ``activation`` is the next layer's, fused by ``Sequential``.
+        self.paired = False
 
     def __repr__(self):
-        act = f", activation={self.activation!r}" if self.activation else ""
+        act = f", activation={self.activation!r}" if self.activation and not self.paired else ""
         return f"FullyConnected({self.n_in}, {self.n_out}{act})"
 
     def param_shapes(self):

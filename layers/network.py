@@ -23,7 +23,8 @@ def fuse_layers(layers):
     for dense, act in zip(layers, layers[1:]):
         if (type(dense) in (FullyConnected, Conv2D) and type(act) in FUSABLE
                 and dense.activation is None and not act.fused):
-            dense.activation, act.fused = act.op, True
+            # paired: the activation is the next layer's (repr stays as written)
+            dense.activation, dense.paired, act.fused = act.op, True, True
             pairs += 1
     return pairs
 

@@ -84,6 +84,8 @@ def test_what_is_fused():
     h = NumpyHandler(np.float64)
     net = Sequential(h, [FullyConnected(3, 4), ReLU()], SoftmaxCrossEntropy(), fuse=False)
     assert net.fused_pairs == 0 and net.layers[0].activation is None
+    fused = Sequential(h, [FullyConnected(3, 4), ReLU()], SoftmaxCrossEntropy())
+    assert fused.fused_pairs == 1 and repr(fused) == repr(net)   # the layers as written
     # a dense layer given its activation is not paired again
     assert fuse_layers([FullyConnected(3, 4, activation="relu"), Tanh()]) == 0
     conv = [Conv2D(1, 2, 3), Sigmoid()]
