@@ -19,6 +19,33 @@ unavailable; ``zero_grad(set_to_none=True)``; ``CrossEntropyLoss``):
   "torch.nn.LSTM (cuDNN)".  Both take our bias as ``bias_ih`` and start
   ``bias_hh`` at 0.
 
+Compiled peers (``--peers``, both by default; :mod:`benchmarks.peers`), each
+one functional step from our initial parameters (the "PyTorch eager" cell's
+layout), SGD with momentum written out (``buf = 0.9 buf + g; p -= 0.01 buf``):
+
+* "torch.compile": ``torch.func.grad_and_value`` of the loss and the in-place
+  update, compiled whole (default mode, ``dynamic=False``,
+  ``fullgraph=True``); "torch.compile, graphed": the same compiled step
+  captured whole in ``torch.cuda.graph`` as the ", graphed" rows below are,
+  and replayed on one fixed batch.  Both run one compiled function (no second
+  compile), timed like the other PyTorch rows;
+* "JAX jit": ``jax.value_and_grad`` of the loss and the update in one
+  ``jax.jit``, parameters and momentum buffers donated, float32 matmuls at
+  "highest" precision (no TF32), no GPU memory preallocation; for the LSTM
+  the time loop is ``jax.lax.scan``, and "JAX jit, scan unrolled" unrolls it
+  fully.  JAX issues to its own streams, where we have no CUDA events: its
+  ``ms`` is host time of 10 steps issued back to back, waited for
+  (``block_until_ready``) before the clock starts and before it stops,
+  divided by 10 (no ``host_issue_ms`` / ``device_ms``).
+
+Each row's notes give its compile time (host seconds of its first step, which
+traces, compiles and runs one step); a peer that is missing (no torch, no
+JAX GPU backend), fails to compile, run or be captured, or whose first step
+takes longer than ``--compile-limit`` seconds (checked afterwards: a compile
+cannot be interrupted) is left out of the timing, its row saying why.  Saved
+under each model's ``peers`` (figures and ``compile_s``) and ``peer_notes``,
+apart from ``torch``.
+
 Figures per library, each a spread over ``--reps`` samples:
 
 * ``ms``: device time of one step (CUDA events of each library on the stream
@@ -43,7 +70,10 @@ Correctness: for each model one training step of fresh copies (ours and each
 PyTorch peer, same initial parameters and batch) is compared with an
 independent float64 NumPy implementation of the step (:func:`reference_step`):
 the loss, and the parameter update ``p1 - p0`` (relative to its largest
-element, so a wrong gradient cannot hide behind the parameters' size).
+element, so a wrong gradient cannot hide behind the parameters' size).  The
+compiled peers join both, and also take a second step on the second batch:
+their first two losses against our first two (the tolerance of the others).
+Their first step there is the one that compiles them.
 
 Captured steps (on the GPU unless ``--no-graphs``): "ours, captured" is the
 same step captured once with ``Handler.capture`` (after an eager warm-up) and
@@ -91,6 +121,7 @@ from benchmarks.gpu import (
     our_captured,
     torch_graphed,
 )
+from benchmarks.peers import HostClockTimer, import_jax, jax_peer, torch_compile_peer
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
@@ -120,6 +151,14 @@ OURS = "ours"
 OURS_CAPTURED = "ours, captured"
 #: the LSTM layer before issue 20's fusion (benchmarks/unfused_lstm.py), eager
 OURS_UNFUSED = "ours, unfused LSTM"
+#: the compiled peers (benchmarks/peers.py)
+COMPILE = "torch.compile"
+COMPILE_GRAPHED = "torch.compile, graphed"
+JAX_JIT = "JAX jit"
+JAX_UNROLLED = "JAX jit, scan unrolled"
+NEW_PEERS = (COMPILE, COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+#: steps JAX issues back to back per timed sample (host clock)
+JAX_STEPS = 10
 
 
 # -------------------------------------------------------------------- models
@@ -370,24 +409,81 @@ def torch_step(torch, params, forward, tb):
     return step
 
 
+# ------------------------------------------------------------ compiled peers
+def make_peers(model, cfg, which, torch=None, jax=None, device="cuda"):
+    """``({label: PeerStep}, {label: why not run})``: the compiled peers of
+    ``model`` (:mod:`benchmarks.peers`) named in ``which`` (``"compile"``,
+    ``"jax"``): "torch.compile" (its step also gives the "torch.compile,
+    graphed" row) on the torch ``device``, "JAX jit" and for the LSTM "JAX
+    jit, scan unrolled" on ``jax``, a ``(module, device, why not)`` triple
+    of :func:`benchmarks.peers.import_jax`.  Nothing is compiled here: a
+    step compiles on its first call (in :func:`run_checks`)."""
+    peers, notes = {}, {}
+    if "compile" in which:
+        if torch is None:
+            notes[COMPILE] = "not run: PyTorch not available"
+        elif not hasattr(torch, "compile"):
+            notes[COMPILE] = f"not run: torch {torch.__version__} has no torch.compile"
+        else:
+            peers[COMPILE] = torch_compile_peer(torch, model, cfg, LR, MOMENTUM, device)
+    if "jax" in which:
+        jx, jdev, why = jax if jax is not None else (None, None, "jax not imported")
+        labels = (JAX_JIT, JAX_UNROLLED) if model == "lstm" else (JAX_JIT,)
+        for label in labels:
+            if jx is None:
+                notes[label] = f"not run: {why}"
+            else:
+                peers[label] = jax_peer(jx, model, cfg, LR, MOMENTUM, jdev,
+                                        unroll=label == JAX_UNROLLED)
+    return peers, notes
+
+
+def _why(e):
+    """One line naming an exception, for a row's notes."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
 # -------------------------------------------------------------------- checks
-def run_checks(h, model, cfg, torch=None):
+def run_checks(h, model, cfg, torch=None, peers=None, notes=None):
     """Check one training step of fresh models against :func:`reference_step`:
     returns the check records ``{"what", "errors", "tol", "ok"}`` (printed)
-    of the loss and of the parameter update, ours and every PyTorch peer."""
+    of the loss and of the parameter update, ours and every PyTorch peer.
+
+    ``peers`` (``{label: PeerStep}`` of :func:`make_peers`) join both checks,
+    and each also takes a second step on the second batch: its first two
+    losses against our first two (a third check).  Their first step compiles
+    them (``compile_s``).  A peer that raises is removed from ``peers``, the
+    reason written to ``notes[label]``."""
+    peers = {} if peers is None else peers
+    notes = {} if notes is None else notes
     net, batches, _ = build(h, model, cfg)
     p0 = our_params(net)                        # float32 values, as float64
     x, y = batches[0]
     x_in = np.asarray(x, h.dtype).astype(np.float64)   # the batch ours computes with
     ref_loss, ref_p1 = reference_step(model, p0, x_in, y[:, 0])
-    loss = float(h.get_numpy_copy(handler_step(h, net, batches)(0))[0])
+    step = handler_step(h, net, batches)
+    loss = float(h.get_numpy_copy(step(0))[0])
     got = {OURS: (loss, our_params(net))}
+    if peers:                                   # our second loss, for the peers' two
+        our_two = (loss, float(h.get_numpy_copy(step(1))[0]))
     if torch is not None:
         tb = torch_batches(torch, batches, torch.float32)
         for label, (params, forward, to_ours) in torch_models(
                 torch, model, cfg, p0, torch.float32).items():
             t_loss = torch_step(torch, params, forward, tb)(0)
             got[label] = (float(t_loss.item()), to_ours())
+    two = {}
+    for label in list(peers):
+        try:
+            copy = peers[label].copy(p0, batches)
+            first = float(copy.step(0))         # compiles
+            got[label] = (first, copy.to_ours())
+            two[label] = (first, float(copy.step(1)))
+        except Exception as e:   # any failure (compile, capture, run): left out, noted
+            notes[label] = "not run: " + _why(e)
+            got.pop(label, None)
+            del peers[label]
 
     def update(p1):
         return np.concatenate([(a - b).ravel() for a, b in zip(p1, p0)])
@@ -400,6 +496,12 @@ def run_checks(h, model, cfg, torch=None):
              {k: rel_error(update(v[1]), ref_update) for k, v in got.items()})):
         ok = check_line(what, errors, CHECK_TOL)
         checks.append({"what": what, "errors": errors, "tol": CHECK_TOL, "ok": ok})
+    if two:
+        what = f"{model} first two losses of the compiled peers"
+        errors = {k: max(rel_error(v[j], our_two[j]) for j in range(2)) for k, v in two.items()}
+        ok = check_line(what, errors, CHECK_TOL, against="our first two losses")
+        checks.append({"what": what, "errors": errors, "tol": CHECK_TOL, "ok": ok,
+                       "losses": {OURS: list(our_two), **{k: list(v) for k, v in two.items()}}})
     return checks
 
 
@@ -621,8 +723,20 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=20, help="timed samples of each figure")
     p.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="captured rows: ours (Handler.capture) and each PyTorch peer "
-                        "graphed (torch.cuda.graph); on by default, GPU only")
+                        "graphed (torch.cuda.graph), and torch.compile graphed; on by "
+                        "default, GPU only")
+    p.add_argument("--peers", default="compile,jax",
+                   help="compiled peers, comma separated (GPU only): compile (torch.compile, "
+                        "and graphed), jax (JAX jit; LSTM also scan unrolled); 'none' for "
+                        "neither; default: compile,jax")
+    p.add_argument("--compile-limit", type=float, default=600.0,
+                   help="seconds a compiled peer's first step (its compile) may take; a peer "
+                        "over it is left out of the timing, noted (the compile itself cannot "
+                        "be interrupted); default 600")
     args = p.parse_args(argv)
+    which = {w.strip() for w in args.peers.split(",") if w.strip()} - {"none"}
+    if which - {"compile", "jax"}:
+        p.error(f"--peers: unknown {', '.join(sorted(which - {'compile', 'jax'}))}")
     h, timer, reason = make_handler(args.handler)
     if h is None:
         print(f"train: skipped, this suite needs a GPU (PyCudaHandler unavailable: {reason}); "
@@ -635,11 +749,25 @@ def main(argv=None):
     print(f"training step, float32, {device}; {type(h).__name__}"
           f"{' vs PyTorch (TF32 off)' if torch else ' (PyTorch not available)'}; "
           f"{args.reps} samples per figure")
+    jax = import_jax(gpu=True) if gpu and "jax" in which else None
+    if gpu and which:
+        print("compiled peers: " + "; ".join(
+            (["torch.compile (default mode, dynamic=False), whole step" + (
+                "" if torch else ": PyTorch not available")] if "compile" in which else [])
+            + ([f"JAX jit {jax[0].__version__} on {jax[1]} (host clock, {JAX_STEPS} steps "
+                f"back to back per sample)" if jax[0] else f"JAX: {jax[2]}"]
+               if "jax" in which else [])))
     reps = args.reps
     rows, breakdown, results = [], [], {"device": device, "models": {}, "checks": []}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         cfg = MODELS[model][1 if args.small else 0]
-        results["checks"] += run_checks(h, model, cfg, torch)
+        peers, notes = make_peers(model, cfg, which, torch, jax) if gpu else ({}, {})
+        results["checks"] += run_checks(h, model, cfg, torch, peers, notes)
+        for label in list(peers):   # the first step (in the checks) compiled it
+            if peers[label].compile_s > args.compile_limit:
+                notes[label] = (f"left out: compile {peers[label].compile_s:.1f} s "
+                                f"> --compile-limit {args.compile_limit:g} s")
+                del peers[label]
         if gpu and args.graphs:
             results["checks"].append(capture_check(h, model, cfg))
         ops, keep = record_step(h, model, cfg)
@@ -671,6 +799,26 @@ def main(argv=None):
                     graphed = torch_graphed(torch, torch_step(torch, params2, forward2, tb))
                     sides[label + ", graphed"] = torch_side(torch, graphed)
                     cases[label + ", graphed"] = (sides[label + ", graphed"].timer, graphed)
+        p0 = our_params(net)
+        if COMPILE in peers:          # one compiled step, two copies: no second compile
+            fn = peers[COMPILE].copy(p0, batches).step
+            sides[COMPILE] = torch_side(torch, fn)
+            cases[COMPILE] = (sides[COMPILE].timer, fn)
+            if not args.graphs:
+                notes[COMPILE_GRAPHED] = "not run: --no-graphs"
+            else:
+                try:
+                    fn = torch_graphed(torch, peers[COMPILE].copy(p0, batches).step)
+                    sides[COMPILE_GRAPHED] = torch_side(torch, fn)
+                    cases[COMPILE_GRAPHED] = (sides[COMPILE_GRAPHED].timer, fn)
+                except Exception as e:   # a capture that fails is noted, not fatal
+                    notes[COMPILE_GRAPHED] = "not run: " + _why(e)
+        elif COMPILE in notes:
+            notes[COMPILE_GRAPHED] = notes[COMPILE]
+        for label in (JAX_JIT, JAX_UNROLLED):
+            if label in peers:        # no CUDA events on JAX's streams: host clock
+                copy = peers[label].copy(p0, batches)
+                cases[label] = (HostClockTimer(copy.sync, JAX_STEPS), copy.step)
         ms = interleaved(cases, reps)
         k = max(1, min(ISSUE_STEPS, QUEUE_OPS // max(1, len(ops))))
         issue = host_issue(sides, reps, k) if sides else {}
@@ -684,7 +832,14 @@ def main(argv=None):
             entry["ours_unfused"] = figs[OURS_UNFUSED]
         if torch is not None:
             entry["torch"] = {lab: f for lab, f in figs.items()
-                              if lab not in (OURS, OURS_CAPTURED, OURS_UNFUSED)}
+                              if lab not in (OURS, OURS_CAPTURED, OURS_UNFUSED, *NEW_PEERS)}
+        if gpu and which:         # apart from "torch": the report's graphed peers stay as were
+            for lab in NEW_PEERS:
+                if lab in figs:
+                    pk = peers[COMPILE if lab == COMPILE_GRAPHED else lab]
+                    figs[lab]["compile_s"] = pk.compile_s
+            entry["peers"] = {lab: figs[lab] for lab in NEW_PEERS if lab in figs}
+            entry["peer_notes"] = dict(notes)
         if sides:
             entry["issue_steps"] = k
 
@@ -700,8 +855,16 @@ def main(argv=None):
                 extra = [hi, dv, verdict + ("" if f["device_gapless"] else " (?)")]
             else:
                 extra = ["-", "-", "-"]
+            note = ""
+            if "compile_s" in f:
+                note = f"compile {f['compile_s']:.1f} s"
+                if lab in (JAX_JIT, JAX_UNROLLED):
+                    note += f"; host clock, {JAX_STEPS} steps per sample"
             rows.append([model, name, t, f["samples_per_s"], *extra,
-                         f"{eager / t:.2f}x" if eager else "-"])
+                         f"{eager / t:.2f}x" if eager else "-", note])
+        for lab in NEW_PEERS:     # the peers that did not run: the row says why
+            if lab in notes and lab not in figs:
+                rows.append([model, lab, "-", "-", "-", "-", "-", "-", notes[lab]])
 
         cats = {}
         for op in ops:
@@ -727,11 +890,15 @@ def main(argv=None):
         print(line)
 
     print()
-    print_table(["model", "library", "ms / step", "samples / s", "host issue ms",
-                 "device ms", "verdict", "speed vs PyTorch eager"], rows)
+    headers = ["model", "library", "ms / step", "samples / s", "host issue ms",
+               "device ms", "verdict", "speed vs PyTorch eager", "notes"]
+    if not any(r[-1] for r in rows):      # no compiled peers: the table as it was
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    print_table(headers, rows)
     for model, entry in results["models"].items():
         cap = entry.get("ours_captured")
-        for lab, f in (entry.get("torch") or {}).items():
+        graphed = {**(entry.get("torch") or {}), **(entry.get("peers") or {})}
+        for lab, f in graphed.items():
             if cap is not None and lab.endswith(", graphed"):
                 print(f"{model}: ours captured / {lab}: "
                       f"{med(cap['ms']) / med(f['ms']):.3f}x the time per step")

@@ -1,0 +1,338 @@
+"""Compiled peers of a training step: ``torch.compile`` and JAX ``jit``.
+
+The suites time our handler against these as the strongest peers of a whole
+training step (forward, mean softmax cross-entropy, backward, SGD with
+momentum).  Both are written functionally, one function per step:
+
+* :func:`torch_step_fn`: ``torch.func.grad_and_value`` of the loss, then the
+  momentum buffers and parameters updated in place (``buf = momentum * buf +
+  g``; ``p -= lr * buf``, ``torch.optim.SGD``'s rule), compiled whole with
+  ``torch.compile`` (default mode, ``dynamic=False``, ``fullgraph=True``, so
+  a graph break is an error rather than a silently split step);
+* :func:`jax_step_fn`: ``jax.value_and_grad`` of the loss and the same update,
+  in one ``jax.jit`` with the parameters and buffers donated
+  (``donate_argnums``); the LSTM's time loop is ``jax.lax.scan``, rolled or
+  fully unrolled.
+
+Parameters are lists in the *peer layout* (:func:`peer_layout`), made from
+ours in ``benchmarks.train.our_params`` order and read back with
+:func:`from_peer_layout`: MLP ``W (in, out), b (out,)`` per layer; LSTM
+``wx (F, 4H), wh (H, 4H), b (4H,)`` with the gates i, f, g, o side by side (as
+the train suite's "PyTorch eager" cell takes them), then ``W (H, C), bo (C,)``.
+
+A :class:`PeerStep` is one compiled step function, shared by every copy of
+the model made with :meth:`PeerStep.copy` (each copy its own parameters,
+buffers and batches on the peer's device, chosen by the caller: CUDA for the
+suites, the CPU in the tests), so a step compiles once however many copies
+are checked and timed; its ``compile_s`` is the host time of the first call
+(tracing, compiling and one step, waited for; Inductor's on-disk cache, warm
+from an earlier run of the same step, shortens torch.compile's).
+
+JAX issues to its own streams, on which the suites have no CUDA events:
+:class:`HostClockTimer` times ``steps`` steps issued back to back with a host
+clock, waiting for their results (``block_until_ready``) before the clock
+starts and before it stops, divided by ``steps``.
+"""
+import os
+import time
+
+import numpy as np
+
+F32 = np.float32
+
+
+# -------------------------------------------------------------------- layout
+def peer_layout(model, params):
+    """Our parameters (``our_params`` order) as float32 arrays in the peer
+    layout (module docstring)."""
+    if model == "mlp":
+        out = []
+        for k in range(len(params) // 2):
+            out += [params[2 * k], params[2 * k + 1][0]]
+        return [np.ascontiguousarray(a, F32) for a in out]
+    Wx, Wh, b, W, bo = params
+    H = Wh.shape[-1]
+
+    def cat(A):      # (4, rows, H) per gate -> (rows, 4H), gates side by side
+        return A.transpose(1, 0, 2).reshape(A.shape[1], 4 * H)
+    return [np.ascontiguousarray(a, F32) for a in (cat(Wx), cat(Wh), b.reshape(4 * H), W, bo[0])]
+
+
+def from_peer_layout(model, arrays):
+    """The inverse of :func:`peer_layout`: float64 arrays in ``our_params``
+    order."""
+    arrays = [np.asarray(a, np.float64) for a in arrays]
+    if model == "mlp":
+        out = []
+        for k in range(len(arrays) // 2):
+            out += [arrays[2 * k].copy(), arrays[2 * k + 1][None].copy()]
+        return out
+    wx, wh, b, W, bo = arrays
+    H = wh.shape[0]
+
+    def split(M):    # (rows, 4H) -> (4, rows, H)
+        return M.reshape(M.shape[0], 4, H).transpose(1, 0, 2).copy()
+    return [split(wx), split(wh), b.reshape(4, 1, H).copy(), W.copy(), bo[None].copy()]
+
+
+# ------------------------------------------------------------------ compiled
+class PeerStep:
+    """One peer's step function, shared by the copies of the model it runs.
+
+    ``lib`` is ``"torch"`` or ``"jax"``, ``fn(params, bufs, x, y)`` the step
+    (torch: updates in place and returns the loss; JAX: returns new params,
+    buffers and the loss), ``device`` where copies live (a ``torch.device`` or
+    a ``jax.Device``).  ``compile_s`` is set by the first step of any copy."""
+
+    def __init__(self, lib, module, model, fn, device):
+        self.lib, self.module, self.model, self.fn, self.device = lib, module, model, fn, device
+        self.compile_s = None
+
+    def copy(self, params, batches):
+        """A fresh copy of the model from ``params`` (``our_params`` order) with
+        the host ``batches`` [(x, y as (n, 1) classes)] on the device."""
+        cls = TorchCopy if self.lib == "torch" else JaxCopy
+        return cls(self, params, batches)
+
+
+class TorchCopy:
+    """A copy of the model for a torch :class:`PeerStep`: ``step(i)`` is one
+    step on batch ``i % 2`` (returns the loss tensor), ``sync()`` waits for the
+    device, ``to_ours()`` returns the parameters in ``our_params`` order."""
+
+    def __init__(self, peer, params, batches):
+        torch, dev = peer.module, peer.device
+        self.peer, self.torch = peer, torch
+        self.params = [torch.tensor(a, device=dev) for a in peer_layout(peer.model, params)]
+        self.bufs = [torch.zeros_like(p) for p in self.params]
+        self.batches = [(torch.tensor(np.asarray(x), dtype=torch.float32, device=dev),
+                         torch.tensor(np.asarray(y)[:, 0], dtype=torch.long, device=dev))
+                        for x, y in batches]
+
+    def step(self, i):
+        """One training step on batch ``i % 2``; returns the loss tensor."""
+        x, y = self.batches[i % len(self.batches)]
+        if self.peer.compile_s is None:          # the first call compiles
+            self.sync()
+            t0 = time.perf_counter()
+            loss = self.peer.fn(self.params, self.bufs, x, y)
+            self.sync()
+            self.peer.compile_s = time.perf_counter() - t0
+            return loss
+        return self.peer.fn(self.params, self.bufs, x, y)
+
+    def sync(self):
+        """Wait for the device work issued so far."""
+        if self.params[0].is_cuda:
+            self.torch.cuda.synchronize()
+
+    def to_ours(self):
+        """The current parameters, float64, in ``our_params`` order."""
+        return from_peer_layout(self.peer.model, [p.detach().cpu().numpy() for p in self.params])
+
+
+class JaxCopy:
+    """A copy of the model for a JAX :class:`PeerStep` (the interface of
+    :class:`TorchCopy`).  The step donates the parameters and buffers, so the
+    copy keeps only the latest ones."""
+
+    def __init__(self, peer, params, batches):
+        jax, dev = peer.module, peer.device
+        self.peer, self.jax = peer, jax
+        self.params = [jax.device_put(a, dev) for a in peer_layout(peer.model, params)]
+        self.bufs = [jax.device_put(np.zeros_like(a), dev) for a in peer_layout(peer.model,
+                                                                                  params)]
+        self.batches = [(jax.device_put(np.asarray(x, F32), dev),
+                         jax.device_put(np.asarray(y)[:, 0].astype(np.int32), dev))
+                        for x, y in batches]
+        self.loss = None
+
+    def step(self, i):
+        """One training step on batch ``i % 2``; returns the loss (a device
+        scalar, not waited for)."""
+        x, y = self.batches[i % len(self.batches)]
+        first = self.peer.compile_s is None
+        if first:
+            t0 = time.perf_counter()
+        self.params, self.bufs, self.loss = self.peer.fn(self.params, self.bufs, x, y)
+        if first:
+            self.sync()
+            self.peer.compile_s = time.perf_counter() - t0
+        return self.loss
+
+    def sync(self):
+        """Wait for every step issued so far (its parameters, buffers, loss)."""
+        self.jax.block_until_ready((self.params, self.bufs, self.loss))
+
+    def to_ours(self):
+        """The current parameters, float64, in ``our_params`` order."""
+        return from_peer_layout(self.peer.model, [np.asarray(p) for p in self.params])
+
+
+# --------------------------------------------------------------------- torch
+def torch_forward(torch, model, cfg):
+    """forward(params, x) -> logits of ``model`` in torch, params in the peer
+    layout (``cfg``: the suite's model sizes)."""
+    if model == "mlp":
+        def mlp(ps, x):
+            n = len(ps) // 2
+            for k in range(n):
+                x = x @ ps[2 * k] + ps[2 * k + 1]
+                if k < n - 1:
+                    x = torch.relu(x)
+            return x
+        return mlp
+
+    T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
+
+    def lstm(ps, x):
+        wx, wh, b, W, bo = ps
+        # the input projection of all steps in one gemm, then one (B, 4H)
+        # gemm per step: the same cell as ours and the "PyTorch eager" peer
+        xp = (x.reshape(T * B, F) @ wx + b).view(T, B, 4 * H)
+        h = torch.zeros(B, H, dtype=x.dtype, device=x.device)
+        c = torch.zeros(B, H, dtype=x.dtype, device=x.device)
+        for t in range(T):
+            i, f, g, o = (xp[t] + h @ wh).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return h @ W + bo
+    return lstm
+
+
+def torch_step_fn(torch, model, cfg, lr, momentum, compile=True):
+    """step(params, bufs, x, y) -> loss: one functional training step of
+    ``model``, the parameters and momentum buffers (lists in the peer layout)
+    updated in place; compiled with ``torch.compile`` (default mode,
+    ``dynamic=False``, ``fullgraph=True``) unless ``compile`` is False (eager,
+    for the tests).  Compiling happens on the first call."""
+    forward = torch_forward(torch, model, cfg)
+
+    def loss_fn(ps, x, y):
+        return torch.nn.functional.cross_entropy(forward(ps, x), y)
+
+    def step(ps, bufs, x, y):
+        # gradients without .grad attributes or autograd state on the
+        # parameters, so that the whole step (backward and update too) is one
+        # graph for the compiler
+        grads, loss = torch.func.grad_and_value(loss_fn)(ps, x, y)
+        with torch.no_grad():
+            for p, buf, g in zip(ps, bufs, grads):
+                buf.mul_(momentum).add_(g)       # torch.optim.SGD, dampening 0
+                p.add_(buf, alpha=-lr)
+        return loss
+
+    if not compile:
+        return step
+    return torch.compile(step, dynamic=False, fullgraph=True)
+
+
+def torch_compile_peer(torch, model, cfg, lr, momentum, device):
+    """The :class:`PeerStep` of ``torch.compile`` on ``device``."""
+    return PeerStep("torch", torch, model, torch_step_fn(torch, model, cfg, lr, momentum),
+                    torch.device(device))
+
+
+# ----------------------------------------------------------------------- JAX
+def import_jax(gpu):
+    """``(jax, device, None)``, or ``(None, None, why not)``.
+
+    JAX is set up for the suites: no preallocation of most of the GPU's
+    memory (the handler and torch share the device), and float32 matmuls at
+    "highest" precision (no TF32, as the suites set for torch).  With ``gpu``
+    the device must be a GPU (a CPU-only jax is refused, not timed)."""
+    # only read when JAX's backend starts, so it must be set before the first use
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+    except Exception as e:   # not installed, or a jaxlib / plugin that fails to load
+        return None, None, f"jax not importable ({type(e).__name__}: {e})"
+    jax.config.update("jax_default_matmul_precision", "highest")
+    try:
+        devices = jax.devices("gpu") if gpu else jax.devices("cpu")
+    except Exception as e:   # RuntimeError: no such backend (a CPU-only jaxlib)
+        return None, None, f"JAX has no {'GPU' if gpu else 'CPU'} backend ({e})"
+    return jax, devices[0], None
+
+
+def jax_forward(jax, model, cfg, unroll=False):
+    """forward(params, x) -> logits of ``model`` in JAX, params in the peer
+    layout; the LSTM's time loop is ``jax.lax.scan``, fully unrolled with
+    ``unroll``."""
+    jnp = jax.numpy
+    if model == "mlp":
+        def mlp(ps, x):
+            n = len(ps) // 2
+            for k in range(n):
+                x = x @ ps[2 * k] + ps[2 * k + 1]
+                if k < n - 1:
+                    x = jnp.maximum(x, 0.0)
+            return x
+        return mlp
+
+    T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
+    sigmoid = jax.nn.sigmoid
+
+    def lstm(ps, x):
+        wx, wh, b, W, bo = ps
+        xp = (x.reshape(T * B, F) @ wx + b).reshape(T, B, 4 * H)
+
+        def cell(carry, xt):
+            h, c = carry
+            i, f, g, o = jnp.split(xt + h @ wh, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(g)
+            return (sigmoid(o) * jnp.tanh(c), c), None
+        zeros = jnp.zeros((B, H), x.dtype)
+        (h, _), _ = jax.lax.scan(cell, (zeros, zeros), xp, unroll=T if unroll else 1)
+        return h @ W + bo
+    return lstm
+
+
+def jax_step_fn(jax, model, cfg, lr, momentum, unroll=False):
+    """step(params, bufs, x, y) -> (params, bufs, loss): one training step of
+    ``model`` in one ``jax.jit``, ``jax.value_and_grad`` of the mean softmax
+    cross-entropy and the SGD-momentum update, params and bufs donated."""
+    jnp = jax.numpy
+    forward = jax_forward(jax, model, cfg, unroll)
+
+    def loss_fn(ps, x, y):
+        logp = jax.nn.log_softmax(forward(ps, x), axis=1)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def step(ps, bufs, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(ps, x, y)
+        bufs = [momentum * buf + g for buf, g in zip(bufs, grads)]
+        ps = [p - lr * buf for p, buf in zip(ps, bufs)]
+        return ps, bufs, loss
+    # donated: XLA may write the new parameters and buffers over the old ones,
+    # as the in-place updates of the other libraries do
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def jax_peer(jax, model, cfg, lr, momentum, device, unroll=False):
+    """The :class:`PeerStep` of JAX jit on ``device`` (a ``jax.Device``)."""
+    return PeerStep("jax", jax, model, jax_step_fn(jax, model, cfg, lr, momentum, unroll),
+                    device)
+
+
+# -------------------------------------------------------------------- timing
+class HostClockTimer:
+    """Host time (ms) per step of a library without CUDA events on the
+    suite's stream (JAX): ``steps`` steps issued back to back, waited for
+    with ``sync()`` before the clock starts and before it stops, divided by
+    ``steps``.  The interface of :class:`benchmarks.gpu.EventTimer`, so
+    :func:`benchmarks.gpu.interleaved` takes it."""
+
+    def __init__(self, sync, steps=10):
+        self.sync, self.steps = sync, steps
+
+    def sample(self, fn, i=0, inner=1):
+        """Milliseconds per call of ``inner * steps`` calls ``fn(i), fn(i+1),
+        ...``: one sample."""
+        n = inner * self.steps
+        self.sync()
+        t0 = time.perf_counter()
+        for j in range(n):
+            fn(i + j)
+        self.sync()
+        return (time.perf_counter() - t0) * 1e3 / n
