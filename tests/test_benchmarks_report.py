@@ -69,7 +69,11 @@ TRAIN = {"device": "Test GPU", "models": {"mlp": {
     # captured 0.5 ms <= 0.80 x 0.7 ms; replay host 5 us <= 10 us: both hold
     "ops_per_step": 29,
     "ours_captured": {"ms": 0.5, "samples_per_s": 8000.0, "host_issue_ms": 0.005,
-                      "device_ms": 0.5}}, "lstm": {
+                      "device_ms": 0.5},
+    # issue 42: captured 0.5 ms against the fastest of 0.7 (graphed), 0.6 and 0.4 (JAX): misses
+    "peers": {"torch.compile, graphed": {"ms": 0.6, "samples_per_s": 6700.0, "compile_s": 9.0},
+              "JAX jit": {"ms": 0.4, "samples_per_s": 10000.0, "compile_s": 2.0}},
+    "peer_notes": {}}, "lstm": {
     "config": {"T": 2}, "samples": 4, "ops_per_step": 921,
     "ours": {"ms": 5.0, "samples_per_s": 800.0},
     # judged against the faster graphed cell (2.0 ms), not cuDNN's LSTM: 1.5x misses
@@ -179,6 +183,10 @@ def test_verdicts_of_known_results(results):
     assert by["streams", "captured: >="] == (0, 1)     # the one partly idle cell: 0.99x
     assert by["train", "MLP captured"] == (1, 1)
     assert by["train", "MLP host"] == (1, 1)
+    assert by["train", "MLP against"] == (0, 1)
+    strongest = next(v for v in got if "fastest of" in v["target"])
+    assert "1.250x JAX jit (0.400 ms)" in strongest["result"]
+    assert sum("fastest of" in v["target"] for v in got) == 1   # the LSTM has no peers here
     assert by["train", "LSTM captured"] == (0, 1)
     assert "nn.LSTMCell loop, graphed" in next(
         v["result"] for v in got if v["target"].startswith("LSTM captured"))
