@@ -22,8 +22,20 @@ data and timed in interleaved order (:func:`benchmarks.gpu.interleaved`),
   time / ours >= 0.95; ours also with ``deterministic=False`` (cuDNN's
   backward engines that add with atomics, which PyTorch uses by default);
 * a LeNet-style training step (two convolutions, two max pools, three dense
-  layers, batch 64): ours eager and captured against PyTorch eager and
-  graphed; target: PyTorch's time / ours >= 1.0 for both pairs;
+  layers, batch 64; :data:`LENET`): ours eager and captured against PyTorch
+  eager and graphed; target: PyTorch's time / ours >= 1.0 for both pairs.
+  Beside them, without targets, the compiled peers (``--peers``, both by
+  default; :mod:`benchmarks.peers`), each one functional step from our
+  initial parameters on the same batch, SGD with momentum written out:
+  "torch.compile" (``F.conv2d``, ``F.max_pool2d``; the whole step, default
+  mode, ``dynamic=False``, ``fullgraph=True``), "torch.compile, graphed"
+  (that compiled step captured in ``torch.cuda.graph``, replayed) and "JAX
+  jit" (``lax.conv_general_dilated`` NCHW/OIHW, ``lax.reduce_window`` max;
+  host clock over 10 steps, no CUDA events on JAX's streams).  Their first
+  two losses are checked against ours (``CONV_TOL``); the notes give each
+  compile time (the first step's host seconds); a peer that is missing,
+  fails, or compiles longer than ``--compile-limit`` is left out, noted
+  (saved under ``step`` as ``peers`` and ``peer_notes``);
 * Adam's update over all parameters of a 16M-element flat buffer against
   ``torch.optim.Adam(fused=True)``; bytes: p, g, m, v read and p, m, v
   written; target >= 85% of copy bandwidth.
@@ -34,6 +46,7 @@ in the saved run).
 
 import numpy as np
 
+from benchmarks import peers as P
 from benchmarks.common import (
     Run,
     check_line,
@@ -56,6 +69,13 @@ CONV_TOL = 1e-3
 CONV_NETS = [("LeNet-style", [(1, 6, 5, 0, 28), (6, 16, 5, 0, 12)]),
              ("ResNet 3x3x64 block", [(64, 64, 3, 1, 56), (64, 64, 3, 1, 56)])]
 BATCH = 64
+#: the LeNet-style network of the training step, one description for ours,
+#: PyTorch's twin and the compiled peers: per convolution (C_in, C_out,
+#: kernel, padding), stride 1, each followed by ReLU and a max pool of
+#: ``pool`` (window = stride); the NCHW maps flattened into the dense layers
+#: ``dense`` (ReLU between them, none after the last)
+LENET = {"batch": BATCH, "side": 28, "convs": ((1, 6, 5, 0), (6, 16, 5, 0)), "pool": 2,
+         "dense": (256, 120, 84, 10)}
 
 
 def _nan(x):
@@ -294,8 +314,8 @@ def _conv_error(got, ref):
     return max(rel_error(g, r) for g, r in zip(got, (y, dx, dw)))
 
 
-def _lenet(h):
-    """Our LeNet-5-style net for 1x28x28 inputs, and its PyTorch twin's builder."""
+def _lenet(h, cfg=LENET):
+    """Our LeNet-style net of ``cfg`` (:data:`LENET`) and its SGD."""
     from benchmarks.train import LR, MOMENTUM
     from layers import (
         SGD,
@@ -307,19 +327,30 @@ def _lenet(h):
         Sequential,
         SoftmaxCrossEntropy,
     )
-    net = Sequential(h, [Conv2D(1, 6, 5), ReLU(), MaxPool2D(2), Conv2D(6, 16, 5), ReLU(),
-                         MaxPool2D(2), Flatten(), FullyConnected(256, 120), ReLU(),
-                         FullyConnected(120, 84), ReLU(), FullyConnected(84, 10)],
-                     SoftmaxCrossEntropy(), seed=0)
+    layers = []
+    for cin, cout, k, pad in cfg["convs"]:
+        layers += [Conv2D(cin, cout, k, padding=pad), ReLU(), MaxPool2D(cfg["pool"])]
+    layers.append(Flatten())
+    d = cfg["dense"]
+    for k in range(len(d) - 1):
+        layers += [FullyConnected(d[k], d[k + 1]), ReLU()]
+    net = Sequential(h, layers[:-1], SoftmaxCrossEntropy(), seed=0)
     return net, SGD(net.parameters, lr=LR, momentum=MOMENTUM)
 
 
-def _torch_lenet(torch):
+def _torch_lenet(torch, cfg=LENET):
+    """fn(i, x, y): one step of PyTorch's twin of :func:`_lenet` (its own
+    initial parameters), ``nn`` modules and ``torch.optim.SGD``."""
     from benchmarks.train import torch_sgd  # the same SGD as the train suite's peers
     nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5),
-                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120),
-                          nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10)).cuda()
+    mods = []
+    for cin, cout, k, pad in cfg["convs"]:
+        mods += [nn.Conv2d(cin, cout, k, padding=pad), nn.ReLU(), nn.MaxPool2d(cfg["pool"])]
+    mods.append(nn.Flatten())
+    d = cfg["dense"]
+    for k in range(len(d) - 1):
+        mods += [nn.Linear(d[k], d[k + 1]), nn.ReLU()]
+    model = nn.Sequential(*mods[:-1]).cuda()
     opt = torch_sgd(torch, model.parameters())
     loss_fn = nn.CrossEntropyLoss()
 
@@ -332,13 +363,48 @@ def _torch_lenet(torch):
     return step
 
 
-def training_step(h, torch, reps):
+def lenet_batch(cfg=LENET, seed=5):
+    """The step's host batch: x (batch, channels, side, side) float32 and
+    y (batch, 1) class labels as float32 (our loss's format)."""
+    rng = np.random.default_rng(seed)
+    n, side = cfg["batch"], cfg["side"]
+    x = rng.standard_normal((n, cfg["convs"][0][0], side, side)).astype(F32)
+    y = rng.integers(0, cfg["dense"][-1], (n, 1)).astype(F32)
+    return x, y
+
+
+def check_lenet_peers(h, peers, notes, checks, cfg=LENET):
+    """The compiled peers' first two losses (two steps on the batch, each
+    peer a fresh copy from our initial parameters; the first compiles it)
+    against two steps of ours, tolerance ``CONV_TOL``; a record appended
+    to ``checks``.  A peer that fails is removed from ``peers``, noted.
+    Returns our initial parameters (``our_params`` order)."""
+    from benchmarks.train import our_params
+    net, opt = _lenet(h, cfg)
+    p0 = our_params(net)
+    x, y = lenet_batch(cfg)
+    dx, dy = h.create_from_numpy(x), h.create_from_numpy(y)
+    ours = []
+    for _ in range(2):
+        loss = net.train_step(dx, dy)
+        ours.append(float(h.get_numpy_copy(loss)[0]))
+        opt.step()
+    two = P.first_two_losses(peers, p0, [(x, y)], notes)
+    if two:
+        checks.append(P.check_two_losses("LeNet-style step: first two losses of the compiled "
+                                         "peers", two, ours, CONV_TOL))
+    return p0
+
+
+def training_step(h, torch, reps, checks=None, peers=None, notes=None, compile_limit=600.0):
     """A LeNet-style training step at batch 64: ours eager and captured,
-    PyTorch eager and graphed (``torch.cuda.graph``)."""
+    PyTorch eager and graphed (``torch.cuda.graph``), and the compiled
+    ``peers`` (``{label: PeerStep}`` of :func:`benchmarks.peers.make_peers`;
+    checked first, see :func:`check_lenet_peers`)."""
     from benchmarks.gpu import our_captured, torch_graphed
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((BATCH, 1, 28, 28)).astype(F32)
-    y = rng.integers(0, 10, (BATCH, 1)).astype(F32)
+    peers = {} if peers is None else peers
+    notes = {} if notes is None else notes
+    x, y = lenet_batch()
     timers = _timers(h, torch)
     fns = {}
     for label in ("ours", "ours, captured"):
@@ -359,7 +425,12 @@ def training_step(h, torch, reps):
                 return tstep(i, tx, ty)
             fns[label] = (timers["torch"], run if label == "PyTorch eager"
                           else torch_graphed(torch, run))
-    ms = interleaved(fns, reps=reps, inner=1)
+    compiled = {}
+    if peers:
+        p0 = check_lenet_peers(h, peers, notes, [] if checks is None else checks)
+        P.drop_over_limit(peers, notes, compile_limit)
+        compiled = P.timed_cases(peers, p0, [(x, y)], notes)
+    ms = interleaved({**fns, **compiled}, reps=reps, inner=1)
     med = {k: v["median"] for k, v in ms.items()}
     rows = []
     pairs = [("ours", "PyTorch eager"), ("ours, captured", "PyTorch graphed")]
@@ -369,8 +440,24 @@ def training_step(h, torch, reps):
                      "yes" if ratio >= 1.0 else "NO"])
     print(f"\nLeNet-style training step, batch {BATCH}, float32 (ms); target: peer/ours >= 1.0")
     print_table(["ours", "ms", "peer", "ms", "peer/ours", ">=1.0"], rows)
-    return {"batch": BATCH, "ms": ms, "ratios": {o: med.get(p, float("nan")) / med[o]
-                                                  for o, p in pairs}}
+    out = {"batch": BATCH, "ms": {k: v for k, v in ms.items() if k not in compiled},
+           "ratios": {o: med.get(p, float("nan")) / med[o] for o, p in pairs}}
+    if compiled or notes:
+        labels = (P.COMPILE, P.COMPILE_GRAPHED, P.JAX_JIT)
+        prow = []
+        for label in labels:
+            if label in compiled:
+                prow.append([label, med[label], med[label] / med["ours"],
+                             med[label] / med["ours, captured"], P.note(label, peers)])
+            elif label in notes:
+                prow.append([label, float("nan"), float("nan"), float("nan"), notes[label]])
+        print("compiled peers of the same step, from our initial parameters (no target)")
+        print_table(["peer", "ms", "peer/ours", "peer/ours captured", "notes"], prow)
+        out["peers"] = {k: dict(ms=ms[k], compile_s=peers[P.COMPILE if k == P.COMPILE_GRAPHED
+                                                          else k].compile_s)
+                        for k in compiled}
+        out["peer_notes"] = dict(notes)
+    return out
 
 
 def adam(h, torch, copy_bw, checks, reps):
@@ -424,13 +511,18 @@ def main(argv=None):
     """Run the suite (options: ``--help``); returns the exit status."""
     parser = suite_parser("conv", __doc__)
     parser.add_argument("--quick", action="store_true", help="few repeats")
+    P.add_options(parser)
     args = parser.parse_args(argv)
+    which = P.chosen(parser, args)
     h = cuda_handler("conv", F32)
     if h is None:
         return 0
     run = Run("conv", gpu_name(), vars(args))
     torch = optional_peers().get("torch")
     print(f"peer: {'PyTorch (TF32 off)' if torch else 'none'}")
+    jax = P.import_jax(gpu=True) if "jax" in which else None
+    if which:
+        print(P.describe(which, torch, jax) + " (the LeNet-style training step)")
     reps = 5 if args.quick else 15
     checks = []
     results = {"gpu": run.device, "checks": checks}
@@ -442,6 +534,8 @@ def main(argv=None):
     results["conv_algorithms"] = _algorithms(h)
     for row in results["conv_algorithms"]:
         print("cuDNN engine:", *row)
-    results["step"] = training_step(h, torch, reps)
+    from benchmarks.train import LR, MOMENTUM
+    peers, notes = P.make_peers("convnet", LENET, which, LR, MOMENTUM, torch, jax)
+    results["step"] = training_step(h, torch, reps, checks, peers, notes, args.compile_limit)
     results["adam"] = adam(h, torch, copy_bw, checks, reps)
     return finish(run, results, checks, args.save)

@@ -24,12 +24,26 @@ against NumPy in float64 (``checks`` in the saved run):
   ``log_softmax`` and ``nll_loss`` in float32.  Printed
   beside them, without targets: our step with bfloat16 parameters (no master
   copy) and PyTorch's like it, and the float16 steps with dynamic loss
-  scaling (ours decided on the device; PyTorch's ``GradScaler``).
+  scaling (ours decided on the device; PyTorch's ``GradScaler``).  Also
+  without targets, the compiled peers of the mixed bfloat16 step
+  (``--peers``, both by default; :mod:`benchmarks.peers`), from our initial
+  parameters and batch: autocast's recipe written out (float32 master
+  parameters and batch cast to bfloat16 inside the step, logits to float32
+  for the loss, gradients back to float32, plain SGD in float32):
+  "torch.compile" (whole step, default mode, ``dynamic=False``,
+  ``fullgraph=True``), "torch.compile, graphed" (that step captured in
+  ``torch.cuda.graph``) and "JAX jit" (host clock over 10 steps).  Their
+  first two losses are checked against our mixed step's within the suite's
+  bfloat16 tolerance ``_tol(4096)``; the notes give each compile time; a
+  peer that is missing, fails, or compiles longer than ``--compile-limit``
+  is left out, noted (saved under ``mlp_step`` as ``peers`` and
+  ``peer_notes``).
 """
 import math
 
 import numpy as np
 
+from benchmarks import peers as P
 from benchmarks.common import (
     Run,
     check_line,
@@ -190,33 +204,69 @@ def sums(h, torch, copy_bw, checks, reps):
     return results
 
 
-def _our_mlp(h, precision=None):
-    """fn(i): one SGD training step of the MLP on handler ``h``, in mixed
-    precision with ``precision`` ("bfloat16" or "float16") if given."""
+def _mlp_net(h, precision=None, mlp=MLP):
+    """(network, fn(i) of one SGD training step returning the loss array,
+    host batch (x, y as (n, 1) classes)) of the MLP ``mlp`` on handler ``h``,
+    in mixed precision with ``precision`` ("bfloat16" or "float16") if
+    given."""
     from layers import SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
-    w, n = MLP["width"], MLP["batch"]
+    w, n = mlp["width"], mlp["batch"]
     layers = []
-    for _ in range(MLP["layers"]):
+    for _ in range(mlp["layers"]):
         layers += [FullyConnected(w, w), ReLU()]
     layers[-1:] = []
     net = Sequential(h, layers, SoftmaxCrossEntropy(), seed=0)
-    opt = SGD(net.parameters, lr=MLP["lr"])
+    opt = SGD(net.parameters, lr=mlp["lr"])
     if precision:
         net.mixed_precision(precision)
     rng = np.random.default_rng(4)
-    x = net.input_h.create_from_numpy(rng.standard_normal((n, w)))
+    hx = rng.standard_normal((n, w))
     # labels in the loss's format (float32 for every case): 4096 classes, past
     # the whole numbers bfloat16 (256) and float16 (2048) hold exactly
-    y = net.target_h.create_from_numpy(rng.integers(0, w, (n, 1)).astype(np.float64))
+    hy = rng.integers(0, w, (n, 1)).astype(np.float64)
+    x, y = net.input_h.create_from_numpy(hx), net.target_h.create_from_numpy(hy)
     scaler = net.loss_scaler
 
     def step(i):
-        net.train_step(x, y)
+        loss = net.train_step(x, y)
         if scaler is None:
             opt.step()
         else:
             scaler.step(opt)
-    return step
+        return loss
+    return net, step, (hx, hy)
+
+
+def _our_mlp(h, precision=None):
+    """fn(i): one SGD training step of the MLP on handler ``h`` (:func:`_mlp_net`)."""
+    return _mlp_net(h, precision)[1]
+
+
+def peer_cfg(mlp=MLP):
+    """The compiled peers' description (:mod:`benchmarks.peers`) of our mixed
+    bfloat16 step of ``mlp``."""
+    return {"sizes": (mlp["width"],) * (mlp["layers"] + 1), "batch": mlp["batch"],
+            "compute": "bfloat16"}
+
+
+def check_mlp_peers(h32, peers, notes, checks, mlp=MLP):
+    """The compiled peers' first two losses (two steps on the batch, each
+    peer a fresh copy from our initial parameters; the first compiles it)
+    against two steps of our mixed bfloat16 step, within the suite's
+    bfloat16 tolerance ``_tol(width)`` (the gemms' depth); a record
+    appended to ``checks``.  A peer that fails is removed from ``peers``,
+    noted.  Returns (our initial parameters, the host batches) for the
+    timed copies."""
+    from benchmarks.train import our_params
+    net, step, batch = _mlp_net(h32, "bfloat16", mlp)
+    p0 = our_params(net)                 # the float32 master copy
+    # the loss is an array of the compute handler (rounded to bfloat16)
+    ours = [float(net.h.get_numpy_copy(step(i))[0]) for i in range(2)]
+    two = P.first_two_losses(peers, p0, [batch], notes)
+    if two:
+        what = "MLP mixed bf16 step: first two losses of the compiled peers"
+        checks.append(P.check_two_losses(what, two, ours, _tol(mlp["width"])))
+    return p0, [batch]
 
 
 def _torch_mlp(torch, dtype, autocast):
@@ -246,9 +296,14 @@ def _torch_mlp(torch, dtype, autocast):
     return step
 
 
-def mlp_step(hb, h32, torch, reps):
+def mlp_step(hb, h32, torch, reps, checks=None, peers=None, notes=None, compile_limit=600.0):
     """The MLP step: ours in mixed bfloat16 (the target row), float32,
-    pure bfloat16 and mixed float16; PyTorch's likewise."""
+    pure bfloat16 and mixed float16; PyTorch's likewise; and the compiled
+    ``peers`` of the mixed bfloat16 step (``{label: PeerStep}`` of
+    :func:`benchmarks.peers.make_peers`; checked first, see
+    :func:`check_mlp_peers`)."""
+    peers = {} if peers is None else peers
+    notes = {} if notes is None else notes
     ours = "ours mixed bf16"
     cases = {ours: (EventTimer("pycuda", h32.stream), _our_mlp(h32, "bfloat16")),
              "ours f32": (EventTimer("pycuda", h32.stream), _our_mlp(h32)),
@@ -259,27 +314,47 @@ def mlp_step(hb, h32, torch, reps):
         cases["torch autocast bf16"] = (t, _torch_mlp(torch, torch.bfloat16, True))
         cases["torch bf16 params"] = (t, _torch_mlp(torch, torch.bfloat16, False))
         cases["torch autocast fp16"] = (t, _torch_mlp(torch, torch.float16, True))
-    ms = interleaved(cases, reps=reps, inner=1)
+    compiled = {}
+    if peers:
+        p0, batches = check_mlp_peers(h32, peers, notes, [] if checks is None else checks)
+        P.drop_over_limit(peers, notes, compile_limit)
+        compiled = P.timed_cases(peers, p0, batches, notes)
+    ms = interleaved({**cases, **compiled}, reps=reps, inner=1)
     med = {k: v["median"] for k, v in ms.items()}
     over_f32 = med["ours f32"] / med[ours]
     over_torch = med.get("torch autocast bf16", float("nan")) / med[ours]
     print(f"\nMLP training step, width {MLP['width']}, batch {MLP['batch']}, "
           f"{MLP['layers']} layers, SGD (ms per step)")
-    print_table(["library", "ms", f"its time / {ours}"],
-                [[k, v, v / med[ours]] for k, v in med.items()])
+    rows = [[k, v, v / med[ours], P.note(k, peers) if k in compiled else ""]
+            for k, v in med.items()]
+    rows += [[k, float("nan"), float("nan"), notes[k]]
+             for k in (P.COMPILE, P.COMPILE_GRAPHED, P.JAX_JIT) if k in notes and k not in med]
+    headers = ["library", "ms", f"its time / {ours}", "notes"]
+    if not any(r[-1] for r in rows):       # no compiled peers: the table as it was
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    print_table(headers, rows)
     print(f"{ours} vs ours f32: {over_f32:.2f}x (target >= {STEP_OVER_F32}x: "
           f"{'yes' if over_f32 >= STEP_OVER_F32 else 'NO'}); vs torch autocast: "
           f"{over_torch:.2f}x (target >= {STEP_OVER_TORCH}x: "
           f"{'yes' if over_torch >= STEP_OVER_TORCH else 'NO'})")
-    return dict(ms=ms, over_f32=over_f32, over_torch_autocast=over_torch, mode="mixed",
-                targets=dict(over_f32=STEP_OVER_F32, over_torch=STEP_OVER_TORCH))
+    out = dict(ms={k: v for k, v in ms.items() if k not in compiled}, over_f32=over_f32,
+               over_torch_autocast=over_torch, mode="mixed",
+               targets=dict(over_f32=STEP_OVER_F32, over_torch=STEP_OVER_TORCH))
+    if compiled or notes:
+        out["peers"] = {k: dict(ms=ms[k], compile_s=peers[P.COMPILE if k == P.COMPILE_GRAPHED
+                                                          else k].compile_s)
+                        for k in compiled}
+        out["peer_notes"] = dict(notes)
+    return out
 
 
 def main(argv=None):
     """Run the suite (options: ``--help``); returns the exit status."""
     parser = suite_parser("half", __doc__)
     parser.add_argument("--quick", action="store_true", help="few repeats")
+    P.add_options(parser)
     args = parser.parse_args(argv)
+    which = P.chosen(parser, args)
     h = cuda_handler("half", "bfloat16")
     if h is None:
         return 0
@@ -287,6 +362,9 @@ def main(argv=None):
     run = Run("half", gpu_name(), vars(args))
     torch = optional_peers().get("torch")
     print(f"peer: {'PyTorch' if torch else 'none'}")
+    jax = P.import_jax(gpu=True) if "jax" in which else None
+    if which:
+        print(P.describe(which, torch, jax) + " (the MLP step, mixed bfloat16)")
     reps = 5 if args.quick else 15
     checks = []
     results = {"gpu": run.device, "checks": checks}
@@ -295,5 +373,7 @@ def main(argv=None):
     results["elementwise"] = elementwise(h, torch, copy_bw, checks, reps)
     results["dot_mm"] = gemms(h, torch, checks, reps)
     results["sum_t"] = sums(h, torch, copy_bw, checks, reps)
-    results["mlp_step"] = mlp_step(h, h32, torch, max(3, reps // 3))
+    peers, notes = P.make_peers("mlp", peer_cfg(), which, MLP["lr"], 0.0, torch, jax)
+    results["mlp_step"] = mlp_step(h, h32, torch, max(3, reps // 3), checks, peers, notes,
+                                   args.compile_limit)
     return finish(run, results, checks, args.save)

@@ -14,11 +14,23 @@ momentum).  Both are written functionally, one function per step:
   (``donate_argnums``); the LSTM's time loop is ``jax.lax.scan``, rolled or
   fully unrolled.
 
+Models: ``"mlp"`` (with ``cfg["compute"] = "bfloat16"`` the mixed-precision
+step of the half suite: parameters and batch cast inside the step, loss and
+update float32; with momentum 0 plain SGD), ``"lstm"`` and ``"convnet"``
+(the conv suite's LeNet-style net: per convolution ``(C_in, C_out, kernel,
+padding)``, then ReLU and a max pool, the NCHW maps flattened into dense
+layers).  The suites share the rest too: ``--peers`` / ``--compile-limit``
+(:func:`add_options`), :func:`make_peers`, the loss check
+(:func:`first_two_losses`, :func:`check_two_losses`) and the timed rows
+(:func:`timed_cases`).
+
 Parameters are lists in the *peer layout* (:func:`peer_layout`), made from
 ours in ``benchmarks.train.our_params`` order and read back with
 :func:`from_peer_layout`: MLP ``W (in, out), b (out,)`` per layer; LSTM
 ``wx (F, 4H), wh (H, 4H), b (4H,)`` with the gates i, f, g, o side by side (as
-the train suite's "PyTorch eager" cell takes them), then ``W (H, C), bo (C,)``.
+the train suite's "PyTorch eager" cell takes them), then ``W (H, C), bo (C,)``;
+convnet: ours (``W (O, I, k, k), b (O,)`` per convolution), dense biases as
+``(out,)``.
 
 A :class:`PeerStep` is one compiled step function, shared by every copy of
 the model made with :meth:`PeerStep.copy` (each copy its own parameters,
@@ -45,11 +57,9 @@ F32 = np.float32
 def peer_layout(model, params):
     """Our parameters (``our_params`` order) as float32 arrays in the peer
     layout (module docstring)."""
-    if model == "mlp":
-        out = []
-        for k in range(len(params) // 2):
-            out += [params[2 * k], params[2 * k + 1][0]]
-        return [np.ascontiguousarray(a, F32) for a in out]
+    if model != "lstm":        # mlp, convnet: as ours, a dense layer's b (1, out) as (out,)
+        return [np.ascontiguousarray(a[0] if k % 2 and a.ndim == 2 else a, F32)
+                for k, a in enumerate(params)]
     Wx, Wh, b, W, bo = params
     H = Wh.shape[-1]
 
@@ -62,11 +72,9 @@ def from_peer_layout(model, arrays):
     """The inverse of :func:`peer_layout`: float64 arrays in ``our_params``
     order."""
     arrays = [np.asarray(a, np.float64) for a in arrays]
-    if model == "mlp":
-        out = []
-        for k in range(len(arrays) // 2):
-            out += [arrays[2 * k].copy(), arrays[2 * k + 1][None].copy()]
-        return out
+    if model != "lstm":        # the bias after a dense (2-D) W back to (1, out)
+        return [a[None].copy() if k % 2 and arrays[k - 1].ndim == 2 else a.copy()
+                for k, a in enumerate(arrays)]
     wx, wh, b, W, bo = arrays
     H = wh.shape[0]
 
@@ -173,15 +181,28 @@ class JaxCopy:
 def torch_forward(torch, model, cfg):
     """forward(params, x) -> logits of ``model`` in torch, params in the peer
     layout (``cfg``: the suite's model sizes)."""
+    nnf = torch.nn.functional
+
+    def mlp(ps, x):
+        n = len(ps) // 2
+        for k in range(n):
+            x = x @ ps[2 * k] + ps[2 * k + 1]
+            if k < n - 1:
+                x = torch.relu(x)
+        return x
     if model == "mlp":
-        def mlp(ps, x):
-            n = len(ps) // 2
-            for k in range(n):
-                x = x @ ps[2 * k] + ps[2 * k + 1]
-                if k < n - 1:
-                    x = torch.relu(x)
-            return x
         return mlp
+    if model == "convnet":
+        pads, pool = [c[3] for c in cfg["convs"]], cfg["pool"]
+
+        def convnet(ps, x):
+            # per convolution: cross-correlation + b, ReLU, max pool; then
+            # the (N, C*H*W) rows of the NCHW maps into the dense layers
+            for k, pad in enumerate(pads):
+                x = nnf.conv2d(x, ps[2 * k], ps[2 * k + 1], padding=pad)
+                x = nnf.max_pool2d(torch.relu(x), pool)
+            return mlp(ps[2 * len(pads):], x.flatten(1))
+        return convnet
 
     T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
 
@@ -205,11 +226,21 @@ def torch_step_fn(torch, model, cfg, lr, momentum, compile=True):
     ``model``, the parameters and momentum buffers (lists in the peer layout)
     updated in place; compiled with ``torch.compile`` (default mode,
     ``dynamic=False``, ``fullgraph=True``) unless ``compile`` is False (eager,
-    for the tests).  Compiling happens on the first call."""
+    for the tests).  Compiling happens on the first call.
+
+    With ``cfg["compute"]`` (``"bfloat16"``) the step is mixed precision as
+    ``torch.autocast`` runs it: the float32 parameters and batch are cast to
+    that format for the forward pass (whose backward brings the gradients
+    back to float32), the logits to float32 for the loss, and the update is
+    float32.  With ``momentum`` 0 the update is plain SGD (``p -= lr * g``)
+    and the buffers stay untouched (``torch.optim.SGD`` keeps none)."""
     forward = torch_forward(torch, model, cfg)
+    compute = getattr(torch, cfg["compute"]) if cfg.get("compute") else None
 
     def loss_fn(ps, x, y):
-        return torch.nn.functional.cross_entropy(forward(ps, x), y)
+        if compute is not None:
+            ps, x = [p.to(compute) for p in ps], x.to(compute)
+        return torch.nn.functional.cross_entropy(forward(ps, x).float(), y)
 
     def step(ps, bufs, x, y):
         # gradients without .grad attributes or autograd state on the
@@ -218,8 +249,10 @@ def torch_step_fn(torch, model, cfg, lr, momentum, compile=True):
         grads, loss = torch.func.grad_and_value(loss_fn)(ps, x, y)
         with torch.no_grad():
             for p, buf, g in zip(ps, bufs, grads):
-                buf.mul_(momentum).add_(g)       # torch.optim.SGD, dampening 0
-                p.add_(buf, alpha=-lr)
+                if momentum:
+                    buf.mul_(momentum).add_(g)       # torch.optim.SGD, dampening 0
+                    g = buf
+                p.add_(g, alpha=-lr)
         return loss
 
     if not compile:
@@ -259,16 +292,30 @@ def jax_forward(jax, model, cfg, unroll=False):
     """forward(params, x) -> logits of ``model`` in JAX, params in the peer
     layout; the LSTM's time loop is ``jax.lax.scan``, fully unrolled with
     ``unroll``."""
-    jnp = jax.numpy
+    jnp, lax = jax.numpy, jax.lax
+
+    def mlp(ps, x):
+        n = len(ps) // 2
+        for k in range(n):
+            x = x @ ps[2 * k] + ps[2 * k + 1]
+            if k < n - 1:
+                x = jnp.maximum(x, 0.0)
+        return x
     if model == "mlp":
-        def mlp(ps, x):
-            n = len(ps) // 2
-            for k in range(n):
-                x = x @ ps[2 * k] + ps[2 * k + 1]
-                if k < n - 1:
-                    x = jnp.maximum(x, 0.0)
-            return x
         return mlp
+    if model == "convnet":
+        pads, pool = [c[3] for c in cfg["convs"]], cfg["pool"]
+        window = (1, 1, pool, pool)
+
+        def convnet(ps, x):
+            for k, pad in enumerate(pads):
+                x = lax.conv_general_dilated(x, ps[2 * k], (1, 1), [(pad, pad), (pad, pad)],
+                                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
+                x = jnp.maximum(x + ps[2 * k + 1][None, :, None, None], 0.0)
+                # -inf as a Python float: the max monoid JAX differentiates
+                x = lax.reduce_window(x, -jnp.inf, lax.max, window, window, "VALID")
+            return mlp(ps[2 * len(pads):], x.reshape(x.shape[0], -1))
+        return convnet
 
     T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
     sigmoid = jax.nn.sigmoid
@@ -283,7 +330,7 @@ def jax_forward(jax, model, cfg, unroll=False):
             c = sigmoid(f) * c + sigmoid(i) * jnp.tanh(g)
             return (sigmoid(o) * jnp.tanh(c), c), None
         zeros = jnp.zeros((B, H), x.dtype)
-        (h, _), _ = jax.lax.scan(cell, (zeros, zeros), xp, unroll=T if unroll else 1)
+        (h, _), _ = lax.scan(cell, (zeros, zeros), xp, unroll=T if unroll else 1)
         return h @ W + bo
     return lstm
 
@@ -291,18 +338,25 @@ def jax_forward(jax, model, cfg, unroll=False):
 def jax_step_fn(jax, model, cfg, lr, momentum, unroll=False):
     """step(params, bufs, x, y) -> (params, bufs, loss): one training step of
     ``model`` in one ``jax.jit``, ``jax.value_and_grad`` of the mean softmax
-    cross-entropy and the SGD-momentum update, params and bufs donated."""
+    cross-entropy and the SGD-momentum update, params and bufs donated.
+    ``cfg["compute"]`` and ``momentum`` 0 as in :func:`torch_step_fn`: the
+    parameters cast inside the step, the loss and the update float32."""
     jnp = jax.numpy
     forward = jax_forward(jax, model, cfg, unroll)
+    compute = jnp.dtype(cfg["compute"]) if cfg.get("compute") else None
 
     def loss_fn(ps, x, y):
-        logp = jax.nn.log_softmax(forward(ps, x), axis=1)
+        if compute is not None:
+            ps, x = [p.astype(compute) for p in ps], x.astype(compute)
+        logp = jax.nn.log_softmax(forward(ps, x).astype(jnp.float32), axis=1)
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
     def step(ps, bufs, x, y):
         loss, grads = jax.value_and_grad(loss_fn)(ps, x, y)
-        bufs = [momentum * buf + g for buf, g in zip(bufs, grads)]
-        ps = [p - lr * buf for p, buf in zip(ps, bufs)]
+        if momentum:
+            bufs = [momentum * buf + g for buf, g in zip(bufs, grads)]
+            grads = bufs
+        ps = [p - lr * g for p, g in zip(ps, grads)]
         return ps, bufs, loss
     # donated: XLA may write the new parameters and buffers over the old ones,
     # as the in-place updates of the other libraries do
@@ -336,3 +390,158 @@ class HostClockTimer:
             fn(i + j)
         self.sync()
         return (time.perf_counter() - t0) * 1e3 / n
+
+
+# -------------------------------------------------------------- the suites'
+#: the rows of the compiled peers (the train suite's labels)
+COMPILE = "torch.compile"
+COMPILE_GRAPHED = "torch.compile, graphed"
+JAX_JIT = "JAX jit"
+#: the LSTM's second JAX row: its time loop unrolled (a model with a scan)
+JAX_UNROLLED = "JAX jit, scan unrolled"
+#: steps JAX issues back to back per timed sample (host clock)
+JAX_STEPS = 10
+
+
+def add_options(parser):
+    """``--peers`` and ``--compile-limit`` on a suite's ``parser``."""
+    parser.add_argument("--peers", default="compile,jax",
+                        help="compiled peers, comma separated (GPU only): compile "
+                             "(torch.compile, and graphed), jax (JAX jit); 'none' for neither; "
+                             "default: compile,jax")
+    parser.add_argument("--compile-limit", type=float, default=600.0,
+                        help="seconds a compiled peer's first step (its compile) may take; a "
+                             "peer over it is left out of the timing, noted (the compile itself "
+                             "cannot be interrupted); default 600")
+
+
+def chosen(parser, args):
+    """The set of peers ``--peers`` names (``parser.error`` on an unknown one)."""
+    which = {w.strip() for w in args.peers.split(",") if w.strip()} - {"none"}
+    if which - {"compile", "jax"}:
+        parser.error(f"--peers: unknown {', '.join(sorted(which - {'compile', 'jax'}))}")
+    return which
+
+
+def describe(which, torch, jax):
+    """One line on the compiled peers a suite runs (``jax``: the triple of
+    :func:`import_jax`, or None)."""
+    parts = []
+    if "compile" in which:
+        parts.append("torch.compile (default mode, dynamic=False), whole step"
+                     + ("" if torch else ": PyTorch not available"))
+    if "jax" in which:
+        parts.append(f"JAX jit {jax[0].__version__} on {jax[1]} (host clock, {JAX_STEPS} steps "
+                     f"back to back per sample)" if jax and jax[0] else
+                     f"JAX: {jax[2] if jax else 'not imported'}")
+    return "compiled peers: " + "; ".join(parts)
+
+
+def make_peers(model, cfg, which, lr, momentum, torch=None, jax=None, device="cuda"):
+    """``({label: PeerStep}, {label: why not run})``: "torch.compile" (whose
+    step also gives the "torch.compile, graphed" row) on the torch
+    ``device`` and "JAX jit" on ``jax`` (the triple of :func:`import_jax`;
+    for the LSTM, whose time loop is a scan, also "JAX jit, scan unrolled"),
+    those of ``which`` (``"compile"``, ``"jax"``).  Nothing compiles here: a
+    step compiles on its first call (:func:`first_two_losses`)."""
+    peers, notes = {}, {}
+    if "compile" in which:
+        if torch is None:
+            notes[COMPILE] = "not run: PyTorch not available"
+        elif not hasattr(torch, "compile"):
+            notes[COMPILE] = f"not run: torch {torch.__version__} has no torch.compile"
+        else:
+            peers[COMPILE] = torch_compile_peer(torch, model, cfg, lr, momentum, device)
+    if "jax" in which:
+        jx, jdev, why = jax if jax is not None else (None, None, "jax not imported")
+        for label in (JAX_JIT, JAX_UNROLLED) if model == "lstm" else (JAX_JIT,):
+            if jx is None:
+                notes[label] = f"not run: {why}"
+            else:
+                peers[label] = jax_peer(jx, model, cfg, lr, momentum, jdev,
+                                        unroll=label == JAX_UNROLLED)
+    return peers, notes
+
+
+def why(e):
+    """One line naming an exception, for a row's notes."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+def first_two_losses(peers, params, batches, notes):
+    """``{label: [loss 0, loss 1]}``: two steps (batches 0 and 1, modulo
+    their number) of a fresh copy of each peer from ``params``; the first
+    compiles the peer (``compile_s``).  A peer that raises is removed from
+    ``peers``, the reason written to ``notes[label]``."""
+    two = {}
+    for label in list(peers):
+        try:
+            copy = peers[label].copy(params, batches)
+            two[label] = [float(copy.step(0)), float(copy.step(1))]
+        except Exception as e:   # any failure (compile, run): left out, noted
+            notes[label] = "not run: " + why(e)
+            del peers[label]
+    return two
+
+
+def check_two_losses(what, two, ours, tol):
+    """The check record of the peers' first two losses (``two``, of
+    :func:`first_two_losses`) against ``ours``, our first two: the larger
+    relative error of the two, tolerance ``tol`` (printed)."""
+    from benchmarks.common import check_line, rel_error
+    errors = {k: max(rel_error(v[j], ours[j]) for j in range(2)) for k, v in two.items()}
+    ok = check_line(what, errors, tol, against="our first two losses")
+    return {"what": what, "errors": errors, "tol": tol, "ok": ok,
+            "losses": {"ours": list(ours), **two}}
+
+
+def drop_over_limit(peers, notes, limit):
+    """Leave out of the timing each peer whose compile took over ``limit``
+    seconds (noted)."""
+    for label in list(peers):
+        if peers[label].compile_s > limit:
+            notes[label] = (f"left out: compile {peers[label].compile_s:.1f} s "
+                            f"> --compile-limit {limit:g} s")
+            del peers[label]
+
+
+def timed_cases(peers, params, batches, notes, graphs=True):
+    """``{label: (timer, fn(i))}`` of the peers for
+    :func:`benchmarks.gpu.interleaved` (GPU only): "torch.compile" on
+    PyTorch's CUDA events, "torch.compile, graphed" (with ``graphs``) the
+    same compiled step captured whole by :func:`benchmarks.gpu.torch_graphed`
+    and replayed on batch 0, "JAX jit" on :class:`HostClockTimer`; each a
+    fresh copy from ``params`` on ``batches``, the compiled step reused (no
+    second compile).  A graphed row that cannot be captured, or not run, is
+    noted."""
+    from benchmarks.gpu import EventTimer, torch_graphed
+    cases = {}
+    if COMPILE in peers:
+        torch = peers[COMPILE].module
+        timer = EventTimer("torch", module=torch)
+        cases[COMPILE] = (timer, peers[COMPILE].copy(params, batches).step)
+        if not graphs:
+            notes[COMPILE_GRAPHED] = "not run: --no-graphs"
+        else:
+            try:
+                fn = torch_graphed(torch, peers[COMPILE].copy(params, batches).step)
+                cases[COMPILE_GRAPHED] = (timer, fn)
+            except Exception as e:   # a capture that fails is noted, not fatal
+                notes[COMPILE_GRAPHED] = "not run: " + why(e)
+    elif COMPILE in notes:
+        notes[COMPILE_GRAPHED] = notes[COMPILE]
+    for label in (JAX_JIT, JAX_UNROLLED):
+        if label in peers:          # no CUDA events on JAX's streams: host clock
+            copy = peers[label].copy(params, batches)
+            cases[label] = (HostClockTimer(copy.sync, JAX_STEPS), copy.step)
+    return cases
+
+
+def note(label, peers):
+    """A timed peer row's notes: its compile time (and the JAX clock)."""
+    peer = peers[COMPILE if label == COMPILE_GRAPHED else label]
+    text = f"compile {peer.compile_s:.1f} s"
+    if peer.lib == "jax":
+        text += f"; host clock, {JAX_STEPS} steps per sample"
+    return text

@@ -104,6 +104,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from benchmarks import peers as P
 from benchmarks.common import (
     Run,
     check_line,
@@ -121,7 +122,7 @@ from benchmarks.gpu import (
     our_captured,
     torch_graphed,
 )
-from benchmarks.peers import HostClockTimer, import_jax, jax_peer, torch_compile_peer
+from benchmarks.peers import COMPILE, COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
@@ -152,13 +153,7 @@ OURS_CAPTURED = "ours, captured"
 #: the LSTM layer before issue 20's fusion (benchmarks/unfused_lstm.py), eager
 OURS_UNFUSED = "ours, unfused LSTM"
 #: the compiled peers (benchmarks/peers.py)
-COMPILE = "torch.compile"
-COMPILE_GRAPHED = "torch.compile, graphed"
-JAX_JIT = "JAX jit"
-JAX_UNROLLED = "JAX jit, scan unrolled"
 NEW_PEERS = (COMPILE, COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED)
-#: steps JAX issues back to back per timed sample (host clock)
-JAX_STEPS = 10
 
 
 # -------------------------------------------------------------------- models
@@ -410,40 +405,6 @@ def torch_step(torch, params, forward, tb):
 
 
 # ------------------------------------------------------------ compiled peers
-def make_peers(model, cfg, which, torch=None, jax=None, device="cuda"):
-    """``({label: PeerStep}, {label: why not run})``: the compiled peers of
-    ``model`` (:mod:`benchmarks.peers`) named in ``which`` (``"compile"``,
-    ``"jax"``): "torch.compile" (its step also gives the "torch.compile,
-    graphed" row) on the torch ``device``, "JAX jit" and for the LSTM "JAX
-    jit, scan unrolled" on ``jax``, a ``(module, device, why not)`` triple
-    of :func:`benchmarks.peers.import_jax`.  Nothing is compiled here: a
-    step compiles on its first call (in :func:`run_checks`)."""
-    peers, notes = {}, {}
-    if "compile" in which:
-        if torch is None:
-            notes[COMPILE] = "not run: PyTorch not available"
-        elif not hasattr(torch, "compile"):
-            notes[COMPILE] = f"not run: torch {torch.__version__} has no torch.compile"
-        else:
-            peers[COMPILE] = torch_compile_peer(torch, model, cfg, LR, MOMENTUM, device)
-    if "jax" in which:
-        jx, jdev, why = jax if jax is not None else (None, None, "jax not imported")
-        labels = (JAX_JIT, JAX_UNROLLED) if model == "lstm" else (JAX_JIT,)
-        for label in labels:
-            if jx is None:
-                notes[label] = f"not run: {why}"
-            else:
-                peers[label] = jax_peer(jx, model, cfg, LR, MOMENTUM, jdev,
-                                        unroll=label == JAX_UNROLLED)
-    return peers, notes
-
-
-def _why(e):
-    """One line naming an exception, for a row's notes."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
-
-
 # -------------------------------------------------------------------- checks
 def run_checks(h, model, cfg, torch=None, peers=None, notes=None):
     """Check one training step of fresh models against :func:`reference_step`:
@@ -481,7 +442,7 @@ def run_checks(h, model, cfg, torch=None, peers=None, notes=None):
             got[label] = (first, copy.to_ours())
             two[label] = (first, float(copy.step(1)))
         except Exception as e:   # any failure (compile, capture, run): left out, noted
-            notes[label] = "not run: " + _why(e)
+            notes[label] = "not run: " + P.why(e)
             got.pop(label, None)
             del peers[label]
 
@@ -725,18 +686,9 @@ def main(argv=None):
                    help="captured rows: ours (Handler.capture) and each PyTorch peer "
                         "graphed (torch.cuda.graph), and torch.compile graphed; on by "
                         "default, GPU only")
-    p.add_argument("--peers", default="compile,jax",
-                   help="compiled peers, comma separated (GPU only): compile (torch.compile, "
-                        "and graphed), jax (JAX jit; LSTM also scan unrolled); 'none' for "
-                        "neither; default: compile,jax")
-    p.add_argument("--compile-limit", type=float, default=600.0,
-                   help="seconds a compiled peer's first step (its compile) may take; a peer "
-                        "over it is left out of the timing, noted (the compile itself cannot "
-                        "be interrupted); default 600")
+    P.add_options(p)
     args = p.parse_args(argv)
-    which = {w.strip() for w in args.peers.split(",") if w.strip()} - {"none"}
-    if which - {"compile", "jax"}:
-        p.error(f"--peers: unknown {', '.join(sorted(which - {'compile', 'jax'}))}")
+    which = P.chosen(p, args)
     h, timer, reason = make_handler(args.handler)
     if h is None:
         print(f"train: skipped, this suite needs a GPU (PyCudaHandler unavailable: {reason}); "
@@ -749,25 +701,17 @@ def main(argv=None):
     print(f"training step, float32, {device}; {type(h).__name__}"
           f"{' vs PyTorch (TF32 off)' if torch else ' (PyTorch not available)'}; "
           f"{args.reps} samples per figure")
-    jax = import_jax(gpu=True) if gpu and "jax" in which else None
+    jax = P.import_jax(gpu=True) if gpu and "jax" in which else None
     if gpu and which:
-        print("compiled peers: " + "; ".join(
-            (["torch.compile (default mode, dynamic=False), whole step" + (
-                "" if torch else ": PyTorch not available")] if "compile" in which else [])
-            + ([f"JAX jit {jax[0].__version__} on {jax[1]} (host clock, {JAX_STEPS} steps "
-                f"back to back per sample)" if jax[0] else f"JAX: {jax[2]}"]
-               if "jax" in which else [])))
+        print(P.describe(which, torch, jax))
     reps = args.reps
     rows, breakdown, results = [], [], {"device": device, "models": {}, "checks": []}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         cfg = MODELS[model][1 if args.small else 0]
-        peers, notes = make_peers(model, cfg, which, torch, jax) if gpu else ({}, {})
+        peers, notes = (P.make_peers(model, cfg, which, LR, MOMENTUM, torch, jax) if gpu
+                        else ({}, {}))
         results["checks"] += run_checks(h, model, cfg, torch, peers, notes)
-        for label in list(peers):   # the first step (in the checks) compiled it
-            if peers[label].compile_s > args.compile_limit:
-                notes[label] = (f"left out: compile {peers[label].compile_s:.1f} s "
-                                f"> --compile-limit {args.compile_limit:g} s")
-                del peers[label]
+        P.drop_over_limit(peers, notes, args.compile_limit)   # the checks compiled them
         if gpu and args.graphs:
             results["checks"].append(capture_check(h, model, cfg))
         ops, keep = record_step(h, model, cfg)
@@ -799,26 +743,14 @@ def main(argv=None):
                     graphed = torch_graphed(torch, torch_step(torch, params2, forward2, tb))
                     sides[label + ", graphed"] = torch_side(torch, graphed)
                     cases[label + ", graphed"] = (sides[label + ", graphed"].timer, graphed)
-        p0 = our_params(net)
-        if COMPILE in peers:          # one compiled step, two copies: no second compile
-            fn = peers[COMPILE].copy(p0, batches).step
-            sides[COMPILE] = torch_side(torch, fn)
-            cases[COMPILE] = (sides[COMPILE].timer, fn)
-            if not args.graphs:
-                notes[COMPILE_GRAPHED] = "not run: --no-graphs"
-            else:
-                try:
-                    fn = torch_graphed(torch, peers[COMPILE].copy(p0, batches).step)
-                    sides[COMPILE_GRAPHED] = torch_side(torch, fn)
-                    cases[COMPILE_GRAPHED] = (sides[COMPILE_GRAPHED].timer, fn)
-                except Exception as e:   # a capture that fails is noted, not fatal
-                    notes[COMPILE_GRAPHED] = "not run: " + _why(e)
-        elif COMPILE in notes:
-            notes[COMPILE_GRAPHED] = notes[COMPILE]
-        for label in (JAX_JIT, JAX_UNROLLED):
-            if label in peers:        # no CUDA events on JAX's streams: host clock
-                copy = peers[label].copy(p0, batches)
-                cases[label] = (HostClockTimer(copy.sync, JAX_STEPS), copy.step)
+        # one compiled step, its copies: no second compile; PyTorch's rows also
+        # get their host issue and device time (sides), JAX's a host clock
+        for lab, (peer_timer, fn) in P.timed_cases(peers, our_params(net), batches, notes,
+                                                   args.graphs).items():
+            if lab in (COMPILE, COMPILE_GRAPHED):
+                sides[lab] = torch_side(torch, fn)
+                peer_timer = sides[lab].timer
+            cases[lab] = (peer_timer, fn)
         ms = interleaved(cases, reps)
         k = max(1, min(ISSUE_STEPS, QUEUE_OPS // max(1, len(ops))))
         issue = host_issue(sides, reps, k) if sides else {}
@@ -855,11 +787,7 @@ def main(argv=None):
                 extra = [hi, dv, verdict + ("" if f["device_gapless"] else " (?)")]
             else:
                 extra = ["-", "-", "-"]
-            note = ""
-            if "compile_s" in f:
-                note = f"compile {f['compile_s']:.1f} s"
-                if lab in (JAX_JIT, JAX_UNROLLED):
-                    note += f"; host clock, {JAX_STEPS} steps per sample"
+            note = P.note(lab, peers) if lab in NEW_PEERS else ""
             rows.append([model, name, t, f["samples_per_s"], *extra,
                          f"{eager / t:.2f}x" if eager else "-", note])
         for lab in NEW_PEERS:     # the peers that did not run: the row says why

@@ -82,12 +82,13 @@ def test_layout_round_trip():
 
 def test_missing_peers_are_noted():
     """Without torch or jax, ``make_peers`` returns no peer and says why per row."""
-    peers, notes = train.make_peers("lstm", small("lstm"), {"compile", "jax"}, None,
-                                    (None, None, "jax not importable (x)"))
+    peers, notes = P.make_peers("lstm", small("lstm"), {"compile", "jax"}, train.LR,
+                                train.MOMENTUM, None, (None, None, "jax not importable (x)"))
     assert peers == {}
     assert notes[train.COMPILE] == "not run: PyTorch not available"
     assert notes[train.JAX_JIT] == notes[train.JAX_UNROLLED] == "not run: jax not importable (x)"
-    _, notes = train.make_peers("mlp", small("mlp"), {"jax"}, None, (None, None, "no"))
+    _, notes = P.make_peers("mlp", small("mlp"), {"jax"}, train.LR, train.MOMENTUM, None,
+                            (None, None, "no"))
     assert list(notes) == [train.JAX_JIT]       # the MLP has no scan to unroll
 
 
@@ -96,7 +97,7 @@ def test_jax_jit_agrees(model, jax_cpu):
     """JAX jit (and for the LSTM the unrolled scan): the first two losses and
     the first update, through the suite's checks and against float64."""
     cfg = small(model)
-    peers, notes = train.make_peers(model, cfg, {"jax"}, None, jax_cpu)
+    peers, notes = P.make_peers(model, cfg, {"jax"}, train.LR, train.MOMENTUM, None, jax_cpu)
     assert notes == {}
     assert set(peers) == ({train.JAX_JIT, train.JAX_UNROLLED} if model == "lstm"
                           else {train.JAX_JIT})
@@ -113,7 +114,8 @@ def test_host_clock_timer(jax_cpu):
     """The timer of the JAX rows, through the suite's interleaved loop."""
     from benchmarks.gpu import interleaved
     cfg = small("mlp")
-    peer = train.make_peers("mlp", cfg, {"jax"}, None, jax_cpu)[0][train.JAX_JIT]
+    peer = P.make_peers("mlp", cfg, {"jax"}, train.LR, train.MOMENTUM, None,
+                        jax_cpu)[0][train.JAX_JIT]
     p0, batches, _ = reference_losses("mlp", cfg)
     copy = peer.copy(p0, batches)
     ms = interleaved({"jax": (P.HostClockTimer(copy.sync, steps=3), copy.step)}, reps=2,
@@ -143,7 +145,8 @@ def test_torch_compile_agrees(model):
     torch = pytest.importorskip("torch")
     pytest.importorskip("torch._inductor")
     cfg = small(model)
-    peers, notes = train.make_peers(model, cfg, {"compile"}, torch, device="cpu")
+    peers, notes = P.make_peers(model, cfg, {"compile"}, train.LR, train.MOMENTUM, torch,
+                                device="cpu")
     assert notes == {} and list(peers) == [train.COMPILE]
     checked(model, dict(peers))
     assert peers[train.COMPILE].compile_s > 0
@@ -151,3 +154,250 @@ def test_torch_compile_agrees(model):
     with torch._dynamo.config.patch(error_on_recompile=True):
         got = two_losses(peers[train.COMPILE], p0, batches)
     assert got == pytest.approx(ref, rel=TOL)
+
+
+# ------------------------------------------------ the conv and half suites
+#: a small LeNet-style net (``benchmarks.conv.LENET``'s keys): a padded and
+#: an unpadded convolution, each side divisible by the pool
+LENET_SMALL = {"batch": 4, "side": 12, "convs": ((1, 3, 3, 1), (3, 4, 3, 0)), "pool": 2,
+               "dense": (16, 8, 10)}
+#: a tiny MLP of the half suite's ``MLP`` keys
+MLP_TINY = dict(width=32, batch=16, layers=3, lr=1e-3)
+
+
+def lenet_reference(cfg, params, x, labels, lr=train.LR):
+    """One training step of the LeNet-style net in float64 NumPy, independent
+    of the handlers and the peers: (loss, updated params), the first
+    SGD-momentum update being ``p - lr * g``."""
+    from benchmarks.conv import _conv_ref
+    params = [np.asarray(p, np.float64) for p in params]
+    a = np.asarray(x, np.float64)
+    labels = np.asarray(labels).astype(np.int64).reshape(-1)
+    nc, q = len(cfg["convs"]), cfg["pool"]
+    cache = []
+    for k, (_, _, _, pad) in enumerate(cfg["convs"]):
+        W, b = params[2 * k], params[2 * k + 1]
+        z = _conv_ref(a, W, pad) + b[None, :, None, None]
+        r = np.maximum(z, 0.0)
+        n, c, s, _ = r.shape
+        pooled = r.reshape(n, c, s // q, q, s // q, q).max(axis=(3, 5))
+        # the gradient goes to the window's maximum (ties only at ReLU's 0,
+        # where the gradient is 0 whichever element takes it)
+        up = pooled.repeat(q, axis=2).repeat(q, axis=3)
+        cache.append((a, z, r == up, pad))
+        a = pooled
+    shape = a.shape
+    acts, zs = [a.reshape(shape[0], -1)], []
+    dense = params[2 * nc:]
+    for k in range(len(dense) // 2):
+        z = acts[-1] @ dense[2 * k] + dense[2 * k + 1]
+        zs.append(z)
+        acts.append(np.maximum(z, 0.0) if k < len(dense) // 2 - 1 else z)
+    loss, d = train._softmax_ce(acts[-1], labels)
+    grads = [None] * len(params)
+    for k in reversed(range(len(dense) // 2)):
+        grads[2 * nc + 2 * k] = acts[k].T @ d
+        grads[2 * nc + 2 * k + 1] = d.sum(axis=0, keepdims=True)
+        d = d @ dense[2 * k].T
+        if k:
+            d = d * (zs[k - 1] > 0)
+    d = d.reshape(shape)
+    for k in reversed(range(nc)):
+        a_in, z, mask, pad = cache[k]
+        W = params[2 * k]
+        dz = mask * d.repeat(q, axis=2).repeat(q, axis=3) * (z > 0)
+        ap = np.pad(a_in, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        win = np.lib.stride_tricks.sliding_window_view(ap, dz.shape[2:], axis=(2, 3))
+        grads[2 * k] = np.einsum("ncrspq,nkpq->kcrs", win, dz)
+        grads[2 * k + 1] = dz.sum(axis=(0, 2, 3))
+        kk = W.shape[2]
+        d = _conv_ref(dz, W[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), kk - 1 - pad)
+    return loss, [p - lr * g for p, g in zip(params, grads)]
+
+
+def lenet_setup(cfg=LENET_SMALL):
+    """(our initial params, the batch, the first two losses and the first
+    update in float64): both steps on the suite's one batch."""
+    from benchmarks import conv
+    net, _ = conv._lenet(NumpyHandler(np.float32), cfg)
+    p0 = train.our_params(net)
+    x, y = conv.lenet_batch(cfg)
+    loss0, p1 = lenet_reference(cfg, p0, x, y[:, 0])
+    loss1, _ = lenet_reference(cfg, p1, x, y[:, 0])
+    return p0, [(x, y)], [loss0, loss1], p1
+
+
+def assert_lenet_agrees(peer, cfg=LENET_SMALL):
+    """``peer``'s first two losses and first update against float64, and its
+    two losses against ours through the suite's own check."""
+    from benchmarks import conv
+    p0, batches, ref, ref_p1 = lenet_setup(cfg)
+    copy = peer.copy(p0, batches)
+    first = float(copy.step(0))
+    update = np.concatenate([(a - b).ravel() for a, b in zip(copy.to_ours(), p0)])
+    ref_update = np.concatenate([(a - b).ravel() for a, b in zip(ref_p1, p0)])
+    assert train.rel_error(update, ref_update) < conv.CONV_TOL
+    got = [first, float(copy.step(1))]
+    assert got == pytest.approx(ref, rel=conv.CONV_TOL)
+    notes, checks = {}, []
+    conv.check_lenet_peers(NumpyHandler(np.float32), {"peer": peer}, notes, checks, cfg)
+    assert notes == {} and len(checks) == 1 and checks[0]["ok"], checks
+    return got, ref
+
+
+def test_lenet_layout_and_reference():
+    """The LeNet-style parameters round-trip through the peer layout, and the
+    float64 reference step agrees with our float32 step on NumpyHandler."""
+    from benchmarks import conv
+    h = NumpyHandler(np.float32)
+    net, opt = conv._lenet(h, LENET_SMALL)
+    p0 = train.our_params(net)
+    back = P.from_peer_layout("convnet", P.peer_layout("convnet", p0))
+    assert [a.shape for a in back] == [a.shape for a in p0]
+    for a, b in zip(back, p0):
+        np.testing.assert_array_equal(a, b)
+    _, batches, ref, ref_p1 = lenet_setup()
+    x, y = batches[0]
+    loss = float(h.get_numpy_copy(net.train_step(h.create_from_numpy(x),
+                                                 h.create_from_numpy(y)))[0])
+    opt.step()
+    assert loss == pytest.approx(ref[0], rel=conv.CONV_TOL)
+    ours = np.concatenate([(a - b).ravel() for a, b in zip(train.our_params(net), p0)])
+    want = np.concatenate([(a - b).ravel() for a, b in zip(ref_p1, p0)])
+    assert train.rel_error(ours, want) < conv.CONV_TOL
+
+
+def test_lenet_torch_functional_step_agrees():
+    """The LeNet-style step torch.compile compiles, run eagerly."""
+    torch = pytest.importorskip("torch")
+    fn = P.torch_step_fn(torch, "convnet", LENET_SMALL, train.LR, train.MOMENTUM, compile=False)
+    assert_lenet_agrees(P.PeerStep("torch", torch, "convnet", fn, torch.device("cpu")))
+
+
+def test_lenet_jax_jit_agrees(jax_cpu):
+    """JAX jit of the LeNet-style step (conv_general_dilated, reduce_window)."""
+    peers, notes = P.make_peers("convnet", LENET_SMALL, {"jax"}, train.LR, train.MOMENTUM,
+                                jax=jax_cpu)
+    assert notes == {} and list(peers) == [P.JAX_JIT]
+    assert_lenet_agrees(peers[P.JAX_JIT])
+    assert peers[P.JAX_JIT].compile_s > 0
+
+
+@pytest.mark.timeout(240)
+def test_lenet_torch_compile_agrees():
+    """torch.compile of the LeNet-style step, and a second copy without a
+    second compile (as the conv suite's two rows)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch._inductor")
+    peers, notes = P.make_peers("convnet", LENET_SMALL, {"compile"}, train.LR, train.MOMENTUM,
+                                torch=torch, device="cpu")
+    assert notes == {} and list(peers) == [P.COMPILE]
+    got, ref = assert_lenet_agrees(peers[P.COMPILE])        # compiles
+    assert peers[P.COMPILE].compile_s > 0
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert assert_lenet_agrees(peers[P.COMPILE])[0] == got
+
+
+def half_peers(torch=None, jax=None, which=("compile", "jax"), compute="bfloat16",
+               compile=False):
+    """The half suite's peers of ``MLP_TINY`` on the CPU (compute format
+    ``compute``; torch's step eager unless ``compile``)."""
+    from benchmarks import half
+    cfg = dict(half.peer_cfg(MLP_TINY), compute=compute)
+    lr = MLP_TINY["lr"]
+    peers, notes = P.make_peers("mlp", cfg, set(which), lr, 0.0, torch, jax, device="cpu")
+    assert notes == {}
+    if P.COMPILE in peers and not compile:
+        fn = P.torch_step_fn(torch, "mlp", cfg, lr, 0.0, compile=False)
+        peers[P.COMPILE] = P.PeerStep("torch", torch, "mlp", fn, torch.device("cpu"))
+    return peers
+
+
+def autocast_update(torch, p0, batch):
+    """The first update (``-lr * g``) of the mixed step as the half suite's
+    PyTorch peer computes it: eager, ``torch.autocast(bfloat16)``."""
+    x = torch.tensor(batch[0], dtype=torch.float32)
+    y = torch.tensor(batch[1][:, 0]).long()
+    ps = [torch.tensor(a, requires_grad=True) for a in P.peer_layout("mlp", p0)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = x
+        for k in range(len(ps) // 2):
+            z = torch.nn.functional.linear(z, ps[2 * k].T, ps[2 * k + 1])
+            z = torch.relu(z) if k < len(ps) // 2 - 1 else z
+        loss = torch.nn.functional.cross_entropy(z.float(), y)
+    loss.backward()
+    g = P.from_peer_layout("mlp", [p.grad.numpy() for p in ps])
+    return np.concatenate([(-MLP_TINY["lr"] * a).ravel() for a in g])
+
+
+def assert_half_agrees(peers, f32_peers, torch=None):
+    """Each bfloat16 peer: its first two losses against the same step in
+    float32 (bfloat16 tolerance, ``half._tol``); its first update against
+    our mixed step's on NumpyHandler (and with ``torch`` against autocast's),
+    not float32's: at this width bfloat16 moves the first layers' gradients
+    by up to a third of their largest element, ours and autocast's alike;
+    and its two losses against ours through the suite's own check."""
+    from benchmarks import half
+    h = NumpyHandler(np.float32)
+    notes, checks = {}, []
+    p0, batches = half.check_mlp_peers(h, peers, notes, checks, MLP_TINY)
+    assert notes == {} and len(checks) == 1 and checks[0]["ok"], checks
+    tol = half._tol(MLP_TINY["width"])
+    net, step, _ = half._mlp_net(h, "bfloat16", MLP_TINY)
+    step(0)
+    ours = np.concatenate([(a - b).ravel() for a, b in zip(train.our_params(net), p0)])
+    out = {}
+    for label, peer in peers.items():
+        runs = {}
+        for name, pk in (("bf16", peer), ("f32", f32_peers[label])):
+            copy = pk.copy(p0, batches)
+            first = float(copy.step(0))
+            upd = np.concatenate([(a - b).ravel() for a, b in zip(copy.to_ours(), p0)])
+            runs[name] = ([first, float(copy.step(1))], upd)
+        assert runs["bf16"][0] == pytest.approx(runs["f32"][0], rel=tol), label
+        assert train.rel_error(runs["bf16"][1], ours) < tol, label
+        if torch is not None:
+            assert train.rel_error(runs["bf16"][1], autocast_update(torch, p0, batches[0])) < tol
+        out[label] = (runs["bf16"][0], runs["f32"][0], checks[0]["losses"]["ours"])
+    return out
+
+
+def test_half_torch_functional_step_agrees():
+    """The mixed bfloat16 MLP step torch.compile compiles, run eagerly."""
+    torch = pytest.importorskip("torch")
+    assert_half_agrees(half_peers(torch=torch, which=("compile",)),
+                       half_peers(torch=torch, which=("compile",), compute=None), torch)
+
+
+def test_half_jax_jit_agrees(jax_cpu):
+    """JAX jit of the mixed bfloat16 MLP step."""
+    assert_half_agrees(half_peers(jax=jax_cpu, which=("jax",)),
+                       half_peers(jax=jax_cpu, which=("jax",), compute=None))
+
+
+@pytest.mark.timeout(240)
+def test_half_torch_compile_agrees():
+    """torch.compile of the mixed bfloat16 MLP step."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch._inductor")
+    peers = half_peers(torch=torch, which=("compile",), compile=True)
+    f32 = half_peers(torch=torch, which=("compile",), compute=None)
+    got = assert_half_agrees(peers, f32, torch)                # compiles
+    assert peers[P.COMPILE].compile_s > 0
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert assert_half_agrees(peers, f32) == got
+
+
+def test_suite_options():
+    """--peers and --compile-limit parse in the conv and half suites."""
+    import argparse
+    p = argparse.ArgumentParser()
+    P.add_options(p)
+    assert P.chosen(p, p.parse_args([])) == {"compile", "jax"}
+    assert P.chosen(p, p.parse_args(["--peers", "none"])) == set()
+    with pytest.raises(SystemExit):
+        P.chosen(p, p.parse_args(["--peers", "tf"]))
+    peers, notes = P.make_peers("convnet", LENET_SMALL, {"compile", "jax"}, 0.1, 0.9, None,
+                                (None, None, "no"))
+    assert peers == {} and notes == {P.COMPILE: "not run: PyTorch not available",
+                                     P.JAX_JIT: "not run: no"}
