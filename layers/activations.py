@@ -65,7 +65,7 @@ class _FusedActivation(Activation):
         if self.fused:
             return x
         b = self.buffers(x.shape, y=x.shape, dx=x.shape)
-        epilogues.LAYER_OPS[self.op][0](self.h, x, b.y)
+        self.run_fused(("forward", x.shape), epilogues.LAYER_OPS[self.op][0], x, b.y)
         self._x, self._y = x, b.y
         return b.y
 
@@ -75,7 +75,8 @@ class _FusedActivation(Activation):
         if self.fused:
             return dy
         b = self.buffers(dy.shape)
-        epilogues.LAYER_OPS[self.op][1](self.h, dy, self._x, b.dx)
+        self.run_fused(("backward", dy.shape), epilogues.LAYER_OPS[self.op][1], dy, self._x,
+                       b.dx)
         return b.dx
 
 

@@ -27,6 +27,21 @@ Rules of the contract, which the network and the optimizer rely on:
 from types import SimpleNamespace
 
 
+def run_bound(cache, key, h, op, *args):
+    """Run fused op ``op`` on handler ``h`` and ``args`` through a call bound
+    once (``FusedOp.bind``) and kept in the dict ``cache`` under ``key``, bound
+    again when ``h`` or an argument differs from the bound one (an array not
+    the same object, a number of another value): a caller may pass new
+    arrays at any time, and one that does so at every call pays a bind each
+    time, about what an unbound call costs.  The entry keeps the bound
+    arguments alive, so an identity compared is never a recycled one."""
+    sig = (id(h),) + tuple(a if type(a) in (int, float) else id(a) for a in args)
+    entry = cache.get(key)
+    if entry is None or entry[0] != sig:
+        entry = cache[key] = (sig, op.bind(h, *args), (h, args))
+    entry[1]()
+
+
 class Layer:
     """Base of all layers; see the module docstring for the contract.
 
@@ -96,6 +111,13 @@ class Layer:
         if b is None:
             b = self._cache[key] = build()
         return b
+
+    def run_fused(self, key, op, *args):
+        """Run the fused op ``op`` (``handlers.fused_op``) on ``args`` on this
+        layer's handler through a bound call kept under ``key`` (see
+        :func:`run_bound`): its checks done once, each run then one launch
+        on a GPU, where an unbound call checks every argument each time."""
+        run_bound(self._cache, ("bound", key), self.h, op, *args)
 
     def check_input(self, x, ndim, last=None, what="x"):
         """Raise ValueError naming the layer unless ``x`` has ``ndim``

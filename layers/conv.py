@@ -116,8 +116,8 @@ class Conv2D(Layer):
         h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
         if self.activation is not None:   # y = act(z + b) over the planes, in place
             h.broadcast_t(b["b_row"], 0, b["planes"])
-            epilogues.CONV_OPS[self.activation][0](h, b["rows"], b["b_planes"], b["rows"],
-                                                   *b["aux"])
+            self.run_fused(("forward", x.shape), epilogues.CONV_OPS[self.activation][0],
+                           b["rows"], b["b_planes"], b["rows"], *b["aux"])
             return b["y"]
         # y += b over (n, p, q): b laid out once per step as a (1, K*P*Q) row
         h.broadcast_t(b["b_col"], 1, b["bias"])
@@ -131,8 +131,8 @@ class Conv2D(Layer):
             # dL/dz = dy * act'(z), from y, and its sum along each plane, in
             # one op; then the planes' sums over the images
             dy_rows = view(h, dy, 0, b["rows"].shape)
-            epilogues.CONV_OPS[self.activation][1](h, dy_rows, (b["aux"] or (b["rows"],))[0],
-                                                   b["g_rows"], b["db_planes"])
+            self.run_fused(("backward", x.shape), epilogues.CONV_OPS[self.activation][1],
+                           dy_rows, (b["aux"] or (b["rows"],))[0], b["g_rows"], b["db_planes"])
             h.sum_t(b["db"], 0, self.grads["b"])
             dy = b["g"]
         else:

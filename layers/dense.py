@@ -62,7 +62,8 @@ class FullyConnected(Layer):
         if self.activation is None:
             h.add_mv(y2, self.params["b"], y2)
         else:   # y = act(z + b), in place (and z + b kept where act' needs it)
-            epilogues.OPS[self.activation][0](h, y2, self.params["b"], y2, *self._aux(n))
+            self.run_fused(("forward", n), epilogues.OPS[self.activation][0], y2,
+                           self.params["b"], y2, *self._aux(n))
         return y
 
     def _aux(self, n):
@@ -81,7 +82,8 @@ class FullyConnected(Layer):
         else:   # dL/dz = dy * act'(z), from y; db its sum over the batch
             g = self.cached(("g", n), lambda: h.allocate((n, self.n_out)))
             kept = self._aux(n) or (self._y2,)
-            epilogues.OPS[self.activation][1](h, dy2, kept[0], g, self.grads["b"])
+            self.run_fused(("backward", n), epilogues.OPS[self.activation][1], dy2, kept[0], g,
+                           self.grads["b"])
             dy2 = g
         h.dot_mm(self._x2, dy2, self.grads["W"], transa=True)   # dW = x^T dy
         if not self.input_grad:

@@ -72,20 +72,22 @@ class LayerNorm(Layer):
 
     def forward(self, x, training=True):
         self.check_input(x, (2, 3, 4), self.d)
-        h, shape = self.h, tuple(x.shape)
+        shape = tuple(x.shape)
         b = self.buffers(shape, y=shape, dx=shape, mu=shape[:-1] + (1,), r=shape[:-1] + (1,))
-        _FORWARD(h, x, self.params["gain"], self.params["bias"], self.eps, b.y, b.mu, b.r)
+        self.run_fused(("forward", shape), _FORWARD, x, self.params["gain"],
+                       self.params["bias"], self.eps, b.y, b.mu, b.r)
         self._x, self._b = x, b
         return b.y
 
     def backward(self, dy):
-        h, b = self.h, self._b
+        b = self._b
         if tuple(dy.shape) != tuple(b.y.shape):
             raise ValueError(f"{self!r}: dy must have the output's shape {tuple(b.y.shape)}, "
                              f"got {tuple(dy.shape)}")
         if not self.input_grad:
-            _PARAM_GRADS(h, dy, self._x, b.mu, b.r, self.grads["gain"], self.grads["bias"])
+            self.run_fused(("param grads", dy.shape), _PARAM_GRADS, dy, self._x, b.mu, b.r,
+                           self.grads["gain"], self.grads["bias"])
             return None
-        _BACKWARD(h, dy, self._x, self.params["gain"], b.mu, b.r, b.dx, self.grads["gain"],
-                  self.grads["bias"])
+        self.run_fused(("backward", dy.shape), _BACKWARD, dy, self._x, self.params["gain"],
+                       b.mu, b.r, b.dx, self.grads["gain"], self.grads["bias"])
         return b.dx

@@ -153,7 +153,8 @@ class SoftmaxCrossEntropy(Loss):
         b, y, t = self._b, self._logits, self._targets
         program = _CROSS_ENTROPY[(self._labels, bool(gradient))]
         n = y.shape[0]
-        program(self.h, y, t, 1.0 / n, b.rows, *((b.dy,) if gradient else ()))
+        self.run_fused((self._labels, bool(gradient), y.shape), program, y, t, 1.0 / n, b.rows,
+                       *((b.dy,) if gradient else ()))
         self._trained = bool(gradient)
 
     @property

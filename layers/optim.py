@@ -15,6 +15,7 @@ from handlers.checks import check_scalar
 from handlers.optable import check_adam_hyperparameters
 
 from . import interrupts
+from .base import run_bound
 from .checkpoint import ArrayChecker, NoCopies
 from .params import ParameterSet, view
 
@@ -99,6 +100,7 @@ class SGD(NoCopies):
         self.lr = lr
         self.momentum = momentum
         self.velocity = h.zeros(parameters.params.shape)
+        self._bound = {}   # the step's bound calls (layers.base.run_bound)
 
     @property
     def lr(self):
@@ -170,14 +172,15 @@ class SGD(NoCopies):
     def _step(self, gate):
         h, p = self.parameters.h, self.parameters
         if gate is None:   # -lr, momentum and 1
-            _SGD_STEP(h, p.grads, self._neg_lr, self._momentum, self._one, self.velocity,
-                      p.params)
+            run_bound(self._bound, "step", h, _SGD_STEP, p.grads, self._neg_lr, self._momentum,
+                      self._one, self.velocity, p.params)
             return
         alpha, beta, g = self._gated_views
         h.copy_to(self._unit, self._gated)
         h.axpby(-1.0, gate, 1.0, beta)                 # 1 - gate
         h.axpby(gate, self._scalars, 1.0, self._gated)
-        _SGD_STEP(h, p.grads, alpha, beta, g, self.velocity, p.params)
+        run_bound(self._bound, "gated step", h, _SGD_STEP, p.grads, alpha, beta, g,
+                  self.velocity, p.params)
 
 
 class Adam(NoCopies):
