@@ -23,7 +23,7 @@ class Activation(Layer):
         if self.fused:
             return x
         b = self.buffers(x.shape, y=x.shape, dx=x.shape)
-        getattr(self.h, self.op)(x, b.y)
+        self._apply(x, b.y)
         self._x, self._y = x, b.y
         return b.y
 
@@ -33,8 +33,16 @@ class Activation(Layer):
         if self.fused:
             return dy
         b = self.buffers(dy.shape)
-        getattr(self.h, self.op + "_deriv")(self._x, self._y, dy, b.dx)
+        self._apply_deriv(dy, b.dx)
         return b.dx
+
+    def _apply(self, x, y):
+        """y = the activation of x."""
+        getattr(self.h, self.op)(x, y)
+
+    def _apply_deriv(self, dy, dx):
+        """dx = dy times the derivative at the last forward's input."""
+        getattr(self.h, self.op + "_deriv")(self._x, self._y, dy, dx)
 
 
 class Sigmoid(Activation):
@@ -61,23 +69,11 @@ class _FusedActivation(Activation):
     """An activation with no contract op: forward and backward are the fused
     ops of ``layers.epilogues.LAYER_OPS`` (its derivative reads x)."""
 
-    def forward(self, x, training=True):
-        if self.fused:
-            return x
-        b = self.buffers(x.shape, y=x.shape, dx=x.shape)
-        self.run_fused(("forward", x.shape), epilogues.LAYER_OPS[self.op][0], x, b.y)
-        self._x, self._y = x, b.y
-        return b.y
+    def _apply(self, x, y):
+        self.run_fused(("forward", x.shape), epilogues.LAYER_OPS[self.op][0], x, y)
 
-    def backward(self, dy):
-        if not self.input_grad:
-            return None
-        if self.fused:
-            return dy
-        b = self.buffers(dy.shape)
-        self.run_fused(("backward", dy.shape), epilogues.LAYER_OPS[self.op][1], dy, self._x,
-                       b.dx)
-        return b.dx
+    def _apply_deriv(self, dy, dx):
+        self.run_fused(("backward", dy.shape), epilogues.LAYER_OPS[self.op][1], dy, self._x, dx)
 
 
 class GELU(_FusedActivation):

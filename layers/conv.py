@@ -45,11 +45,8 @@ class Conv2D(Layer):
     def __init__(self, c_in, c_out, kernel, stride=1, padding=0, dilation=1, activation=None):
         super().__init__()
         name = f"Conv2D({c_in}, {c_out}, ...)"
-        if activation is not None and activation not in epilogues.FORMULAS:
-            raise ValueError(f"{name}: activation must be None or one of "
-                             f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
         #: The activation fused after the bias, or None.
-        self.activation = activation
+        self.activation = epilogues.check_activation(name, activation)
         #: Whether ``activation`` is the next layer's, fused by ``Sequential``.
         self.paired = False
         self.c_in, self.c_out = int(c_in), int(c_out)
@@ -61,9 +58,8 @@ class Conv2D(Layer):
         self.dilation = _pair(dilation, "dilation", name, 1)
 
     def __repr__(self):
-        act = f", activation={self.activation!r}" if self.activation and not self.paired else ""
         return (f"Conv2D({self.c_in}, {self.c_out}, kernel={self.kernel}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}{act})")
+                f"padding={self.padding}, dilation={self.dilation}{epilogues.repr_part(self)})")
 
     def param_shapes(self):
         return {"W": (self.c_out, self.c_in) + self.kernel, "b": (self.c_out,)}

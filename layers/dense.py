@@ -23,17 +23,13 @@ class FullyConnected(Layer):
     def __init__(self, n_in, n_out, activation=None):
         super().__init__()
         self.n_in, self.n_out = int(n_in), int(n_out)
-        if activation is not None and activation not in epilogues.FORMULAS:
-            raise ValueError(f"FullyConnected: activation must be None or one of "
-                             f"{sorted(epilogues.FORMULAS)}, got {activation!r}")
         #: The activation fused after the bias, or None (the affine layer).
-        self.activation = activation
+        self.activation = epilogues.check_activation("FullyConnected", activation)
         #: Whether ``activation`` is the next layer's, fused by ``Sequential``.
         self.paired = False
 
     def __repr__(self):
-        act = f", activation={self.activation!r}" if self.activation and not self.paired else ""
-        return f"FullyConnected({self.n_in}, {self.n_out}{act})"
+        return f"FullyConnected({self.n_in}, {self.n_out}{epilogues.repr_part(self)})"
 
     def param_shapes(self):
         return {"W": (self.n_in, self.n_out), "b": (1, self.n_out)}

@@ -82,6 +82,22 @@ def _declare_layer(act):
                      body=f"{ds}dx = dy * ({factor})\n"))
 
 
+def check_activation(owner, activation):
+    """``activation`` if it is None or a name of :data:`FORMULAS`, else
+    ValueError naming ``owner`` (a layer's constructor)."""
+    if activation is not None and activation not in FORMULAS:
+        raise ValueError(f"{owner}: activation must be None or one of {sorted(FORMULAS)}, "
+                         f"got {activation!r}")
+    return activation
+
+
+def repr_part(layer):
+    """", activation=..." for a layer's repr where it was asked for the
+    activation itself, "" where it has none or ``Sequential`` paired it with
+    the next layer (whose repr shows it)."""
+    return f", activation={layer.activation!r}" if layer.activation and not layer.paired else ""
+
+
 def keeps_input(act):
     """Whether a layer fused with ``act`` keeps the activation's input (the
     ``aux`` output of its forward op) for the backward."""
