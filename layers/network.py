@@ -45,10 +45,9 @@ class Sequential(checkpoint.NoCopies):
         input_grad: compute dL/dx of the network input in ``backward``.
         fuse: run each ``FullyConnected`` or ``Conv2D`` followed by a
             ``ReLU``, ``Tanh``, ``Sigmoid``, ``ELU``, ``GELU`` or ``SiLU``
-            as one layer with its
-            activation fused after the bias (``layers.epilogues``); the
-            results agree with the unfused layers' to rounding.
-            ``fused_pairs`` counts them.
+            as one layer with its activation fused after the bias
+            (``layers.epilogues``); the results agree with the unfused
+            layers' to rounding.  ``fused_pairs`` counts them.
     """
 
     def __init__(self, h, layers, loss, seed=0, input_grad=False, fuse=True):
