@@ -794,14 +794,15 @@ KERNELS = {
     "probability_mask": ("random", "PqTQQP"),
     "rng_advance": ("random", "PQ"),
     # the reduction engine (reduce.cu): sums, max and min (the value alone)
-    # and argmax ("pick": a value and its index); every sum kernel but the
+    # and argmax ("pick": a value and its 32-bit index; "pick64" where the
+    # reduced extent needs a 64-bit one); every sum kernel but the
     # general ones (sum_gen*: GenArgs's 22 ints after the column kernel's
     # arguments) also writes the compute format (NAME_wide), the others only T
     **{f"{family}_{kind}{wide}": ("reduce", fmt)
        for kinds, fmt in ((("short", "rows", "long"), "PPPPqqqqqi"),
                           (("cols", "cols_vec"), "PPPPqqqqqqii"),
                           (("mid", "mid_vec"), "PPPPqqqqqq"))
-       for kind in kinds for family in ("sum", "max", "min", "pick")
+       for kind in kinds for family in ("sum", "max", "min", "pick", "pick64")
        if family == "sum" or kind[0] != "m"
        for wide in (("", "_wide") if family == "sum" else ("",))},
     **{f"sum_{kind}": ("reduce", "PPPPqqqqqqii" + "i" * 22) for kind in ("gen", "gen_vec")},

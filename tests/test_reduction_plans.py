@@ -108,13 +108,17 @@ def _trip(kernel, width):
     if "_gen" in kernel:
         return R.GEN_UNROLL
     family = kernel.split("_")[0]
-    unroll = R.PICK_UNROLL if family == "pick" else R.SUM_UNROLL
-    return unroll if "_vec" in kernel else unroll // R.scalar_cols(width, family)
+    unroll = R.PICK_UNROLL if family.startswith("pick") else R.SUM_UNROLL
+    return unroll if "_vec" in kernel else unroll // R.scalar_cols(width)
 
 
 def _state_bytes(kernel, width):
-    """Bytes of one partial state of ``kernel``'s family."""
-    return 16 if kernel.startswith("pick") else (4 if width >= 4 else 8)
+    """Bytes of one partial state of ``kernel``'s family: a pick's value
+    and a 32-bit index (8 bytes, 16 for double), a pick64's 16."""
+    value = 4 if width >= 4 else 8
+    if kernel.startswith("pick64"):
+        return 16
+    return 2 * value if kernel.startswith("pick") else value
 
 
 @pytest.mark.parametrize("family,width,suffix",
@@ -203,9 +207,12 @@ def test_max_and_min_keep_the_value_alone():
                     if p.counters:
                         tasks = p.workspace // state
                         assert p.workspace == tasks * state and tasks > 1
+                # argmax: the same grids (PICK_UNROLL == SUM_UNROLL), a
+                # (value, 32-bit index) state twice a max's
                 arg = R.plan(shape, (axis,), aligned, width, "pick", 132, 2048, 1, 2)
-                if arg.counters:
-                    assert arg.workspace % 16 == 0
+                assert arg.launch.kernel == kernels["sum"].replace("sum", "pick", 1)
+                assert arg.launch.grid == plans["max"].launch.grid
+                assert arg.workspace == 2 * plans["max"].workspace
     # a chunked max: each chunk's partial is one value
     plan = R.plan((8859584,), (0,), True, 4, "max", 132, 2048, 1, 0)
     assert plan.workspace == plan.launch.args[3] * 4
@@ -220,8 +227,6 @@ def test_unaligned_columns_read_several_a_thread():
     scalar loads, tx apart (one for double): the tiles and a whole trip
     count those columns."""
     assert [R.scalar_cols(w) for w in (2, 4, 8)] == [1, 4, 4]
-    assert [R.scalar_cols(w, "pick") for w in (2, 4, 8)] == [1, 1, 1]
-    assert [R.scalar_cols(w, "max") for w in (2, 4, 8)] == [1, 4, 4]
     for width in (4, 2, 8):
         per = R.scalar_cols(width)
         for outer, n, inner, aligned in ((1, 42, 322763, True), (1, 3, 6197 * 23 * 29, True),
@@ -395,3 +400,29 @@ def test_the_host_copies_agree_with_the_sources(name, value, source, macro):
     path, each read from its source."""
     found = re.findall(macro, (SOURCES / source).read_text())
     assert found == [str(value)], (name, found)
+
+
+def test_argmax_index_width():
+    """argmax keeps 32-bit indices (``pick`` kernels) wherever the reduced
+    extent's indices and a chunk's offsets fit (n <= 2^31), in every layout
+    it takes, and takes ``pick64`` (16-byte states) beyond; the kept axes do
+    not count."""
+    limit = R.PICK32_EXTENT
+    for width in (2, 4, 8):
+        for n, family in ((limit, "pick"), (limit + 1, "pick64"), (2**33, "pick64")):
+            for shape, axis, form in (((n,), 0, "_long"), ((3, n), 1, "_long"),
+                                      ((n, 6), 0, "_cols"), ((2, n, 8), 1, "_cols"),
+                                      ((n, 2), 1, "_short")):
+                plan = R.plan(shape, (axis,), True, width, "pick", 132, 2048, 1, 2)
+                kernel = plan.launch.kernel
+                if form == "_short":   # a 2-element axis: 32-bit whatever the rows
+                    assert kernel == "pick_short", (shape, kernel)
+                    continue
+                assert kernel.startswith(family + form), (shape, kernel)
+                if plan.counters:
+                    tasks = plan.workspace // (16 if family == "pick64" or width == 2 else 8)
+                    assert tasks * (16 if family == "pick64" or width == 2 else 8) \
+                        == plan.workspace
+        # many rows of a long axis that fits: 32-bit, even past 2^31 elements
+        plan = R.plan((4, 2**30 + 3), (1,), True, width, "pick", 132, 2048, 1, 2)
+        assert plan.launch.kernel.startswith("pick_")

@@ -605,3 +605,43 @@ def test_cases_are_stable_and_cover_the_layouts():
     assert any(isinstance(c.axis, tuple) and len(c.axis) > 1 for c in RANDOM)
     assert any(c.axis is None for c in RANDOM)
     assert any(isinstance(c.axis, int) and c.axis < 0 for c in RANDOM)
+
+
+#: (tag, shape, axis) of the argmax packet cases: every kernel of argmax
+#: (short, rows, long, a 1-D long one, columns of packets and of scalars)
+ARGMAX_PACKETS = [("short", (300, 40), 1), ("rows", (9, 1001), 1), ("long", (2, 100003), 1),
+                  ("scalar1d", (200003,), 0), ("cols-vec", (257, 48), 0),
+                  ("cols-odd", (129, 37), 0), ("cols-mid", (3, 250, 16), 1)]
+
+
+@pytest.mark.parametrize("tag,shape,axis", ARGMAX_PACKETS, ids=[t for t, _, _ in ARGMAX_PACKETS])
+@pytest.mark.parametrize("in_off", [0, 1])
+def test_argmax_ties_and_nan_in_packets(handler, rng, tag, shape, axis, in_off):
+    """``argmax_t`` picks a 16-byte packet's first best element and then
+    meets the state once (reduce.cu's Pick::add_packet): slices of -1, -0.0,
+    +0.0 and 1 with the maximum 2 at a few places (ties within one packet
+    and across packets), zeros alone (-0.0 and +0.0 tie), and two NaNs
+    (the first wins) are NumPy's argmax exactly, in every layout."""
+    n = shape[axis]
+    if n - 1 > dtypes.exact_integers(np.dtype(handler.dtype)):
+        pytest.skip("argmax_t refuses indices inexact in the format (test_argmax_index_limit)")
+    kept = tuple(d for i, d in enumerate(shape) if i != axis)
+    rows = np.array([-1.0, -0.0, 0.0, 1.0])[rng.integers(0, 4, (math.prod(kept), n))]
+    for k, row in enumerate(rows):
+        at = rng.integers(0, n, 3)
+        if k % 3 == 0:     # a run of ties: first at a random packet lane
+            row[at[0]: at[0] + 4] = 2.0
+            row[at[1]] = 2.0
+        elif k % 3 == 1:   # two NaNs, maybe in one packet, and maxima around
+            row[at] = 2.0
+            row[at[0]] = row[min(n - 1, at[0] + int(rng.integers(1, 3)))] = np.nan
+        else:              # zeros of both signs alone
+            row[:] = np.where(rng.random(n) < 0.5, -0.0, 0.0)
+    data = np.moveaxis(rows.reshape(kept + (n,)), -1, axis)
+    a, ra = upload_view(handler, data, in_off, rng)
+    buf, out, _ = output_view(handler, kept, 1, rng)
+    handler.argmax_t(a, axis, out)
+    got = handler.get_numpy_copy(out)
+    ref = np.moveaxis(ra, axis, -1).reshape(-1, n)
+    assert_bits_equal(got, np.argmax(ref, axis=1).astype(np.float64).reshape(kept),
+                      f"argmax_t on {handler!r}, {tag} {shape} axis {axis}")

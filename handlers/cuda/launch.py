@@ -13,10 +13,10 @@ BLOCK = 256
 MID_BLOCK = 1024
 #: Loads in flight per thread in the sums' column kernels (reduce.cu)
 SUM_UNROLL = 16
-#: Loads in flight per thread in argmax_t's column kernels (reduce.cu): each
-#: column keeps a (value, index) pair, so fewer loads fit in the registers
-#: (max_t and min_t keep the value alone and take SUM_UNROLL)
-PICK_UNROLL = 8
+#: Loads in flight per thread in argmax_t's column kernels (reduce.cu): as
+#: many as a sum's, now that a (value, index) state with a 32-bit index is
+#: two registers (a 64-bit one held 8 loads: 4 registers a column)
+PICK_UNROLL = 16
 #: The longest rows (elements) that the row reductions copy to shared memory
 #: in tiles of whole rows (reduce.cu's ``*_short``) instead of giving each
 #: row a warp, whose lanes a short row would leave idle

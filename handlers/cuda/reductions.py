@@ -23,7 +23,8 @@ handler), cached by the handler per combination:
 The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
 divided by the count as it is stored: one launch), ``max`` and ``min`` (the
 value alone, kept as a sum keeps its total) or ``pick`` (argmax: a value and
-its index).
+its index, a 32-bit one; ``pick64`` where the reduced extent needs more:
+``plan`` decides).
 """
 import math
 from typing import NamedTuple
@@ -55,11 +56,13 @@ class Plan(NamedTuple):
     counters: int
 
 
-#: The code of each extreme (the kernels' ``kind``: only ``pick``, argmax's
-#: family, reads it; max and min have kernels of their own)
+#: The code of each extreme (the kernels' ``kind`` argument, which none
+#: reads now: max and min have kernels of their own, and ``pick`` is argmax)
 PICK_KINDS = {"max": 0, "min": 1, "argmax": 2}
-#: Bytes of a pick's partial state: the value and its int64 index
-PICK_STATE = 16
+#: The longest reduced extent whose indices argmax keeps as 32-bit ints
+#: (reduce.cu's Pick32: index arithmetic and states half a 64-bit one's);
+#: longer ones run the ``pick64`` kernels
+PICK32_EXTENT = 2**31
 #: Loads of 16 bytes in flight per thread in the row kernels (ROW_UNROLL in
 #: reduce.cu)
 ROW_UNROLL = 4
@@ -163,10 +166,14 @@ def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix):
 
 
 def _state(family, width):
-    """Bytes of one partial state: a pick's (value, index), or a sum's, a
-    max's or a min's one value in the compute format (float for the halves,
-    whose packets hold 8)."""
-    return PICK_STATE if family == "pick" else (4 if width >= 4 else 8)
+    """Bytes of one partial state: a sum's, a max's or a min's one value in
+    the compute format (float for the halves, whose packets hold 8); a
+    pick's (value, index) that value and a 32-bit index, aligned to 8 or
+    16 (reduce.cu's Pick::S: 8 bytes, or 16 for double), a pick64's 16."""
+    value = 4 if width >= 4 else 8
+    if family == "pick64":
+        return 16
+    return 2 * value if family == "pick" else value
 
 
 def family_of(kind):
@@ -175,13 +182,12 @@ def family_of(kind):
     return kind if kind in ("max", "min") else "pick"
 
 
-def scalar_cols(width, family="sum"):
+def scalar_cols(width):
     """Columns a thread of ``*_cols`` reads for packets of ``width``
-    elements (reduce.cu's kScalarCols and exports): the packet's, at most
-    SCALAR_COLS; one for double (width 2), whose loads of 8 bytes already
-    hold as many bytes in flight as a packet trip, and for argmax ("pick"),
-    whose (value, index) states of several columns spill registers."""
-    return 1 if width <= 2 or family == "pick" else min(width, SCALAR_COLS)
+    elements (reduce.cu's kScalarCols, every family's): the packet's, at
+    most SCALAR_COLS; one for double (width 2), whose loads of 8 bytes
+    already hold as many bytes in flight as a packet trip."""
+    return 1 if width <= 2 else min(width, SCALAR_COLS)
 
 
 def _tile(cols, n, trip, rows_first=False):
@@ -247,9 +253,9 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     8192x4096 and 1Mx16 over axis 0)."""
     if n * inner <= SHORT_TILE:   # small slabs: a tile holds many of them
         return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix)
-    unroll = PICK_UNROLL if family == "pick" else SUM_UNROLL
+    unroll = PICK_UNROLL if family.startswith("pick") else SUM_UNROLL
     vec = aligned and inner % width == 0
-    per = width if vec else scalar_cols(width, family)   # columns a thread
+    per = width if vec else scalar_cols(width)   # columns a thread
     trip = unroll if vec else unroll // per           # rows a trip
     cols = -(-inner // per)
     tx, ty = _tile(cols, n, trip)
@@ -381,8 +387,12 @@ def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, su
     in range) in one launch, or None where it takes several passes (``layout``
     says which; ``plan_mid`` and ``plan_gen`` may decline too).  Other
     arguments as ``plan_cols``'s.  Pure: the handler caches it per
-    combination."""
+    combination.  Argmax ("pick") keeps 32-bit indices where the reduced
+    extent allows (every index and every offset from a chunk's start below
+    2^31) and takes ``pick64`` beyond."""
     form, dims = layout(shape, axes)
+    if family == "pick" and form in ("rows", "cols") and dims[1] > PICK32_EXTENT:
+        family = "pick64"
     if form == "rows":
         return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix)
     if form == "cols":

@@ -33,12 +33,16 @@
 //               NumPy: a slice holding NaN gives NaN; otherwise the largest
 //               (smallest) element bit for bit (of equal ones such as -0.0
 //               and +0.0, one the shape decides);
-//   Pick<T>     argmax (kind 2; 0 and 1 are max and min, which run Extreme):
-//               (value, index) pairs.  NaN wins: argmax gives the index of
-//               the first NaN; among equal values the first index wins.
-//               Values stay in T (compared widened); argmax stores
-//               st<T>(index): the host checks beforehand that every index
-//               is exact in T.
+//   Pick<T, I>  argmax (kind 2; 0 and 1 are max and min, which run Extreme):
+//               (value, index) pairs, the value widened to the compute
+//               format, the index an int (Pick32, the "pick" kernels) where
+//               the reduced extent allows, else a long long (Pick64,
+//               "pick64").  NaN wins: argmax gives the index of the first
+//               NaN; among equal values the first index wins.  A packet's
+//               first best element is found by a tree of independent
+//               compares and meets the state once, as a max's packet does.
+//               argmax stores st<T>(index): the host checks beforehand that
+//               every index is exact in T.
 //
 // Long axes are split into `chunks`; the partial states go to a per-stream
 // workspace and the launch finishes them itself: the last group of a row
@@ -61,8 +65,8 @@ using sh::VecTraits;
 
 // Loads in flight per thread in the column kernels (SUM_UNROLL and
 // PICK_UNROLL in handlers/cuda/launch.py): the host sizes chunks by them.
-// An argmax keeps a (value, index) pair per column, so it holds fewer
-// loads; max and min keep one value, as a sum, and take SUM_UNROLL.
+// An argmax keeps a (value, index) pair per column (two registers with a
+// 32-bit index); max and min keep one value, as a sum, and take SUM_UNROLL.
 constexpr int SUM_UNROLL = SH_SUM_UNROLL;
 constexpr int PICK_UNROLL = SH_PICK_UNROLL;
 // Loads in flight per thread in the row kernels.
@@ -76,6 +80,12 @@ constexpr int ROW_UNROLL = 4;
 constexpr int SCALAR_COLS = 4;
 template <typename T>
 constexpr int kScalarCols = kVec<T> <= 2 ? 1 : kVec<T> < SCALAR_COLS ? kVec<T> : SCALAR_COLS;
+// Resident blocks per multiprocessor that *_cols_vec of argmax is bound to:
+// a packet of halves is 8 columns, 8 (value, index) states beside
+// PICK_UNROLL packets, which spill at 64 registers (4 blocks) and fit in 80
+// (3 blocks, still 12K loads of 16 bytes in flight per multiprocessor).
+template <typename T>
+constexpr int kPickVecBlocks = kVec<T> == 8 ? 3 : 4;
 // Rows a trip in the general kernels (GEN_UNROLL in reductions.py): each
 // load's offset comes from the walk's digits and is held until the load
 // issues; 7 is the most that fit the 64 registers of 4 resident blocks
@@ -122,54 +132,6 @@ struct Sum {
     }
 };
 
-template <typename T>
-struct Pick {
-    struct S { T v; long long i; };
-    // No element yet: index -1, which every element beats.
-    __device__ static S identity(int) { return {st<T>(0.0f), -1}; }
-    // Is a a better pick than b?  NaN beats numbers; ties go to the smaller index.
-    __device__ static bool better(int kind, const S& a, const S& b) {
-        if (a.i < 0) return false;
-        if (b.i < 0) return true;
-        const compute_t<T> v = ld(a.v), w = ld(b.v);
-        const bool vn = v != v, wn = w != w;
-        if (vn || wn) return vn && (!wn || a.i < b.i);
-        if (v == w) return a.i < b.i;
-        return kind == 1 ? v < w : v > w;
-    }
-    // Absorb element v at index i, later than every index s has seen (each
-    // thread walks its elements in order): a tie keeps s, so no index
-    // compare is needed on this, the hot path.
-    __device__ static void add(S& s, T v, long long i, int kind) {
-        const compute_t<T> x = ld(v), w = ld(s.v);
-        const bool xn = x != x, wn = w != w;
-        const bool wins = s.i < 0 || (xn ? !wn : !wn && (kind == 1 ? x < w : x > w));
-        if (wins) s = S{v, i};
-    }
-    template <typename VT>
-    __device__ static void add_packet(S& s, VT v, long long i0, int kind) {
-        const T* e = reinterpret_cast<const T*>(&v);
-#pragma unroll
-        for (int j = 0; j < (int)(sizeof(VT) / sizeof(T)); ++j) add(s, e[j], i0 + j, kind);
-    }
-    __device__ static S join(S a, S b, int kind) { return better(kind, b, a) ? b : a; }
-    __device__ static S down(S s, int o, int width) {
-        return {__shfl_down_sync(0xffffffffu, s.v, o, width),
-                __shfl_down_sync(0xffffffffu, s.i, o, width)};
-    }
-    __device__ static S load_l2(const S* p) {   // 16 bytes, written by another block
-        static_assert(sizeof(S) == 16, "a pick's state is 16 bytes");
-        const longlong2 raw = __ldcg(reinterpret_cast<const longlong2*>(p));
-        S s;
-        memcpy(&s, &raw, sizeof(S));
-        return s;
-    }
-    template <typename O>
-    __device__ static O result(S s, long long, int kind) {
-        return kind == 2 ? st<O>((compute_t<O>)s.i) : s.v;
-    }
-};
-
 // The values of one 16-byte packet of T, in the compute format.
 template <typename T, typename VT>
 __device__ __forceinline__ sh::Packet<T> packet_values(VT v) {
@@ -181,6 +143,86 @@ __device__ __forceinline__ sh::Packet<T> packet_values(VT v) {
         return e;
     }
 }
+
+// argmax: (value, index) states, the value in the compute format (widened
+// exactly, so compares are those of T) and the index an I: int wherever
+// every index of the reduced extent fits (the host's "pick" kernels), long
+// long beyond (its "pick64" fallback), so that the index arithmetic of the
+// hot loops is 32-bit and a state is 8 bytes for float and the halves (16
+// for double), half the registers, shuffles and workspace of a 64-bit one.
+// NaN wins: argmax gives the index of the first NaN; among equal values
+// (-0.0 and +0.0 too) the first index wins.
+template <typename T, typename I>
+struct Pick {
+    using C = compute_t<T>;
+    struct alignas(sizeof(C) + sizeof(I) <= 8 ? 8 : 16) S { C v; I i; };
+    // No element yet: index -1, which every element beats.
+    __device__ static S identity(int) { return {C(0), I(-1)}; }
+    // Does x, later than w, replace it?  A NaN replaces a number; a number
+    // replaces a smaller one; equals and anything after a NaN keep the
+    // earlier (every comparison with NaN is false).
+    __device__ static bool beats(C x, C w) { return x > w || (x != x && w == w); }
+    // Is a a better pick than b, in either order (join's lanes and chunks)?
+    __device__ static bool better(const S& a, const S& b) {
+        if (a.i < 0) return false;
+        if (b.i < 0) return true;
+        const bool vn = a.v != a.v, wn = b.v != b.v;
+        if (vn || wn) return vn && (!wn || a.i < b.i);
+        if (a.v == b.v) return a.i < b.i;
+        return a.v > b.v;
+    }
+    // Absorb element v at index i, later than every index s has seen (each
+    // thread walks its elements in order): no index compare on the hot path.
+    __device__ static void add(S& s, T v, long long i, int) {
+        const C x = ld(v);
+        if (s.i < 0 || beats(x, s.v)) s = S{x, (I)i};
+    }
+    // A packet of elements i0, i0 + 1, ...: its first best element by a tree
+    // of adjacent pairs (the left one holds the earlier indices and keeps
+    // ties, so the winner is the packet's first occurrence; independent
+    // compares, the offsets constants until selected), then one compare
+    // with the state: the same pick as adding the elements one by one.
+    template <typename VT>
+    __device__ static void add_packet(S& s, VT v, long long i0, int) {
+        sh::Packet<T> e = packet_values<T>(v);
+        constexpr int N = kVec<T>;
+        int k[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) k[j] = j;
+#pragma unroll
+        for (int w = 1; w < N; w *= 2) {
+#pragma unroll
+            for (int j = 0; j + w < N; j += 2 * w) {
+                if (beats(e.v[j + w], e.v[j])) {
+                    e.v[j] = e.v[j + w];
+                    k[j] = k[j + w];
+                }
+            }
+        }
+        if (s.i < 0 || beats(e.v[0], s.v)) s = S{e.v[0], (I)i0 + k[0]};
+    }
+    __device__ static S join(S a, S b, int) { return better(b, a) ? b : a; }
+    __device__ static S down(S s, int o, int width) {
+        return {__shfl_down_sync(0xffffffffu, s.v, o, width),
+                __shfl_down_sync(0xffffffffu, s.i, o, width)};
+    }
+    __device__ static S load_l2(const S* p) {   // one load, written by another block
+        S s;
+        if constexpr (sizeof(S) == 16) {
+            const longlong2 raw = __ldcg(reinterpret_cast<const longlong2*>(p));
+            memcpy(&s, &raw, sizeof(S));
+        } else {
+            static_assert(sizeof(S) == 8, "a pick's state is 8 or 16 bytes");
+            const long long raw = __ldcg(reinterpret_cast<const long long*>(p));
+            memcpy(&s, &raw, sizeof(S));
+        }
+        return s;
+    }
+    template <typename O>
+    __device__ static O result(S s, long long, int) { return st<O>((compute_t<O>)s.i); }
+};
+template <typename T> using Pick32 = Pick<T, int>;
+template <typename T> using Pick64 = Pick<T, long long>;
 
 // max_t (MAX) and min_t: the value alone, which is all they return (argmax_t
 // needs Pick's index).  The state is one compute-format value (4 bytes for
@@ -761,7 +803,7 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
 // kernels' third number is the chunk, but *_short's is `inner`; ws, the
 // workspace of partial states, holds compute_t<T> (sums, max, min) or
-// 16-byte (value, index) pairs (argmax's picks).  Every sum kernel but
+// (value, index) pairs (argmax's picks: Pick::S, 8 or 16 bytes).  Every sum kernel but
 // sum_gen* also exists as a "wide" one, NAME_wide_SUF, whose output is in
 // the compute format (for the halves: a sum that a later pass or mean_t's
 // scaling reads before the one rounding).
@@ -816,10 +858,10 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
 // registers a thread, as many as the earlier sum_cols used): unbounded, the
 // compiler kept every load of a trip in its own registers (156 a thread for
 // float) and one block fit per multiprocessor.  An argmax's packets of
-// halves hold 8 (value, index) pairs, so they are bound to 3.  *_cols read
-// kScalarCols<T> columns a thread (the strided scalar path; argmax one: four
-// (value, index) states spill), *_cols_vec one packet's; max and min keep
-// one value a column, as a sum does, and so get SUM_UNROLL loads in flight.
+// halves hold 8 (value, index) pairs, so they are bound to 3
+// (kPickVecBlocks).  *_cols read kScalarCols<T> columns a thread (the
+// strided scalar path), *_cols_vec one packet's; max and min keep one value
+// a column, as a sum does, and so get SUM_UNROLL loads in flight.
 // Every sum kernel of format T (suffix SUF, packets of V elements), output
 // in O (T, or the compute format for the "wide" ones, W = _wide).
 #define SH_EXPORT_SUMS_TO(T, V, SUF, O, W)                                           \
@@ -835,6 +877,13 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_COLS(R, T, kScalarCols<T>, false, SUM_UNROLL / kScalarCols<T>, T,               \
                    PRE##_cols_##SUF, 4)                                              \
     SH_EXPORT_COLS(R, T, V, true, SUM_UNROLL, T, PRE##_cols_vec_##SUF, 4)
+// argmax_t (R: Pick32<T>, or Pick64<T> beyond 32-bit indices): the column
+// kernels as max's, a state of a value and an index a column.
+#define SH_EXPORT_PICKS(R, T, V, SUF, PRE)                                           \
+    SH_EXPORT_ROW_KINDS(R, T, T, PRE, _##SUF)                                        \
+    SH_EXPORT_COLS(R, T, kScalarCols<T>, false, PICK_UNROLL / kScalarCols<T>, T,              \
+                   PRE##_cols_##SUF, 4)                                              \
+    SH_EXPORT_COLS(R, T, V, true, PICK_UNROLL, T, PRE##_cols_vec_##SUF, kPickVecBlocks<T>)
 #define SH_EXPORT_ALL(T, V, SUF)                                                     \
     SH_EXPORT_SUMS_TO(T, V, SUF, T, )                                                \
     SH_EXPORT_SUMS_TO(T, V, SUF, sh::compute_t<T>, _wide)                            \
@@ -842,9 +891,8 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_GEN(Sum<T>, T, V, true, GEN_UNROLL, T, sum_gen_vec_##SUF)                \
     SH_EXPORT_EXTREMES(Max<T>, T, V, SUF, max)                                       \
     SH_EXPORT_EXTREMES(Min<T>, T, V, SUF, min)                                       \
-    SH_EXPORT_ROW_KINDS(Pick<T>, T, T, pick, _##SUF)                                 \
-    SH_EXPORT_COLS(Pick<T>, T, 1, false, PICK_UNROLL, T, pick_cols_##SUF, 4)              \
-    SH_EXPORT_COLS(Pick<T>, T, V, true, PICK_UNROLL, T, pick_cols_vec_##SUF, 3)
+    SH_EXPORT_PICKS(Pick32<T>, T, V, SUF, pick)                                      \
+    SH_EXPORT_PICKS(Pick64<T>, T, V, SUF, pick64)
 
 SH_EXPORT_ALL(float, 4, f32)
 SH_EXPORT_ALL(double, 2, f64)
