@@ -658,6 +658,9 @@ def test_plan_rows():
     assert plan(10, 5000, 8, 132, 2048) == (10, 640)                         # 625 threads hold it
     assert plan(10 ** 6, 5000, 8, 132, 2048) == (10 ** 6, 640)               # a block a row
     assert plan(3, 40000, 8, 132, 2048) == (3, fused_source.ROW_BLOCK)       # streams
+    way = fused_source.strategy   # the kernel: lane groups, a block holding, streaming
+    assert [way(c, 8, b) for c, b in ((1, 256), (256, 256), (257, 64), (512, 64), (513, 64),
+                                      (8192, 1024), (8193, 1024))] == [0, 0, 1, 1, 2, 1, 2]
     assert fused_source.held_elements(SOFTMAX, np.float32) == 8
     assert fused_source.held_elements(SOFTMAX, np.float64) == 4
     # x and dy held (g, a row input, is read where used); whole packets
@@ -687,14 +690,18 @@ def test_plan_rows():
 def test_generated_row_source():
     src = fused_source.kernel_source(CROSS_ENTROPY, np.float32, fused_source.ROW_BLOCK)
     name = fused_source.kernel_name(CROSS_ENTROPY, np.float32)
-    assert f'__launch_bounds__(1024) {name}(' in src
+    for i, way in enumerate(fused_source.STRATEGIES):   # a kernel per strategy
+        assert f'__launch_bounds__(1024) {name}_{way}(' in src
+        assert f"    {name}_body<{i}>(in_z, in_t, sp_inv_n, sv_inv_n, out_loss, out_dz, rows, " \
+               "cols);" in src
+    assert f"template <int STRATEGY> __device__ __forceinline__ void {name}_body(" in src
     assert ("const T* in_z, const T* in_t, const T* sp_inv_n, T sv_inv_n, T* out_loss, "
             "T* out_dz, long long rows, long long cols") in src
     assert fused_source.kernel_format(CROSS_ENTROPY, np.float32) == "PPPfPPqq"
     assert "const T v_t = live ? in_t[r] : T(0);" in src
     assert "rd0 = s.reduce(rd0, fx::Max{});" in src
     assert "const T j_col = T(j);" in src
-    assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In>(" in src
+    assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In, STRATEGY>(" in src
     half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
     assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{}) / C(cols);" in half
     assert "out_mu[r] = st<T>(t0_mu);" in half and "v.v_x = ld(in_x[r * cols + j]);" in half
@@ -704,7 +711,7 @@ def test_generated_row_source():
     assert fused_source.kernel_format(LN_BACKWARD, np.float32) == "PPPPPPPPqqPPq"
     assert "struct Values { T dx; T sums[2]; };" in src
     assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
-    assert "fx::rows_loop_sums<T, R, In, 2>(" in src and "fx::rows_loop<" not in src
+    assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY>(" in src and "fx::rows_loop<" not in src
     half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
     assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half
 
@@ -731,6 +738,7 @@ def test_generated_row_source_compiles(op, fmt, tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert result.returncode == 0, f"nvcc failed:\n{result.stderr}\n{src.read_text()}"
     text = ptx.read_text()
-    assert fused_source.kernel_name(op, dtype) in text
+    for way in fused_source.STRATEGIES:
+        assert f".entry {fused_source.kernel_name(op, dtype)}_{way}(" in text
     if fmt != "f64":
         assert ".f64" not in text, "the float kernel computes in double somewhere"

@@ -113,10 +113,10 @@ def elementwise(h, op, *args):
 
 def fused(h, op, *args):
     """Run fused op ``op`` on checked arguments."""
-    grid, block, values = h._fused_arguments(op, args)
+    grid, block, values, kernel = h._fused_arguments(op, args)
     if grid:
         sums = _sum_arguments(h, op, grid, values[-1]) if op.sums else ()
-        h._run(h._k[op], grid, *values, *sums, block=block)
+        h._run(kernel, grid, *values, *sums, block=block)
 
 
 def _sum_arguments(h, op, grid, cols):
@@ -136,32 +136,39 @@ def _sum_arguments(h, op, grid, cols):
 
 
 def fused_arguments(h, op, args):
-    """(grid, block, kernel arguments) of fused op ``op`` on the checked
-    ``args``; grid 0 when there is nothing to compute.  An elementwise op's
-    kernel strides over the elements (``h._grid``); a row kernel
-    (``op.row_wise``) over the rows of its full arrays, on the grid and
-    block of ``fused_source.plan_rows`` (one block at least with summed
-    outputs, which are zeros over no rows; their workspace arguments follow,
-    from ``_sum_arguments`` at each launch).  The kernel is generated, compiled
-    and loaded at the first call that computes (once per process; pycuda's
-    disk cache skips nvcc in later processes), then kept under the op in _k."""
+    """(grid, block, kernel arguments, kernel) of fused op ``op`` on the
+    checked ``args``; grid 0 (and kernel None) when there is nothing to
+    compute.  An elementwise op's kernel strides over the elements
+    (``h._grid``); a row kernel (``op.row_wise``) over the rows of its full
+    arrays, on the grid and block of ``fused_source.plan_rows``, the kernel
+    of the strategy they give (``fused_source.strategy``; one block at least
+    with summed outputs, which are zeros over no rows; their workspace
+    arguments follow, from ``_sum_arguments`` at each launch).  The source is
+    generated, compiled and loaded at the first call that computes (once per
+    process; pycuda's disk cache skips nvcc in later processes), and each
+    kernel kept under (op, strategy) in _k."""
+    name = fused_source.kernel_name(op, h.dtype)
     if op.row_wise:
         full = args[op.params.index(op.full)]
         cols = full.shape[-1]
         rows = math.prod(full.shape[:-1])
+        held = fused_source.held_elements(op, h.dtype)
         grid, block = fused_source.plan_rows(
-            rows, cols, fused_source.held_elements(op, h.dtype), h._sms, h._sm_threads,
-            fused_source.sum_bytes(op, h.dtype), h._l2_bytes)
+            rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
+            h._l2_bytes)
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
+        way = fused_source.STRATEGIES[fused_source.strategy(cols, held, block)]
+        key, name = (op, way), f"{name}_{way}"
     else:
         out = args[op.row.out]
         n = out.size
         grid, block = (h._grid(n) if n else 0), _BLOCK
         sizes, bound = (n, out.shape[-1] if out.shape else 1), _BLOCK
-    if grid and op not in h._k:
-        h._k[op] = kernel_loader.source_function(
-            fused_source.kernel_source(op, h.dtype, bound),
-            fused_source.kernel_name(op, h.dtype),
+        key = op
+    kernel = h._k.get(key) if grid else None
+    if grid and kernel is None:
+        kernel = h._k[key] = kernel_loader.source_function(
+            fused_source.kernel_source(op, h.dtype, bound), name,
             fused_source.kernel_format(op, h.dtype))
     values = []
     for p, a in zip(op.params, args):
@@ -175,7 +182,7 @@ def fused_arguments(h, op, args):
         # An empty array has no memory (gpudata None): a row kernel over
         # rows of 0 elements reads none of it, so any address does.
         values = [0 if v is None else v for v in values]
-    return grid, block, (*values, *sizes)
+    return grid, block, (*values, *sizes), kernel
 
 
 def bind_fused(h, op, args, kwargs):
@@ -183,7 +190,7 @@ def bind_fused(h, op, args, kwargs):
     # The checks and the argument list once; each call is then a launch,
     # or, while a capture records, the _fused hook that it shadows.
     checked = op._checks(h, *args, **kwargs)
-    grid, block, values = h._fused_arguments(op, checked)
+    grid, block, values, kernel = h._fused_arguments(op, checked)
     # Once the handler is closed, a call goes to the _fused hook, whose
     # stand-in raises (handlers.closed), as the unbound op would.
     capturing, closed = h._capture_box, h._closed_box
@@ -192,7 +199,7 @@ def bind_fused(h, op, args, kwargs):
             if closed[0]:
                 h._fused(op, *checked)
         return nothing
-    kernel, launch = h._k[op], kernel_loader.launch_function()
+    launch = kernel_loader.launch_function()
     if op.sums:
         slot, cols = h._slot, values[-1]
 

@@ -169,7 +169,9 @@ def _preamble(op, dtype, block, params, row=False):
         "",
         types,
         "",
-        f'extern "C" __global__ void __launch_bounds__({block}) {kernel_name(op, dtype)}(',
+        *([f"template <int STRATEGY> __device__ __forceinline__ void "
+           f"{kernel_name(op, dtype)}_body("] if row else
+          [f'extern "C" __global__ void __launch_bounds__({block}) {kernel_name(op, dtype)}(']),
         "        " + ", ".join(params) + ") {",
         "    using namespace sh;",
         "    constexpr int W = kVec<T>;",
@@ -347,6 +349,22 @@ def held_elements(op, dtype):
 SUM_WORKSPACE = 64 << 20
 
 
+#: The row kernels' strategies, one kernel each (``rows_impl`` in
+#: kernels/fused.cuh): lane groups, a block holding the row, a block
+#: streaming it.
+STRATEGIES = ("lane", "block", "stream")
+
+
+def strategy(cols, held, block):
+    """The strategy (an index into :data:`STRATEGIES`) of a row kernel over
+    rows of ``cols`` elements, ``held`` per thread, in blocks of ``block``
+    threads (``plan_rows``'s): lane groups up to 32 * held columns, a block
+    holding the row up to block * held, else streaming."""
+    if cols <= 32 * held:
+        return 0
+    return 1 if cols <= block * held else 2
+
+
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
@@ -358,8 +376,8 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
     keep the blocks' partial rows (``sum_bytes * cols`` bytes each) within
     :data:`SUM_WORKSPACE` (fewer blocks only for rows of megabytes).
 
-    The kernel picks its strategy from cols and the block (``rows_loop`` in
-    kernels/fused.cuh), so the two follow one rule: rows of up to 32 * held
+    The strategy follows from cols and the block (:func:`strategy`, which
+    picks the kernel): rows of up to 32 * held
     go to lane groups in blocks of BLOCK threads (block / width rows a block,
     width the group's lanes); a longer row gets a block of its own, of as
     few threads as hold it (a multiple of 32, at most ROW_BLOCK, which then
@@ -660,10 +678,21 @@ def row_kernel_source(op, dtype, block):
         *[f"        {line}" for line in _row_function(rc)],
         "    };",
         *([f"    {line}" for line in _sums_tail(rc)] if op.sums else
-          ["    fx::rows_loop<T, R, In>(rows, cols, packets, load, load_packets, row);"]),
+          ["    fx::rows_loop<T, R, In, STRATEGY>(rows, cols, packets, load, load_packets, "
+           "row);"]),
         "}",
         "",
     ]
+    # One kernel per strategy (the host picks it: strategy()): a kernel
+    # holding all three took the registers of the hungriest (52 for softmax
+    # in float32, where its block path alone needs 43), and so fewer threads.
+    names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
+    for i, what in enumerate(STRATEGIES):
+        lines += [f'extern "C" __global__ void __launch_bounds__({block}) '
+                  f"{kernel_name(op, dtype)}_{what}(",
+                  "        " + ", ".join(params) + ") {",
+                  f"    {kernel_name(op, dtype)}_body<{i}>({', '.join(names)});",
+                  "}", ""]
     return "\n".join(lines)
 
 
@@ -676,7 +705,7 @@ def _sums_tail(rc):
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
     lines += ["};",
-              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}>(",
+              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY>(",
               "    rows, cols, packets, load, load_packets, row,",
               "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
     return lines

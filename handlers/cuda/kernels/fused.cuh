@@ -68,8 +68,8 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 // A fused op whose body reduces along the last axis (or reads `col`, or has
 // per-row arrays) is generated as a row kernel: the kernel writes one row as
 // a generic lambda row(s, r, live) and rows_loop below runs it with one of
-// three strategies, chosen from cols and blockDim (both uniform, so every
-// thread of a block takes the same branch), as softmax_rows of rows.cu:
+// three strategies, a kernel each (STRATEGY, a template argument; the host
+// picks it from cols and the block, fused_source.strategy):
 //   cols <= 32 * R            LaneRow: a group of G lanes per row, G the
 //                             smallest power of two with G * R >= cols, the
 //                             row held in registers (R elements a lane):
@@ -446,15 +446,20 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     }
 }
 
+// The strategies, one kernel each (the host picks: fused_source.strategy).
+constexpr int LANE_ROWS = 0;    // cols <= 32 * R
+constexpr int BLOCK_ROWS = 1;   // cols <= blockDim.x * R
+constexpr int STREAM_ROWS = 2;  // longer rows
+
 // Runs row(s, r, live) for every row of a (rows, cols) problem that this
-// thread's lane group or block takes, with the strategy that cols and the
-// block allow (see above).  load(r, j) gives element j of row r's inputs
+// thread's lane group or block takes, with strategy STRATEGY, which the
+// host chose for cols and the block (see above).  load(r, j) gives element j of row r's inputs
 // (In), load_packets(r, p) the W of packet p (only called when `packets`).
 // Any grid works (grid-stride over rows); blockDim.x a multiple of 32.
 // With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
-template <typename T, int R, typename In, int S, typename Load, typename LoadPackets,
-          typename Row, typename StoreSum>
+template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
+          typename LoadPackets, typename Row, typename StoreSum>
 __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool packets,
                                           Load load, LoadPackets load_packets, Row row,
                                           const GridSums<compute_t<T>>& sums,
@@ -462,7 +467,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
     using C = compute_t<T>;
     __shared__ C scratch[32];  // per-warp partials of block reductions, in C
     C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
-    if (cols <= 32 * R) {
+    if constexpr (STRATEGY == LANE_ROWS) {
         LaneRow<In, R, C, S, kVec<T>> s;
         if constexpr (S > 0) {
 #pragma unroll
@@ -519,7 +524,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             for (long long e = threadIdx.x; e < S * cols; e += blockDim.x) partial[e] = part[e];
             finish_sums<S>(sums, cols, store_sum);
         }
-    } else if (cols <= (long long)blockDim.x * R) {
+    } else if constexpr (STRATEGY == BLOCK_ROWS) {
         BlockRow<In, R, C, S, kVec<T>> s;
         if constexpr (S > 0) {
 #pragma unroll
@@ -549,6 +554,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             finish_sums<S>(sums, cols, store_sum);
         }
     } else {
+        static_assert(STRATEGY == STREAM_ROWS, "LANE_ROWS, BLOCK_ROWS or STREAM_ROWS");
         StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
                                                  packets, partial, true};
         for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -566,23 +572,25 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
 }
 
 // A row kernel without summed outputs.
-template <typename T, int R, typename In, typename Load, typename LoadPackets, typename Row>
+template <typename T, int R, typename In, int STRATEGY, typename Load, typename LoadPackets,
+          typename Row>
 __device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
                                           Load load, LoadPackets load_packets, Row row) {
-    rows_impl<T, R, In, 0>(rows, cols, packets, load, load_packets, row,
+    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, packets, load, load_packets, row,
                            GridSums<compute_t<T>>{nullptr, nullptr, 1},
                            [](int, long long, compute_t<T>) {});
 }
 
 // A row kernel with S > 0 summed outputs (see finish_sums).
-template <typename T, int R, typename In, int S, typename Load, typename LoadPackets,
-          typename Row, typename StoreSum>
+template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
+          typename LoadPackets, typename Row, typename StoreSum>
 __device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool packets,
                                                Load load, LoadPackets load_packets, Row row,
                                                const GridSums<compute_t<T>>& sums,
                                                StoreSum store_sum) {
     static_assert(S > 0, "rows_loop_sums sums at least one output");
-    rows_impl<T, R, In, S>(rows, cols, packets, load, load_packets, row, sums, store_sum);
+    rows_impl<T, R, In, S, STRATEGY>(rows, cols, packets, load, load_packets, row, sums,
+                                     store_sum);
 }
 
 }  // namespace fx
