@@ -46,27 +46,6 @@ def with_gradients(h, rng):
     return net
 
 
-def interrupt_after_first(h, name):
-    """Make the first call of ``h.<name>`` raise SIGINT once it has run;
-    ``restore(h, name)`` undoes it.  (Not monkeypatch: its undo would leave
-    the handler's bound method in the state the views share, so every
-    view's op would run on group 0.)"""
-    real = getattr(h, name)
-    calls = []
-
-    def op(*args, **kwargs):
-        real(*args, **kwargs)
-        calls.append(name)
-        if len(calls) == 1:
-            signal.raise_signal(signal.SIGINT)
-    h.__dict__[name] = op
-    return calls
-
-
-def restore(h, name):
-    h.__dict__.pop(name, None)
-
-
 class _CopytoInterrupts:
     """numpy, except that the first copyto raises SIGINT after it has run:
     inside a fused op on NumpyHandler (handlers.fused), after its first
@@ -88,6 +67,8 @@ class _CopytoInterrupts:
 def test_sgd_step_is_whole(handler, rng, monkeypatch):
     """SIGINT after the velocity's update, inside the step's one op: the
     parameters move too, then KeyboardInterrupt is raised."""
+    if handler.array_type is not np.ndarray:
+        pytest.skip("SGD's step is one kernel on a GPU: nothing to tear inside it")
     net = with_gradients(handler, rng)
     opt = SGD(net.parameters, lr=0.1, momentum=0.9)
     v0 = rng.standard_normal(opt.velocity.shape)
@@ -150,15 +131,12 @@ def test_fit_stops_between_steps(handler, rng):
 
     def step(gate):
         seen.append(host(handler, net.params))
-        if len(seen) == 3:
-            interrupt_after_first(handler, "_fused")   # the step's one op (a bound call)
+        if len(seen) == 3:   # inside the step's deferred block, before its one op
+            signal.raise_signal(signal.SIGINT)
         real_step(gate)
     opt._step = step
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            trainer.fit(x, y, epochs=1)
-    finally:
-        restore(handler, "_fused")
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit(x, y, epochs=1)
     assert len(seen) == 3
     np.testing.assert_allclose(host(handler, net.params), seen[2] + host(handler, opt.velocity),
                                **tol(handler))
