@@ -37,7 +37,10 @@ against NumPy in float64 (``checks`` in the saved run):
   bfloat16 tolerance ``_tol(4096)``; the notes give each compile time; a
   peer that is missing, fails, or compiles longer than ``--compile-limit``
   is left out, noted (saved under ``mlp_step`` as ``peers`` and
-  ``peer_notes``).
+  ``peer_notes``).  Issue 42's target: "ours mixed bf16, captured" (the
+  step captured with ``Handler.capture``) at <= 1.0x the fastest of
+  "torch autocast bf16, graphed" (``torch.cuda.graph``) and the compiled
+  peers (:func:`benchmarks.peers.judge_strongest`).
 """
 import math
 
@@ -304,14 +307,19 @@ def mlp_step(hb, h32, torch, reps, checks=None, peers=None, notes=None, compile_
     :func:`check_mlp_peers`)."""
     peers = {} if peers is None else peers
     notes = {} if notes is None else notes
-    ours = "ours mixed bf16"
+    from benchmarks.gpu import our_captured, torch_graphed
+    ours, captured = "ours mixed bf16", "ours mixed bf16, captured"
     cases = {ours: (EventTimer("pycuda", h32.stream), _our_mlp(h32, "bfloat16")),
              "ours f32": (EventTimer("pycuda", h32.stream), _our_mlp(h32)),
              "ours bf16 params": (EventTimer("pycuda", hb.stream), _our_mlp(hb)),
              "ours mixed fp16": (EventTimer("pycuda", h32.stream), _our_mlp(h32, "float16"))}
+    cases[captured] = (EventTimer("pycuda", h32.stream),
+                       our_captured(h32, _our_mlp(h32, "bfloat16")))
     if torch:
         t = EventTimer("torch", module=torch)
         cases["torch autocast bf16"] = (t, _torch_mlp(torch, torch.bfloat16, True))
+        cases["torch autocast bf16, graphed"] = (
+            t, torch_graphed(torch, _torch_mlp(torch, torch.bfloat16, True)))
         cases["torch bf16 params"] = (t, _torch_mlp(torch, torch.bfloat16, False))
         cases["torch autocast fp16"] = (t, _torch_mlp(torch, torch.float16, True))
     compiled = {}
@@ -340,6 +348,8 @@ def mlp_step(hb, h32, torch, reps, checks=None, peers=None, notes=None, compile_
     out = dict(ms={k: v for k, v in ms.items() if k not in compiled}, over_f32=over_f32,
                over_torch_autocast=over_torch, mode="mixed",
                targets=dict(over_f32=STEP_OVER_F32, over_torch=STEP_OVER_TORCH))
+    if compiled:
+        out["strongest"] = P.judge_strongest("MLP mixed bf16 step", med[captured], med)
     if compiled or notes:
         out["peers"] = {k: dict(ms=ms[k], compile_s=peers[P.COMPILE if k == P.COMPILE_GRAPHED
                                                           else k].compile_s)

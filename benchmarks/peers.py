@@ -401,6 +401,32 @@ JAX_JIT = "JAX jit"
 JAX_UNROLLED = "JAX jit, scan unrolled"
 #: steps JAX issues back to back per timed sample (host clock)
 JAX_STEPS = 10
+#: Issue 42's target: our captured step at <= this times the fastest of its
+#: strongest peers: PyTorch eager captured (every ", graphed" row of
+#: PyTorch's, "PyTorch graphed" too) and the compiled peers in ``STRONGEST``
+STRONGEST_TARGET = 1.0
+STRONGEST = (COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+
+
+def strongest(ms):
+    """The strongest peers' times among ``ms`` ({row label: ms} of a
+    step's rows, ours included): every "graphed" row and ``STRONGEST``."""
+    return {k: v for k, v in ms.items() if k.endswith("graphed") or k in STRONGEST}
+
+
+def judge_strongest(what, captured_ms, ms):
+    """Issue 42's verdict on a captured step of ``captured_ms`` against the
+    strongest of ``ms`` (``strongest``): None without one; else
+    ``dict(peer, peer_ms, ratio, met)``, printed as a line naming ``what``."""
+    peers = strongest(ms)
+    if not peers:
+        return None
+    best = min(peers, key=peers.get)
+    ratio = captured_ms / peers[best]
+    met = ratio <= STRONGEST_TARGET
+    print(f"{what}: ours captured / the fastest strongest peer ({best}, {peers[best]:.4g} ms): "
+          f"{ratio:.3f}x (target <= {STRONGEST_TARGET:.1f}x: {'yes' if met else 'NO'})")
+    return dict(peer=best, peer_ms=peers[best], ratio=ratio, met=met)
 
 
 def add_options(parser):

@@ -31,6 +31,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+from benchmarks import peers as P
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR, med
 
@@ -50,10 +51,6 @@ GRAPH_LSTM = 0.90           # train: LSTM captured <= 0.90 x PyTorch's graphed c
 CUDNN_LSTM = "torch.nn.LSTM (cuDNN)"   # train: issue 20's peer for the captured LSTM step
 FUSED_EAGER = 0.5           # train: fused LSTM eager <= 0.5 x the unfused layer's (same run)
 REPLAY_HOST_US = 10.0       # train: host time to replay a captured step <= 10 us
-STRONGEST = 1.0             # train: captured <= 1.0x the fastest of the strongest peers
-#: train: issue 42's strongest peers of a captured step (PyTorch eager graphed
-#: is any ", graphed" row of ``torch``; these are under ``peers``)
-STRONGEST_PEERS = ("torch.compile, graphed", "JAX jit", "JAX jit, scan unrolled")
 UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
 UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
 CONV_BIAS = 0.85            # conv: the bias gradient >= 85% of copy, faster than torch.sum
@@ -330,6 +327,9 @@ def conv_verdicts(r):
                                              "against eager, captured against graphed)",
                         result=", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
                         met=sum(v >= 1.0 for v in ratios.values()), total=len(ratios)))
+        if step.get("peers"):
+            out.append(strongest_verdict("conv", "LeNet-style step",
+                                         _step_ms(step)["ours, captured"], _step_ms(step)))
     adam = r.get("adam")
     if adam:
         out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
@@ -358,6 +358,27 @@ def dp_verdicts(r):
                         result=", ".join(f"{m} {v:.3f}x" for m, v in peer.items()),
                         met=sum(v >= DP_PEER for v in peer.values()), total=len(peer)))
     return out
+
+
+def strongest_verdict(suite, what, captured_ms, ms):
+    """Issue 42's verdict on a captured step (``what``, ``captured_ms``)
+    against the fastest of its strongest peers among ``ms`` ({label: ms};
+    :func:`benchmarks.peers.strongest`)."""
+    peers = P.strongest(ms)
+    best = min(peers, key=peers.get)
+    ratio = captured_ms / peers[best]
+    return dict(suite=suite, target=f"{what} against the strongest peers: captured <= "
+                                    f"{P.STRONGEST_TARGET:.1f}x the fastest of PyTorch graphed, "
+                                    f"torch.compile graphed and JAX jit",
+                result=f"{captured_ms:.3f} ms, {ratio:.3f}x {best} ({peers[best]:.3f} ms)",
+                met=int(ratio <= P.STRONGEST_TARGET), total=1)
+
+
+def _step_ms(step):
+    """{label: median ms} of a saved step's rows and compiled peers."""
+    ms = {k: med(v) for k, v in step.get("ms", {}).items()}
+    ms.update({k: med(v["ms"]) for k, v in (step.get("peers") or {}).items()})
+    return ms
 
 
 def half_verdicts(r):
@@ -400,6 +421,10 @@ def half_verdicts(r):
             [f"{step['over_f32']:.2f}x float32", f"{step['over_torch_autocast']:.2f}x autocast"],
             int(step["over_f32"] >= t["over_f32"]) + int(step["over_torch_autocast"]
                                                          >= t["over_torch"]), 2)
+        ms = _step_ms(step)
+        if step.get("peers") and "ours mixed bf16, captured" in ms:
+            out.append(strongest_verdict("half", "MLP mixed bf16 step",
+                                         ms["ours mixed bf16, captured"], ms))
     return out
 
 
@@ -453,19 +478,9 @@ def graph_verdicts(res):
                                                            else ""),
                         result=f"{cap['ms']:.3f} ms, {ratio:.3f}x ({torch[lab]['ms']:.3f} ms)",
                         met=int(ratio <= 1.0), total=1))
-        strongest = {lab: t for lab, t in torch.items() if lab.endswith(", graphed")}
-        strongest.update({lab: t for lab, t in (m.get("peers") or {}).items()
-                          if lab in STRONGEST_PEERS})
-        if m.get("peers") and strongest:   # issue 42: against the compiled peers too
-            best = min(strongest, key=lambda lab: strongest[lab]["ms"])
-            ratio = cap["ms"] / strongest[best]["ms"]
-            out.append(dict(suite="train",
-                            target=f"{model.upper()} against the strongest peers: captured <= "
-                                   f"{STRONGEST:.1f}x the fastest of PyTorch graphed, "
-                                   f"torch.compile graphed and JAX jit",
-                            result=f"{cap['ms']:.3f} ms, {ratio:.3f}x {best} "
-                                   f"({strongest[best]['ms']:.3f} ms)",
-                            met=int(ratio <= STRONGEST), total=1))
+        if m.get("peers"):   # issue 42: against the compiled peers too
+            ms = {lab: t["ms"] for lab, t in {**torch, **m["peers"]}.items()}
+            out.append(strongest_verdict("train", model.upper(), cap["ms"], ms))
         if cap.get("host_issue_ms") is not None:
             us = cap["host_issue_ms"] * 1e3
             out.append(dict(suite="train",

@@ -830,6 +830,8 @@ def main(argv=None):
             if cap is not None and lab.endswith(", graphed"):
                 print(f"{model}: ours captured / {lab}: "
                       f"{med(cap['ms']) / med(f['ms']):.3f}x the time per step")
+        if cap is not None and entry.get("peers"):
+            P.judge_strongest(model, med(cap["ms"]), {k: med(f["ms"]) for k, f in graphed.items()})
     if any(r[6].endswith("(?)") for r in rows):
         print("(?): issuing outlasted the busy job that held the device (full launch "
               "queue?); device ms is an upper bound")

@@ -120,6 +120,12 @@ def _sum_shapes(a, axis, out, op="sum_t"):
     return axes[0] if len(axes) == 1 else axes
 
 
+def checked_axis(a, axis, out, op):
+    """The axis of a reduction call that has passed its checks, as its rule
+    returns it (None, an int in range or a sorted tuple): pure, no handler."""
+    return _sum_shapes(a, axis, out, op)
+
+
 def reduced_size(shape, axis):
     """The number of elements each result of a reduction of ``shape`` over
     a checked ``axis`` (None, an int or a tuple of ints) adds up."""

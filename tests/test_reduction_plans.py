@@ -98,7 +98,7 @@ def _check(plan, n, width):
     columns = any(k in launch.kernel for k in ("_cols", "_mid", "_gen"))
     chunked = launch.args[4 if columns else 3] > 1
     assert (plan.counters > 0) == chunked and (plan.workspace > 0) == chunked
-    # the one-call path takes every plan but the general kernel's (remember_sum
+    # the one-call path takes every plan but the general kernel's (remember
     # keeps a plan of more arguments in Python)
     assert "_gen" in launch.kernel or 4 + len(launch.args) <= R.ONE_CALL_PARAMS
 

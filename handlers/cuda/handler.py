@@ -26,7 +26,7 @@ import weakref
 
 import numpy as np
 
-from .. import dtypes, optable, shape_rules
+from .. import dtypes, optable
 from ..base import Handler
 from ..checks import fail_type
 from ..graphs import WORK_HOOKS
@@ -179,7 +179,8 @@ class PyCudaHandler(Handler):
         #: bytes of the compute format (float32 for the halves: sum partials)
         self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
         self._sum_plans = {}
-        self._sum_launches = {}  # checked sum_t combinations for OneCall.sum (see sum_t)
+        # checked combinations of each reduction for OneCall.sum (see reductions.remember)
+        self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
         self._grids = {}         # elements -> blocks, for _grid
         self._dot_plans = {}     # products.dot_key -> products.DotPlan
         self._dot_launches = {}  # the same keys -> the plan's record for OneCall.dot
@@ -456,17 +457,15 @@ class PyCudaHandler(Handler):
     _mv = elementwise.mv
 
     # reduction ----------------------------------------------------------------
-    def sum_t(self, a, axis, out):
-        if self._one_call.sum(self._sum_launches, a, axis, out):
-            return
-        Handler.sum_t(self, a, axis, out)   # checks (raising on bad input), plans, launches
-        if shape_rules.plain_axis(axis):
-            self._remember_sum(a, axis, out)
-
-    sum_t.__doc__ = Handler.sum_t.__doc__
+    # Each op tries the one-call path (a combination seen before), else the
+    # contract's checks, the engine's plan and launch, and then remembers it.
+    sum_t = reductions.one_call_op("sum_t")
+    mean_t = reductions.one_call_op("mean_t")
+    max_t = reductions.one_call_op("max_t")
+    min_t = reductions.one_call_op("min_t")
+    argmax_t = reductions.one_call_op("argmax_t")
 
     # sums, means and extrema: the reduction engine (handlers.cuda.reductions)
-    _remember_sum = reductions.remember_sum
     _extreme_t = reductions.extreme_t
     _sum_t = reductions.sum_t
     _mean_t = reductions.mean_t

@@ -429,24 +429,69 @@ def _planned(h, family, a, axis, form="TT", div=1, kind=0):
     return found
 
 
-def remember_sum(h, a, axis, out):
-    """Store the launch of a checked sum_t combination for the one-call path,
-    or None if it stays in Python (nothing to launch, several passes, a
-    chunked plan, which uses this group's workspace, or a kernel of more
-    arguments than the one-call path takes: ``sum_gen*``); once per
-    combination."""
+#: The reductions that take the one-call path: ``OneCall.sum`` launches any
+#: remembered plan, whatever its family (every reduction kernel takes the
+#: input, a workspace, the output, counters, then its plan's numbers)
+ONE_CALL_OPS = ("sum_t", "mean_t", "max_t", "min_t", "argmax_t")
+
+
+def one_call_op(name):
+    """PyCudaHandler's method ``name`` (one of ``ONE_CALL_OPS``): a
+    combination of shapes, axis and alignment seen before is one C call
+    (``OneCall.sum``: no Python checks or planning, 6-7 us where the Python
+    path takes 13-20 us); any other runs the contract's method (checks that
+    raise on bad input, the engine's plan and launch), then ``remember``."""
+    contract = getattr(Handler, name)
+
+    def op(self, a, axis, out):
+        launches = self._reduce_launches[name]
+        if self._one_call.sum(launches, a, axis, out):
+            return
+        contract(self, a, axis, out)
+        if shape_rules.plain_axis(axis):
+            remember(self, name, a, axis, out)
+    op.__name__, op.__qualname__ = name, f"PyCudaHandler.{name}"
+    op.__doc__ = contract.__doc__
+    return op
+
+
+def remember(h, name, a, axis, out):
+    """Store the launch of a combination of reduction ``name`` that has just
+    passed its checks, for the one-call path; or None, so that it stays in
+    Python: nothing to launch, a reduced extent of 1 (a copy or a fill, see
+    ``_trivial``), several passes, a chunked plan (it uses this group's
+    workspace), or a kernel of more arguments than the one-call path takes
+    (``sum_gen*``).  Once per combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
-    if key in h._sum_launches:
+    launches = h._reduce_launches[name]
+    if key in launches:
         return
-    checked_axis = h._sum_shapes[(a.shape, axis, out.shape)]
-    found = _planned(h, "sum", a, checked_axis) if a.size and out.size else None
+    checked = shape_rules.checked_axis(a, axis, out, name)
+    n = shape_rules.reduced_size(a.shape, checked)
+    found = None
+    if a.size and out.size and n > 1:
+        kind = name[:-2]   # "sum", "mean", "max", "min", "argmax"
+        if kind in ("sum", "mean"):
+            found = _planned(h, "sum", a, checked, div=n if kind == "mean" else 1)
+        else:
+            found = _planned(h, family_of(kind), a, checked, kind=PICK_KINDS[kind])
     launch = None
     if found and not found.counters and 4 + len(found.launch.args) <= ONE_CALL_PARAMS:
         first = found.launch
         fn = h._k[first.kernel]
         launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
-    h._sum_launches[key] = launch
+    launches[key] = launch
+
+
+def _trivial(h, kind, a, out):
+    """A reduction over axes of extent 1 reads each element once and writes
+    it (argmax: index 0): a device copy or a fill, not a kernel that gives a
+    thread each row of one element (3.5x slower than torch, which copies)."""
+    if kind == "argmax":
+        h._fill(out, 0.0)
+    else:
+        h._copy_to(a, out)
 
 
 def run(h, found, a, out, form="TT"):
@@ -465,6 +510,8 @@ def extreme_t(h, kind, a, axis, out):
     _enter()
     if not out.size:
         return
+    if a.shape[axis] == 1:
+        return _trivial(h, kind, a, out)
     # One int axis (the checks refuse others), so one launch always.
     h._run_reduction(_planned(h, family_of(kind), a, axis, kind=PICK_KINDS[kind]), a, out)
 
@@ -478,6 +525,8 @@ def sum_t(h, a, axis, out):
     if not a.size:             # an empty axis: the sum is 0
         h._fill(out, 0.0)
         return
+    if shape_rules.reduced_size(a.shape, axis) == 1:
+        return _trivial(h, "sum", a, out)
     _sum(h, a, axis, out)
 
 
@@ -488,6 +537,8 @@ def mean_t(h, a, axis, out):
     n = shape_rules.reduced_size(a.shape, axis)
     if not out.size or n == 0:
         return Handler._mean_t(h, a, axis, out)
+    if n == 1:
+        return _trivial(h, "mean", a, out)
     with h._slot.lock:         # as the work hooks: the stream's workspace is ours
         _sum(h, a, axis, out, n)
 
