@@ -18,7 +18,9 @@ once), the same for every library.  Sections:
   the reduced axes one int axis, a sorted tuple of several (``sum_t`` and
   ``mean_t`` only) or None (all).  Targets: every case at >= 0.95x
   PyTorch's speed (PyTorch's time / ours), the median at >= 1.1x, and the
-  median over the inputs above 64 MB at >= 80% of the copy bandwidth;
+  median over the inputs above 64 MB at >= 80% of the copy bandwidth,
+  beside what bounds it: a kernel that only reads each such input
+  (:func:`bound_large_inputs`);
 * **fixed rows**: the conv suite's reductions (the bias gradient and
   ``mean_t`` of (64, 128, 32, 32) over (0, 2, 3); ``max_t``, ``min_t`` and
   ``argmax_t`` of (8192, 4096)), target >= 1.0x PyTorch; and the regressions
@@ -76,6 +78,7 @@ from benchmarks.ops import (
     copy_spread,
     inputs_beyond_l2,
     libraries,
+    read_only_ms,
 )
 from benchmarks.train import HostTimer
 from handlers import dtypes
@@ -408,10 +411,12 @@ def summarize(rows):
     speeds = [r["speed_vs_torch"] for r in rows if r.get("speed_vs_torch") is not None]
     big = [r["fraction_of_copy"] for r in rows
            if r.get("fraction_of_copy") is not None and r["input_bytes"] > BIG_INPUT]
+    bound = [r["read_only_fraction"] for r in rows if r.get("read_only_fraction") is not None]
     return dict(cases=len(rows), errors=sum("error" in r for r in rows), compared=len(speeds),
                 below=sum(s < EVERY_TARGET for s in speeds),
                 median_speed=statistics.median(speeds) if speeds else None,
-                big_inputs=len(big), median_big_fraction=statistics.median(big) if big else None)
+                big_inputs=len(big), median_big_fraction=statistics.median(big) if big else None,
+                median_big_bound=statistics.median(bound) if bound else None)
 
 
 def print_summary(s):
@@ -429,10 +434,27 @@ def print_summary(s):
         print(f"  median fraction of copy, {s['big_inputs']} inputs above {BIG_INPUT // MB} MB: "
               f"{s['median_big_fraction']:.1%} (target >= {COPY_TARGET:.0%}): "
               f"{_verdict(s['median_big_fraction'] >= COPY_TARGET)}")
+        if s.get("median_big_bound") is not None:
+            print(f"  bound: a kernel that only reads the same inputs, median "
+                  f"{s['median_big_bound']:.1%} of copy on the same bytes")
     else:
         print(f"  fraction of copy: n/a (no input above {BIG_INPUT // MB} MB)")
     if s["errors"]:
         print(f"  {s['errors']} case(s) raised: see the checks")
+
+
+def bound_large_inputs(env, rows, reps):
+    """What bounds the large inputs' target: for each row above
+    ``BIG_INPUT`` bytes, the read-only kernel (``benchmarks.ops.READ_ONLY``)
+    over its input's bytes, timed as the cases are, as a fraction of copy on
+    the row's own bytes (``read_only_fraction``): no reduction of that input
+    can beat it."""
+    for r in rows:
+        if "error" in r or r["input_bytes"] <= BIG_INPUT:
+            continue
+        t = env.read_only(r["input_bytes"], reps)
+        nbytes = r["ours_Bps"]["median"] * r["ours_ms"]["median"] * 1e-3   # the row's bytes
+        r["read_only_fraction"] = nbytes / (t["median"] * 1e-3) / env.copy_Bps
 
 
 def _pool(seed, count, dtype):
@@ -459,6 +481,8 @@ def random_set(env, seed, count, reps, checks):
           f"{env.where}; copy = {env.copy_Bps / 1e12:.3f} TB/s; vs torch = torch's time / ours "
           f"(> 1: ours faster)")
     print_table(["#"] + CASE_HEADERS, [[i] + _case_cells(r) for i, r in enumerate(rows)])
+    if env.read_only:
+        bound_large_inputs(env, rows, reps)
     summary = summarize(rows)
     print_summary(summary)
     return dict(seed=seed, cases=rows, summary=summary)
@@ -786,6 +810,7 @@ def _environment(args, reps):
         env.libs = {"ours": Lib(h, h.create_from_numpy, h.get_numpy_copy, HostTimer(h),
                                 h.synchronize_all_streams)}
         env.timer, env.device, env.inputs = HostTimer(env.h32), "CPU", lambda nbytes: 2
+        env.read_only = None
         env.where = "host clock, NumpyHandler (a smoke test, not a measurement)"
         env.random_bytes, env.fused_shapes = SMOKE_BYTES, SMOKE_FUSED_SHAPES[:1 + (not args.quick)]
         src = np.ones(SMOKE_BYTES[1] // 4, np.float32)
@@ -804,6 +829,7 @@ def _environment(args, reps):
         inputs_beyond_l2
     env.random_bytes, env.where = RANDOM_BYTES, "inputs read from DRAM"
     env.fused_shapes = FUSED_SHAPES[:1] if args.quick else FUSED_SHAPES
+    env.read_only = lambda nbytes, reps: read_only_ms(env.h32, nbytes, reps)
     if "torch" in peers:
         t = env.torch = peers["torch"]
         tdt = _torch_dtype(t, dtype)

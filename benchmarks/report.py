@@ -274,8 +274,11 @@ def reductions_verdicts(r):
            if x.get("fraction_of_copy") is not None and x["input_bytes"] > REDUCTIONS_BIG]
     if big:
         mid = statistics.median(big)
+        bound = [x["read_only_fraction"] for x in rows if x.get("read_only_fraction") is not None]
         add(f"large random inputs (above 64 MB) at >= {REDUCTIONS_COPY:.0%} of copy (median)",
-            f"{mid:.1%} over {len(big)} inputs", int(mid >= REDUCTIONS_COPY), 1)
+            f"{mid:.1%} over {len(big)} inputs"
+            + (f" (a read-only kernel over the same inputs: {statistics.median(bound):.1%})"
+               if bound else ""), int(mid >= REDUCTIONS_COPY), 1)
     for which, what in (("conv", "conv-suite reductions"),
                         ("regression", "issue 41's named regressions")):
         fixed = [x for x in r.get("fixed", []) if x.get("set") == which]
