@@ -21,8 +21,8 @@ _launch = pytest.importorskip(
     reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import dtypes  # noqa: E402
-from handlers.cuda import one_call, products  # noqa: E402
+from handlers import dtypes, optable  # noqa: E402
+from handlers.cuda import kernel_loader, one_call, products, reductions  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
 FUNCS = [0x1000 + 16 * i for i in range(5)]
@@ -39,6 +39,14 @@ class Arr:
         self.dtype = np.dtype(dtype)
         self.strides = np.empty(shape, dtype).strides if strides is None else strides
         self.gpudata = 0x7000_0000 + 4096 * id(self) % 2**20 if gpudata is None else gpudata
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
 
 
 class SubArr(Arr):
@@ -268,6 +276,55 @@ def test_sum_launches_a_stored_plan():
     plans = {_plan_key(b, (0, 2), outb): (FUNCS[3], 6, b"PPPPqqqqq", (4, 6, 5, 4, 1), 1024)}
     assert ops.sum(plans, b, (0, 2), outb) is True
     assert ops.last == (FUNCS[3], 6, 1024, (0x10000, 0, 0x20000, 0, 4, 6, 5, 4, 1))
+
+
+class Reducer:
+    """What ``reductions.remember`` reads of a PyCudaHandler, without a GPU:
+    the device's facts (an H200's), the plan caches and the kernel table
+    with made-up handles."""
+
+    def __init__(self, dtype=np.float32, sms=132, sm_threads=2048):
+        self.dtype = np.dtype(dtype)
+        self._vec = 16 // self.dtype.itemsize
+        self._sms, self._sm_threads = sms, sm_threads
+        self._sum_plans = {}
+        self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
+        scalar = "d" if self.dtype == np.float64 else "f"
+        self._k = {name: kernel_loader.Kernel(name, fmt.replace("T", scalar), 0x40000 + 16 * i)
+                   for i, (name, (_, fmt)) in enumerate(optable.KERNELS.items())}
+
+    _sum_kernels = reductions.sum_kernels
+
+
+def _reduced(name, shape, axis):
+    """Arrays (a, out) of a reduction ``name`` of ``shape`` over ``axis``."""
+    out_shape = np.empty(shape).sum(axis=axis).shape or (1,)
+    return Arr(shape, gpudata=0x100000), Arr(out_shape, gpudata=0x80000000)
+
+
+#: the kernel family that serves each reduction
+FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
+
+
+@pytest.mark.parametrize("name", reductions.ONE_CALL_OPS)
+def test_extent_one_reductions_are_served_in_c(name):
+    """A reduction over axes of extent 1 (the issue's max_t of (1589183, 1)
+    and argmax_t of (883, 1, 13, 2) over axis 1) is remembered, and the C
+    path launches it: the family's ``*_one`` kernel over every element (a
+    copy, argmax's fill of 0), no workspace or counters, a 16-byte packet a
+    thread up to 16 blocks per multiprocessor."""
+    cases = [((1589183, 1), 1), ((883, 1, 13, 2), 1), ((1, 5, 1), 0), ((5, 1, 1, 3), -2)]
+    if name in ("sum_t", "mean_t"):
+        cases += [((1, 1), None), ((5, 1, 1, 3), (1, 2))]
+    for shape, axis in cases:
+        h, ops = Reducer(), _ops()
+        a, out = _reduced(name, shape, axis)
+        reductions.remember(h, name, a, axis, out)
+        assert ops.sum(h._reduce_launches[name], a, axis, out) is True, (shape, axis)
+        size = math.prod(shape)
+        grid = max(1, min(-(-size // (256 * 4)), 16 * 132))
+        assert ops.last == (h._k[f"{FAMILY[name]}_one"].handle, grid, 256,
+                            (a.gpudata, 0, out.gpudata, 0, size)), (shape, axis)
 
 
 @pytest.mark.parametrize("case", ["unknown", "stays in Python", "bool axis", "numpy axis",
@@ -645,11 +702,13 @@ _REFERENCE = {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.m
                                         ((3, 70000), 1), ((8, 200, 4, 4), (0, 2, 3)),
                                         ((64, 12, 8, 8), (0, 2, 3)), ((3, 5, 7), (0, 2)),
                                         ((3, 5, 7, 2), (1, 2)), ((6, 1, 9), 1),
-                                        ((4, 1, 1, 3), (1, 2))])
+                                        ((4, 1, 1, 3), (1, 2)), ((1589183, 1), 1),
+                                        ((883, 1, 13, 2), 1), ((1, 1), None)])
 def test_gpu_reduction_one_call_equals_the_python_path(gpu, name, shape, axis):
     """Each reduction's second call of a combination is served in C (where
-    its plan is one launch without a workspace, over more than one element),
-    bit for bit as the Python path, and both agree with float64 NumPy."""
+    its plan is one launch without a workspace; a reduction over axes of
+    extent 1 is the ``*_one`` copy or fill), bit for bit as the Python
+    path, and both agree with float64 NumPy."""
     from handlers.base import Handler
     if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
         pytest.skip(f"{name} takes one int axis")
@@ -665,14 +724,53 @@ def test_gpu_reduction_one_call_equals_the_python_path(gpu, name, shape, axis):
     served = gpu._one_call.sum(gpu._reduce_launches[name], a, axis, out)
     assert served is (stored is not None)
     n = x.size // max(1, np.size(want))
-    if type(axis) is int and x.size <= 4096 and n > 1:
+    if type(axis) is int and x.size <= 4096 or n == 1:
         assert served                       # small one-launch plans never stay in Python
-    if n == 1:
-        assert not served                   # a copy or a fill, in Python
     getattr(gpu, name)(a, axis, out)
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
     tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
     np.testing.assert_allclose(gpu.get_numpy_copy(out), want, rtol=tol, atol=tol * shape[-1])
+
+
+@pytest.mark.parametrize("name", list(_REFERENCE))
+@pytest.mark.parametrize("shape,axis", [((4099, 1), 1), ((1, 4099), 0), ((3, 1, 1, 5), (1, 2))])
+@pytest.mark.parametrize("in_off,out_off", [(0, 0), (1, 1), (0, 1)])
+def test_gpu_extent_one_reductions_are_numpys(gpu, name, shape, axis, in_off, out_off):
+    """Over axes of extent 1, as NumPy: max_t and min_t return each element
+    bit for bit (NaN, -0.0, infinities, subnormals), sum_t and mean_t the
+    element plus 0 (-0.0 gives 0.0), argmax_t 0; on the contract's Python
+    path and in C, with input and output on 16 bytes or not (the kernel's
+    packets or elements), the elements around the output untouched."""
+    from handlers.base import Handler
+    if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
+        pytest.skip(f"{name} takes one int axis")
+    rng = np.random.default_rng(in_off * 10 + out_off + len(shape))
+    flat = rng.uniform(-1, 1, math.prod(shape))
+    special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(gpu.dtype).smallest_subnormal]
+    flat[rng.permutation(flat.size)[:len(special) * 50]] = np.repeat(special, 50)
+    x = flat.astype(gpu.dtype).reshape(shape)
+    want = np.asarray(_REFERENCE[name](x, axis=axis), gpu.dtype)
+    a = gpu.view_t(gpu.create_from_numpy(np.concatenate([np.ones(in_off), x.reshape(-1), [2.0]])),
+                   in_off, shape)
+    guard = rng.uniform(-1, 1, want.size + 2).astype(gpu.dtype)
+    buf = gpu.create_from_numpy(guard)
+    out = gpu.view_t(buf, out_off, want.shape)
+    getattr(gpu, name)(a, axis, out)           # remembered (in C already if seen before)
+    for call in ("python", "c"):
+        gpu.fill(out, 7.0)
+        if call == "python":
+            getattr(Handler, name)(gpu, a, axis, out)
+        else:
+            assert gpu._one_call.sum(gpu._reduce_launches[name], a, axis, out) is True
+        got = gpu.get_numpy_copy(out)
+        if name in ("sum_t", "mean_t"):       # NaN as NaN: the GPU's may be another one
+            np.testing.assert_array_equal(got, want)
+            numbers = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+        else:
+            assert got.tobytes() == want.tobytes(), call
+        rest = np.delete(gpu.get_numpy_copy(buf), range(out_off, out_off + want.size))
+        np.testing.assert_array_equal(rest, np.delete(guard, range(out_off, out_off + want.size)))
 
 
 def _assert_dot_served_in_c(gpu, x, y, c, ta, tb):

@@ -83,6 +83,8 @@ def _check(plan, n, width):
         A, M, inner, chunk, chunks, _ = launch.args
         total = A * (inner // (width if "_vec" in launch.kernel else 1))
         assert chunk < 2**31 and (chunks - 1) * chunk < total <= chunks * chunk
+    elif launch.kernel.endswith("_one"):   # nothing to reduce: its elements
+        assert n == 1 and len(launch.args) == 1
     elif "_cols" in launch.kernel or "_gen" in launch.kernel:
         outer, m, inner, chunk, chunks, _, tx, _ = launch.args[:8]
         assert m == n and 256 % tx == 0
@@ -96,7 +98,7 @@ def _check(plan, n, width):
             assert launch.kernel.startswith(("sum_long", "pick_long"))
             assert (chunks - 1) * chunk < n <= chunks * chunk and chunk % 2 == 0
     columns = any(k in launch.kernel for k in ("_cols", "_mid", "_gen"))
-    chunked = launch.args[4 if columns else 3] > 1
+    chunked = len(launch.args) > 1 and launch.args[4 if columns else 3] > 1
     assert (plan.counters > 0) == chunked and (plan.workspace > 0) == chunked
     # the one-call path takes every plan but the general kernel's (remember
     # keeps a plan of more arguments in Python)
@@ -140,6 +142,41 @@ def test_plans_hold_their_invariants(rng, family, width, suffix):
         assert plan.launch.kernel.endswith(suffix) or suffix == ""
         assert plan.launch.kernel.startswith(family)
         assert ("_gen" in plan.launch.kernel) == (form == "passes")
+
+
+@pytest.mark.parametrize("width", [4, 2, 8])
+def test_nothing_to_reduce_is_one_launch_of_a_copy(rng, width):
+    """Every reduced axis of extent 1 (the layout's rows of one element):
+    ``*_one`` of the family, the engine's signature with the element count
+    alone (a copy for sum, mean, max and min, argmax's fill of 0), no
+    workspace, whatever the alignment; a packet a thread, as many blocks as
+    that takes up to MAX_BLOCKS_PER_SM per multiprocessor.  The halves'
+    wide passes (never of extent 1) keep the row kernel."""
+    from handlers.cuda.launch import MAX_BLOCKS_PER_SM
+    cases = [((1589183, 1), (1,)), ((883, 1, 13, 2), (1,)), ((1,), (0,)), ((1, 1), (0, 1)),
+             ((6, 1, 1, 3), (1, 2)), ((4, 1), (1,)), ((1, 70001), (0,))]
+    for _ in range(20):   # random shapes with a run of size-1 axes reduced
+        shape = [int(rng.choice(EXTENTS)) for _ in range(int(rng.integers(1, 4)))]
+        at = int(rng.integers(len(shape) + 1))
+        ones = int(rng.integers(1, 3))
+        cases.append((tuple(shape[:at] + [1] * ones + shape[at:]),
+                      tuple(range(at, at + ones))))
+    for shape, axes in cases:
+        size = math.prod(shape)
+        assert R.layout(shape, axes) == ("rows", (size, 1))
+        for family in ("sum", "max", "min", "pick"):
+            for sms, threads in DEVICES:
+                for aligned in (True, False):
+                    plan = R.plan(shape, axes, aligned, width, family, sms, threads,
+                                  div=1, kind=R.PICK_KINDS.get(family, 2))
+                    launch = plan.launch
+                    assert launch.kernel == f"{family}_one", (shape, axes, launch)
+                    assert launch.args == (size,) and launch.block == BLOCK
+                    packets = -(-size // (BLOCK * width))
+                    assert launch.grid == max(1, min(packets, MAX_BLOCKS_PER_SM * sms))
+                    _check(plan, 1, width)
+    plan = R.plan((7, 1), (1,), True, 8, "sum", 132, 2048, suffix="_wide")
+    assert plan.launch.kernel == "sum_short_wide" and plan.launch.args[1] == 1
 
 
 def test_long_rows_fill_the_gpu():

@@ -18,7 +18,11 @@ handler), cached by the handler per combination:
    why): enough blocks to keep the loads in flight that hide memory latency;
    chunks of a long axis only as far as that needs, so the in-launch second
    stage stays small; never a second launch.  Layouts beyond ``plan_gen``
-   run ``sum_passes``: one launch per merged run of reduced axes.
+   run ``sum_passes``: one launch per merged run of reduced axes.  A
+   reduction with nothing to reduce (every reduced axis of extent 1:
+   ``layout`` gives rows of one element) is a plan too, ``plan_one``: each
+   output from its one input (argmax: 0) in one launch of the engine's
+   signature, so the one-call path serves it as any other.
 
 The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
 divided by the count as it is stored: one launch), ``max`` and ``min`` (the
@@ -35,7 +39,7 @@ from .. import shape_rules
 from ..base import Handler
 from ..optable import OPS
 from .context import enter as _enter
-from .launch import BLOCK, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
+from .launch import BLOCK, MAX_BLOCKS_PER_SM, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
 
 
 class Launch(NamedTuple):
@@ -87,7 +91,8 @@ def layout(shape, axes):
     inner))``, ``("mid", (A, M, I))`` or ``("passes", (extents, reduced))``
     for the others, where ``extents`` is the merged shape and ``reduced``
     the merged axes to reduce.  Size-1 axes are dropped (reducing one is a
-    copy), then adjacent axes of the same kind are merged; the output's
+    copy: nothing reduced leaves ``("rows", (size, 1))``, ``plan_one``'s),
+    then adjacent axes of the same kind are merged; the output's
     layout is the kept axes in order, so every form writes it contiguously."""
     merged = []   # [extent, reduced]
     for i, e in enumerate(shape):
@@ -154,6 +159,23 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="")
     if chunks == 1:
         return Plan(launch, 0, 0)
     return Plan(launch, rows * chunks * _state(family, width), rows)
+
+
+def plan_one(size, width, family, sms):
+    """The ``Plan`` of a reduction with nothing to reduce (``layout``'s
+    ``("rows", (size, 1))``: every reduced axis of extent 1), in ``family``
+    (``plan_rows``'s; "pick" for argmax): ``*_one``, each output from its
+    one input as NumPy gives it: max and min copy it bit for bit (NaN and
+    -0.0 included), a sum (a mean divides by 1) adds it to the identity
+    +0.0 (-0.0 gives 0.0, NaN stays NaN), argmax writes index 0.  A grid
+    as the elementwise kernels' (``PyCudaHandler._grid``): a 16-byte
+    packet of ``width`` elements a thread, at most MAX_BLOCKS_PER_SM
+    blocks per multiprocessor (the kernel strides over the rest).  A
+    kernel rather than a device copy: the one-call path launches it from C
+    like every other plan (a copy or fill from Python cost 20-23 us a call
+    on an H200, against torch's 12-15)."""
+    grid = max(1, min(-(-size // (BLOCK * width)), MAX_BLOCKS_PER_SM * sms))
+    return Plan(Launch(f"{family}_one", grid, (size,), BLOCK), 0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix):
@@ -389,8 +411,12 @@ def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, su
     arguments as ``plan_cols``'s.  Pure: the handler caches it per
     combination.  Argmax ("pick") keeps 32-bit indices where the reduced
     extent allows (every index and every offset from a chunk's start below
-    2^31) and takes ``pick64`` beyond."""
+    2^31) and takes ``pick64`` beyond.  Nothing to reduce is ``plan_one``
+    (no wide form: a pass never reduces an axis of extent 1, and a wide
+    plan of one takes ``*_short_wide``, right if slower)."""
     form, dims = layout(shape, axes)
+    if form == "rows" and dims[1] == 1 and not suffix:
+        return plan_one(dims[0], width, family, sms)
     if family == "pick" and form in ("rows", "cols") and dims[1] > PICK32_EXTENT:
         family = "pick64"
     if form == "rows":
@@ -458,10 +484,11 @@ def one_call_op(name):
 def remember(h, name, a, axis, out):
     """Store the launch of a combination of reduction ``name`` that has just
     passed its checks, for the one-call path; or None, so that it stays in
-    Python: nothing to launch, a reduced extent of 1 (a copy or a fill, see
-    ``_trivial``), several passes, a chunked plan (it uses this group's
-    workspace), or a kernel of more arguments than the one-call path takes
-    (``sum_gen*``).  Once per combination."""
+    Python: nothing to launch (an empty input or output), several passes, a
+    chunked plan (it uses this group's workspace), or a kernel of more
+    arguments than the one-call path takes (``sum_gen*``).  A reduced extent
+    of 1 is stored as any other: its plan is ``plan_one``'s copy or fill.
+    Once per combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
     launches = h._reduce_launches[name]
@@ -470,7 +497,7 @@ def remember(h, name, a, axis, out):
     checked = shape_rules.checked_axis(a, axis, out, name)
     n = shape_rules.reduced_size(a.shape, checked)
     found = None
-    if a.size and out.size and n > 1:
+    if a.size and out.size:
         kind = name[:-2]   # "sum", "mean", "max", "min", "argmax"
         if kind in ("sum", "mean"):
             found = _planned(h, "sum", a, checked, div=n if kind == "mean" else 1)
@@ -482,16 +509,6 @@ def remember(h, name, a, axis, out):
         fn = h._k[first.kernel]
         launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
     launches[key] = launch
-
-
-def _trivial(h, kind, a, out):
-    """A reduction over axes of extent 1 reads each element once and writes
-    it (argmax: index 0): a device copy or a fill, not a kernel that gives a
-    thread each row of one element (3.5x slower than torch, which copies)."""
-    if kind == "argmax":
-        h._fill(out, 0.0)
-    else:
-        h._copy_to(a, out)
 
 
 def run(h, found, a, out, form="TT"):
@@ -510,8 +527,6 @@ def extreme_t(h, kind, a, axis, out):
     _enter()
     if not out.size:
         return
-    if a.shape[axis] == 1:
-        return _trivial(h, kind, a, out)
     # One int axis (the checks refuse others), so one launch always.
     h._run_reduction(_planned(h, family_of(kind), a, axis, kind=PICK_KINDS[kind]), a, out)
 
@@ -525,8 +540,6 @@ def sum_t(h, a, axis, out):
     if not a.size:             # an empty axis: the sum is 0
         h._fill(out, 0.0)
         return
-    if shape_rules.reduced_size(a.shape, axis) == 1:
-        return _trivial(h, "sum", a, out)
     _sum(h, a, axis, out)
 
 
@@ -537,8 +550,6 @@ def mean_t(h, a, axis, out):
     n = shape_rules.reduced_size(a.shape, axis)
     if not out.size or n == 0:
         return Handler._mean_t(h, a, axis, out)
-    if n == 1:
-        return _trivial(h, "mean", a, out)
     with h._slot.lock:         # as the work hooks: the stream's workspace is ours
         _sum(h, a, axis, out, n)
 
