@@ -463,3 +463,33 @@ def test_argmax_index_width():
         # many rows of a long axis that fits: 32-bit, even past 2^31 elements
         plan = R.plan((4, 2**30 + 3), (1,), True, width, "pick", 132, 2048, 1, 2)
         assert plan.launch.kernel.startswith("pick_")
+
+
+# --------------------------------------------------------------- one-call scratch
+def test_chunked_plans_fit_the_one_call_scratch(rng):
+    """``one_call_scratch`` holds every chunked plan of 32-bit indices and
+    offsets, of every family and packet width, on every device: random
+    shapes of up to 2^32 elements, extents spread over six decades.  So the
+    one-call path serves chunked reductions; it keeps only 64-bit ones in
+    Python."""
+    seen = set()
+    for i in range(4000):
+        sms, threads = DEVICES[i % len(DEVICES)]
+        nbytes, counters = R.one_call_scratch(sms, threads)
+        ndim = int(rng.integers(1, 5))
+        while True:
+            shape = tuple(max(1, int(np.exp(rng.uniform(0, np.log(2e6))))) for _ in range(ndim))
+            if math.prod(shape) <= 2**32:
+                break
+        axes = tuple(sorted(set(int(x) for x in rng.integers(0, ndim,
+                                                              int(rng.integers(1, ndim + 1))))))
+        family = str(rng.choice(["sum", "max", "min", "pick"]))
+        if family != "sum":
+            axes = axes[:1]
+        width = int(rng.choice([2, 4, 8]))
+        plan = R.plan(shape, axes, bool(rng.integers(2)), width, family, sms, threads)
+        if plan is None or not plan.counters or plan.launch.kernel.startswith("pick64"):
+            continue
+        seen.add(plan.launch.kernel.split("_")[1])
+        assert plan.workspace <= nbytes and plan.counters <= counters, (shape, axes, plan)
+    assert seen >= {"long", "cols", "mid", "gen"}, seen

@@ -140,7 +140,9 @@ class PyCudaHandler(Handler):
         major = ext.device_attribute(kernel_loader.COMPUTE_CAPABILITY_MAJOR, device)
         blas_ws = (32 if major >= 9 else 4) << 20
         # One stream (slot) per group: no op uses more than one.
-        self._slots = [StreamSlot(self._pool, blas_ws) for _ in range(self.num_stream_groups)]
+        scratch = reductions.one_call_scratch(sms, self._sm_threads)
+        self._slots = [StreamSlot(self._pool, blas_ws, scratch)
+                       for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
         self._max_blocks = launch.MAX_BLOCKS_PER_SM * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None

@@ -24,6 +24,13 @@ handler), cached by the handler per combination:
    output from its one input (argmax: 0) in one launch of the engine's
    signature, so the one-call path serves it as any other.
 
+A chunked plan (``counters`` > 0) needs partials and counters on its
+stream.  The Python path (``run``) takes them from the stream slot's
+growable scratch; the one-call path, from a fixed scratch that each slot
+allocates once (``one_call_scratch`` sizes it) and that nothing else uses,
+so a launch remembered for C never meets a buffer that the Python path
+grows or frees.  Plans that need more stay on the Python path.
+
 The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
 divided by the count as it is stored: one launch), ``max`` and ``min`` (the
 value alone, kept as a sum keeps its total) or ``pick`` (argmax: a value and
@@ -83,6 +90,40 @@ GEN_RUNS = 4
 #: The most kernel arguments the one-call path takes (MAX_PARAMS in
 #: ``_one_call.c``): a plan with more stays in Python
 ONE_CALL_PARAMS = 12
+#: Bytes of the one-call path's fixed workspace per block the device holds
+#: at once (``one_call_scratch`` says why)
+ONE_CALL_TASK_BYTES = 2048
+
+
+def one_call_scratch(sms, sm_threads):
+    """(bytes, counters) of the fixed scratch that each stream slot gives
+    its one-call path for chunked plans, on a device of ``sms``
+    multiprocessors of ``sm_threads`` threads: ONE_CALL_TASK_BYTES and one
+    counter per resident block (``resident`` = sms * sm_threads / BLOCK;
+    an H200's 1056 make 2.1 MB a stream, next to cuBLAS's 32 MB).
+
+    The planners chunk only while the tasks are too few to fill the
+    device, which bounds what a chunked plan needs:
+
+    * ``plan_rows``: under ``resident`` rows (counters), at most
+      ceil(resident / rows) chunks each: under 2 * resident partial states
+      of at most 16 bytes.
+    * ``_chunking`` (cols, gen): under resident / 2 tiles (counters), at
+      most ceil(resident / 2 / tiles) chunks each: under ``resident``
+      (tile, chunk) tasks.  A chunked tile is at most 32 thread columns
+      (ty >= 8 rows a trip, or it would not chunk) of a packet of columns
+      each, a state a column: at most 32 * 8 * 8 = 2048 bytes a task (a
+      32-bit argmax of the halves; a double's 16-byte picks come 2 a
+      packet, sums, max and min at most 32 * 8 * 4).
+    * ``plan_mid``: columns fewer than the multiprocessors, chunked to
+      about one block per multiprocessor: a few KB.
+
+    So the fixed scratch takes every chunked plan but those that need
+    64-bit indices or offsets, which stay on the Python path (``remember``
+    checks each plan): ``pick64`` columns of the halves (16-byte states, 8
+    a packet) and ``sum_mid`` columns of 2^31 packets or more."""
+    resident = sms * sm_threads // BLOCK
+    return ONE_CALL_TASK_BYTES * resident, resident
 
 
 def layout(shape, axes):
@@ -464,8 +505,10 @@ ONE_CALL_OPS = ("sum_t", "mean_t", "max_t", "min_t", "argmax_t")
 def one_call_op(name):
     """PyCudaHandler's method ``name`` (one of ``ONE_CALL_OPS``): a
     combination of shapes, axis and alignment seen before is one C call
-    (``OneCall.sum``: no Python checks or planning, 6-7 us where the Python
-    path takes 13-20 us); any other runs the contract's method (checks that
+    (``OneCall.sum``: no Python checks or planning, 5-7 us where the Python
+    path takes 12-21 us), chunked plans included (on the slot's fixed
+    scratch, see ``one_call_scratch``); any other, or one whose launch
+    ``remember`` kept in Python, runs the contract's method (checks that
     raise on bad input, the engine's plan and launch), then ``remember``."""
     contract = getattr(Handler, name)
 
@@ -483,12 +526,17 @@ def one_call_op(name):
 
 def remember(h, name, a, axis, out):
     """Store the launch of a combination of reduction ``name`` that has just
-    passed its checks, for the one-call path; or None, so that it stays in
-    Python: nothing to launch (an empty input or output), several passes, a
-    chunked plan (it uses this group's workspace), or a kernel of more
-    arguments than the one-call path takes (``sum_gen*``).  A reduced extent
-    of 1 is stored as any other: its plan is ``plan_one``'s copy or fill.
-    Once per combination."""
+    passed its checks, for the one-call path: (function, grid, fmt,
+    trailing args, block, workspace bytes, counters), the last two 0 but
+    for a chunked plan, to which ``OneCall.sum`` passes its slot's fixed
+    scratch (a stored launch holds no address: views of other stream groups
+    share these launches, each on its own slot's scratch).  Or None, so that
+    it stays in Python: nothing to launch (an empty input or output),
+    several passes, a chunked plan that needs more scratch than
+    ``one_call_scratch`` gives, or a kernel of more arguments than the
+    one-call path takes (``sum_gen*``).  A reduced extent of 1 is stored as
+    any other: its plan is ``plan_one``'s copy or fill.  Once per
+    combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
     launches = h._reduce_launches[name]
@@ -504,10 +552,13 @@ def remember(h, name, a, axis, out):
         else:
             found = _planned(h, family_of(kind), a, checked, kind=PICK_KINDS[kind])
     launch = None
-    if found and not found.counters and 4 + len(found.launch.args) <= ONE_CALL_PARAMS:
+    nbytes, counters = one_call_scratch(h._sms, h._sm_threads)
+    if found and 4 + len(found.launch.args) <= ONE_CALL_PARAMS \
+            and found.workspace <= nbytes and found.counters <= counters:
         first = found.launch
         fn = h._k[first.kernel]
-        launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
+        launch = (fn.handle, first.grid, fn.fmt, first.args, first.block, found.workspace,
+                  found.counters)
     launches[key] = launch
 
 
