@@ -280,13 +280,16 @@ def test_sum_launches_a_stored_plan():
 
 class Reducer:
     """What ``reductions.remember`` reads of a PyCudaHandler, without a GPU:
-    the device's facts (an H200's), the plan caches and the kernel table
-    with made-up handles."""
+    the device's facts (an H200's), the plan caches, the kernel table with
+    made-up handles and the kernels' occupancy: ``per_sm`` blocks of each
+    a multiprocessor, or by default the threads' limit (made-up handles
+    must never reach the driver, so not ``reductions.blocks_per_sm``)."""
 
-    def __init__(self, dtype=np.float32, sms=132, sm_threads=2048):
+    def __init__(self, dtype=np.float32, sms=132, sm_threads=2048, per_sm=None):
         self.dtype = np.dtype(dtype)
         self._vec = 16 // self.dtype.itemsize
         self._sms, self._sm_threads = sms, sm_threads
+        self.per_sm, self.asked = per_sm, []
         self._sum_plans = {}
         self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
         scalar = "d" if self.dtype == np.float64 else "f"
@@ -294,6 +297,14 @@ class Reducer:
                    for i, (name, (_, fmt)) in enumerate(optable.KERNELS.items())}
 
     _sum_kernels = reductions.sum_kernels
+
+    def _blocks_per_sm(self, form="TT"):
+        def blocks(kernel, block):
+            assert kernel in self._k, kernel
+            self.asked.append((form, kernel, block))
+            limit = self._sm_threads // block
+            return limit if self.per_sm is None else min(limit, self.per_sm)
+        return blocks
 
 
 def _c_strides(shape, itemsize):
@@ -425,6 +436,30 @@ def test_remembered_chunked_launches_are_served_in_c(name, dtype):
                             (a.gpudata, WS, out.gpudata, CNT) + launch.args), (shape, axis)
         served += 1
     assert served >= 5
+
+
+@pytest.mark.parametrize("per_sm", [4, 8])
+def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
+    """``remember`` stores the plan made with the handler's occupancy of
+    the kernels (``_blocks_per_sm``), asked about the kernel it launches:
+    a 1-D sum on an H200 whose kernels hold 4 blocks of 256 a
+    multiprocessor is one wave of 528 chunks, where the threads' 8 gave
+    1056, and short rows a wave of 528 tiles; the C path launches that."""
+    nbytes, counters = reductions.one_call_scratch(132, 2048)
+    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((400, 70348, 2), 2, "sum_short")):
+        h = Reducer(per_sm=per_sm)
+        ops = _scratch_ops((nbytes, counters))
+        a, out = _reduced(shape, axis)
+        reductions.remember(h, "sum_t", a, axis, out)
+        assert ops.sum(h._reduce_launches["sum_t"], a, axis, out) is True
+        assert ("TT", kernel, 256) in h.asked
+        handle, grid, block, args = ops.last
+        assert handle == h._k[kernel].handle and block == 256
+        assert grid == 132 * per_sm, (shape, grid)
+        if kernel == "sum_long":   # rows, n, chunk, chunks: a chunk a block
+            rows, n, chunk, chunks = args[4:8]
+            assert (rows, n, chunks) == (1, 2**23, grid)
+            assert (chunks - 1) * chunk < n <= chunks * chunk
 
 
 def test_chunked_plans_beyond_the_scratch_stay_in_python():

@@ -181,6 +181,8 @@ class PyCudaHandler(Handler):
         #: bytes of the compute format (float32 for the halves: sum partials)
         self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
         self._sum_plans = {}
+        # (kernel handle, block) -> resident blocks per SM (reductions.blocks_per_sm)
+        self._occupancy = {}
         # checked combinations of each reduction for OneCall.sum (see reductions.remember)
         self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
         self._grids = {}         # elements -> blocks, for _grid
@@ -472,6 +474,7 @@ class PyCudaHandler(Handler):
     _sum_t = reductions.sum_t
     _mean_t = reductions.mean_t
     _sum_kernels = reductions.sum_kernels
+    _blocks_per_sm = reductions.blocks_per_sm
     _sum_passes = reductions.sum_passes
     _run_reduction = reductions.run
 
