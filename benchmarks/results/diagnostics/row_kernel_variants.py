@@ -964,11 +964,11 @@ def held_launches(dev, tag, rows, cols, regs):
 
 
 # ------------------------------------------------------------------ sections
-def softmax_held_section(dev, shape, rng):
-    """Ours and the held softmax kernels at ``shape`` (cols % 4 == 0)."""
+def softmax_case(dev, shape, rng):
+    """A softmax case at ``shape`` with ours checked and timed first: (case,
+    the input copies, the output), both 16-byte aligned for the variants."""
     from handlers.fused_rows import SOFTMAX
     h = dev.h
-    rows, cols = shape
     x = rng.standard_normal(shape, dtype=F32)
     case = Case(dev, "softmax", shape, 2 * x.nbytes, SOFTMAX_TOL)
     k = case.k = inputs_beyond_l2(x.nbytes)
@@ -984,6 +984,14 @@ def softmax_held_section(dev, shape, rng):
         return out
     case.time("ours softmax_m", "expf twice, expf / s", launch, regs, ours, host_err)
     aligned16(*xs, out)
+    return case, xs, out
+
+
+def softmax_held_section(dev, shape, rng):
+    """Ours and the held softmax kernels at ``shape`` (cols % 4 == 0)."""
+    rows, cols = shape
+    case, xs, out = softmax_case(dev, shape, rng)
+    k = case.k
     dev.load("softmax")
     xp = [int(a.gpudata) for a in xs]
     for name, (tag, mode) in held_names("softmax", SOFTMAX_MODES).items():
@@ -1053,24 +1061,9 @@ def stream_launches(dev, rows, bound):
 def long_rows_section(dev, rng):
     """Softmax over LONG_SHAPE: ours (streamed), the two-pass streamed kernels and the
     cluster kernels."""
-    from handlers.fused_rows import SOFTMAX
-    h = dev.h
     rows, cols = shape = LONG_SHAPE
-    x = rng.standard_normal(shape, dtype=F32)
-    case = Case(dev, "softmax", shape, 2 * x.nbytes, SOFTMAX_TOL)
-    k = case.k = inputs_beyond_l2(x.nbytes)
-    xs = [h.create_from_numpy(x) for _ in range(k)]
-    out = case.out = h.allocate(shape)
-    h.softmax_m(xs[0], out)
-    host_err = reference(case, x, h.get_numpy_copy(out),
-                         lambda a, b: _softmax64(x[a:b].astype(np.float64)))
-    launch, regs = ours_launch(dev, SOFTMAX, shape)
-
-    def ours(i):
-        h.softmax_m(xs[i % k], out)
-        return out
-    case.time("ours softmax_m", "expf twice, expf / s", launch, regs, ours, host_err)
-    aligned16(*xs, out)
+    case, xs, out = softmax_case(dev, shape, rng)
+    k = case.k
     xp = [int(a.gpudata) for a in xs]
     try:
         dev.load("stream")
