@@ -331,8 +331,8 @@ def conv_verdicts(r):
                         result=", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
                         met=sum(v >= 1.0 for v in ratios.values()), total=len(ratios)))
         if step.get("peers"):
-            out.append(strongest_verdict("conv", "LeNet-style step",
-                                         _step_ms(step)["ours, captured"], _step_ms(step)))
+            ms = _step_ms(step)
+            out.append(strongest_verdict("conv", "LeNet-style step", ms["ours, captured"], ms))
     adam = r.get("adam")
     if adam:
         out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
@@ -424,8 +424,8 @@ def half_verdicts(r):
             [f"{step['over_f32']:.2f}x float32", f"{step['over_torch_autocast']:.2f}x autocast"],
             int(step["over_f32"] >= t["over_f32"]) + int(step["over_torch_autocast"]
                                                          >= t["over_torch"]), 2)
-        ms = _step_ms(step)
-        if step.get("peers") and "ours mixed bf16, captured" in ms:
+        ms = _step_ms(step) if step.get("peers") else {}
+        if "ours mixed bf16, captured" in ms:
             out.append(strongest_verdict("half", "MLP mixed bf16 step",
                                          ms["ours mixed bf16, captured"], ms))
     return out
