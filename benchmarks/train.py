@@ -492,7 +492,8 @@ def capture_check(h, model, cfg, steps=3):
 # ------------------------------------------------------------------ recording
 class _Recorder:
     """Forwards every op to a handler (view) and appends (name, args, kwargs,
-    phase) to a shared log; ``with_streams`` returns a recorder of the view."""
+    phase) to a shared log; ``with_streams`` and ``twin`` return a recorder
+    of the view or twin, and a fused op's bound call logs each call."""
 
     def __init__(self, h, log, phase):
         self._h, self._log, self._phase = h, log, phase
@@ -506,9 +507,20 @@ class _Recorder:
             args = tuple(a._h if isinstance(a, _Recorder) else a for a in args)
             self._log.append((name, args, kwargs, self._phase[0]))
             out = attr(*args, **kwargs)
-            if name == "with_streams":
+            if name in ("with_streams", "twin"):   # the loss runs on a twin
                 return _Recorder(out, self._log, self._phase)
             return out
+        return call
+
+    def _bind_fused(self, op, args, kwargs):
+        # FusedOp.bind asks the layer's handler for a bound call, which then
+        # launches without passing here: log each call of it as the op it
+        # runs (``_run_fused``, which replay calls), and the bind not at all
+        bound = self._h._bind_fused(op, args, kwargs)
+
+        def call():
+            self._log.append(("_run_fused", (op, args, kwargs), {}, self._phase[0]))
+            bound()
         return call
 
 

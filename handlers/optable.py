@@ -806,6 +806,10 @@ KERNELS = {
        if family == "sum" or kind[0] != "m"
        for wide in (("", "_wide") if family == "sum" else ("",))},
     **{f"sum_{kind}": ("reduce", "PPPPqqqqqqii" + "i" * 22) for kind in ("gen", "gen_vec")},
+    # nothing to reduce (every reduced axis of extent 1): max and min copy
+    # the input, a sum adds it to +0.0, argmax ("pick") writes 0; n after
+    # the four pointers
+    **{f"{family}_one": ("reduce", "PPPPq") for family in ("sum", "max", "min", "pick")},
     "small_gemm": ("small_gemm", "PPPqqqiii"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),

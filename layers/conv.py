@@ -120,15 +120,24 @@ class Conv2D(Layer):
         h.add_mv(b["y2"], b["bias_row"], b["y2"])
         return b["y"]
 
+    def _rows_of(self, dy, shape):
+        """``dy`` as (images * channels, plane) rows: the same view for the
+        same ``dy`` (a network passes one buffer each step), so the bound
+        backward op is not bound again at every step."""
+        last = getattr(self, "_dy_rows", None)
+        if last is None or last[0] is not dy or last[1].shape != shape:
+            last = self._dy_rows = (dy, view(self.h, dy, 0, shape))
+        return last[1]
+
     def backward(self, dy):
         h, x = self.h, self._x
         b = self._bufs(x.shape)
         if self.activation is not None:
             # dL/dz = dy * act'(z), from y, and its sum along each plane, in
             # one op; then the planes' sums over the images
-            dy_rows = view(h, dy, 0, b["rows"].shape)
             self.run_fused(("backward", x.shape), epilogues.CONV_OPS[self.activation][1],
-                           dy_rows, (b["aux"] or (b["rows"],))[0], b["g_rows"], b["db_planes"])
+                           self._rows_of(dy, b["rows"].shape), (b["aux"] or (b["rows"],))[0],
+                           b["g_rows"], b["db_planes"])
             h.sum_t(b["db"], 0, self.grads["b"])
             dy = b["g"]
         else:

@@ -76,3 +76,27 @@ def test_reductions_random_cases_follow_issue_41():
 
 def test_reductions_is_a_suite_and_reported():
     assert "reductions" in cli.SUITES and "reductions" in report.SUITES
+
+
+def test_train_breakdown_records_every_compute_op():
+    """The train suite's breakdown sees the ops that run through bound fused
+    calls and on the loss's twin: each step's epilogues, loss and update are
+    recorded in their categories, and the recording replays."""
+    from collections import Counter
+
+    import numpy as np
+
+    from benchmarks import train
+    from handlers import NumpyHandler
+    h = NumpyHandler(np.float32)
+    ops, _keep = train.record_step(h, "mlp", train.MODELS["mlp"][1])
+    got = Counter((cat, args[0].name if name == "_run_fused" else name)
+                  for cat, name, args, _ in ops)
+    assert got[("gemm", "dot_mm")] == 8
+    assert got[("elementwise", "bias_relu")] == 2
+    assert got[("elementwise", "bias_relu_backward")] == 2
+    assert got[("elementwise", "softmax_cross_entropy_labels_grad")] == 1
+    assert got[("update", "sgd_momentum_step")] == 1
+    assert got[("sum_t (bias, loss)", "sum_t")] == 2     # the output bias and the loss
+    assert not any(name == "_bind_fused" for _, name, _, _ in ops)
+    train.replay(h, ops)(0)

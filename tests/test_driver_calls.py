@@ -22,7 +22,7 @@ _launch = pytest.importorskip(
 
 CALLS = ("stream_new", "stream_free", "stream_sync", "context_sync", "copy_htod", "copy_dtoh",
          "copy_dtod", "host_alloc", "host_free", "timing_event_new", "event_elapsed",
-         "device_attribute")
+         "device_attribute", "occupancy")
 
 
 @pytest.mark.parametrize("call", CALLS)

@@ -138,3 +138,23 @@ def test_gelu_and_silu_against_float64(handler, rng, act):
     want = dy_held * (REFERENCES[act](x + eps) - REFERENCES[act](x - eps)) / (2 * eps)
     assert_normwise_close(want, handler.get_numpy_copy(dx).astype(np.float64), 10 * tol + 1e-8,
                           f"{act} backward")
+
+
+def test_fused_pairs_bind_once(rng):
+    """A network's fused ops are bound at its first step only: later steps
+    pass the same buffers, so their bound calls are reused (an eager step
+    would otherwise pay a bind, about an unbound call's checks, per op)."""
+    h = NumpyHandler(np.float32)
+    net = net_of(h, "relu", True)
+    opt = SGD(net.parameters, lr=0.1, momentum=0.5)
+    binds = []
+    real = h._bind_fused
+    h._bind_fused = lambda op, args, kwargs: binds.append(op.name) or real(op, args, kwargs)
+    x = h.create_from_numpy(rng.uniform(-2, 2, (11, 2, 3, 3)).astype(np.float32))
+    t = net.loss.h.create_from_numpy(rng.integers(0, 4, (11, 1)).astype(np.float32))
+    counts = []
+    for _ in range(3):
+        net.train_step(x, t)
+        opt.step()
+        counts.append(len(binds))
+    assert counts[0] > 0 and counts[1] == counts[2] == counts[0], (counts, binds)

@@ -200,6 +200,11 @@ def test_the_launch_path_runs_ops_correctly():
     ("host_unregister", (None,)),
     ("error_name", ("1",)),
     ("blas_set_workspace", (1, 2, 3, 4.0)),
+    ("occupancy", ("1", 256, 0)),
+    ("occupancy", (1, 256.0, 0)),
+    ("occupancy", (1, 256, None)),
+    ("occupancy", (1, 256, True)),                 # a bool is no byte count
+    ("occupancy", (1, 256)),                       # too few
 ])
 def test_driver_calls_reject_wrong_types(call, args):
     with pytest.raises(TypeError, match=call):
@@ -216,6 +221,12 @@ def test_driver_calls_reject_wrong_types(call, args):
     ("memset_d32", (4096, 2**32, 1, 0), OverflowError),
     ("host_register", (-4096, 4096, 0), OverflowError),
     ("blas_set_workspace", (0, 1, 2, 3), ValueError),
+    ("occupancy", (0, 256, 0), ValueError),          # null function
+    ("occupancy", (1, 0, 0), ValueError),            # block out of 1..1024
+    ("occupancy", (1, 1025, 0), ValueError),
+    ("occupancy", (1, 256, -1), ValueError),         # negative shared memory
+    ("occupancy", (1, 2**40, 0), OverflowError),
+    ("occupancy", (-1, 256, 0), OverflowError),
 ])
 def test_driver_calls_reject_bad_values_before_touching_the_driver(call, args, error):
     with pytest.raises(error):

@@ -21,8 +21,8 @@ _launch = pytest.importorskip(
     reason="handlers.cuda._launch is not built (no C compiler at install): same-shape ops "
            "take the Python path; `pip install -e .` builds it")
 
-from handlers import dtypes  # noqa: E402
-from handlers.cuda import one_call, products  # noqa: E402
+from handlers import dtypes, optable  # noqa: E402
+from handlers.cuda import kernel_loader, one_call, products, reductions  # noqa: E402
 
 BLOCK, PER_BLOCK, MAX_BLOCKS = 256, 1024, 37
 FUNCS = [0x1000 + 16 * i for i in range(5)]
@@ -39,6 +39,14 @@ class Arr:
         self.dtype = np.dtype(dtype)
         self.strides = np.empty(shape, dtype).strides if strides is None else strides
         self.gpudata = 0x7000_0000 + 4096 * id(self) % 2**20 if gpudata is None else gpudata
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
 
 
 class SubArr(Arr):
@@ -255,19 +263,219 @@ def _plan_key(a, axis, out):
 def test_sum_launches_a_stored_plan():
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
-    plans = {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
+    plans = {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK, 0, 0)}
     assert ops.sum(plans, a, 0, out) is True
     assert ops.last == (FUNCS[3], 9, BLOCK, (0x10000, 0, 0x20000, 0, 1, 6, 5, 1))
-    plans = {_plan_key(a, None, out): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK)}
+    plans = {_plan_key(a, None, out): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK, 0, 0)}
     assert ops.sum(plans, a, None, Arr((1,), gpudata=0x20000)) is False   # other out shape
     out1 = Arr((1,), gpudata=0x20000)
-    plans = {_plan_key(a, None, out1): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK)}
+    plans = {_plan_key(a, None, out1): (FUNCS[3], 2, b"PPPPqqqq", (1, 30, 30, 1), BLOCK, 0, 0)}
     assert ops.sum(plans, a, None, out1) is True
     # a tuple of axes, with the plan's own block size (sum_mid's 1024)
     b, outb = Arr((4, 6, 5), gpudata=0x10000), Arr((6,), gpudata=0x20000)
-    plans = {_plan_key(b, (0, 2), outb): (FUNCS[3], 6, b"PPPPqqqqq", (4, 6, 5, 4, 1), 1024)}
+    plans = {_plan_key(b, (0, 2), outb): (FUNCS[3], 6, b"PPPPqqqqq", (4, 6, 5, 4, 1), 1024, 0, 0)}
     assert ops.sum(plans, b, (0, 2), outb) is True
     assert ops.last == (FUNCS[3], 6, 1024, (0x10000, 0, 0x20000, 0, 4, 6, 5, 4, 1))
+
+
+class Reducer:
+    """What ``reductions.remember`` reads of a PyCudaHandler, without a GPU:
+    the device's facts (an H200's), the plan caches, the kernel table with
+    made-up handles and the kernels' occupancy: ``per_sm`` blocks of each
+    a multiprocessor, or by default the threads' limit (made-up handles
+    must never reach the driver, so not ``reductions.blocks_per_sm``)."""
+
+    def __init__(self, dtype=np.float32, sms=132, sm_threads=2048, per_sm=None):
+        self.dtype = np.dtype(dtype)
+        self._vec = 16 // self.dtype.itemsize
+        self._sms, self._sm_threads = sms, sm_threads
+        self.per_sm, self.asked = per_sm, []
+        self._sum_plans = {}
+        self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
+        scalar = "d" if self.dtype == np.float64 else "f"
+        self._k = {name: kernel_loader.Kernel(name, fmt.replace("T", scalar), 0x40000 + 16 * i)
+                   for i, (name, (_, fmt)) in enumerate(optable.KERNELS.items())}
+
+    _sum_kernels = reductions.sum_kernels
+
+    def _blocks_per_sm(self, form="TT"):
+        def blocks(kernel, block):
+            assert kernel in self._k, kernel
+            self.asked.append((form, kernel, block))
+            limit = self._sm_threads // block
+            return limit if self.per_sm is None else min(limit, self.per_sm)
+        return blocks
+
+
+def _c_strides(shape, itemsize):
+    return tuple(itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def _reduced(shape, axis, dtype=np.float32):
+    """Arrays (a, out) of a reduction of ``shape`` over ``axis`` (none
+    allocated: shapes of any size)."""
+    axes = range(len(shape)) if axis is None else axis if type(axis) is tuple else (axis,)
+    axes = {x % len(shape) for x in axes}
+    out_shape = tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
+    itemsize = np.dtype(dtype).itemsize
+    return (Arr(shape, dtype, 0x100000, _c_strides(shape, itemsize)),
+            Arr(out_shape, dtype, 0x80000000, _c_strides(out_shape, itemsize)))
+
+
+#: the kernel family that serves each reduction
+FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
+
+
+@pytest.mark.parametrize("name", reductions.ONE_CALL_OPS)
+def test_extent_one_reductions_are_served_in_c(name):
+    """A reduction over axes of extent 1 (the issue's max_t of (1589183, 1)
+    and argmax_t of (883, 1, 13, 2) over axis 1) is remembered, and the C
+    path launches it: the family's ``*_one`` kernel over every element (a
+    copy, argmax's fill of 0), no workspace or counters, a 16-byte packet a
+    thread up to 16 blocks per multiprocessor."""
+    cases = [((1589183, 1), 1), ((883, 1, 13, 2), 1), ((1, 5, 1), 0), ((5, 1, 1, 3), -2)]
+    if name in ("sum_t", "mean_t"):
+        cases += [((1, 1), None), ((5, 1, 1, 3), (1, 2))]
+    for shape, axis in cases:
+        h, ops = Reducer(), _ops()
+        a, out = _reduced(shape, axis)
+        reductions.remember(h, name, a, axis, out)
+        assert ops.sum(h._reduce_launches[name], a, axis, out) is True, (shape, axis)
+        size = math.prod(shape)
+        grid = max(1, min(-(-size // (256 * 4)), 16 * 132))
+        assert ops.last == (h._k[f"{FAMILY[name]}_one"].handle, grid, 256,
+                            (a.gpudata, 0, out.gpudata, 0, size)), (shape, axis)
+
+
+#: a stream slot's fixed scratch for chunked sums (StreamSlot.sum_scratch)
+WS, CNT = 0x9000_0000, 0xA000_0000
+
+
+def _scratch_ops(scratch=(1 << 16, 64), base=0, **kw):
+    """A dry OneCall with a fixed scratch of (bytes, counters) at WS and CNT
+    (each moved by ``base``)."""
+    ops = _ops(**kw)
+    ops.set_scratch(WS + base, scratch[0], CNT + base, scratch[1])
+    return ops
+
+
+def test_a_chunked_plan_runs_on_the_objects_scratch():
+    """A plan stating a workspace and counters gets the OneCall's own fixed
+    scratch in their places: two objects (two stream groups) serving one
+    dict of plans each pass theirs.  A plan needing more than the scratch
+    holds, or any chunked plan on an object without scratch, declines with
+    nothing done; a plan of neither gets null pointers."""
+    a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
+
+    def plans(ws, counters):
+        return {_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 2), BLOCK, ws,
+                                       counters)}
+    shared = plans(1 << 16, 64)   # exactly the scratch
+    for base in (0, 0x100000):
+        ops = _scratch_ops(base=base)
+        assert ops.sum(shared, a, 0, out) is True
+        assert ops.last == (FUNCS[3], 9, BLOCK, (0x10000, WS + base, 0x20000, CNT + base,
+                                                 1, 6, 5, 2))
+    for ws, counters in (((1 << 16) + 1, 1), (8, 65)):
+        ops = _scratch_ops()
+        assert ops.sum(plans(ws, counters), a, 0, out) is False
+        assert ops.last is None
+    bare = _ops()
+    assert bare.sum(plans(8, 1), a, 0, out) is False and bare.last is None
+    ops = _scratch_ops()
+    assert ops.sum(plans(0, 0), a, 0, out) is True
+    assert ops.last == (FUNCS[3], 9, BLOCK, (0x10000, 0, 0x20000, 0, 1, 6, 5, 2))
+
+
+def test_set_scratch_checks_its_arguments():
+    ops = _ops()
+    for bad in ((WS, -1, CNT, 4), (WS, 16, CNT, -1), (0, 16, CNT, 4), (WS, 16, 0, 4)):
+        with pytest.raises(ValueError):
+            ops.set_scratch(*bad)
+    with pytest.raises(TypeError):
+        ops.set_scratch(WS, 16, CNT)
+    with pytest.raises(TypeError):
+        ops.set_scratch(WS, 16.0, CNT, 4)
+    ops.set_scratch(0, 0, 0, 0)   # none: chunked plans decline
+
+
+#: (shape, axis) whose plans on an H200 are chunked: 1-D extrema and sums of
+#: 60k to 2M elements, a sum over None of a small array, few long rows, few
+#: wide columns (8192x4096 over axis 0) and the mid kernel's chunks
+CHUNKED = [((60000,), 0), ((250007,), -1), ((2000000,), 0), ((5, 1154496), 1),
+           ((8192, 4096), 0), ((300, 300), None), ((256, 12, 32, 32), (0, 2, 3))]
+
+
+@pytest.mark.parametrize("name", reductions.ONE_CALL_OPS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, "bfloat16"])
+def test_remembered_chunked_launches_are_served_in_c(name, dtype):
+    """A chunked plan whose scratch fits ``one_call_scratch`` is remembered
+    with its needs (no address), and the C path launches the planner's
+    kernel, grid and numbers on the OneCall's fixed scratch."""
+    dtype = dtypes.resolve(dtype)
+    width = 16 // dtype.itemsize
+    nbytes, counters = reductions.one_call_scratch(132, 2048)
+    served = 0
+    for shape, axis in CHUNKED:
+        if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
+            continue
+        h, ops = Reducer(dtype), _scratch_ops((nbytes, counters), itemsize=dtype.itemsize,
+                                              dtype=dtype)
+        a, out = _reduced(shape, axis, dtype)
+        axes = tuple(range(len(shape))) if axis is None else \
+            tuple(sorted(x % len(shape) for x in (axis if type(axis) is tuple else (axis,))))
+        n = math.prod(shape[x] for x in axes)
+        plan = reductions.plan(shape, axes, True, width, FAMILY[name], 132, 2048,
+                               n if name == "mean_t" else 1,
+                               reductions.PICK_KINDS.get(name[:-2], 0))
+        assert plan.counters > 0 and 0 < plan.workspace <= nbytes, (shape, plan)
+        reductions.remember(h, name, a, axis, out)
+        assert ops.sum(h._reduce_launches[name], a, axis, out) is True, (shape, axis)
+        launch = plan.launch
+        assert ops.last == (h._k[launch.kernel].handle, launch.grid, launch.block,
+                            (a.gpudata, WS, out.gpudata, CNT) + launch.args), (shape, axis)
+        served += 1
+    assert served >= 5
+
+
+@pytest.mark.parametrize("per_sm", [4, 8])
+def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
+    """``remember`` stores the plan made with the handler's occupancy of
+    the kernels (``_blocks_per_sm``), asked about the kernel it launches:
+    a 1-D sum on an H200 whose kernels hold 4 blocks of 256 a
+    multiprocessor is one wave of 528 chunks, where the threads' 8 gave
+    1056, and short rows a wave of 528 tiles; the C path launches that."""
+    nbytes, counters = reductions.one_call_scratch(132, 2048)
+    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((400, 70348, 2), 2, "sum_short")):
+        h = Reducer(per_sm=per_sm)
+        ops = _scratch_ops((nbytes, counters))
+        a, out = _reduced(shape, axis)
+        reductions.remember(h, "sum_t", a, axis, out)
+        assert ops.sum(h._reduce_launches["sum_t"], a, axis, out) is True
+        assert ("TT", kernel, 256) in h.asked
+        handle, grid, block, args = ops.last
+        assert handle == h._k[kernel].handle and block == 256
+        assert grid == 132 * per_sm, (shape, grid)
+        if kernel == "sum_long":   # rows, n, chunk, chunks: a chunk a block
+            rows, n, chunk, chunks = args[4:8]
+            assert (rows, n, chunks) == (1, 2**23, grid)
+            assert (chunks - 1) * chunk < n <= chunks * chunk
+
+
+def test_chunked_plans_beyond_the_scratch_stay_in_python():
+    """An argmax of the halves over a column axis past 2^31 (pick64: 16-byte
+    states, 8 columns a packet) needs more than the fixed scratch: it is
+    remembered as None, and declined."""
+    dtype = dtypes.resolve("bfloat16")
+    nbytes, counters = reductions.one_call_scratch(132, 2048)
+    shape = (2**31 + 1, 1280)
+    plan = reductions.plan(shape, (0,), True, 8, "pick", 132, 2048, 1, 2)
+    assert plan.launch.kernel.startswith("pick64") and plan.workspace > nbytes
+    h, ops = Reducer(dtype), _scratch_ops((nbytes, counters), itemsize=2, dtype=dtype)
+    a, out = _reduced(shape, 0, dtype)
+    reductions.remember(h, "argmax_t", a, 0, out)
+    assert h._reduce_launches["argmax_t"][_plan_key(a, 0, out)] is None
+    assert ops.sum(h._reduce_launches["argmax_t"], a, 0, out) is False and ops.last is None
 
 
 @pytest.mark.parametrize("case", ["unknown", "stays in Python", "bool axis", "numpy axis",
@@ -277,10 +485,10 @@ def test_sum_declines(case):
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
     axis = {"bool axis": 1, "bool in a tuple": (0, 1)}.get(case, 0)
-    plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
+    plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK, 0, 0)}
     if case == "unknown":
         plans = {}
-    elif case == "stays in Python":   # a known combination whose plan needs a workspace
+    elif case == "stays in Python":   # a known combination that remember keeps in Python
         plans = {_plan_key(a, axis, out): None}
     elif case == "bool axis":
         axis = True
@@ -292,7 +500,7 @@ def test_sum_declines(case):
         axis = [0]
     elif case == "overlap":
         out = Arr((5,), gpudata=0x10000 + 4 * 29)   # the last element of a
-        plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK)}
+        plans = {_plan_key(a, axis, out): (FUNCS[3], 9, b"PPPPqqqq", (1, 6, 5, 1), BLOCK, 0, 0)}
     elif case == "other alignment":
         a = Arr((6, 5), gpudata=0x10004)
     elif case == "bad out":
@@ -306,17 +514,24 @@ def test_sum_declines(case):
 def test_sum_rejects_a_malformed_plan():
     ops = _ops()
     a, out = Arr((6, 5), gpudata=0x10000), Arr((5,), gpudata=0x20000)
+    key = _plan_key(a, 0, out)
     with pytest.raises(TypeError):
-        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, "PPPP", (), BLOCK)}, a, 0, out)
+        ops.sum({key: (FUNCS[3], 9, "PPPP", (), BLOCK, 0, 0)}, a, 0, out)
     with pytest.raises(TypeError):   # no block size
-        ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPP", ())}, a, 0, out)
+        ops.sum({key: (FUNCS[3], 9, b"PPPP", ())}, a, 0, out)
+    with pytest.raises(TypeError):   # no workspace and counters
+        ops.sum({key: (FUNCS[3], 9, b"PPPP", (), BLOCK)}, a, 0, out)
     with pytest.raises(ValueError):
-        ops.sum({_plan_key(a, 0, out): (0, 9, b"PPPP", (), BLOCK)}, a, 0, out)
+        ops.sum({key: (0, 9, b"PPPP", (), BLOCK, 0, 0)}, a, 0, out)
     for block in (0, 48, 2048):
         with pytest.raises(ValueError):
-            ops.sum({_plan_key(a, 0, out): (FUNCS[3], 9, b"PPPP", (), block)}, a, 0, out)
+            ops.sum({key: (FUNCS[3], 9, b"PPPP", (), block, 0, 0)}, a, 0, out)
+    for ws, counters in ((-1, 0), (0, -1), (-8, 2)):
+        with pytest.raises(ValueError):
+            ops.sum({key: (FUNCS[3], 9, b"PPPP", (), BLOCK, ws, counters)}, a, 0, out)
     with pytest.raises(TypeError):
         ops.sum([], a, 0, out)
+    assert ops.last is None
 
 
 GEMM, CUBLAS, SMALL = 0x5000, 0x6000, 0x8000
@@ -645,11 +860,14 @@ _REFERENCE = {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.m
                                         ((3, 70000), 1), ((8, 200, 4, 4), (0, 2, 3)),
                                         ((64, 12, 8, 8), (0, 2, 3)), ((3, 5, 7), (0, 2)),
                                         ((3, 5, 7, 2), (1, 2)), ((6, 1, 9), 1),
-                                        ((4, 1, 1, 3), (1, 2))])
+                                        ((4, 1, 1, 3), (1, 2)), ((1589183, 1), 1),
+                                        ((883, 1, 13, 2), 1), ((1, 1), None)])
 def test_gpu_reduction_one_call_equals_the_python_path(gpu, name, shape, axis):
-    """Each reduction's second call of a combination is served in C (where
-    its plan is one launch without a workspace, over more than one element),
-    bit for bit as the Python path, and both agree with float64 NumPy."""
+    """Each reduction's second call of a combination is served in C (every
+    one-launch plan but the general kernel's, whose arguments are too many:
+    chunked plans on the slot's fixed scratch, a reduction over axes of
+    extent 1 the ``*_one`` copy or fill), bit for bit as the Python path,
+    and both agree with float64 NumPy."""
     from handlers.base import Handler
     if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
         pytest.skip(f"{name} takes one int axis")
@@ -664,15 +882,176 @@ def test_gpu_reduction_one_call_equals_the_python_path(gpu, name, shape, axis):
     stored = gpu._reduce_launches[name][key]
     served = gpu._one_call.sum(gpu._reduce_launches[name], a, axis, out)
     assert served is (stored is not None)
-    n = x.size // max(1, np.size(want))
-    if type(axis) is int and x.size <= 4096 and n > 1:
-        assert served                       # small one-launch plans never stay in Python
-    if n == 1:
-        assert not served                   # a copy or a fill, in Python
+    axes = tuple(range(len(shape))) if axis is None else \
+        tuple(sorted(k % len(shape) for k in (axis if type(axis) is tuple else (axis,))))
+    assert served or reductions.layout(shape, axes)[0] == "passes"   # sum_gen*: Python
     getattr(gpu, name)(a, axis, out)
     np.testing.assert_array_equal(gpu.get_numpy_copy(out), gpu.get_numpy_copy(ref))
     tol = 1e-4 if gpu.dtype == np.float32 else 1e-10
     np.testing.assert_allclose(gpu.get_numpy_copy(out), want, rtol=tol, atol=tol * shape[-1])
+
+
+@pytest.mark.parametrize("name", list(_REFERENCE))
+@pytest.mark.parametrize("shape,axis", [((4099, 1), 1), ((1, 4099), 0), ((3, 1, 1, 5), (1, 2))])
+@pytest.mark.parametrize("in_off,out_off", [(0, 0), (1, 1), (0, 1)])
+def test_gpu_extent_one_reductions_are_numpys(gpu, name, shape, axis, in_off, out_off):
+    """Over axes of extent 1, as NumPy: max_t and min_t return each element
+    bit for bit (NaN, -0.0, infinities, subnormals), sum_t and mean_t the
+    element plus 0 (-0.0 gives 0.0), argmax_t 0; on the contract's Python
+    path and in C, with input and output on 16 bytes or not (the kernel's
+    packets or elements), the elements around the output untouched."""
+    from handlers.base import Handler
+    if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
+        pytest.skip(f"{name} takes one int axis")
+    rng = np.random.default_rng(in_off * 10 + out_off + len(shape))
+    flat = rng.uniform(-1, 1, math.prod(shape))
+    special = [np.nan, -0.0, 0.0, np.inf, -np.inf, np.finfo(gpu.dtype).smallest_subnormal]
+    each = min(50, flat.size // len(special))   # (3, 1, 1, 5) holds 15 elements
+    flat[rng.permutation(flat.size)[:len(special) * each]] = np.repeat(special, each)
+    x = flat.astype(gpu.dtype).reshape(shape)
+    want = np.asarray(_REFERENCE[name](x, axis=axis), gpu.dtype)
+    a = gpu.view_t(gpu.create_from_numpy(np.concatenate([np.ones(in_off), x.reshape(-1), [2.0]])),
+                   in_off, shape)
+    guard = rng.uniform(-1, 1, want.size + 2).astype(gpu.dtype)
+    buf = gpu.create_from_numpy(guard)
+    out = gpu.view_t(buf, out_off, want.shape)
+    getattr(gpu, name)(a, axis, out)           # remembered (in C already if seen before)
+    for call in ("python", "c"):
+        gpu.fill(out, 7.0)
+        if call == "python":
+            getattr(Handler, name)(gpu, a, axis, out)
+        else:
+            assert gpu._one_call.sum(gpu._reduce_launches[name], a, axis, out) is True
+        got = gpu.get_numpy_copy(out)
+        if name in ("sum_t", "mean_t"):       # NaN as NaN: the GPU's may be another one
+            np.testing.assert_array_equal(got, want)
+            numbers = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+        else:
+            assert got.tobytes() == want.tobytes(), call
+        rest = np.delete(gpu.get_numpy_copy(buf), range(out_off, out_off + want.size))
+        np.testing.assert_array_equal(rest, np.delete(guard, range(out_off, out_off + want.size)))
+
+
+def _chunked_case(gpu, name, shape, axis, rng):
+    """(a, out, want, atol) of reduction ``name`` of fresh random values:
+    ``want`` float64 NumPy's result of the values the handler holds, and
+    its tolerance (sums and means: 1e-4 of sqrt(n) in float32; the extrema
+    are exact)."""
+    x = rng.uniform(-1, 1, shape).astype(gpu.dtype)
+    want = _REFERENCE[name](x.astype(np.float64), axis=axis)
+    n = x.size // max(1, np.size(want))
+    tol = (1e-4 if gpu.dtype == np.float32 else 1e-10) * math.sqrt(n)
+    atol = tol / n if name == "mean_t" else tol if name == "sum_t" else 0.0
+    return gpu.create_from_numpy(x), gpu.zeros(np.shape(want) or (1,)), want, atol
+
+
+@pytest.mark.parametrize("name", list(_REFERENCE))
+@pytest.mark.parametrize("shape,axis", CHUNKED)
+def test_gpu_chunked_reductions_are_served_in_c(gpu, name, shape, axis):
+    """A chunked plan (partials and counters: 1-D extrema and sums of 60k
+    to 2M elements, a sum over None, few long rows, wide columns, the mid
+    kernel) is remembered and served in C on the slot's fixed scratch, bit
+    for bit as the Python path (on the slot's own workspace) and as float64
+    NumPy says.  Served ten times back to back between launches of another
+    chunked plan, it gives the same bits each time: every launch finds its
+    counters at zero (the kernels reset them)."""
+    from handlers.base import Handler
+    if name in ("max_t", "min_t", "argmax_t") and type(axis) is not int:
+        pytest.skip(f"{name} takes one int axis")
+    rng = np.random.default_rng(math.prod(shape) % 2**32 + len(name))
+    a, out, want, atol = _chunked_case(gpu, name, shape, axis, rng)
+    b, out_b, want_b, atol_b = _chunked_case(gpu, name, (3, 250007), 1, rng)
+    ref = gpu.zeros(out.shape)
+    getattr(Handler, name)(gpu, a, axis, ref)          # the Python path alone
+    getattr(gpu, name)(a, axis, out)                   # the Python path, then remember
+    getattr(gpu, name)(b, 1, out_b)
+    for x, ax, o in ((a, axis, out), (b, 1, out_b)):
+        key = (x.shape, ax, o.shape, int(x.gpudata) % 16 == 0)
+        stored = gpu._reduce_launches[name][key]
+        assert stored is not None and stored[5] > 0 and stored[6] > 0   # chunked, in C
+    expect = gpu.get_numpy_copy(ref)
+    np.testing.assert_allclose(expect.reshape(np.shape(want)), want, rtol=0, atol=atol)
+    expect_b = gpu.get_numpy_copy(out_b)
+    np.testing.assert_allclose(expect_b, want_b, rtol=0, atol=atol_b)
+    outs = []
+    for _ in range(10):
+        o, o_b = gpu.zeros(out.shape), gpu.zeros(out_b.shape)
+        gpu.fill(o, np.nan)
+        assert gpu._one_call.sum(gpu._reduce_launches[name], a, axis, o) is True
+        assert gpu._one_call.sum(gpu._reduce_launches[name], b, 1, o_b) is True
+        outs.append((o, o_b))
+    for o, o_b in outs:
+        assert gpu.get_numpy_copy(o).tobytes() == expect.tobytes()
+        assert gpu.get_numpy_copy(o_b).tobytes() == expect_b.tobytes()
+
+
+def test_gpu_chunked_reductions_on_every_group_and_thread(gpu):
+    """Each stream group's view serves chunked reductions on its own slot's
+    scratch, all groups at once (one scratch shared by two streams would mix
+    their partials), while threads issue on one group's stream, in C and on
+    the Python path (same stream: its launches run one after another); every
+    result is float64 NumPy's."""
+    import threading
+
+    from handlers.base import Handler
+    views = [gpu.with_streams(k) for k in range(gpu.num_stream_groups)]
+    assert len({s.sum_scratch[0] for s in gpu._all_slots}) == len(gpu._all_slots)
+    assert len({s.sum_scratch[2] for s in gpu._all_slots}) == len(gpu._all_slots)
+    rng = np.random.default_rng(11)
+    cases = [_chunked_case(gpu, "sum_t", (2000000,), 0, rng) for _ in views]
+    gpu.synchronize_all_streams()                       # the inputs, for every group
+    for v, (a, out, _, _) in zip(views, cases):
+        v.sum_t(a, 0, out)                              # plan and remember, per group
+    assert gpu._reduce_launches["sum_t"][((2000000,), 0, (1,), True)][6] > 0   # chunked
+    gpu.synchronize_all_streams()
+    for _ in range(5):
+        for v, (a, out, _, _) in zip(views, cases):
+            assert v._one_call.sum(v._reduce_launches["sum_t"], a, 0, out) is True
+    gpu.synchronize_all_streams()
+    for _, out, want, atol in cases:
+        np.testing.assert_allclose(gpu.get_numpy_copy(out), [want], rtol=0, atol=atol)
+    view = views[-1]
+    jobs = [_chunked_case(gpu, "max_t", (250007,), 0, rng) for _ in range(4)]
+    gpu.synchronize_all_streams()
+
+    def work(k):
+        a, out, _, _ = jobs[k]
+        for i in range(20):
+            if k % 2 or i % 3:
+                view.max_t(a, 0, out)                   # C, after its first call
+            else:
+                Handler.max_t(view, a, 0, out)          # the Python path's workspace
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    view.synchronize()
+    for _, out, want, _ in jobs:
+        np.testing.assert_array_equal(gpu.get_numpy_copy(out), [want])
+
+
+def test_gpu_chunked_reductions_beside_a_captured_one(gpu):
+    """A captured chunked reduction keeps the Python path (the graph owns
+    its partials and counters); eager ones served in C between its replays,
+    on the same stream, use the slot's fixed scratch: neither disturbs the
+    other."""
+    rng = np.random.default_rng(5)
+    a, out, want, _ = _chunked_case(gpu, "min_t", (2000000,), 0, rng)
+    b, out_b, want_b, _ = _chunked_case(gpu, "min_t", (250007,), 0, rng)
+    gpu.min_t(b, 0, out_b)                              # remembered: C from now on
+    with gpu.capture() as g:
+        gpu.min_t(a, 0, out)
+    for _ in range(5):
+        gpu.fill(out, np.nan)
+        gpu.fill(out_b, np.nan)
+        g.replay()
+        assert gpu._one_call.sum(gpu._reduce_launches["min_t"], b, 0, out_b) is True
+        g.replay()
+        np.testing.assert_array_equal(gpu.get_numpy_copy(out), [want])
+        np.testing.assert_array_equal(gpu.get_numpy_copy(out_b), [want_b])
+    g.close()
 
 
 def _assert_dot_served_in_c(gpu, x, y, c, ta, tb):

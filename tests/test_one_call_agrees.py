@@ -41,7 +41,7 @@ VEC = {4: 4, 8: 2}                   # elements per thread, as PyCudaHandler._ve
 DTYPES = (np.float32, np.float64)
 #: kernel name -> a fake function handle, for every kernel of the table
 HANDLES = {name: 0x1000 + 0x10 * i for i, name in enumerate(optable.KERNELS)}
-SLOT = SimpleNamespace(handle=7)
+SLOT = SimpleNamespace(handle=7, sum_scratch=(0x9000_0000, 1 << 16, 0xA000_0000, 64))
 GEMM = SimpleNamespace(c_symbol=0, handle=0, kind=0)
 
 

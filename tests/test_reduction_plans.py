@@ -14,7 +14,16 @@ general kernel's walk (``sum_gen*``: digits and carries, simulated here from
 the plan's arguments as reduce.cu's GenIx does it) reaches exactly the
 elements NumPy reduces for each output; the numbers the host copies from
 the kernels' sources agree with them; and the plans that earlier tuning
-fixed on an H200 stay as they were."""
+fixed on an H200 stay as they were.
+
+Grids follow each kernel's occupancy (the blocks of it one multiprocessor
+holds at once, which the handler asks the driver for), so the plans are
+checked under several (``OCCUPANCIES``): a grid meant as one wave (``*_long``
+chunks, ``*_short`` tiles) never exceeds the chosen kernel's resident blocks,
+the column kernels chunk up to a wave of theirs, and where the occupancy is
+the threads' limit (8 blocks of 256 on an H200, what the planners assumed
+before they asked) the plans are those of before, one deliberate change
+aside (``test_long_rows_take_one_wave``)."""
 import math
 import re
 from pathlib import Path
@@ -30,6 +39,35 @@ SOURCES = Path(R.__file__).resolve().parent
 
 DEVICES = ((132, 2048), (78, 2048), (108, 2048), (16, 1536))   # (sms, threads per SM)
 EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
+#: Resident blocks per SM of the reduction kernels on an H200 (sm_90,
+#: float32), from ptxas's registers: 64 a thread hold 4 blocks of 256, 48
+#: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
+#: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
+#: 1024-thread blocks of 32 registers hold 2
+H200_BLOCKS = {"short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4, "mid": 2, "one": 6}
+#: The occupancies the plans are checked under: "threads", the threads'
+#: limit alone (sm_threads // block: the planners' default, their rule before
+#: they asked the driver); a number, that many blocks of every kernel (at
+#: most the threads' limit); "h200", H200_BLOCKS
+OCCUPANCIES = ("threads", 4, 3, 1, "h200")
+
+
+def _blocks(spec, sm_threads):
+    """The planners' ``blocks_per_sm`` (kernel name, block size -> resident
+    blocks per SM) of occupancy ``spec`` (``OCCUPANCIES``) on a device of
+    ``sm_threads`` threads per SM, and every kernel it is asked about."""
+    def blocks(kernel, block):
+        asked.append((kernel, block))
+        limit = sm_threads // block
+        if spec == "threads":
+            return limit
+        if spec == "h200":
+            kind = kernel.split("_")[1]
+            return min(limit, 3 if kernel.startswith("pick_cols_vec") else H200_BLOCKS[kind])
+        return min(limit, spec)
+    asked = []
+    blocks.asked = asked
+    return blocks
 
 
 def _case(rng):
@@ -83,6 +121,8 @@ def _check(plan, n, width):
         A, M, inner, chunk, chunks, _ = launch.args
         total = A * (inner // (width if "_vec" in launch.kernel else 1))
         assert chunk < 2**31 and (chunks - 1) * chunk < total <= chunks * chunk
+    elif launch.kernel.endswith("_one"):   # nothing to reduce: its elements
+        assert n == 1 and len(launch.args) == 1
     elif "_cols" in launch.kernel or "_gen" in launch.kernel:
         outer, m, inner, chunk, chunks, _, tx, _ = launch.args[:8]
         assert m == n and 256 % tx == 0
@@ -93,14 +133,64 @@ def _check(plan, n, width):
         rows, m, chunk, chunks, _, _ = launch.args
         assert m == n
         if chunks > 1:
-            assert launch.kernel.startswith(("sum_long", "pick_long"))
+            assert launch.kernel.split("_")[1] == "long"
             assert (chunks - 1) * chunk < n <= chunks * chunk and chunk % 2 == 0
     columns = any(k in launch.kernel for k in ("_cols", "_mid", "_gen"))
-    chunked = launch.args[4 if columns else 3] > 1
+    chunked = len(launch.args) > 1 and launch.args[4 if columns else 3] > 1
     assert (plan.counters > 0) == chunked and (plan.workspace > 0) == chunked
     # the one-call path takes every plan but the general kernel's (remember
     # keeps a plan of more arguments in Python)
     assert "_gen" in launch.kernel or 4 + len(launch.args) <= R.ONE_CALL_PARAMS
+
+
+def _check_occupancy(plan, width, sms, sm_threads, blocks):
+    """The occupancy rules of one plan on a device of ``sms`` SMs of
+    ``sm_threads`` threads whose kernels hold ``blocks(kernel, block)``
+    blocks each per SM (what the planner was given): each rule counts the
+    resident blocks of the kernel it launches."""
+    launch = plan.launch
+    kind = launch.kernel.split("_")[1]
+    resident = sms * blocks(launch.kernel, launch.block)
+    if kind == "short":          # a wave of tiles, or every tile; the kernel strides
+        outer, n, inner = launch.args[:3]
+        tiles = -(-outer // (R.SHORT_TILE // (n * inner)))
+        assert launch.grid == min(tiles, resident), launch
+    elif kind in ("rows", "long"):
+        rows, n, _, chunks = launch.args[:4]
+        row_warps = sms * blocks(launch.kernel.replace("_long", "_rows"), BLOCK) * (BLOCK // 32)
+        few = 2 * rows < row_warps and n >= 2 * BLOCK * width * R.ROW_UNROLL
+        assert (kind == "long") == few, launch   # a warp a row while rows fill half the warps
+        if kind == "rows":
+            assert launch.grid <= 4 * resident, launch
+        elif chunks > 1:         # one wave of chunks
+            assert launch.grid == rows * chunks <= resident, launch
+    elif kind in ("cols", "gen"):
+        # chunked only while the tasks leave a wave of the kernel's blocks
+        # (at most half the threads' blocks) short, and only that far; never
+        # left short where the rows allow two chunks of whole trips
+        target = sms * min(blocks(launch.kernel, BLOCK), sm_threads // BLOCK // 2)
+        n, chunks, tx = launch.args[1], launch.args[4], launch.args[6]
+        if chunks > 1:
+            base = plan.counters
+            assert base < target and base * (chunks - 1) < target, (launch, target)
+        else:
+            tiles = -(-launch.args[2] // (tx * _columns(launch.kernel, width)))
+            base = launch.args[0] * tiles
+            assert base >= target or n < 2 * (BLOCK // tx) * _trip(launch.kernel, width), \
+                (launch, target)
+    elif kind == "mid":
+        A, M, inner, chunk, chunks, _ = launch.args
+        per_sm = max(1, blocks(launch.kernel, launch.block) // 2)
+        packets = A * (inner // (width if "_vec" in launch.kernel else 1))
+        assert chunks <= max(1, round(sms * per_sm / M), -(-packets // (2**31 - 1))), launch
+
+
+def _columns(kernel, width):
+    """Columns a thread of a column kernel reads: a packet's for the
+    ``_vec`` kernels, else ``scalar_cols``'s (one for the general kernel)."""
+    if kernel.endswith("_vec") or "_vec_" in kernel:
+        return width
+    return 1 if "_gen" in kernel else R.scalar_cols(width)
 
 
 def _trip(kernel, width):
@@ -121,25 +211,73 @@ def _state_bytes(kernel, width):
     return 2 * value if kernel.startswith("pick") else value
 
 
+@pytest.mark.parametrize("occupancy", OCCUPANCIES)
 @pytest.mark.parametrize("family,width,suffix",
                          [("sum", 4, ""), ("sum", 2, ""), ("sum", 8, ""), ("sum", 8, "_wide"),
-                          ("pick", 4, ""), ("pick", 8, ""), ("pick", 2, "")])
-def test_plans_hold_their_invariants(rng, family, width, suffix):
-    for _ in range(400):
+                          ("max", 4, ""), ("pick", 4, ""), ("pick", 8, ""), ("pick", 2, "")])
+def test_plans_hold_their_invariants(rng, family, width, suffix, occupancy):
+    for _ in range(300):
         shape, axes = _case(rng)
-        if family == "pick":
+        if family != "sum":
             axes = axes[:1]
+        if rng.random() < 0.3:   # long rows and columns too, up to 2^27 elements
+            shape = tuple(int(rng.choice((1, 3, 17, 1000, 70001, 2**20 + 7))) for _ in shape)
+            while math.prod(shape) > 2**27:
+                shape = shape[1:] + (3,)
         sms, threads = DEVICES[int(rng.integers(len(DEVICES)))]
         aligned = bool(rng.integers(2))
-        plan = R.plan(shape, axes, aligned, width, family, sms, threads, 1, 0, suffix)
+        blocks = _blocks(occupancy, threads)
+        plan = R.plan(shape, axes, aligned, width, family, sms, threads, 1, 0, suffix, blocks)
         form, dims = R.layout(shape, axes)
         if plan is None:   # only where the general kernel declines
             assert form == "passes" and (family != "sum" or suffix), (shape, axes)
             continue
         _check(plan, math.prod(shape[a] for a in axes), width)
+        _check_occupancy(plan, width, sms, threads, blocks)
         assert plan.launch.kernel.endswith(suffix) or suffix == ""
         assert plan.launch.kernel.startswith(family)
         assert ("_gen" in plan.launch.kernel) == (form == "passes")
+        # the planner asks about its own kernels only, each in its block size
+        for kernel, block in blocks.asked:
+            assert kernel in KERNELS and block == (1024 if "_mid" in kernel else BLOCK)
+            assert kernel.startswith(family) and kernel.endswith(suffix)
+        assert (plan.launch.kernel, plan.launch.block) in blocks.asked \
+            or plan.launch.kernel.endswith("_one")
+
+
+@pytest.mark.parametrize("width", [4, 2, 8])
+def test_nothing_to_reduce_is_one_launch_of_a_copy(rng, width):
+    """Every reduced axis of extent 1 (the layout's rows of one element):
+    ``*_one`` of the family, the engine's signature with the element count
+    alone (a copy for sum, mean, max and min, argmax's fill of 0), no
+    workspace, whatever the alignment; a packet a thread, as many blocks as
+    that takes up to MAX_BLOCKS_PER_SM per multiprocessor.  The halves'
+    wide passes (never of extent 1) keep the row kernel."""
+    from handlers.cuda.launch import MAX_BLOCKS_PER_SM
+    cases = [((1589183, 1), (1,)), ((883, 1, 13, 2), (1,)), ((1,), (0,)), ((1, 1), (0, 1)),
+             ((6, 1, 1, 3), (1, 2)), ((4, 1), (1,)), ((1, 70001), (0,))]
+    for _ in range(20):   # random shapes with a run of size-1 axes reduced
+        shape = [int(rng.choice(EXTENTS)) for _ in range(int(rng.integers(1, 4)))]
+        at = int(rng.integers(len(shape) + 1))
+        ones = int(rng.integers(1, 3))
+        cases.append((tuple(shape[:at] + [1] * ones + shape[at:]),
+                      tuple(range(at, at + ones))))
+    for shape, axes in cases:
+        size = math.prod(shape)
+        assert R.layout(shape, axes) == ("rows", (size, 1))
+        for family in ("sum", "max", "min", "pick"):
+            for sms, threads in DEVICES:
+                for aligned in (True, False):
+                    plan = R.plan(shape, axes, aligned, width, family, sms, threads,
+                                  div=1, kind=R.PICK_KINDS.get(family, 2))
+                    launch = plan.launch
+                    assert launch.kernel == f"{family}_one", (shape, axes, launch)
+                    assert launch.args == (size,) and launch.block == BLOCK
+                    packets = -(-size // (BLOCK * width))
+                    assert launch.grid == max(1, min(packets, MAX_BLOCKS_PER_SM * sms))
+                    _check(plan, 1, width)
+    plan = R.plan((7, 1), (1,), True, 8, "sum", 132, 2048, suffix="_wide")
+    assert plan.launch.kernel == "sum_short_wide" and plan.launch.args[1] == 1
 
 
 def test_long_rows_fill_the_gpu():
@@ -160,15 +298,136 @@ def test_short_rows_and_short_columns():
     assert plan.counters == 0
 
 
-def test_tuned_plans_stay():
+@pytest.mark.parametrize("occupancy", ["threads", "h200"])
+def test_tuned_plans_stay(occupancy):
+    """The plans tuned on an H200, under the threads' limit and under the
+    H200's own occupancy (its column kernels hold 4 blocks a multiprocessor:
+    the tuned 4 a multiprocessor are one wave of them)."""
+    blocks = _blocks(occupancy, 2048)
     # 8192x4096 over axis 0: 32 columns of float4 a tile, 8 rows deep
-    plan = R.plan((8192, 4096), (0,), True, 4, "sum", 132, 2048)
+    plan = R.plan((8192, 4096), (0,), True, 4, "sum", 132, 2048, blocks_per_sm=blocks)
     assert plan.launch.kernel == "sum_cols_vec" and plan.launch.args[6] == 32
     assert 16 <= plan.launch.args[4] <= 17
     # the conv bias gradient: one 1024-thread block per channel, no chunks
-    plan = R.plan((64, 128, 32, 32), (0, 2, 3), True, 4, "sum", 132, 2048)
+    plan = R.plan((64, 128, 32, 32), (0, 2, 3), True, 4, "sum", 132, 2048, blocks_per_sm=blocks)
     assert plan.launch.kernel == "sum_mid_vec" and plan.launch.block == 1024
     assert plan.counters == 0 and plan.launch.grid == 128
+
+
+#: Plans of the planner before it asked for occupancy (the parent of the
+#: change), on an H200 (132 SMs of 2048 threads) and a device of 16 SMs of
+#: 1536: (shape, axes, aligned, width, family, div, kind, suffix), device,
+#: (kernel, grid, the first 8 arguments, block, workspace, counters).  Where
+#: the occupancy is the threads' limit they must not move.
+BEFORE = [
+    (((400, 70348, 2), (2,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_short", 1056, (28139200, 2, 1, 1, 1, 0), 256, 0, 0)),
+    (((400, 70348, 2), (2,), True, 4, "sum", 1, 0, ""), (16, 1536),
+     ("sum_short", 96, (28139200, 2, 1, 1, 1, 0), 256, 0, 0)),
+    (((81, 16960, 3), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
+     ("max_short", 1056, (1373760, 3, 1, 1, 1, 0), 256, 0, 0)),
+    (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (132, 2048),
+     ("sum_rows", 625, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
+    (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (16, 1536),
+     ("sum_rows", 384, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
+    (((8859584,), (0,), True, 4, "min", 1, 1, ""), (132, 2048),
+     ("min_long", 1056, (1, 8859584, 8392, 1056, 1, 1), 256, 4224, 1)),
+    (((8859584,), (0,), True, 4, "min", 1, 1, ""), (16, 1536),
+     ("min_long", 96, (1, 8859584, 92288, 96, 1, 1), 256, 384, 1)),
+    (((4, 1048576), (1,), True, 2, "pick", 1, 2, ""), (132, 2048),
+     ("pick_long", 1056, (4, 1048576, 3972, 264, 1, 2), 256, 16896, 4)),
+    (((3000000,), (0,), True, 8, "sum", 1, 0, "_wide"), (132, 2048),
+     ("sum_long_wide", 367, (1, 3000000, 8176, 367, 1, 0), 256, 1468, 1)),
+    (((8192, 4096), (0,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_cols_vec", 512, (1, 8192, 4096, 512, 16, 1, 32, 0), 256, 262144, 32)),
+    (((8192, 4096), (0,), True, 4, "sum", 1, 0, ""), (16, 1536),
+     ("sum_cols_vec", 64, (1, 8192, 4096, 4096, 2, 1, 32, 0), 256, 32768, 32)),
+    (((64, 300007), (0,), False, 4, "max", 1, 0, ""), (132, 2048),
+     ("max_cols", 2344, (1, 64, 300007, 64, 1, 1, 32, 0), 256, 0, 0)),
+    (((1000003, 3), (0,), True, 8, "pick", 1, 2, ""), (132, 2048),
+     ("pick_cols", 489, (1, 1000003, 3, 2048, 489, 1, 1, 2), 256, 11736, 1)),
+    (((1000003, 3), (0,), True, 8, "pick", 1, 2, ""), (16, 1536),
+     ("pick_cols", 47, (1, 1000003, 3, 21504, 47, 1, 1, 2), 256, 1128, 1)),
+    (((12, 11135, 344), (0,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_cols_vec", 3741, (1, 12, 3830440, 12, 1, 1, 256, 0), 256, 0, 0)),
+    (((64, 128, 32, 32), (0, 2, 3), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_mid_vec", 128, (64, 128, 1024, 16384, 1, 1), 1024, 0, 0)),
+    (((8, 16, 7, 7), (0, 2, 3), True, 2, "sum", 392, 0, ""), (16, 1536),
+     ("sum_mid", 16, (8, 16, 49, 392, 1, 392), 1024, 0, 0)),
+    (((593, 4, 11, 11), (0, 2), True, 4, "sum", 6523, 0, ""), (132, 2048),
+     ("sum_gen", 118, (1, 6523, 44, 112, 59, 6523, 32, 0), 256, 10384, 2)),
+    (((593, 4, 11, 11), (0, 2), True, 4, "sum", 6523, 0, ""), (16, 1536),
+     ("sum_gen", 48, (1, 6523, 44, 280, 24, 6523, 32, 0), 256, 4224, 2)),
+    (((7, 300, 5, 400), (1, 3), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_gen", 490, (1, 120000, 35, 8960, 14, 1, 1, 0), 256, 1960, 35)),
+    (((1589183, 1), (1,), True, 4, "max", 1, 0, ""), (132, 2048),
+     ("max_one", 1552, (1589183,), 256, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("occupancy", [None, "threads"])
+def test_plans_at_the_threads_limit_are_those_of_before(occupancy):
+    """Where every kernel's occupancy is the threads' limit (given, or by
+    default), the plans are the planner's before it asked: one of each
+    kernel kind, pinned."""
+    for (shape, axes, aligned, width, family, div, kind, suffix), (sms, threads), want in BEFORE:
+        blocks = None if occupancy is None else _blocks(occupancy, threads)
+        plan = R.plan(shape, axes, aligned, width, family, sms, threads, div, kind, suffix,
+                      blocks)
+        launch = plan.launch
+        got = (launch.kernel, launch.grid, launch.args[:8], launch.block, plan.workspace,
+               plan.counters)
+        assert got == want, (shape, axes, sms)
+
+
+@pytest.mark.parametrize("occupancy", OCCUPANCIES)
+def test_long_rows_take_one_wave(occupancy):
+    """``*_long``: as many chunks as one wave of the kernel's resident
+    blocks holds, resident // rows a row (each a full trip of the block's
+    loads at least): never a block beyond the wave, which would run alone
+    as long as the wave.  The one change where the occupancy is the
+    threads' limit: rows that do not divide the wave took ceil(resident /
+    rows) chunks, a few blocks past it (5 rows on an H200: 5 * 212 = 1060
+    blocks of 1056 slots, now 5 * 211)."""
+    for sms, threads in DEVICES:
+        blocks = _blocks(occupancy, threads)
+        for family, width in (("sum", 4), ("max", 2), ("pick", 8), ("min", 4)):
+            resident = sms * blocks(f"{family}_long", BLOCK)
+            for rows in (1, 2, 3, 5, 7, 31, 100):
+                n = 2**25 + 5   # trips enough for every chunk
+                plan = R.plan((rows, n), (1,), True, width, family, sms, threads, 1, 0, "",
+                              blocks)
+                launch = plan.launch
+                row_warps = sms * blocks(f"{family}_rows", BLOCK) * (BLOCK // 32)
+                if 2 * rows >= row_warps:   # enough rows for a warp each
+                    assert launch.kernel == f"{family}_rows"
+                    continue
+                assert launch.kernel == f"{family}_long", (rows, launch)
+                chunks = launch.args[3]
+                assert chunks == max(1, resident // rows), (sms, rows, launch)
+                assert launch.grid == rows * chunks
+                assert launch.grid <= resident or chunks == 1
+    plan = R.plan((5, 1154496), (1,), True, 4, "pick", 132, 2048, 1, 2)
+    assert plan.launch.args[3] == 211 and plan.launch.grid == 1055
+
+
+def test_occupancy_below_the_threads_limit_shrinks_the_waves():
+    """An H200 whose reduction kernels hold 4 blocks of 256 a
+    multiprocessor (64 registers), not the threads' 8: the 1-D min and the
+    short rows take one wave of 528 blocks, not 1056 in two; a warp-per-row
+    kernel that holds 5 takes the rows that half the warps of 5 fill."""
+    four = _blocks(4, 2048)
+    plan = R.plan((8859584,), (0,), True, 4, "min", 132, 2048, 1, 1, blocks_per_sm=four)
+    assert plan.launch.kernel == "min_long"
+    assert plan.launch.args[3] == plan.launch.grid == 528 and plan.workspace == 528 * 4
+    plan = R.plan((400, 70348, 2), (2,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
+    assert plan.launch.kernel == "sum_short" and plan.launch.grid == 528
+    # 3000 rows of 10^5: fewer than half the warps of 8 blocks a
+    # multiprocessor (4224 rows), more than half those of sum_rows's 5 (2640)
+    h200 = _blocks("h200", 2048)
+    assert R.plan((3000, 10**5), (1,), True, 4, "sum", 132, 2048).launch.kernel == "sum_long"
+    plan = R.plan((3000, 10**5), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=h200)
+    assert plan.launch.kernel == "sum_rows" and plan.launch.grid == 375
 
 
 def test_mid_declines_runs_beyond_32_bit_offsets():
@@ -330,7 +589,8 @@ def test_the_general_kernel_reduces_what_numpy_reduces(rng, width):
         shape, axes = _passes_case(rng)
         sms, threads = DEVICES[int(rng.integers(len(DEVICES)))]
         aligned = bool(rng.integers(2))
-        plan = R.plan(shape, axes, aligned, width, "sum", sms, threads)
+        blocks = _blocks(OCCUPANCIES[int(rng.integers(len(OCCUPANCIES)))], threads)
+        plan = R.plan(shape, axes, aligned, width, "sum", sms, threads, blocks_per_sm=blocks)
         extents, reduced = R.layout(shape, axes)[1]
         runs = (len(reduced), len(extents) - len(reduced))
         if max(runs) > R.GEN_RUNS:
@@ -339,6 +599,7 @@ def test_the_general_kernel_reduces_what_numpy_reduces(rng, width):
         launch = plan.launch
         seen.add((launch.kernel, launch.args[4] > 1, launch.args[8]))
         _check(plan, math.prod(shape[a] for a in axes), width)
+        _check_occupancy(plan, width, sms, threads, blocks)
         if launch.kernel.endswith("_vec"):
             assert aligned and extents[-1] % width == 0 and reduced[-1] != len(extents) - 1
         kept = [i for i in range(len(extents)) if i not in reduced]
@@ -426,3 +687,36 @@ def test_argmax_index_width():
         # many rows of a long axis that fits: 32-bit, even past 2^31 elements
         plan = R.plan((4, 2**30 + 3), (1,), True, width, "pick", 132, 2048, 1, 2)
         assert plan.launch.kernel.startswith("pick_")
+
+
+# --------------------------------------------------------------- one-call scratch
+def test_chunked_plans_fit_the_one_call_scratch(rng):
+    """``one_call_scratch`` holds every chunked plan of 32-bit indices and
+    offsets, of every family and packet width, on every device and under
+    every occupancy (it is sized by the threads' limit, which no kernel's
+    occupancy exceeds): random shapes of up to 2^32 elements, extents
+    spread over six decades.  So the one-call path serves chunked
+    reductions; it keeps only 64-bit ones in Python."""
+    seen = set()
+    for i in range(4000):
+        sms, threads = DEVICES[i % len(DEVICES)]
+        nbytes, counters = R.one_call_scratch(sms, threads)
+        ndim = int(rng.integers(1, 5))
+        while True:
+            shape = tuple(max(1, int(np.exp(rng.uniform(0, np.log(2e6))))) for _ in range(ndim))
+            if math.prod(shape) <= 2**32:
+                break
+        axes = tuple(sorted(set(int(x) for x in rng.integers(0, ndim,
+                                                              int(rng.integers(1, ndim + 1))))))
+        family = str(rng.choice(["sum", "max", "min", "pick"]))
+        if family != "sum":
+            axes = axes[:1]
+        width = int(rng.choice([2, 4, 8]))
+        blocks = _blocks(OCCUPANCIES[i // len(DEVICES) % len(OCCUPANCIES)], threads)
+        plan = R.plan(shape, axes, bool(rng.integers(2)), width, family, sms, threads,
+                      blocks_per_sm=blocks)
+        if plan is None or not plan.counters or plan.launch.kernel.startswith("pick64"):
+            continue
+        seen.add(plan.launch.kernel.split("_")[1])
+        assert plan.workspace <= nbytes and plan.counters <= counters, (shape, axes, plan)
+    assert seen >= {"long", "cols", "mid", "gen"}, seen

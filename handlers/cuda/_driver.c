@@ -1,9 +1,9 @@
 /* handlers.cuda._launch: the driver calls besides launches and events.
  *
  * Streams, asynchronous copies, page-locked host memory, timing events, the
- * context's synchronize, device attributes, module loading, stream capture
- * and CUDA graphs, a 32-bit memset, page-locking of host memory, a status's
- * name, and cuBLAS's workspace setter.  Handles and addresses are Python ints;
+ * context's synchronize, device attributes, a kernel's occupancy, module
+ * loading, stream capture and CUDA graphs, a 32-bit memset, page-locking of
+ * host memory, a status's name, and cuBLAS's workspace setter.  Handles and addresses are Python ints;
  * a copy's host memory is an object with the buffer protocol (a NumPy array).
  * Each function converts and checks its arguments before it needs libcuda,
  * so a wrong type is a TypeError on any machine, then makes one call; a
@@ -44,6 +44,7 @@ typedef int (*elapsed_fn)(float *, void *, void *);
 typedef int (*device_get_fn)(int *, int);
 typedef int (*device_attribute_fn)(int *, int, int);
 typedef int (*host_alloc_fn)(void **, size_t, unsigned);
+typedef int (*occupancy_fn)(int *, void *, int, size_t);
 
 static module_load_fn cu_module_load;
 static module_function_fn cu_module_function;
@@ -67,6 +68,7 @@ static elapsed_fn cu_elapsed;
 static device_get_fn cu_device_get;
 static device_attribute_fn cu_device_attribute;
 static host_alloc_fn cu_host_alloc;
+static occupancy_fn cu_occupancy;
 
 void resolve_driver_calls(void *lib) {
     cu_module_load = (module_load_fn)dlsym(lib, "cuModuleLoadData");
@@ -94,6 +96,7 @@ void resolve_driver_calls(void *lib) {
     cu_device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
     cu_host_alloc = (host_alloc_fn)dlsym(lib, "cuMemHostAlloc");
     cu_host_free = (handle_fn)dlsym(lib, "cuMemFreeHost");
+    cu_occupancy = (occupancy_fn)dlsym(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 }
 
 /* 1 if libcuda is loaded, the context current and `symbol` was found there
@@ -634,6 +637,39 @@ static PyObject *py_device_attribute(PyObject *self, PyObject *const *args, Py_s
     return PyLong_FromLong(value);
 }
 
+/* The most threads a block may have (every GPU since compute capability 2.0). */
+#define MAX_BLOCK_THREADS 1024
+
+/* occupancy(function, block, dynamic_smem) -> int:
+ * cuOccupancyMaxActiveBlocksPerMultiprocessor, the blocks of `block`
+ * threads (1 to 1024) of kernel `function` (a CUfunction) that one
+ * multiprocessor holds at once with `dynamic_smem` bytes of dynamic shared
+ * memory each: the least that the kernel's registers, its shared memory and
+ * the multiprocessor's threads and blocks allow (0 where one block does not
+ * fit).  The reduction planners size their grids by it. */
+static PyObject *py_occupancy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *what = "occupancy";
+    void *function;
+    unsigned block;
+    size_t smem;
+    if (!check_nargs(what, nargs, 3) || !as_handle(what, "function", args[0], &function) ||
+        !as_uint(what, "block", args[1], INT_MAX, &block) ||
+        !as_size(what, "dynamic_smem", args[2], &smem))
+        return NULL;
+    if (block < 1 || block > MAX_BLOCK_THREADS) {
+        PyErr_Format(PyExc_ValueError, "%s: block must be 1 to %d threads, not %u", what,
+                     MAX_BLOCK_THREADS, block);
+        return NULL;
+    }
+    if (!ready(what, cu_occupancy != NULL, "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+        return NULL;
+    int blocks = 0;
+    int rc = cu_occupancy(&blocks, function, (int)block, smem);
+    if (rc) return driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", rc);
+    return PyLong_FromLong(blocks);
+}
+
 #define FASTCALL(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL
 
 static PyMethodDef driver_methods[] = {
@@ -688,6 +724,10 @@ static PyMethodDef driver_methods[] = {
     {"device_attribute", FASTCALL(py_device_attribute),
      "device_attribute(attribute, ordinal) -> int: cuDeviceGetAttribute of the device at "
      "`ordinal`."},
+    {"occupancy", FASTCALL(py_occupancy),
+     "occupancy(function, block, dynamic_smem) -> int: "
+     "cuOccupancyMaxActiveBlocksPerMultiprocessor, the blocks of `block` threads of kernel "
+     "`function` one multiprocessor holds at once."},
     {NULL, NULL, 0, NULL},
 };
 

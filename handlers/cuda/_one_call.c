@@ -76,6 +76,10 @@ typedef struct {
     void *cublas;           /* the group's cuBLAS handle, bound to its stream */
     void *small_fn;         /* small_gemm kernel */
     DotEntry dot_cache[DOT_CACHE];   /* records read from dot_launches */
+    /* sum: the group's fixed scratch for chunked plans, set by set_scratch
+     * (none until then: every chunked plan declines) */
+    void *sum_ws, *sum_counters;
+    long long sum_ws_bytes, sum_ncounters;
 } OneCall;
 
 /* One kernel argument; params[] points into these. */
@@ -423,37 +427,50 @@ static int overlap(const Arg *x, long long nx, const Arg *y, long long ny, int i
     return nx && ny && px < py + (uintptr_t)ny * itemsize && py < px + (uintptr_t)nx * itemsize;
 }
 
-/* The kernel arguments of a sum plan (function, grid, fmt, trailing, block):
- * a, a null workspace, out, null counters, then the trailing ints as fmt says
- * ("PPPP" then 'q' or 'i' for each).  Returns the argument count, or -1 with
- * an exception set for a malformed plan. */
-static Py_ssize_t sum_args(PyObject *plan, const Arg *a, const Arg *out, Arg *args, void **fn,
-                           long long *grid, unsigned *block) {
+/* The kernel arguments of a sum plan (function, grid, fmt, trailing, block,
+ * workspace bytes, counters): a, the workspace, out, the counters, then the
+ * trailing ints as fmt says ("PPPP" then 'q' or 'i' for each).  A plan of
+ * no workspace and no counters gets null pointers; a chunked one this
+ * object's fixed scratch (set_scratch), which the plan states its needs of
+ * and does not name: the plans are shared by the views of every stream
+ * group, each with its own scratch.  Returns the argument count; 0 (no
+ * exception) for a chunked plan that needs more than the scratch holds
+ * (declined: the Python path runs it on its own workspace); -1 with an
+ * exception set for a malformed plan. */
+static Py_ssize_t sum_args(OneCall *self, PyObject *plan, const Arg *a, const Arg *out,
+                           Arg *args, void **fn, long long *grid, unsigned *block) {
     PyObject *fmt, *trailing;
-    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 5 ||
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 7 ||
         !PyBytes_Check(fmt = PyTuple_GET_ITEM(plan, 2)) ||
         !PyTuple_CheckExact(trailing = PyTuple_GET_ITEM(plan, 3)) ||
         PyBytes_GET_SIZE(fmt) != 4 + PyTuple_GET_SIZE(trailing) ||
         PyBytes_GET_SIZE(fmt) > MAX_PARAMS || memcmp(PyBytes_AS_STRING(fmt), "PPPP", 4)) {
         PyErr_SetString(PyExc_TypeError,
-                        "sum: a plan is (function, grid, fmt: bytes 'PPPP...', args, block)");
+                        "sum: a plan is (function, grid, fmt: bytes 'PPPP...', args, block, "
+                        "workspace bytes, counters)");
         return -1;
     }
     *fn = PyLong_AsVoidPtr(PyTuple_GET_ITEM(plan, 0));
     *grid = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 1));
     long long threads = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 4));
+    long long ws = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 5));
+    long long counters = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 6));
     if (PyErr_Occurred()) return -1;
-    if (!*fn || *grid < 1 || threads < 32 || threads > 1024 || threads % 32) {
+    if (!*fn || *grid < 1 || threads < 32 || threads > 1024 || threads % 32 || ws < 0 ||
+        counters < 0) {
         PyErr_SetString(PyExc_ValueError,
-                        "sum: null function, empty grid or a block size that is not a "
-                        "multiple of 32 up to 1024 in a plan");
+                        "sum: null function, empty grid, a block size that is not a "
+                        "multiple of 32 up to 1024, or a negative workspace or count in a plan");
         return -1;
     }
+    const int chunked = ws > 0 || counters > 0;
+    if (chunked && (ws > self->sum_ws_bytes || counters > self->sum_ncounters)) return 0;
     *block = (unsigned)threads;
     args[0] = *a;
     args[2] = *out;
     args[1].code = args[3].code = 'P';
-    args[1].v.p = args[3].v.p = NULL;
+    args[1].v.p = chunked ? self->sum_ws : NULL;
+    args[3].v.p = chunked ? self->sum_counters : NULL;
     Py_ssize_t n = PyBytes_GET_SIZE(fmt);
     for (Py_ssize_t k = 4; k < n; ++k) {
         long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(trailing, k - 4));
@@ -473,14 +490,16 @@ static Py_ssize_t sum_args(PyObject *plan, const Arg *a, const Arg *out, Arg *ar
     return n;
 }
 
-/* sum(plans, a, axis, out) -> bool: sum_t's launch for a combination that
- * the Python path has checked and planned before.  `plans` maps (a.shape,
- * axis, out.shape, a's address 16-byte aligned) to (function, grid, fmt,
- * trailing args, block) of a kernel taking (a, workspace, out, counters,
- * trailing...), or to None for a combination that stays in Python (its plan
- * needs a workspace).  Declines an unknown combination, an axis other than
- * None, an int or a tuple of ints (a bool would hash like one), and
- * overlapping a and out. */
+/* sum(plans, a, axis, out) -> bool: a reduction's launch for a combination
+ * that the Python path has checked and planned before (reductions.remember).
+ * `plans` maps (a.shape, axis, out.shape, a's address 16-byte aligned) to
+ * (function, grid, fmt, trailing args, block, workspace bytes, counters) of
+ * a kernel taking (a, workspace, out, counters, trailing...), or to None for
+ * a combination that stays in Python.  A chunked plan (workspace bytes or
+ * counters) runs on this object's fixed scratch (sum_args).  Declines an
+ * unknown combination, a chunked plan larger than the scratch, an axis
+ * other than None, an int or a tuple of ints (a bool would hash like one),
+ * and overlapping a and out. */
 static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyDict_CheckExact(args[0])) {
         PyErr_SetString(PyExc_TypeError, "sum(plans: dict, a, axis, out)");
@@ -528,8 +547,10 @@ static PyObject *one_call_sum(OneCall *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t n;
     if (plan == Py_None)
         result = Py_NewRef(Py_False);
-    else if ((n = sum_args(plan, &pa, &po, kargs, &fn, &grid, &block)) < 0)
+    else if ((n = sum_args(self, plan, &pa, &po, kargs, &fn, &grid, &block)) < 0)
         result = NULL;
+    else if (n == 0)
+        result = Py_NewRef(Py_False);
     else
         result = launch_args(self, fn, grid, block, kargs, n);
     Py_DECREF(plan);
@@ -561,6 +582,31 @@ static PyObject *one_call_set_dot(OneCall *self, PyObject *const *args, Py_ssize
     self->cublas = cublas;
     self->small_fn = small;
     memset(self->dot_cache, 0, sizeof self->dot_cache);
+    Py_RETURN_NONE;
+}
+
+/* set_scratch(workspace, bytes, counters, count): the fixed scratch of this
+ * group's stream that chunked sum plans run on: a workspace of `bytes` and
+ * `count` uint32 counters, zero when no launch is running (the kernels
+ * leave them so).  The caller keeps both allocated while this object may
+ * launch, and lets nothing else on the stream use them. */
+static PyObject *one_call_set_scratch(OneCall *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "set_scratch(workspace, bytes, counters, count)");
+        return NULL;
+    }
+    void *ws = PyLong_AsVoidPtr(args[0]), *counters = PyLong_AsVoidPtr(args[2]);
+    long long nbytes = PyLong_AsLongLong(args[1]), count = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (nbytes < 0 || count < 0 || (nbytes && !ws) || (count && !counters)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "set_scratch: sizes must be >= 0, and a non-empty buffer not null");
+        return NULL;
+    }
+    self->sum_ws = ws;
+    self->sum_ws_bytes = nbytes;
+    self->sum_counters = counters;
+    self->sum_ncounters = count;
     Py_RETURN_NONE;
 }
 
@@ -771,7 +817,11 @@ static PyMethodDef one_call_methods[] = {
     {"scalar", FASTCALL(one_call_scalar),
      "scalar(index, s, *arrays) -> bool: as run, for kernels taking (s, pointers..., n)."},
     {"sum", FASTCALL(one_call_sum),
-     "sum(plans, a, axis, out) -> bool: sum_t with a plan from `plans` (see the source)."},
+     "sum(plans, a, axis, out) -> bool: a reduction with a plan from `plans` (see the "
+     "source)."},
+    {"set_scratch", FASTCALL(one_call_set_scratch),
+     "set_scratch(workspace, bytes, counters, count): the group's fixed workspace and zeroed "
+     "uint32 counters that chunked sum plans run on (none set: they decline)."},
     {"dot", FASTCALL(one_call_dot),
      "dot(a, b, out, transa, transb, beta) -> bool: dot_mm (beta 0.0) or dot_add_mm "
      "(beta 1.0) as its stored record says, see the source."},

@@ -140,7 +140,9 @@ class PyCudaHandler(Handler):
         major = ext.device_attribute(kernel_loader.COMPUTE_CAPABILITY_MAJOR, device)
         blas_ws = (32 if major >= 9 else 4) << 20
         # One stream (slot) per group: no op uses more than one.
-        self._slots = [StreamSlot(self._pool, blas_ws) for _ in range(self.num_stream_groups)]
+        scratch = reductions.one_call_scratch(sms, self._sm_threads)
+        self._slots = [StreamSlot(self._pool, blas_ws, scratch)
+                       for _ in range(self.num_stream_groups)]
         self._all_slots = self._slots
         self._max_blocks = launch.MAX_BLOCKS_PER_SM * sms
         self._rng = [int.from_bytes(os.urandom(8), "little") if seed is None
@@ -179,6 +181,8 @@ class PyCudaHandler(Handler):
         #: bytes of the compute format (float32 for the halves: sum partials)
         self._compute_itemsize = dtypes.compute_dtype(self.dtype).itemsize
         self._sum_plans = {}
+        # (kernel handle, block) -> resident blocks per SM (reductions.blocks_per_sm)
+        self._occupancy = {}
         # checked combinations of each reduction for OneCall.sum (see reductions.remember)
         self._reduce_launches = {op: {} for op in reductions.ONE_CALL_OPS}
         self._grids = {}         # elements -> blocks, for _grid
@@ -470,6 +474,7 @@ class PyCudaHandler(Handler):
     _sum_t = reductions.sum_t
     _mean_t = reductions.mean_t
     _sum_kernels = reductions.sum_kernels
+    _blocks_per_sm = reductions.blocks_per_sm
     _sum_passes = reductions.sum_passes
     _run_reduction = reductions.run
 

@@ -10,10 +10,11 @@ disk, so a warm start does not invoke nvcc again.
 The extension is built at install time (it needs only a C compiler, no CUDA
 headers) and opens libcuda at run time.  PyCudaHandler requires it
 (:func:`require`).  Kernel launches, streams, events, copies, page-locked
-host memory, module loading, graphs, host page-locking and the cuBLAS calls
-of the fast path all go through it, and every failure of the driver or
-cuBLAS is a :class:`CudaError`.  pycuda stays the array library (GPUArray,
-its memory pool and the context they need) and nvcc's front end.
+host memory, module loading, kernels' occupancy, graphs, host page-locking
+and the cuBLAS calls of the fast path all go through it, and every failure
+of the driver or cuBLAS is a :class:`CudaError`.  pycuda stays the array
+library (GPUArray, its memory pool and the context they need) and nvcc's
+front end.
 """
 import hashlib
 import importlib
@@ -177,6 +178,26 @@ def source_function(source, name, arg_format):
     if mod is None:
         mod = _modules[key] = require().module_load(compile_source(source))
     return Kernel(name, arg_format, handle=require().module_function(mod, name))
+
+
+def blocks_per_sm(kernel, block, sm_threads, dynamic_smem=0):
+    """Blocks of ``block`` threads of ``kernel`` (a ``Kernel``) that one
+    multiprocessor of ``sm_threads`` threads holds at once, with
+    ``dynamic_smem`` bytes of dynamic shared memory each: the driver's
+    occupancy of the compiled kernel (the extension's ``occupancy``: the
+    least that its registers, its shared memory and the multiprocessor's
+    threads and blocks allow; 4 blocks of 256 threads at 64 registers a
+    thread, where the threads alone allow 8), at least 1.  Where the
+    extension predates that call, the thread limit alone: ``sm_threads //
+    block``, all the planners assumed before.  A driver call, for a loaded
+    kernel's handle only: the planners' CPU tests, whose kernels have
+    made-up handles, give occupancies of their own (``reductions.plan``
+    takes None for the threads' limit).  The handler caches it per kernel
+    (``reductions.blocks_per_sm``)."""
+    query = getattr(require(), "occupancy", None)
+    if query is None:
+        return max(1, sm_threads // block)
+    return max(1, query(kernel.handle, block, dynamic_smem))
 
 
 def function(file, name, suffix, arg_format):

@@ -1,5 +1,6 @@
 """PyCudaHandler's most frequent ops in one C call: the same-shape ops
-(``add_tt``, ``relu``, ``axpby``, ...), ``sum_t``, ``dot_mm`` and ``dot_add_mm``.
+(``add_tt``, ``relu``, ``axpby``, ...), the reductions (``sum_t``, ``max_t``,
+...: ``handlers.cuda.reductions.remember``), ``dot_mm`` and ``dot_add_mm``.
 
 For such an op the host work is the checks, the launch's argument packing and
 the driver's ``cuLaunchKernel`` (or cuBLAS); the first two cost 0.6-1.3 us in
@@ -59,8 +60,9 @@ def make(handler, slot, gemm, block, dry=False):
     as the records in ``handler._dot_launches`` say (``handlers.cuda.products``
     plans them), on the small-product kernel or on ``gemm`` (the handler's
     cuBLAS object on that stream) where its binding says which function to
-    call (``gemm.c_symbol``).  ``dry``: launch nothing (``python -m benchmarks
-    hostcost`` times the checks alone)."""
+    call (``gemm.c_symbol``); chunked reductions on ``slot.sum_scratch``
+    (the slot's fixed workspace and counters).  ``dry``: launch nothing
+    (``python -m benchmarks hostcost`` times the checks alone)."""
     from ._launch import OneCall
     ops = OneCall(slot.handle, handler.array_type, handler.dtype, handler.dtype.itemsize,
                   block, block * handler._vec, handler._max_blocks,
@@ -68,6 +70,7 @@ def make(handler, slot, gemm, block, dry=False):
                   dry=dry)
     ops.set_dot(handler._dot_launches, gemm.c_symbol, gemm.handle if gemm.c_symbol else 0,
                 handler._k["small_gemm"].handle, gemm.kind)
+    ops.set_scratch(*slot.sum_scratch)
     return ops
 
 

@@ -14,11 +14,29 @@ handler), cached by the handler per combination:
 2. ``plan_rows``, ``plan_cols``, ``plan_mid``, ``plan_gen`` (the ``passes``
    layouts of up to GEN_RUNS merged runs of each kind, in one launch): the
    kernel, its grid and its chunking, from the device's multiprocessors and
-   threads per multiprocessor.  The rules (each planner's docstring says
-   why): enough blocks to keep the loads in flight that hide memory latency;
-   chunks of a long axis only as far as that needs, so the in-launch second
-   stage stays small; never a second launch.  Layouts beyond ``plan_gen``
-   run ``sum_passes``: one launch per merged run of reduced axes.
+   the occupancy of the kernel chosen: the blocks of it that one
+   multiprocessor holds at once (``blocks_per_sm``, which the handler asks
+   the driver for once per kernel).  Not the threads alone: ptxas gives most
+   reduction kernels 48 to 80 registers a thread, so an H100 or H200 holds 3
+   to 5 blocks of 256 of them where its 2048 threads would hold 8, and a
+   grid sized for 8 a multiprocessor runs half its blocks in a second wave.
+   The rules (each planner's docstring says why): enough blocks to keep the
+   loads in flight that hide memory latency; a grid meant as one wave no
+   larger than the kernel's resident blocks; chunks of a long axis only as
+   far as that needs, so the in-launch second stage stays small; never a
+   second launch.  Layouts beyond ``plan_gen`` run ``sum_passes``: one
+   launch per merged run of reduced axes.  A reduction with nothing to
+   reduce (every reduced axis of extent 1: ``layout`` gives rows of one
+   element) is a plan too, ``plan_one``: each output from its one input
+   (argmax: 0) in one launch of the engine's signature, so the one-call
+   path serves it as any other.
+
+A chunked plan (``counters`` > 0) needs partials and counters on its
+stream.  The Python path (``run``) takes them from the stream slot's
+growable scratch; the one-call path, from a fixed scratch that each slot
+allocates once (``one_call_scratch`` sizes it) and that nothing else uses,
+so a launch remembered for C never meets a buffer that the Python path
+grows or frees.  Plans that need more stay on the Python path.
 
 The combine is a kernel family: ``sum`` (mean_t is a sum whose result is
 divided by the count as it is stored: one launch), ``max`` and ``min`` (the
@@ -34,8 +52,9 @@ import numpy as np
 from .. import shape_rules
 from ..base import Handler
 from ..optable import OPS
+from . import kernel_loader
 from .context import enter as _enter
-from .launch import BLOCK, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
+from .launch import BLOCK, MAX_BLOCKS_PER_SM, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
 
 
 class Launch(NamedTuple):
@@ -79,6 +98,42 @@ GEN_RUNS = 4
 #: The most kernel arguments the one-call path takes (MAX_PARAMS in
 #: ``_one_call.c``): a plan with more stays in Python
 ONE_CALL_PARAMS = 12
+#: Bytes of the one-call path's fixed workspace per block the device holds
+#: at once (``one_call_scratch`` says why)
+ONE_CALL_TASK_BYTES = 2048
+
+
+def one_call_scratch(sms, sm_threads):
+    """(bytes, counters) of the fixed scratch that each stream slot gives
+    its one-call path for chunked plans, on a device of ``sms``
+    multiprocessors of ``sm_threads`` threads: ONE_CALL_TASK_BYTES and one
+    counter per resident block (``resident`` = sms * sm_threads / BLOCK,
+    the most blocks of BLOCK threads the device holds at once whatever the
+    kernel: a kernel's occupancy, by which the planners chunk, is at most
+    that; an H200's 1056 make 2.1 MB a stream, next to cuBLAS's 32 MB).
+
+    The planners chunk only while the tasks are too few to fill the
+    device, which bounds what a chunked plan needs:
+
+    * ``plan_rows``: at most resident / 2 rows (counters), at most
+      resident // rows chunks each: at most ``resident`` partial states of
+      at most 16 bytes.
+    * ``_chunking`` (cols, gen): under resident / 2 tiles (counters), at
+      most ceil(resident / 2 / tiles) chunks each: under ``resident``
+      (tile, chunk) tasks.  A chunked tile is at most 32 thread columns
+      (ty >= 8 rows a trip, or it would not chunk) of a packet of columns
+      each, a state a column: at most 32 * 8 * 8 = 2048 bytes a task (a
+      32-bit argmax of the halves; a double's 16-byte picks come 2 a
+      packet, sums, max and min at most 32 * 8 * 4).
+    * ``plan_mid``: columns fewer than the multiprocessors, chunked to
+      about one block per multiprocessor: a few KB.
+
+    So the fixed scratch takes every chunked plan but those that need
+    64-bit indices or offsets, which stay on the Python path (``remember``
+    checks each plan): ``pick64`` columns of the halves (16-byte states, 8
+    a packet) and ``sum_mid`` columns of 2^31 packets or more."""
+    resident = sms * sm_threads // BLOCK
+    return ONE_CALL_TASK_BYTES * resident, resident
 
 
 def layout(shape, axes):
@@ -87,7 +142,8 @@ def layout(shape, axes):
     inner))``, ``("mid", (A, M, I))`` or ``("passes", (extents, reduced))``
     for the others, where ``extents`` is the merged shape and ``reduced``
     the merged axes to reduce.  Size-1 axes are dropped (reducing one is a
-    copy), then adjacent axes of the same kind are merged; the output's
+    copy: nothing reduced leaves ``("rows", (size, 1))``, ``plan_one``'s),
+    then adjacent axes of the same kind are merged; the output's
     layout is the kept axes in order, so every form writes it contiguously."""
     merged = []   # [extent, reduced]
     for i, e in enumerate(shape):
@@ -120,49 +176,94 @@ def _pow2(x):
     return 1 << (max(1, x) - 1).bit_length()
 
 
-def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
+def _per_sm(blocks_per_sm, kernel, block, sm_threads):
+    """Blocks of ``kernel`` (``block`` threads each) that one multiprocessor
+    holds at once: ``blocks_per_sm(kernel, block)`` (the handler's: the
+    driver's occupancy of the compiled kernel), or, where the caller gives
+    none, the thread limit alone (``sm_threads // block``, all that the
+    planners assumed before they asked the driver); at least 1."""
+    per_sm = sm_threads // block if blocks_per_sm is None else blocks_per_sm(kernel, block)
+    return max(1, per_sm)
+
+
+def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
+              blocks_per_sm=None):
     """The ``Plan`` of a reduction of each contiguous row of n elements:
     ``width`` elements per 16-byte packet, ``family`` "sum", "max", "min"
     or "pick" (argmax), ``sms`` and ``sm_threads`` the device's
     multiprocessors and threads per multiprocessor, ``div`` the count a mean
     divides by (1: a sum), ``kind`` the code of ``PICK_KINDS`` (read by
     "pick" alone), ``suffix`` the kernels' ("_wide": a sum in the compute
-    format).
+    format), ``blocks_per_sm`` a function of a kernel's name and block size
+    giving the blocks of it that one multiprocessor holds at once (None:
+    ``sm_threads // block``, the threads' limit alone; ``_per_sm``).  Each
+    rule below counts the resident blocks of the kernel it chooses.
 
     * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
-    * rows enough for half the resident warps: ``*_rows``, a warp per row;
-      each keeps ROW_UNROLL 16-byte loads in flight.
-    * fewer, longer rows: ``*_long``, a block per (row, chunk), with enough
-      chunks for every resident block (few rows could not hide memory
-      latency otherwise: a 1-D array to a scalar is one row), each chunk at
-      least one full trip of the block's loads."""
-    resident = sms * sm_threads // BLOCK                   # blocks the GPU holds at once
+    * rows enough for half the resident warps of ``*_rows``: that kernel, a
+      warp per row; each keeps ROW_UNROLL 16-byte loads in flight.
+    * fewer, longer rows: ``*_long``, a block per (row, chunk), with as many
+      chunks as one wave of the kernel's resident blocks holds (few rows
+      could not hide memory latency otherwise: a 1-D array to a scalar is
+      one row), each chunk at least one full trip of the block's loads.
+      One wave, rows * chunks <= resident: every chunk is the same work, so
+      a block beyond the wave would run alone in a second one, as long as
+      the first (a grid sized by the threads' 8 blocks a multiprocessor ran
+      in two waves where the kernel's 64 registers hold 4)."""
     if n <= SHORT_ROW:
-        return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix)
+        return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix,
+                           blocks_per_sm)
     args = (rows, n, n, 1, div, kind)                      # one chunk: the row
-    if rows >= sms * sm_threads // 64 or n < 2 * BLOCK * width * ROW_UNROLL:
-        warps_per_block = BLOCK // 32
+    kernel = f"{family}_rows{suffix}"
+    resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
+    warps_per_block = BLOCK // 32
+    if 2 * rows >= resident * warps_per_block or n < 2 * BLOCK * width * ROW_UNROLL:
         grid = max(1, min(-(-rows // warps_per_block), 4 * resident))
-        return Plan(Launch(f"{family}_rows{suffix}", grid, args, BLOCK), 0, 0)
+        return Plan(Launch(kernel, grid, args, BLOCK), 0, 0)
+    kernel = f"{family}_long{suffix}"
+    resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
     trip = BLOCK * width * ROW_UNROLL
-    chunks = max(1, min(-(-resident // rows), -(-n // trip)))
+    chunks = max(1, min(resident // rows, -(-n // trip)))   # one wave: rows * chunks <= resident
     chunk = -(-n // chunks)
     chunk += -chunk % width                                # chunk starts stay aligned
     chunks = -(-n // chunk)
     grid = max(1, min(rows * chunks, 4 * resident))
-    launch = Launch(f"{family}_long{suffix}", grid, (rows, n, chunk, chunks, div, kind), BLOCK)
+    launch = Launch(kernel, grid, (rows, n, chunk, chunks, div, kind), BLOCK)
     if chunks == 1:
         return Plan(launch, 0, 0)
     return Plan(launch, rows * chunks * _state(family, width), rows)
 
 
-def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix):
+def plan_one(size, width, family, sms):
+    """The ``Plan`` of a reduction with nothing to reduce (``layout``'s
+    ``("rows", (size, 1))``: every reduced axis of extent 1), in ``family``
+    (``plan_rows``'s; "pick" for argmax): ``*_one``, each output from its
+    one input as NumPy gives it: max and min copy it bit for bit (NaN and
+    -0.0 included), a sum (a mean divides by 1) adds it to the identity
+    +0.0 (-0.0 gives 0.0, NaN stays NaN), argmax writes index 0.  A grid
+    as the elementwise kernels' (``PyCudaHandler._grid``): a 16-byte
+    packet of ``width`` elements a thread, at most MAX_BLOCKS_PER_SM
+    blocks per multiprocessor (the kernel strides over the rest).  The
+    kernel's occupancy does not enter: that cap is the elementwise
+    kernels' (and the one-call path's), a grid-stride one that gives every
+    block the same share, not a wave whose last blocks would run alone.  A
+    kernel rather than a device copy: the one-call path launches it from C
+    like every other plan (a copy or fill from Python cost 20-23 us a call
+    on an H200, against torch's 12-15)."""
+    grid = max(1, min(-(-size // (BLOCK * width)), MAX_BLOCKS_PER_SM * sms))
+    return Plan(Launch(f"{family}_one", grid, (size,), BLOCK), 0, 0)
+
+
+def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
     """The ``*_short`` plan: tiles of whole (n, inner) slabs in shared memory
-    (n * inner <= SHORT_TILE); the kernel's third number is ``inner``."""
+    (n * inner <= SHORT_TILE); the kernel's third number is ``inner``.  A
+    block per tile, at most one wave of the kernel's resident blocks (it
+    strides over the rest: blocks beyond the wave would only wait for a
+    slot, 64 registers and 8 KB of shared memory hold 4 of 256 threads)."""
+    kernel = f"{family}_short{suffix}"
     tiles = -(-outer // (SHORT_TILE // (n * inner)))
-    grid = max(1, min(tiles, sms * sm_threads // BLOCK))
-    return Plan(Launch(f"{family}_short{suffix}", grid, (outer, n, inner, 1, div, kind), BLOCK),
-                0, 0)
+    grid = max(1, min(tiles, sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)))
+    return Plan(Launch(kernel, grid, (outer, n, inner, 1, div, kind), BLOCK), 0, 0)
 
 
 def _state(family, width):
@@ -208,13 +309,19 @@ def _tile(cols, n, trip, rows_first=False):
     return tx, BLOCK // tx
 
 
-def _chunking(base, n, ty, trip, sms, sm_threads):
+def _chunking(base, n, ty, trip, sms, sm_threads, per_sm):
     """(chunk, chunks) of a column kernel's n rows, ``base`` tasks before
-    chunking: too few tasks to give every multiprocessor half its resident
-    blocks split the rows (half: each thread's loads in flight keep enough
-    bytes in flight, and fewer chunks keep the second stage small), each
-    chunk whole trips of the block's rows (the kernel's fast loop)."""
-    target = sms * sm_threads // BLOCK // 2
+    chunking, the kernel ``per_sm`` resident blocks a multiprocessor
+    (``_per_sm``): too few tasks to give every multiprocessor a wave of
+    the kernel's resident blocks, at most half the blocks its threads
+    allow, split the rows, each chunk whole trips of the block's rows (the
+    kernel's fast loop).  At most one wave: more would wait for a second.
+    At most half the threads' blocks (4 of 256 on an H200): each thread's
+    loads keep enough bytes in flight, fewer chunks keep the second stage
+    small, and 4 blocks a multiprocessor beat 8 on the tuned shapes
+    (``plan_cols``); the column kernels are bound to 4 resident blocks (3
+    for an argmax's packets of halves), so that is their wave."""
+    target = sms * min(per_sm, sm_threads // BLOCK // 2)
     chunks = 1
     if base < target:
         chunks = max(1, min(-(-target // base), n // (ty * trip)))
@@ -225,7 +332,7 @@ def _chunking(base, n, ty, trip, sms, sm_threads):
 
 
 def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, kind=0,
-              suffix=""):
+              suffix="", blocks_per_sm=None):
     """The ``Plan`` of a reduction over the middle axis of an (outer, n,
     inner) view, inner > 1 (arguments as ``plan_rows``'s; ``aligned``:
     whether the input starts on 16 bytes).
@@ -248,11 +355,13 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     reads its whole column in one trip, no partials to combine).  Slabs of
     n * inner <= SHORT_TILE elements go to ``*_short`` instead, many to a
     block (a block per tiny tile would wait on latency, not bandwidth).  Too
-    few tiles for the device split the rows into chunks (``_chunking``; 4
-    blocks per SM beat 8 by 5 points of copy bandwidth on an H200 on
-    8192x4096 and 1Mx16 over axis 0)."""
+    few tiles for the device split the rows into chunks (``_chunking``: up
+    to a wave of the kernel's resident blocks, at most 4 per SM on an H200,
+    where 4 blocks per SM beat 8 by 5 points of copy bandwidth on 8192x4096
+    and 1Mx16 over axis 0)."""
     if n * inner <= SHORT_TILE:   # small slabs: a tile holds many of them
-        return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix)
+        return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix,
+                           blocks_per_sm)
     unroll = PICK_UNROLL if family.startswith("pick") else SUM_UNROLL
     vec = aligned and inner % width == 0
     per = width if vec else scalar_cols(width)   # columns a thread
@@ -261,8 +370,9 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     tx, ty = _tile(cols, n, trip)
     tiles = -(-cols // tx)
     base = outer * tiles
-    chunk, chunks = _chunking(base, n, ty, trip, sms, sm_threads)
     kernel = f"{family}_cols{'_vec' if vec else ''}{suffix}"
+    chunk, chunks = _chunking(base, n, ty, trip, sms, sm_threads,
+                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads))
     launch = Launch(kernel, max(1, min(base * chunks, sms * 32)),
                     (outer, n, inner, chunk, chunks, div, tx, kind), BLOCK)
     if chunks == 1:
@@ -270,14 +380,18 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     return Plan(launch, outer * chunks * inner * _state(family, width), base)
 
 
-def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix=""):
+def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix="",
+             blocks_per_sm=None):
     """The ``Plan`` of the sum over A and I of an (A, M, I) view in one pass
     (the kernels ``sum_mid*``), or None when a run of I is too long for the
     kernel's 32-bit offsets (the caller then takes one axis at a time).
+    Arguments as ``plan_cols``'s.
 
-    Blocks of 1024 threads, half the device's resident threads per
-    multiprocessor: each column's A * I elements are split into chunks only
-    as far as M columns alone leave multiprocessors idle.  Few, large blocks
+    Blocks of 1024 threads, half the kernel's resident blocks per
+    multiprocessor (at least one): each column's A * I elements are split
+    into chunks only as far as M columns alone leave multiprocessors idle
+    (one block on an H200 either way: ``sum_mid`` takes 32 registers a
+    thread, 2 blocks, float64's packets 40, 1).  Few, large blocks
     beat many small ones here because a chunked sum ends with a second stage
     (partials, a fence, an atomic, a last block's reads) that a short call
     cannot hide: on an H200, (64, 128, 32, 32) took 10.7 us in a graph as
@@ -289,12 +403,12 @@ def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix=""):
         return None
     total = A * packets
     unroll = 8 if vec == 8 else 16 // vec
-    per_sm = max(1, sm_threads // 2 // MID_BLOCK)
+    kernel = f"sum_mid{'_vec' if vec > 1 else ''}{suffix}"
+    per_sm = max(1, _per_sm(blocks_per_sm, kernel, MID_BLOCK, sm_threads) // 2)
     chunks = max(1, min(round(sms * per_sm / M), total // (MID_BLOCK * unroll)))
     chunks = max(chunks, -(-total // (2**31 - 1)))
     chunk = -(-total // chunks)
     chunks = -(-total // chunk)
-    kernel = f"sum_mid{'_vec' if vec > 1 else ''}{suffix}"
     launch = Launch(kernel, max(1, min(M * chunks, sms * 32)), (A, M, inner, chunk, chunks, div),
                     MID_BLOCK)
     if chunks == 1:
@@ -340,7 +454,7 @@ def gen_args(extents, reduced, ty):
 
 
 def plan_gen(extents, reduced, aligned, width, family, sms, sm_threads, div=1, kind=0,
-             suffix=""):
+             suffix="", blocks_per_sm=None):
     """The ``Plan`` of a ``passes`` layout (``layout``'s merged ``extents``
     and ``reduced`` axes) in one launch of ``sum_gen*``, or None where the
     kernel does not take it: more than GEN_RUNS merged runs of either kind,
@@ -373,8 +487,10 @@ def plan_gen(extents, reduced, aligned, width, family, sms, sm_threads, div=1, k
     per = width if vec else 1
     tx, ty = _tile(outputs // per, n, GEN_UNROLL, rows_first=not ends_kept)
     tiles = -(-outputs // (tx * per))
-    chunk, chunks = _chunking(tiles, n, ty, GEN_UNROLL, sms, sm_threads)
-    launch = Launch(f"sum_gen{'_vec' if vec else ''}", max(1, min(tiles * chunks, sms * 32)),
+    kernel = f"sum_gen{'_vec' if vec else ''}"
+    chunk, chunks = _chunking(tiles, n, ty, GEN_UNROLL, sms, sm_threads,
+                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads))
+    launch = Launch(kernel, max(1, min(tiles * chunks, sms * 32)),
                     (1, n, outputs, chunk, chunks, div, tx, kind)
                     + gen_args(extents, reduced, ty), BLOCK)
     if chunks == 1:
@@ -382,25 +498,34 @@ def plan_gen(extents, reduced, aligned, width, family, sms, sm_threads, div=1, k
     return Plan(launch, chunks * outputs * _state(family, width), tiles)
 
 
-def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, suffix=""):
+def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, suffix="",
+         blocks_per_sm=None):
     """The ``Plan`` of a reduction of ``shape`` over ``axes`` (a sorted tuple
     in range) in one launch, or None where it takes several passes (``layout``
     says which; ``plan_mid`` and ``plan_gen`` may decline too).  Other
-    arguments as ``plan_cols``'s.  Pure: the handler caches it per
-    combination.  Argmax ("pick") keeps 32-bit indices where the reduced
-    extent allows (every index and every offset from a chunk's start below
-    2^31) and takes ``pick64`` beyond."""
+    arguments as ``plan_cols``'s (``blocks_per_sm`` as ``plan_rows``'s).
+    Pure: the handler caches it per combination, and gives its kernels'
+    occupancy as ``blocks_per_sm`` (the function ``blocks_per_sm`` below).
+    Argmax ("pick") keeps 32-bit indices where the reduced extent allows
+    (every index and every offset from a chunk's start below 2^31) and
+    takes ``pick64`` beyond.  Nothing to reduce is ``plan_one``
+    (no wide form: a pass never reduces an axis of extent 1, and a wide
+    plan of one takes ``*_short_wide``, right if slower)."""
     form, dims = layout(shape, axes)
+    if form == "rows" and dims[1] == 1 and not suffix:
+        return plan_one(dims[0], width, family, sms)
     if family == "pick" and form in ("rows", "cols") and dims[1] > PICK32_EXTENT:
         family = "pick64"
     if form == "rows":
-        return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix)
+        return plan_rows(*dims, width, family, sms, sm_threads, div, kind, suffix, blocks_per_sm)
     if form == "cols":
-        return plan_cols(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix)
+        return plan_cols(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix,
+                         blocks_per_sm)
     if form == "mid" and family == "sum":
-        return plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix)
+        return plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix, blocks_per_sm)
     if form == "passes":
-        return plan_gen(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix)
+        return plan_gen(*dims, aligned, width, family, sms, sm_threads, div, kind, suffix,
+                        blocks_per_sm)
     return None
 
 
@@ -425,8 +550,30 @@ def _planned(h, family, a, axis, form="TT", div=1, kind=0):
     if found is False:
         suffix, width = h._sum_kernels(form)
         found = h._sum_plans[key] = plan(a.shape, _axes(a.ndim, axis), aligned, width, family,
-                                         h._sms, h._sm_threads, div, kind, suffix)
+                                         h._sms, h._sm_threads, div, kind, suffix,
+                                         h._blocks_per_sm(form))
     return found
+
+
+def blocks_per_sm(h, form="TT"):
+    """The planners' ``blocks_per_sm`` for the kernels of ``form``
+    (``sum_kernels``'s: "CC" plans the float32 kernels of ``h._k32``, the
+    others ``h._k``): a function of a kernel's name and block size giving
+    the blocks of it that one multiprocessor holds at once, as the driver
+    counts them for the compiled kernel (``kernel_loader.blocks_per_sm``).
+    Asked once per kernel and block size, then cached in ``h._occupancy``
+    (each format's own: its kernels are its own)."""
+    table = h._k32 if form == "CC" else h._k
+    cache = h._occupancy
+
+    def query(kernel, block):
+        fn = table[kernel]
+        key = (fn.handle, block)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = kernel_loader.blocks_per_sm(fn, block, h._sm_threads)
+        return found
+    return query
 
 
 #: The reductions that take the one-call path: ``OneCall.sum`` launches any
@@ -438,8 +585,10 @@ ONE_CALL_OPS = ("sum_t", "mean_t", "max_t", "min_t", "argmax_t")
 def one_call_op(name):
     """PyCudaHandler's method ``name`` (one of ``ONE_CALL_OPS``): a
     combination of shapes, axis and alignment seen before is one C call
-    (``OneCall.sum``: no Python checks or planning, 6-7 us where the Python
-    path takes 13-20 us); any other runs the contract's method (checks that
+    (``OneCall.sum``: no Python checks or planning, 5-7 us where the Python
+    path takes 12-21 us), chunked plans included (on the slot's fixed
+    scratch, see ``one_call_scratch``); any other, or one whose launch
+    ``remember`` kept in Python, runs the contract's method (checks that
     raise on bad input, the engine's plan and launch), then ``remember``."""
     contract = getattr(Handler, name)
 
@@ -457,11 +606,17 @@ def one_call_op(name):
 
 def remember(h, name, a, axis, out):
     """Store the launch of a combination of reduction ``name`` that has just
-    passed its checks, for the one-call path; or None, so that it stays in
-    Python: nothing to launch, a reduced extent of 1 (a copy or a fill, see
-    ``_trivial``), several passes, a chunked plan (it uses this group's
-    workspace), or a kernel of more arguments than the one-call path takes
-    (``sum_gen*``).  Once per combination."""
+    passed its checks, for the one-call path: (function, grid, fmt,
+    trailing args, block, workspace bytes, counters), the last two 0 but
+    for a chunked plan, to which ``OneCall.sum`` passes its slot's fixed
+    scratch (a stored launch holds no address: views of other stream groups
+    share these launches, each on its own slot's scratch).  Or None, so that
+    it stays in Python: nothing to launch (an empty input or output),
+    several passes, a chunked plan that needs more scratch than
+    ``one_call_scratch`` gives, or a kernel of more arguments than the
+    one-call path takes (``sum_gen*``).  A reduced extent of 1 is stored as
+    any other: its plan is ``plan_one``'s copy or fill.  Once per
+    combination."""
     aligned = int(a.gpudata) % 16 == 0 if a.size else True
     key = (a.shape, axis, out.shape, aligned)
     launches = h._reduce_launches[name]
@@ -470,28 +625,21 @@ def remember(h, name, a, axis, out):
     checked = shape_rules.checked_axis(a, axis, out, name)
     n = shape_rules.reduced_size(a.shape, checked)
     found = None
-    if a.size and out.size and n > 1:
+    if a.size and out.size:
         kind = name[:-2]   # "sum", "mean", "max", "min", "argmax"
         if kind in ("sum", "mean"):
             found = _planned(h, "sum", a, checked, div=n if kind == "mean" else 1)
         else:
             found = _planned(h, family_of(kind), a, checked, kind=PICK_KINDS[kind])
     launch = None
-    if found and not found.counters and 4 + len(found.launch.args) <= ONE_CALL_PARAMS:
+    nbytes, counters = one_call_scratch(h._sms, h._sm_threads)
+    if found and 4 + len(found.launch.args) <= ONE_CALL_PARAMS \
+            and found.workspace <= nbytes and found.counters <= counters:
         first = found.launch
         fn = h._k[first.kernel]
-        launch = (fn.handle, first.grid, fn.fmt, first.args, first.block)
+        launch = (fn.handle, first.grid, fn.fmt, first.args, first.block, found.workspace,
+                  found.counters)
     launches[key] = launch
-
-
-def _trivial(h, kind, a, out):
-    """A reduction over axes of extent 1 reads each element once and writes
-    it (argmax: index 0): a device copy or a fill, not a kernel that gives a
-    thread each row of one element (3.5x slower than torch, which copies)."""
-    if kind == "argmax":
-        h._fill(out, 0.0)
-    else:
-        h._copy_to(a, out)
 
 
 def run(h, found, a, out, form="TT"):
@@ -510,8 +658,6 @@ def extreme_t(h, kind, a, axis, out):
     _enter()
     if not out.size:
         return
-    if a.shape[axis] == 1:
-        return _trivial(h, kind, a, out)
     # One int axis (the checks refuse others), so one launch always.
     h._run_reduction(_planned(h, family_of(kind), a, axis, kind=PICK_KINDS[kind]), a, out)
 
@@ -525,8 +671,6 @@ def sum_t(h, a, axis, out):
     if not a.size:             # an empty axis: the sum is 0
         h._fill(out, 0.0)
         return
-    if shape_rules.reduced_size(a.shape, axis) == 1:
-        return _trivial(h, "sum", a, out)
     _sum(h, a, axis, out)
 
 
@@ -537,8 +681,6 @@ def mean_t(h, a, axis, out):
     n = shape_rules.reduced_size(a.shape, axis)
     if not out.size or n == 0:
         return Handler._mean_t(h, a, axis, out)
-    if n == 1:
-        return _trivial(h, "mean", a, out)
     with h._slot.lock:         # as the work hooks: the stream's workspace is ours
         _sum(h, a, axis, out, n)
 

@@ -69,9 +69,11 @@ class Scratch:
 class StreamSlot:
     """One stream with what belongs to it: scratch memory and a cuDNN handle,
     shared by the twins of every format (a handler holds its own cuBLAS
-    objects, bound to the slots' streams)."""
+    objects, bound to the slots' streams).  ``sum_scratch`` is (bytes,
+    counters) of the fixed scratch of the one-call path's chunked
+    reductions (``reductions.one_call_scratch``)."""
 
-    def __init__(self, pool, blas_workspace):
+    def __init__(self, pool, blas_workspace, sum_scratch):
         self.stream = Stream()
         self.handle = self.stream.handle   # the driver handle, for launches and events
         self.event = kernel_loader.events().new()
@@ -79,7 +81,8 @@ class StreamSlot:
         # several launches through this stream's scratch (a sum in passes, a
         # half-format product, chunked extrema) must not have another
         # thread's op queued between them on the same stream.  The compiled
-        # path (one_call) holds the GIL and uses no scratch.
+        # path (one_call) issues one launch an op and uses no scratch but its
+        # own fixed one (sum_scratch, below).
         self.lock = threading.RLock()
         # cuBLAS's scratch, ours rather than its own, so that it allocates
         # nothing while a graph is being captured.  The GEMM objects of every
@@ -88,6 +91,22 @@ class StreamSlot:
         self.blas_bytes = blas_workspace
         self.flag = pool.allocate(4)               # is_fully_finite's result
         self.host_flag = cuda_transfer.empty_pinned((1,), np.uint32)
+        # The one-call path's chunked reductions (OneCall.sum): a workspace
+        # and counters of their own, allocated once and never grown, moved
+        # or freed while the slot lives, so that the addresses its OneCall
+        # objects hold stay valid.  No other code uses them: the Python
+        # path's scratch (workspace(), counters()) may grow, and a capture
+        # keeps what it grew; the one-call path runs no captured op.  Its
+        # launches on this stream run one after another, each leaving its
+        # counters at zero as it finishes (reduce.cu), so one set serves
+        # them all, from every thread and twin; the memset below, queued on
+        # this stream, zeroes them before the first.
+        nbytes, ncount = sum_scratch
+        self._sum_blocks = (pool.allocate(max(1, nbytes)), pool.allocate(4 * max(1, ncount)))
+        #: (workspace address, bytes, counters address, counters) for OneCall
+        self.sum_scratch = (int(self._sum_blocks[0]), nbytes, int(self._sum_blocks[1]), ncount)
+        if ncount:
+            kernel_loader.require().memset_d32(self.sum_scratch[2], 0, ncount, self.handle)
         self._work = Scratch(pool)                          # workspace()
         self._counts = Scratch(pool)                        # counters()
         self._between = (Scratch(pool), Scratch(pool))      # intermediate()

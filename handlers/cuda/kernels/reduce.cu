@@ -24,6 +24,8 @@
 //         of each), the cols kernel with general offsets: a column is an
 //         output element, a row a flat index of the reduced runs, which a
 //         thread walks by digits (GenIx).
+//   one   *_one: nothing to reduce (every reduced axis of extent 1): each
+//         output is its input (argmax: 0), a grid-stride copy or fill.
 //
 // One combine is a template parameter of every kernel:
 //   Sum<T>      compute-format sums (float for the halves), scaled by 1 / div
@@ -798,6 +800,60 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     }
 }
 
+// ---------------------------------------------------------------- one element
+
+// *_one: a reduction with nothing to reduce (every reduced axis of extent 1;
+// the host's layout is then rows of one element), each output from its one
+// input, as NumPy gives it: max and min (ONE_COPY) copy the element bit for
+// bit (NaN and -0.0 included); a sum (ONE_PLUS_ZERO; a mean divides by 1)
+// is the element added to the sum's identity +0.0, which changes -0.0 to
+// +0.0 alone (NumPy's sum of [-0.0] is 0.0, as the engine's sums of zeros
+// are); argmax (ONE_ZERO) writes index 0 and reads nothing.  No per-row
+// work of a reduction kernel: *_short with rows of one element ran 3.5x
+// slower than torch's copy.  Grid-stride over 16-byte packets where input
+// and output both start on 16 bytes (loads batched 4 a trip, as the
+// elementwise kernels do), over elements elsewhere.
+enum OneMode { ONE_COPY, ONE_PLUS_ZERO, ONE_ZERO };
+
+__device__ __forceinline__ float add_rn(float x, float y) { return __fadd_rn(x, y); }
+__device__ __forceinline__ double add_rn(double x, double y) { return __dadd_rn(x, y); }
+
+// x + 0 in the compute format, rounded back (exact: x is a T): the explicit
+// round-to-nearest add is never contracted or dropped as an identity.
+template <typename T>
+__device__ __forceinline__ T plus_zero(T x) { return st<T>(add_rn(ld(x), compute_t<T>(0))); }
+
+template <OneMode MODE, typename T>
+__device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long n) {
+    using VT = typename VecTraits<T>::type;
+    constexpr int V = kVec<T>;
+    const bool vec = sh::is_aligned16(out) && (MODE == ONE_ZERO || sh::is_aligned16(a));
+    const long long packets = vec ? n / V : 0;
+    const long long start = sh::grid_thread(), stride = sh::grid_stride();
+    if constexpr (MODE == ONE_ZERO) {
+        for (long long i = start; i < packets; i += stride) reinterpret_cast<VT*>(out)[i] = VT{};
+        for (long long i = packets * V + start; i < n; i += stride) out[i] = st<T>(0);
+    } else {
+        const VT* src = reinterpret_cast<const VT*>(a);
+        VT* dst = reinterpret_cast<VT*>(out);
+        sh::NoCounter c;
+        sh::batched_loop<4>(
+            0, packets, c, [&](long long i, sh::NoCounter&) { return src[i]; },
+            [&](long long i, VT v) {
+                if constexpr (MODE == ONE_PLUS_ZERO) {
+                    T e[V];
+                    memcpy(e, &v, sizeof(VT));
+#pragma unroll
+                    for (int j = 0; j < V; ++j) e[j] = plus_zero(e[j]);
+                    memcpy(&v, e, sizeof(VT));
+                }
+                dst[i] = v;
+            });
+        for (long long i = packets * V + start; i < n; i += stride)
+            out[i] = MODE == ONE_PLUS_ZERO ? plus_zero(a[i]) : a[i];
+    }
+}
+
 }  // namespace
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
@@ -884,6 +940,13 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_COLS(R, T, kScalarCols<T>, false, PICK_UNROLL / kScalarCols<T>, T,              \
                    PRE##_cols_##SUF, 4)                                              \
     SH_EXPORT_COLS(R, T, V, true, PICK_UNROLL, T, PRE##_cols_vec_##SUF, kPickVecBlocks<T>)
+// A reduction with nothing to reduce (one_impl, its MODE): PRE_one_SUF;
+// n is the element count.
+#define SH_EXPORT_UNIT(T, SUF, PRE, MODE)                                            \
+    extern "C" __global__ void __launch_bounds__(SH_BLOCK)                           \
+    PRE##_one_##SUF(const T* a, void* ws, T* out, unsigned int* counters, long long n) { \
+        one_impl<MODE, T>(a, out, n);                                                \
+    }
 #define SH_EXPORT_ALL(T, V, SUF)                                                     \
     SH_EXPORT_SUMS_TO(T, V, SUF, T, )                                                \
     SH_EXPORT_SUMS_TO(T, V, SUF, sh::compute_t<T>, _wide)                            \
@@ -892,7 +955,11 @@ __device__ void mid_impl(const T* __restrict__ a, compute_t<T>* __restrict__ ws,
     SH_EXPORT_EXTREMES(Max<T>, T, V, SUF, max)                                       \
     SH_EXPORT_EXTREMES(Min<T>, T, V, SUF, min)                                       \
     SH_EXPORT_PICKS(Pick32<T>, T, V, SUF, pick)                                      \
-    SH_EXPORT_PICKS(Pick64<T>, T, V, SUF, pick64)
+    SH_EXPORT_PICKS(Pick64<T>, T, V, SUF, pick64)                                    \
+    SH_EXPORT_UNIT(T, SUF, sum, ONE_PLUS_ZERO)                                       \
+    SH_EXPORT_UNIT(T, SUF, max, ONE_COPY)                                            \
+    SH_EXPORT_UNIT(T, SUF, min, ONE_COPY)                                            \
+    SH_EXPORT_UNIT(T, SUF, pick, ONE_ZERO)
 
 SH_EXPORT_ALL(float, 4, f32)
 SH_EXPORT_ALL(double, 2, f64)
