@@ -88,8 +88,8 @@ context would still end every later section: the riskiest kernels, the clusters,
 Run by hand from the project root on a GPU machine (sm_90 for the cluster kernels):
 ``python benchmarks/results/diagnostics/row_kernel_variants.py``.  Estimated 30-50 s on an
 H200 with a cold pycuda cache (nvcc about 10 s, the float64 references about 10 s, some 175
-checked and timed launches); about 4 GB of device memory and 4 GB of host memory.  Not yet
-run: no log.
+checked and timed launches); about 4 GB of device memory and 4 GB of host memory.  Its run:
+``row_kernel_variants-NVIDIA-H200.log`` (2026-11-27).
 """
 import math
 import os

@@ -59,7 +59,7 @@ cuDNN engine timing and kernel loads, and about 60 small graphs replayed 12
 times each).  Needs the built library only (no PyTorch).
 ``--handler numpy`` runs the same code on NumpyHandler with tiny models and a
 host clock (a smoke test of the script, no figures worth reading).
-Not yet run: no log.
+Its run: ``step_breakdown-NVIDIA-H200.log`` (2026-11-27).
 """
 import argparse
 import pathlib
