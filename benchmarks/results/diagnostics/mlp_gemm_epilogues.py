@@ -14,7 +14,8 @@ median of 15 replays between CUDA events, the figures of one comparison interlea
 cuBLASLt results are checked against float64 NumPy (max |error| / max |reference| <= 1e-4);
 a figure that fails is printed FAILED, not timed.  Run by hand from the project root on a GPU
 machine with nvmath-python (torch optional):
-``python benchmarks/results/diagnostics/mlp_gemm_epilogues.py``.  Its run: ``mlp_gemm_epilogues-NVIDIA-H200.log`` (2026-11-27).
+``python benchmarks/results/diagnostics/mlp_gemm_epilogues.py``.  Its run:
+``mlp_gemm_epilogues-NVIDIA-H200.log`` (2026-11-27).
 """
 import pathlib
 import sys

@@ -60,7 +60,8 @@ each row) catches its own errors and prints them, so one failure leaves the rest
 Run by hand from the project root on a GPU machine:
 ``python benchmarks/results/diagnostics/reduction_variants.py``.  About 15-20 s on an H200
 once kernels are compiled (pycuda's disk cache; a cold cache adds nvcc time, reduce.cu's
-alone about 30 s); under 3 GB of device memory.  Its run: ``reduction_variants-NVIDIA-H200.log`` (2026-11-27).
+alone about 30 s); under 3 GB of device memory.  Its run:
+``reduction_variants-NVIDIA-H200.log`` (2026-11-27).
 """
 import hashlib
 import math
