@@ -673,6 +673,19 @@ def test_plan_rows():
     assert plan(0, 5000, 8, 132, 2048, 8) == (1, 640)
     assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)     # the resident blocks
     assert plan(10 ** 6, 5000, 8, 132, 1536, 8) == (132 * 2, 640)    # fewer threads an SM
+    # the kernel's occupancy, where given: its registers may allow fewer blocks
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 0, 1) == (132, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 0, 5) == (132 * 5, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 0, 0, 1) == (10 ** 6, 640)   # no sums: every row
+    # a block per row: the grid's limit bounds the rows (held or streamed)
+    assert plan(2 ** 31 - 1, 300, 8, 132, 2048) == (2 ** 31 - 1, 64)
+    for cols in (300, 40000):
+        with pytest.raises(ValueError, match="at most 2\\*\\*31 - 1 rows"):
+            plan(2 ** 31, cols, 8, 132, 2048)
+    assert plan(2 ** 31, 300, 8, 132, 2048, 8) == (132 * 32, 64)   # summing blocks stride
+    assert plan(2 ** 40, 8, 8, 132, 2048) == (2 ** 31 - 1, block)  # lane groups stride
+    assert [fused_source.row_block(c, 8) for c in (1, 256, 257, 5000, 10 ** 6)] == [
+        block, block, 64, 640, fused_source.ROW_BLOCK]
     # streamed rows: the partial rows within half of a 50 MiB L2 (held rows ignore it)
     assert plan(10 ** 4, 50257, 8, 132, 2048, 8, 50 << 20) == (
         (25 << 20) // (8 * 50257), fused_source.ROW_BLOCK)
@@ -691,10 +704,18 @@ def test_generated_row_source():
     src = fused_source.kernel_source(CROSS_ENTROPY, np.float32, fused_source.ROW_BLOCK)
     name = fused_source.kernel_name(CROSS_ENTROPY, np.float32)
     for i, way in enumerate(fused_source.STRATEGIES):   # a kernel per strategy
-        assert f'__launch_bounds__(1024) {name}_{way}(' in src
+        # float32's block per row is compiled for 2 resident blocks (32 registers)
+        bounds = "1024, 2" if way == "block" else "1024"
+        assert f'__launch_bounds__({bounds}) {name}_{way}(' in src
         assert f"    {name}_body<{i}>(in_z, in_t, sp_inv_n, sv_inv_n, out_loss, out_dz, rows, " \
                "cols);" in src
     assert f"template <int STRATEGY> __device__ __forceinline__ void {name}_body(" in src
+    # no such cap for doubles, halves or summed outputs (partial sums in registers)
+    for op, dtype in ((CROSS_ENTROPY, np.float64), (CROSS_ENTROPY, dtypes.resolve("bf16")),
+                      (LN_BACKWARD, np.float32)):
+        text = fused_source.kernel_source(op, dtype, fused_source.ROW_BLOCK)
+        assert "__launch_bounds__(1024, " not in text
+        assert f"__launch_bounds__(1024) {fused_source.kernel_name(op, dtype)}_block(" in text
     assert ("const T* in_z, const T* in_t, const T* sp_inv_n, T sv_inv_n, T* out_loss, "
             "T* out_dz, long long rows, long long cols") in src
     assert fused_source.kernel_format(CROSS_ENTROPY, np.float32) == "PPPfPPqq"

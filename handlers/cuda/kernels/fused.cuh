@@ -455,7 +455,10 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // thread's lane group or block takes, with strategy STRATEGY, which the
 // host chose for cols and the block (see above).  load(r, j) gives element j of row r's inputs
 // (In), load_packets(r, p) the W of packet p (only called when `packets`).
-// Any grid works (grid-stride over rows); blockDim.x a multiple of 32.
+// Lane groups stride over the rows on any grid; a block or streamed row
+// takes row blockIdx.x alone without summed outputs (the grid must cover
+// the rows: fused_source.plan_rows's), and strides with them.  blockDim.x a
+// multiple of 32.
 // With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
@@ -536,10 +539,21 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         s.cols = cols;
         s.packets = packets;
         s.live = true;
-        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-            s.r = r;
-            s.load(load, load_packets);
-            row(s, r, true);
+        if constexpr (S == 0) {
+            // A block per row (the host's grid covers the rows): no loop
+            // state to keep took softmax's kernel from 43 registers to 31,
+            // and so from 2 resident blocks of 512 threads to 4.
+            s.r = blockIdx.x;
+            if (s.r < rows) {
+                s.load(load, load_packets);
+                row(s, s.r, true);
+            }
+        } else {
+            for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+                s.r = r;
+                s.load(load, load_packets);
+                row(s, r, true);
+            }
         }
         if constexpr (S > 0) {
             // Each column of the block is one thread's: its sums are the block's.
@@ -557,10 +571,15 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         static_assert(STRATEGY == STREAM_ROWS, "LANE_ROWS, BLOCK_ROWS or STREAM_ROWS");
         StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
                                                  packets, partial, true};
-        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-            s.r = r;
-            row(s, r, true);
-            s.fresh = false;
+        if constexpr (S == 0) {  // a block per row, as above
+            s.r = blockIdx.x;
+            if (s.r < rows) row(s, s.r, true);
+        } else {
+            for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+                s.r = r;
+                row(s, r, true);
+                s.fresh = false;
+            }
         }
         if constexpr (S > 0) {
             if (s.fresh) {  // no row (an op over no rows): the sums are 0

@@ -1,0 +1,130 @@
+"""Which row-kernel build brings the fused rows to copy bandwidth: loop or not, register cap.
+
+``row_kernel_variants.py`` found a standalone block-per-row softmax at 94% of
+copy on an H200 where ours, with the same block and elements held, ran 58%:
+ours took 43 registers a thread against 32, so 2 blocks of 512 threads fit a
+multiprocessor instead of 4.  Compiled here (nvcc 13.0, sm_90), the
+block-per-row loop over rows (``for r = blockIdx.x; r < rows; r +=
+gridDim.x``) is what costs them: without it softmax's kernel takes 31
+registers, cross-entropy's 37 (from 58), LayerNorm's forward 45 (from 48).
+
+This times the fused rows of ``python -m benchmarks reductions`` (softmax,
+softmax with cross-entropy and its gradient, LayerNorm forward and backward,
+at its three shapes), ours only, each variant in its own process:
+
+* ``before``: the kernels of ``--before-kernels`` (the tree before the
+  change: a loop in every strategy), grids as planned before (summing grids
+  at the threads' limit, not the kernel's occupancy);
+* ``no-loop``: this tree (a block per row without summed outputs; summing
+  grids at the kernel's occupancy) with ``fused_source.HELD_MIN_BLOCKS`` 0;
+* ``no-loop+cap``: this tree as it is: the float32 block-per-row kernels of
+  ops without summed outputs compiled for 2 resident blocks of ROW_BLOCK
+  threads (32 registers a thread; the compiler spills what does not fit);
+* ``no-loop+cap-all``: the cap on the block-per-row kernels with summed
+  outputs too (LayerNorm's backward).
+
+Each result is checked against float64 NumPy as the suite checks it.  Run by
+hand from the project root on a GPU machine:
+``python benchmarks/results/diagnostics/row_occupancy.py --before-kernels DIR``.
+About 60 s on an H200 (a process a variant, each compiling its kernels).
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+from types import SimpleNamespace
+
+# Run as a script, this file's directory is on sys.path, not the project root.
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+VARIANTS = ("before", "no-loop", "no-loop+cap", "no-loop+cap-all")
+REPS = 10
+
+
+def _patch(variant, before_kernels):
+    """Make this process build ``variant``'s row kernels."""
+    from handlers.cuda import fused_source, kernel_loader
+    if variant == "before":
+        kernel_loader.KERNEL_DIR = str(before_kernels)
+        plan = fused_source.plan_rows
+
+        def plan_before(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0,
+                        per_sm=None):
+            return plan(rows, cols, held, sms, sm_threads, sum_bytes, l2_bytes, None)
+        fused_source.plan_rows = plan_before
+    if variant in ("before", "no-loop"):
+        fused_source.HELD_MIN_BLOCKS = 0
+    if variant == "no-loop+cap-all":
+        source = fused_source.row_kernel_source
+
+        def capped(op, dtype, block):
+            text = source(op, dtype, block)
+            name = fused_source.kernel_name(op, dtype)
+            return text.replace(f"__launch_bounds__({block}) {name}_block(",
+                                f"__launch_bounds__({block}, 2) {name}_block(")
+        fused_source.row_kernel_source = capped
+
+
+def run_variant(variant, before_kernels):
+    """Time this variant's fused rows; print one JSON line of results."""
+    _patch(variant, before_kernels)
+    import numpy as np
+
+    from benchmarks import reductions as RD
+    from benchmarks.gpu import EventTimer, cuda_handler
+    from benchmarks.ops import copy_spread, inputs_beyond_l2
+    h = cuda_handler("row_occupancy", np.float32)
+    if h is None:
+        return
+    env = SimpleNamespace(h32=h, torch=None, tput=None, inputs=inputs_beyond_l2,
+                          timer=EventTimer("pycuda", h.stream), torch_timer=None)
+    env.copy_Bps = copy_spread(h, (128 << 20) // 4, 7)["median"]
+    checks = []
+    rows = RD.fused_rows(env, RD.FUSED_SHAPES, 7, REPS, False, checks)
+    out = [dict(op=r["op"], shape=list(r["shape"]), us=r["ms"]["ours"]["median"] * 1e3,
+                frac=r["fraction_of_copy"]["ours"]) for r in rows]
+    bad = [c.get("what") for c in checks if not c.get("ok")]
+    print("RESULT " + json.dumps(dict(variant=variant, rows=out, failed=bad)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before-kernels", required=True, type=pathlib.Path)
+    p.add_argument("--variant", choices=VARIANTS)
+    a = p.parse_args()
+    if a.variant:
+        return run_variant(a.variant, a.before_kernels.resolve())
+    results = {}
+    for v in VARIANTS:
+        done = subprocess.run([sys.executable, __file__, "--before-kernels",
+                               str(a.before_kernels), "--variant", v],
+                              capture_output=True, text=True)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+        if not lines:
+            print(f"{v}: FAILED\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
+            continue
+        results[v] = json.loads(lines[-1][7:])
+        print(f"{v}: done" + (f", checks failed: {results[v]['failed']}"
+                              if results[v]["failed"] else ", every check ok"))
+    if not results:
+        return
+    first = next(iter(results.values()))["rows"]
+    print("\nus per call (fraction of copy), ours only; median of", REPS)
+    head = f"{'op':45s} {'shape':15s}" + "".join(f" {v:>18s}" for v in results)
+    print(head)
+    for i, r in enumerate(first):
+        cells = []
+        for v in results:
+            x = results[v]["rows"][i]
+            cells.append(f" {x['us']:9.1f} ({x['frac']:.3f})")
+        print(f"{r['op']:45s} {str(tuple(r['shape'])):15s}" + "".join(cells))
+    for v in results:
+        print(f"{v}: median fraction of copy "
+              f"{statistics.median(x['frac'] for x in results[v]['rows']):.3f}")
+
+
+if __name__ == "__main__":
+    main()
