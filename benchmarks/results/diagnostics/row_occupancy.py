@@ -107,8 +107,10 @@ def main():
             print(f"{v}: FAILED\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
             continue
         results[v] = json.loads(lines[-1][7:])
-        print(f"{v}: done" + (f", checks failed: {results[v]['failed']}"
-                              if results[v]["failed"] else ", every check ok"))
+        print(f"{v}: " + "; ".join(f"{x['op'][:12]} {x['shape'][1]} {x['us']:.1f} us"
+                                   for x in results[v]["rows"])
+              + (f"; checks failed: {results[v]['failed']}" if results[v]["failed"]
+                 else "; every check ok"), flush=True)
     if not results:
         return
     first = next(iter(results.values()))["rows"]
