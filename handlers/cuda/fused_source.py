@@ -344,19 +344,6 @@ def held_elements(op, dtype):
     return held - held % width if held >= width else held
 
 
-#: Resident blocks of ``ROW_BLOCK`` threads that a float32 block-per-row
-#: kernel without summed outputs is compiled for (``__launch_bounds__``'s
-#: second number; 0: none): 2 leaves 32 registers a thread, so that a
-#: multiprocessor of 2048 threads holds all of them.  A held row keeps R
-#: elements a thread in flight, and a block per row with 8 floats a thread
-#: ran softmax at 94% of copy at 32 registers where 43 (2 blocks of 512
-#: threads a multiprocessor, not 4) gave 58% (H200,
-#: benchmarks/results/diagnostics/row_kernel_variants.py).  Not for doubles
-#: or halves, where 32 registers spill more (cross-entropy 160 bytes in
-#: float64), nor with summed outputs, whose partial sums take registers.
-HELD_MIN_BLOCKS = 2
-
-
 #: The most bytes of partial rows a launch with summed (``:row``) outputs
 #: keeps in its stream's workspace (``plan_rows`` caps its grid by it).
 SUM_WORKSPACE = 64 << 20
@@ -718,10 +705,7 @@ def row_kernel_source(op, dtype, block):
     # in float32, where its block path alone needs 43), and so fewer threads.
     names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
     for i, what in enumerate(STRATEGIES):
-        bounds = f"{block}, {HELD_MIN_BLOCKS}" if (
-            what == "block" and HELD_MIN_BLOCKS and not op.sums
-            and np.dtype(dtype) == np.float32) else f"{block}"
-        lines += [f'extern "C" __global__ void __launch_bounds__({bounds}) '
+        lines += [f'extern "C" __global__ void __launch_bounds__({block}) '
                   f"{kernel_name(op, dtype)}_{what}(",
                   "        " + ", ".join(params) + ") {",
                   f"    {kernel_name(op, dtype)}_body<{i}>({', '.join(names)});",

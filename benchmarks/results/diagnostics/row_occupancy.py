@@ -16,17 +16,31 @@ at its three shapes), ours only, each variant in its own process:
   change: a loop in every strategy), grids as planned before (summing grids
   at the threads' limit, not the kernel's occupancy);
 * ``no-loop``: this tree (a block per row without summed outputs; summing
-  grids at the kernel's occupancy) with ``fused_source.HELD_MIN_BLOCKS`` 0;
-* ``no-loop+cap``: this tree as it is: the float32 block-per-row kernels of
-  ops without summed outputs compiled for 2 resident blocks of ROW_BLOCK
-  threads (32 registers a thread; the compiler spills what does not fit);
+  grids at the kernel's occupancy);
+* ``no-loop+cap``: as no-loop, the block-per-row kernels of ops without
+  summed outputs compiled for 2 resident blocks of ROW_BLOCK threads
+  (``__launch_bounds__(1024, 2)``: 32 registers a thread; the compiler
+  spills what does not fit: LayerNorm's forward 32 bytes, cross-entropy 12);
 * ``no-loop+cap-all``: the cap on the block-per-row kernels with summed
   outputs too (LayerNorm's backward).
 
 Each result is checked against float64 NumPy as the suite checks it.  Run by
 hand from the project root on a GPU machine:
 ``python benchmarks/results/diagnostics/row_occupancy.py --before-kernels DIR``.
-About 60 s on an H200 (a process a variant, each compiling its kernels).
+Slower than it looks: on an H200 the ``before`` variant alone took about 170 s
+(float64 references at (4096, 50257) and a cold compile); give it 10 minutes,
+or set ``reductions.FUSED_SHAPES`` to fewer shapes and call ``run_variant``.
+
+Its run (``row_occupancy-NVIDIA-H200.log``, 2026-11-27, at 6e415ba with the
+cap then on by default): ``before`` over the three shapes, then the other
+variants over the first two only (the device time ran out).  Softmax went
+from 111.5 to 88.1 us at 8192x4096 (93.2 to 87.5 at 32768x1000),
+cross-entropy with its gradient 159.8 to 143.0 (145.6 to 138.5), LayerNorm's
+backward at 32768x1000 167.8 to 151.7; the cap helped LayerNorm's forward at
+4096 columns (105.0 to 95.4 us) and hurt it at 1000 (87.1 to 95.8), and left
+the others within noise, so the tree keeps no cap.  Ours still trails the
+standalone block-per-row softmax of ``row_kernel_variants`` (67-70 us) at the
+same registers: what is left is not occupancy.
 """
 import argparse
 import json
@@ -55,13 +69,14 @@ def _patch(variant, before_kernels):
                         per_sm=None):
             return plan(rows, cols, held, sms, sm_threads, sum_bytes, l2_bytes, None)
         fused_source.plan_rows = plan_before
-    if variant in ("before", "no-loop"):
-        fused_source.HELD_MIN_BLOCKS = 0
-    if variant == "no-loop+cap-all":
+    if variant.startswith("no-loop+cap"):
         source = fused_source.row_kernel_source
+        every = variant.endswith("all")
 
         def capped(op, dtype, block):
             text = source(op, dtype, block)
+            if op.sums and not every:
+                return text
             name = fused_source.kernel_name(op, dtype)
             return text.replace(f"__launch_bounds__({block}) {name}_block(",
                                 f"__launch_bounds__({block}, 2) {name}_block(")
