@@ -9,31 +9,29 @@ gridDim.x``) is what costs them: without it softmax's kernel takes 31
 registers, cross-entropy's 37 (from 58), LayerNorm's forward 45 (from 48).
 
 This times the fused rows of ``python -m benchmarks reductions`` (softmax,
-softmax with cross-entropy and its gradient, LayerNorm forward and backward,
-at its three shapes), ours only, each variant in its own process:
+softmax with cross-entropy and its gradient, LayerNorm forward and backward;
+its first two shapes, all three with ``--all-shapes``), ours only, each
+variant in its own process, with this tree's planner:
 
-* ``before``: the kernels of ``--before-kernels`` (the tree before the
-  change: a loop in every strategy), grids as planned before (summing grids
-  at the threads' limit, not the kernel's occupancy);
-* ``no-loop``: this tree (a block per row without summed outputs; summing
-  grids at the kernel's occupancy);
-* ``no-loop+cap``: as no-loop, the block-per-row kernels of ops without
-  summed outputs compiled for 2 resident blocks of ROW_BLOCK threads
+* ``NAME`` for each ``--kernels NAME=DIR``: the row kernels built from the
+  kernel sources in DIR (another tree's ``handlers/cuda/kernels``: the tree
+  before a change);
+* ``tree``: this tree's kernels;
+* ``tree+cap``: this tree's, the block-per-row kernels of ops without summed
+  outputs compiled for 2 resident blocks of ROW_BLOCK threads
   (``__launch_bounds__(1024, 2)``: 32 registers a thread; the compiler
-  spills what does not fit: LayerNorm's forward 32 bytes, cross-entropy 12);
-* ``no-loop+cap-all``: the cap on the block-per-row kernels with summed
-  outputs too (LayerNorm's backward).
+  spills what does not fit: LayerNorm's forward 32 bytes, cross-entropy 12).
 
 Each result is checked against float64 NumPy as the suite checks it.  Run by
 hand from the project root on a GPU machine:
-``python benchmarks/results/diagnostics/row_occupancy.py --before-kernels DIR``.
-Slower than it looks: on an H200 the ``before`` variant alone took about 170 s
-(float64 references at (4096, 50257) and a cold compile); give it 10 minutes,
-or set ``reductions.FUSED_SHAPES`` to fewer shapes and call ``run_variant``.
+``python benchmarks/results/diagnostics/row_occupancy.py --kernels before=DIR``.
+With ``--all-shapes`` each variant takes about 170 s on an H200 (float64
+references at (4096, 50257) and a cold compile); on two shapes about 20 s.
 
 Its run (``row_occupancy-NVIDIA-H200.log``, 2026-11-27, at 6e415ba with the
-cap then on by default): ``before`` over the three shapes, then the other
-variants over the first two only (the device time ran out).  Softmax went
+cap then on by default, variants then named before, no-loop+cap and no-loop):
+``before`` over the three shapes, then the other two over the first two only
+(the device time ran out).  Softmax went
 from 111.5 to 88.1 us at 8192x4096 (93.2 to 87.5 at 32768x1000),
 cross-entropy with its gradient 159.8 to 143.0 (145.6 to 138.5), LayerNorm's
 backward at 32768x1000 167.8 to 151.7; the cap helped LayerNorm's forward at
@@ -54,28 +52,22 @@ from types import SimpleNamespace
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = ("before", "no-loop", "no-loop+cap", "no-loop+cap-all")
 REPS = 10
 
 
-def _patch(variant, before_kernels):
-    """Make this process build ``variant``'s row kernels."""
+def _patch(kernels, cap):
+    """Make this process build its row kernels from ``kernels`` (a directory
+    of kernel sources; None: this tree's), capped to 32 registers where
+    ``cap`` (see the module's docstring)."""
     from handlers.cuda import fused_source, kernel_loader
-    if variant == "before":
-        kernel_loader.KERNEL_DIR = str(before_kernels)
-        plan = fused_source.plan_rows
-
-        def plan_before(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0,
-                        per_sm=None):
-            return plan(rows, cols, held, sms, sm_threads, sum_bytes, l2_bytes, None)
-        fused_source.plan_rows = plan_before
-    if variant.startswith("no-loop+cap"):
+    if kernels is not None:
+        kernel_loader.KERNEL_DIR = str(kernels)
+    if cap:
         source = fused_source.row_kernel_source
-        every = variant.endswith("all")
 
         def capped(op, dtype, block):
             text = source(op, dtype, block)
-            if op.sums and not every:
+            if op.sums:
                 return text
             name = fused_source.kernel_name(op, dtype)
             return text.replace(f"__launch_bounds__({block}) {name}_block(",
@@ -83,9 +75,9 @@ def _patch(variant, before_kernels):
         fused_source.row_kernel_source = capped
 
 
-def run_variant(variant, before_kernels):
-    """Time this variant's fused rows; print one JSON line of results."""
-    _patch(variant, before_kernels)
+def run_variant(name, kernels, cap, all_shapes):
+    """Time one variant's fused rows; print one JSON line of results."""
+    _patch(kernels, cap)
     import numpy as np
 
     from benchmarks import reductions as RD
@@ -98,25 +90,31 @@ def run_variant(variant, before_kernels):
                           timer=EventTimer("pycuda", h.stream), torch_timer=None)
     env.copy_Bps = copy_spread(h, (128 << 20) // 4, 7)["median"]
     checks = []
-    rows = RD.fused_rows(env, RD.FUSED_SHAPES, 7, REPS, False, checks)
+    shapes = RD.FUSED_SHAPES if all_shapes else RD.FUSED_SHAPES[:2]
+    rows = RD.fused_rows(env, shapes, 7, REPS, False, checks)
     out = [dict(op=r["op"], shape=list(r["shape"]), us=r["ms"]["ours"]["median"] * 1e3,
                 frac=r["fraction_of_copy"]["ours"]) for r in rows]
     bad = [c.get("what") for c in checks if not c.get("ok")]
-    print("RESULT " + json.dumps(dict(variant=variant, rows=out, failed=bad)))
+    print("RESULT " + json.dumps(dict(variant=name, rows=out, failed=bad)))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before-kernels", required=True, type=pathlib.Path)
-    p.add_argument("--variant", choices=VARIANTS)
+    p.add_argument("--kernels", action="append", default=[], metavar="NAME=DIR",
+                   help="a variant built from the kernel sources in DIR (repeatable)")
+    p.add_argument("--all-shapes", action="store_true", help="the third shape too")
+    p.add_argument("--run", nargs=3, metavar=("NAME", "DIR", "CAP"), help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.variant:
-        return run_variant(a.variant, a.before_kernels.resolve())
+    if a.run:
+        name, kernels, cap = a.run
+        return run_variant(name, None if kernels == "-" else pathlib.Path(kernels).resolve(),
+                           cap == "1", a.all_shapes)
+    variants = [(k.split("=", 1)[0], k.split("=", 1)[1], "0") for k in a.kernels]
+    variants += [("tree", "-", "0"), ("tree+cap", "-", "1")]
     results = {}
-    for v in VARIANTS:
-        done = subprocess.run([sys.executable, __file__, "--before-kernels",
-                               str(a.before_kernels), "--variant", v],
-                              capture_output=True, text=True)
+    for v, kernels, cap in variants:
+        done = subprocess.run([sys.executable, __file__, "--run", v, kernels, cap]
+                              + ["--all-shapes"] * a.all_shapes, capture_output=True, text=True)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
         if not lines:
             print(f"{v}: FAILED\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
