@@ -21,6 +21,15 @@ PICK_UNROLL = 16
 #: in tiles of whole rows (reduce.cu's ``*_short``) instead of giving each
 #: row a warp, whose lanes a short row would leave idle
 SHORT_ROW = 64
+#: The longest rows (elements) that the row reductions give a thread each
+#: (reduce.cu's ``*_thread``): a warp's loads then cover 32 adjacent rows,
+#: whose lines the lanes share, and no shared memory or barrier stands
+#: between the loads and the sums (the ``*_short`` tiles ran rows of 3 to 8
+#: floats at 38-44% of copy on an H200, a thread per row 101-104%:
+#: benchmarks/results/diagnostics/reduction_variants.py)
+THREAD_ROW = 8
+#: Rows a thread of ``*_thread`` reduces, all their loads issued first
+THREAD_UNROLL = 2
 #: Rows per block of the kernels that give each row a warp (32 threads)
 ROWS_PER_BLOCK = BLOCK // 32
 #: Blocks per multiprocessor at most in a grid that strides over its work
@@ -36,7 +45,8 @@ def header_source():
     above as the macros the kernels use (``SH_BLOCK``, ...).  ``python -m
     handlers.generate`` writes it."""
     values = {"SH_BLOCK": BLOCK, "SH_MID_BLOCK": MID_BLOCK, "SH_SUM_UNROLL": SUM_UNROLL,
-              "SH_PICK_UNROLL": PICK_UNROLL,
+              "SH_PICK_UNROLL": PICK_UNROLL, "SH_THREAD_ROW": THREAD_ROW,
+              "SH_THREAD_UNROLL": THREAD_UNROLL,
               "SH_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "SH_MAX_BLOCKS_PER_SM": MAX_BLOCKS_PER_SM}
     return "\n".join([
         "// The host's launch constants (BLOCK, MID_BLOCK, ... in",

@@ -54,7 +54,16 @@ from ..base import Handler
 from ..optable import OPS
 from . import kernel_loader
 from .context import enter as _enter
-from .launch import BLOCK, MAX_BLOCKS_PER_SM, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
+from .launch import (
+    BLOCK,
+    MAX_BLOCKS_PER_SM,
+    MID_BLOCK,
+    PICK_UNROLL,
+    SHORT_ROW,
+    SUM_UNROLL,
+    THREAD_ROW,
+    THREAD_UNROLL,
+)
 
 
 class Launch(NamedTuple):
@@ -199,6 +208,7 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
     ``sm_threads // block``, the threads' limit alone; ``_per_sm``).  Each
     rule below counts the resident blocks of the kernel it chooses.
 
+    * n <= THREAD_ROW: ``*_thread``, a thread per row (``_plan_thread``).
     * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
     * rows enough for half the resident warps of ``*_rows``: that kernel, a
       warp per row; each keeps ROW_UNROLL 16-byte loads in flight.
@@ -210,6 +220,8 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
       a block beyond the wave would run alone in a second one, as long as
       the first (a grid sized by the threads' 8 blocks a multiprocessor ran
       in two waves where the kernel's 64 registers hold 4)."""
+    if n <= THREAD_ROW:
+        return _plan_thread(rows, n, family, sms, div, kind, suffix)
     if n <= SHORT_ROW:
         return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix,
                            blocks_per_sm)
@@ -252,6 +264,17 @@ def plan_one(size, width, family, sms):
     on an H200, against torch's 12-15)."""
     grid = max(1, min(-(-size // (BLOCK * width)), MAX_BLOCKS_PER_SM * sms))
     return Plan(Launch(f"{family}_one", grid, (size,), BLOCK), 0, 0)
+
+
+def _plan_thread(rows, n, family, sms, div, kind, suffix):
+    """The ``*_thread`` plan: rows of n <= THREAD_ROW elements, a thread per
+    row, THREAD_UNROLL rows a thread (``plan_rows``'s arguments).  A grid
+    as ``plan_one``'s: enough blocks for every row, at most
+    MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides over the rest,
+    every block the same share: no wave to fit)."""
+    grid = max(1, min(-(-rows // (BLOCK * THREAD_UNROLL)), MAX_BLOCKS_PER_SM * sms))
+    return Plan(Launch(f"{family}_thread{suffix}", grid, (rows, n, n, 1, div, kind), BLOCK),
+                0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):

@@ -5,6 +5,8 @@
 // general one:
 //
 //   rows  (rows, n): each reduced segment is contiguous (inner == 1).
+//         *_thread n <= THREAD_ROW (launch.py): a thread per row, the loads of
+//                  THREAD_UNROLL rows in flight;
 //         *_short  n <= SHORT_ROW (launch.py): a block copies a tile of whole rows to
 //                  shared memory with coalesced loads, then a few lanes
 //                  reduce each row (no lane idles on a 2-element row); the
@@ -350,6 +352,44 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
                 out[r0 * inner + q] = R::template result<O>(s, div, kind);
         }
         __syncthreads();
+    }
+}
+
+// *_thread: rows of n <= SH_THREAD_ROW elements, a thread per row.  Thread t
+// of a trip's first row r0 reduces rows r0 + u * blockDim.x for u <
+// SH_THREAD_UNROLL (one load instruction of a warp reads an element of 32
+// adjacent rows: the lanes share the lines, which L1 serves), every load of
+// those rows issued before any is added; grid-stride over the rows.  Each
+// row is added in element order.
+template <class R, typename T, typename O>
+__device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
+                            long long n, long long div, int kind) {
+    using S = typename R::S;
+    constexpr int U = SH_THREAD_UNROLL, N = SH_THREAD_ROW;
+    const int m = (int)n;   // n <= N
+    const long long step = (long long)gridDim.x * blockDim.x * U;
+    for (long long r0 = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; r0 < rows;
+         r0 += step) {
+        T x[U][N];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            const T* p = a + r * n;
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                if (k < m && r < rows) x[u][k] = p[k];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            if (r < rows) {
+                S s = R::identity(kind);
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (k < m) R::add(s, x[u][k], k, kind);
+                out[r] = R::template result<O>(s, div, kind);
+            }
+        }
     }
 }
 
@@ -870,6 +910,8 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
         BODY;                                                                        \
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
+    SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
+                   (thread_impl<R, T, O>(a, out, rows, n, div, kind)))               \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
                    (short_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                  \
     SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \
