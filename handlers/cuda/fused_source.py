@@ -365,7 +365,6 @@ def strategy(cols, held, block):
     return 1 if cols <= block * held else 2
 
 
-@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def row_block(cols, held):
     """The block of a row kernel over rows of ``cols`` elements, ``held`` per
     thread (:func:`plan_rows`'s)."""
@@ -374,6 +373,7 @@ def row_block(cols, held):
     return min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
 
 
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread
