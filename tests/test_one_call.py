@@ -446,7 +446,7 @@ def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
     multiprocessor is one wave of 528 chunks, where the threads' 8 gave
     1056, and short rows a wave of 528 tiles; the C path launches that."""
     nbytes, counters = reductions.one_call_scratch(132, 2048)
-    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((100000, 24), 1, "sum_short")):
+    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((100000, 12, 2), 1, "sum_short")):
         h = Reducer(per_sm=per_sm)
         ops = _scratch_ops((nbytes, counters))
         a, out = _reduced(shape, axis)
@@ -953,12 +953,13 @@ def _few_handler(fmt):
 
 @pytest.mark.parametrize("fmt", ["float32", "float64", "bfloat16", "float16"])
 @pytest.mark.parametrize("name", list(_REFERENCE))
-@pytest.mark.parametrize("n", [2, 3, 5, 8])
-@pytest.mark.parametrize("rows,in_off", [(1, 0), (511, 1), (512, 0), (513, 1), (1081347, 0)])
-def test_gpu_rows_of_a_few_elements_take_a_thread_each(fmt, name, n, rows, in_off):
-    """Rows of up to THREAD_ROW elements (``*_thread``: a thread a row, two
-    rows a thread, a grid that strides past 16 blocks a multiprocessor for
-    the million rows) give float64 NumPy's results in every format, on the
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 9, 17, 29, 64])
+@pytest.mark.parametrize("rows,in_off", [(1, 0), (511, 1), (513, 1), (1081347, 0)])
+def test_gpu_short_rows_are_numpys(fmt, name, n, rows, in_off):
+    """Short rows (``*_thread`` up to THREAD_ROW elements: a thread a row,
+    two rows a thread; ``*_lanes`` up to SHORT_ROW: a group of lanes a
+    row), with grids that stride past 16 blocks a multiprocessor for the
+    million rows, give float64 NumPy's results in every format, on the
     Python path and in C, from inputs on 16 bytes or not: sums and means
     within rounding, max and min exactly with NaN propagated, argmax the
     first index of the maximum or of the first NaN (rows of ties and of
@@ -979,7 +980,7 @@ def test_gpu_rows_of_a_few_elements_take_a_thread_each(fmt, name, n, rows, in_of
     a = h.view_t(h.create_from_numpy(flat), in_off, (rows, n))
     out = h.zeros((rows,))
     plan = reductions.plan((rows, n), (1,), in_off == 0, h._vec, FAMILY[name], 132, 2048)
-    assert n <= THREAD_ROW and plan.launch.kernel.split("_")[1] == "thread"
+    assert plan.launch.kernel.split("_")[1] == ("thread" if n <= THREAD_ROW else "lanes")
     getattr(h, name)(a, 1, out)                              # planned and remembered
     for call in ("python", "c"):
         h.fill(out, 7.0)
@@ -989,7 +990,8 @@ def test_gpu_rows_of_a_few_elements_take_a_thread_each(fmt, name, n, rows, in_of
             assert h._one_call.sum(h._reduce_launches[name], a, 1, out) is True
         got = h.get_numpy_copy(out).astype(np.float64)
         if name in ("sum_t", "mean_t"):
-            # integers: exact sums; a mean's quotient is rounded to the
+            # integers: exact sums (64 of at most 4 in magnitude: exact in
+            # every format); a mean's quotient is rounded to the
             # format (once, or through float for the halves: an ulp apart)
             close = np.asarray(want, h.dtype).astype(np.float64)
             np.testing.assert_array_equal(np.isnan(got), np.isnan(close))

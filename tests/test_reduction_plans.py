@@ -32,7 +32,14 @@ import numpy as np
 import pytest
 
 from handlers.cuda import reductions as R
-from handlers.cuda.launch import BLOCK, MAX_BLOCKS_PER_SM, THREAD_ROW, THREAD_UNROLL
+from handlers.cuda.launch import (
+    BLOCK,
+    LANE_UNROLL,
+    MAX_BLOCKS_PER_SM,
+    SHORT_ROW,
+    THREAD_ROW,
+    THREAD_UNROLL,
+)
 from handlers.optable import KERNELS
 
 SOURCES = Path(R.__file__).resolve().parent
@@ -44,8 +51,8 @@ EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
 #: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
 #: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
 #: 1024-thread blocks of 32 registers hold 2
-H200_BLOCKS = {"thread": 6, "short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4, "mid": 2,
-               "one": 6}
+H200_BLOCKS = {"thread": 6, "lanes": 4, "short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4,
+               "mid": 2, "one": 6}
 #: The occupancies the plans are checked under: "threads", the threads'
 #: limit alone (sm_threads // block: the planners' default, their rule before
 #: they asked the driver); a number, that many blocks of every kernel (at
@@ -152,10 +159,12 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     launch = plan.launch
     kind = launch.kernel.split("_")[1]
     resident = sms * blocks(launch.kernel, launch.block)
-    if kind == "thread":         # every row a thread, or a grid-stride cap, as plan_one's
-        rows = launch.args[0]
-        assert launch.grid == max(1, min(-(-rows // (BLOCK * THREAD_UNROLL)),
-                                         MAX_BLOCKS_PER_SM * sms)), launch
+    if kind in ("thread", "lanes"):   # every row, or a grid-stride cap, as plan_one's
+        rows, n = launch.args[:2]
+        per_block = BLOCK * THREAD_UNROLL if kind == "thread" else \
+            BLOCK // R.lane_group(n) * LANE_UNROLL
+        assert (kind == "thread") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
     elif kind == "short":        # a wave of tiles, or every tile; the kernel strides
         outer, n, inner = launch.args[:3]
         tiles = -(-outer // (R.SHORT_TILE // (n * inner)))
@@ -302,8 +311,15 @@ def test_short_rows_and_short_columns():
     assert plan.launch.grid == 132 * MAX_BLOCKS_PER_SM   # strides over the rest
     plan = R.plan((3, 5), (1,), True, 4, "max", 132, 2048)
     assert plan.launch.kernel == "max_thread" and plan.launch.grid == 1
-    for n, kernel in ((THREAD_ROW, "pick_thread"), (THREAD_ROW + 1, "pick_short")):
+    for n, kernel in ((THREAD_ROW, "pick_thread"), (THREAD_ROW + 1, "pick_lanes"),
+                      (SHORT_ROW, "pick_lanes"), (SHORT_ROW + 1, "pick_rows")):
         assert R.plan((1000, n), (1,), True, 4, "pick", 132, 2048, 1, 2).launch.kernel == kernel
+    # a group of lanes a row: 2 elements a lane at most, a power of 2, 32 at most
+    assert [R.lane_group(n) for n in (9, 16, 17, 32, 33, 64)] == [8, 8, 16, 16, 32, 32]
+    plan = R.plan((10 ** 6, 29), (1,), True, 4, "sum", 132, 2048)
+    assert plan.launch.kernel == "sum_lanes" and plan.launch.grid == 132 * MAX_BLOCKS_PER_SM
+    plan = R.plan((100, 29), (1,), True, 4, "sum", 132, 2048)   # 64 rows a block
+    assert plan.launch.kernel == "sum_lanes" and plan.launch.grid == 2
     # a short reduced axis over many columns: ty == 1, no chunks
     plan = R.plan((12, 11135, 344), (0,), True, 4, "sum", 132, 2048)
     assert plan.launch.kernel == "sum_cols_vec" and plan.launch.args[6] == 256
@@ -332,12 +348,12 @@ def test_tuned_plans_stay(occupancy):
 #: (kernel, grid, the first 8 arguments, block, workspace, counters).  Where
 #: the occupancy is the threads' limit they must not move.
 BEFORE = [
-    (((400, 70348, 24), (2,), True, 4, "sum", 1, 0, ""), (132, 2048),
-     ("sum_short", 1056, (28139200, 24, 1, 1, 1, 0), 256, 0, 0)),
-    (((400, 70348, 24), (2,), True, 4, "sum", 1, 0, ""), (16, 1536),
-     ("sum_short", 96, (28139200, 24, 1, 1, 1, 0), 256, 0, 0)),
-    (((81, 16960, 13), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
-     ("max_short", 1056, (1373760, 13, 1, 1, 1, 0), 256, 0, 0)),
+    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_short", 1056, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
+     ("sum_short", 96, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    (((81, 16960, 3, 5), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
+     ("max_short", 1056, (1373760, 3, 5, 1, 1, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (132, 2048),
      ("sum_rows", 625, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (16, 1536),
@@ -432,7 +448,7 @@ def test_occupancy_below_the_threads_limit_shrinks_the_waves():
     plan = R.plan((8859584,), (0,), True, 4, "min", 132, 2048, 1, 1, blocks_per_sm=four)
     assert plan.launch.kernel == "min_long"
     assert plan.launch.args[3] == plan.launch.grid == 528 and plan.workspace == 528 * 4
-    plan = R.plan((400, 70348, 24), (2,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
+    plan = R.plan((1000000, 12, 2), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
     assert plan.launch.kernel == "sum_short" and plan.launch.grid == 528
     # 3000 rows of 10^5: fewer than half the warps of 8 blocks a
     # multiprocessor (4224 rows), more than half those of sum_rows's 5 (2640)

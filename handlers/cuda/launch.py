@@ -17,10 +17,15 @@ SUM_UNROLL = 16
 #: many as a sum's, now that a (value, index) state with a 32-bit index is
 #: two registers (a 64-bit one held 8 loads: 4 registers a column)
 PICK_UNROLL = 16
-#: The longest rows (elements) that the row reductions copy to shared memory
-#: in tiles of whole rows (reduce.cu's ``*_short``) instead of giving each
-#: row a warp, whose lanes a short row would leave idle
+#: The longest rows (elements) that the row reductions give a group of
+#: lanes each (reduce.cu's ``*_lanes``: as few lanes as hold the row, a
+#: power of 2, at most 2 elements a lane) instead of a whole warp, whose
+#: lanes a short row would leave idle
 SHORT_ROW = 64
+#: Row trips a lane group of ``*_lanes`` keeps in flight (every load issued
+#: before any is added): 4 trips of one or two element loads (48-64
+#: registers a thread, no spills; 8 trips took 73-116)
+LANE_UNROLL = 4
 #: The longest rows (elements) that the row reductions give a thread each
 #: (reduce.cu's ``*_thread``): a warp's loads then cover 32 adjacent rows,
 #: whose lines the lanes share, and no shared memory or barrier stands
@@ -46,7 +51,8 @@ def header_source():
     handlers.generate`` writes it."""
     values = {"SH_BLOCK": BLOCK, "SH_MID_BLOCK": MID_BLOCK, "SH_SUM_UNROLL": SUM_UNROLL,
               "SH_PICK_UNROLL": PICK_UNROLL, "SH_THREAD_ROW": THREAD_ROW,
-              "SH_THREAD_UNROLL": THREAD_UNROLL,
+              "SH_THREAD_UNROLL": THREAD_UNROLL, "SH_SHORT_ROW": SHORT_ROW,
+              "SH_LANE_UNROLL": LANE_UNROLL,
               "SH_ROWS_PER_BLOCK": ROWS_PER_BLOCK, "SH_MAX_BLOCKS_PER_SM": MAX_BLOCKS_PER_SM}
     return "\n".join([
         "// The host's launch constants (BLOCK, MID_BLOCK, ... in",

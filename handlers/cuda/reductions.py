@@ -56,6 +56,7 @@ from . import kernel_loader
 from .context import enter as _enter
 from .launch import (
     BLOCK,
+    LANE_UNROLL,
     MAX_BLOCKS_PER_SM,
     MID_BLOCK,
     PICK_UNROLL,
@@ -209,7 +210,8 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
     rule below counts the resident blocks of the kernel it chooses.
 
     * n <= THREAD_ROW: ``*_thread``, a thread per row (``_plan_thread``).
-    * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
+    * n <= SHORT_ROW: ``*_lanes``, a group of lanes per row (a warp per row
+      would leave most lanes idle; ``_plan_thread``).
     * rows enough for half the resident warps of ``*_rows``: that kernel, a
       warp per row; each keeps ROW_UNROLL 16-byte loads in flight.
     * fewer, longer rows: ``*_long``, a block per (row, chunk), with as many
@@ -220,11 +222,8 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
       a block beyond the wave would run alone in a second one, as long as
       the first (a grid sized by the threads' 8 blocks a multiprocessor ran
       in two waves where the kernel's 64 registers hold 4)."""
-    if n <= THREAD_ROW:
-        return _plan_thread(rows, n, family, sms, div, kind, suffix)
     if n <= SHORT_ROW:
-        return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix,
-                           blocks_per_sm)
+        return _plan_thread(rows, n, family, sms, div, kind, suffix)
     args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     kernel = f"{family}_rows{suffix}"
     resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
@@ -266,15 +265,31 @@ def plan_one(size, width, family, sms):
     return Plan(Launch(f"{family}_one", grid, (size,), BLOCK), 0, 0)
 
 
+def lane_group(n):
+    """Lanes of a ``*_lanes`` group for rows of n elements (THREAD_ROW < n
+    <= SHORT_ROW): the least power of 2 whose lanes hold the row at 2
+    elements a lane (reduce.cu's lanes_impl)."""
+    group = 1
+    while 2 * group < n and group < 32:
+        group *= 2
+    return group
+
+
 def _plan_thread(rows, n, family, sms, div, kind, suffix):
-    """The ``*_thread`` plan: rows of n <= THREAD_ROW elements, a thread per
-    row, THREAD_UNROLL rows a thread (``plan_rows``'s arguments).  A grid
-    as ``plan_one``'s: enough blocks for every row, at most
-    MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides over the rest,
-    every block the same share: no wave to fit)."""
-    grid = max(1, min(-(-rows // (BLOCK * THREAD_UNROLL)), MAX_BLOCKS_PER_SM * sms))
-    return Plan(Launch(f"{family}_thread{suffix}", grid, (rows, n, n, 1, div, kind), BLOCK),
-                0, 0)
+    """The plan of rows of n <= SHORT_ROW elements (``plan_rows``'s
+    arguments): ``*_thread``, a thread per row, THREAD_UNROLL rows a
+    thread, up to THREAD_ROW elements; ``*_lanes`` beyond, a group of
+    ``lane_group(n)`` lanes per row, 32 / group rows a warp and LANE_UNROLL
+    trips in flight.  A grid as ``plan_one``'s: enough blocks for every
+    row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
+    over the rest, every block the same share: no wave to fit)."""
+    if n <= THREAD_ROW:
+        kernel, per_block = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL
+    else:
+        kernel = f"{family}_lanes{suffix}"
+        per_block = BLOCK // lane_group(n) * LANE_UNROLL
+    grid = max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms))
+    return Plan(Launch(kernel, grid, (rows, n, n, 1, div, kind), BLOCK), 0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
