@@ -170,8 +170,7 @@ def fused_arguments(h, op, args):
         key, name = (op, way), f"{name}_{way}"
         per_sm = None
         if op.sums and rows:   # the grid is the resident blocks: the kernel's occupancy
-            _loaded(h, op, key, name, bound)
-            per_sm = h._blocks_per_sm()(key, block)
+            per_sm = h._resident(_loaded(h, op, key, name, bound), block)
         grid, block = fused_source.plan_rows(
             rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
             h._l2_bytes, per_sm)
