@@ -673,6 +673,19 @@ def test_plan_rows():
     assert plan(0, 5000, 8, 132, 2048, 8) == (1, 640)
     assert plan(10 ** 6, 5000, 8, 132, 2048, 8) == (132 * 3, 640)     # the resident blocks
     assert plan(10 ** 6, 5000, 8, 132, 1536, 8) == (132 * 2, 640)    # fewer threads an SM
+    # the kernel's occupancy, where given: its registers may allow fewer blocks
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 0, 1) == (132, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 0, 5) == (132 * 5, 640)
+    assert plan(10 ** 6, 5000, 8, 132, 2048, 0, 0, 1) == (10 ** 6, 640)   # no sums: every row
+    # a block per row: the grid's limit bounds the rows (held or streamed)
+    assert plan(2 ** 31 - 1, 300, 8, 132, 2048) == (2 ** 31 - 1, 64)
+    for cols in (300, 40000):
+        with pytest.raises(ValueError, match="at most 2\\*\\*31 - 1 rows"):
+            plan(2 ** 31, cols, 8, 132, 2048)
+    assert plan(2 ** 31, 300, 8, 132, 2048, 8) == (132 * 32, 64)   # summing blocks stride
+    assert plan(2 ** 40, 8, 8, 132, 2048) == (2 ** 31 - 1, block)  # lane groups stride
+    assert [fused_source.row_block(c, 8) for c in (1, 256, 257, 5000, 10 ** 6)] == [
+        block, block, 64, 640, fused_source.ROW_BLOCK]
     # streamed rows: the partial rows within half of a 50 MiB L2 (held rows ignore it)
     assert plan(10 ** 4, 50257, 8, 132, 2048, 8, 50 << 20) == (
         (25 << 20) // (8 * 50257), fused_source.ROW_BLOCK)

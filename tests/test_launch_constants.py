@@ -25,6 +25,8 @@ CXX = shutil.which("g++") or shutil.which("clang++")
 #: the header's macro -> the Python constant it copies
 MACROS = {"SH_BLOCK": launch.BLOCK, "SH_MID_BLOCK": launch.MID_BLOCK,
           "SH_SUM_UNROLL": launch.SUM_UNROLL, "SH_PICK_UNROLL": launch.PICK_UNROLL,
+          "SH_THREAD_ROW": launch.THREAD_ROW, "SH_THREAD_UNROLL": launch.THREAD_UNROLL,
+          "SH_SHORT_ROW": launch.SHORT_ROW, "SH_LANE_UNROLL": launch.LANE_UNROLL,
           "SH_ROWS_PER_BLOCK": launch.ROWS_PER_BLOCK,
           "SH_MAX_BLOCKS_PER_SM": launch.MAX_BLOCKS_PER_SM}
 

@@ -446,7 +446,7 @@ def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
     multiprocessor is one wave of 528 chunks, where the threads' 8 gave
     1056, and short rows a wave of 528 tiles; the C path launches that."""
     nbytes, counters = reductions.one_call_scratch(132, 2048)
-    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((400, 70348, 2), 2, "sum_short")):
+    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((100000, 12, 2), 1, "sum_short")):
         h = Reducer(per_sm=per_sm)
         ops = _scratch_ops((nbytes, counters))
         a, out = _reduced(shape, axis)
@@ -931,6 +931,74 @@ def test_gpu_extent_one_reductions_are_numpys(gpu, name, shape, axis, in_off, ou
             assert got.tobytes() == want.tobytes(), call
         rest = np.delete(gpu.get_numpy_copy(buf), range(out_off, out_off + want.size))
         np.testing.assert_array_equal(rest, np.delete(guard, range(out_off, out_off + want.size)))
+
+
+_FEW_HANDLERS = {}
+
+
+def _few_handler(fmt):
+    """A PyCudaHandler of format ``fmt`` for the few-element rows' test (one
+    per format and module), or a skip."""
+    if fmt not in _FEW_HANDLERS:
+        try:
+            from handlers import PyCudaHandler
+            _FEW_HANDLERS[fmt] = PyCudaHandler(dtypes.resolve(fmt), seed=5)
+        except (ImportError, RuntimeError) as e:
+            _FEW_HANDLERS[fmt] = e
+    h = _FEW_HANDLERS[fmt]
+    if isinstance(h, Exception):
+        pytest.skip(f"PyCudaHandler unavailable: {h}")
+    return h
+
+
+@pytest.mark.parametrize("fmt", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(_REFERENCE))
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 9, 17, 29, 64])
+@pytest.mark.parametrize("rows,in_off", [(1, 0), (511, 1), (513, 1), (1081347, 0)])
+def test_gpu_short_rows_are_numpys(fmt, name, n, rows, in_off):
+    """Short rows (``*_thread`` up to THREAD_ROW elements: a thread a row,
+    two rows a thread; ``*_lanes`` up to SHORT_ROW: a group of lanes a
+    row), with grids that stride past 16 blocks a multiprocessor for the
+    million rows, give float64 NumPy's results in every format, on the
+    Python path and in C, from inputs on 16 bytes or not: sums and means
+    within rounding, max and min exactly with NaN propagated, argmax the
+    first index of the maximum or of the first NaN (rows of ties and of
+    NaN planted)."""
+    from handlers.base import Handler
+    from handlers.cuda.launch import THREAD_ROW
+    h = _few_handler(fmt)
+    rng = np.random.default_rng([n, rows, in_off, len(name)])
+    x = rng.integers(-4, 5, (rows, n)).astype(np.float64)   # small integers: many ties
+    if rows > 4:
+        x[1] = 2.0                                          # a row of ties
+        x[2, n // 2] = np.nan                               # NaN inside a row
+        x[3, :] = np.nan
+        x[4, 0] = -0.0
+    x = x.astype(h.dtype)                                   # what the handler holds
+    want = _REFERENCE[name](x.astype(np.float64), axis=1)
+    flat = np.concatenate([np.ones(in_off, h.dtype), x.reshape(-1)])
+    a = h.view_t(h.create_from_numpy(flat), in_off, (rows, n))
+    out = h.zeros((rows,))
+    plan = reductions.plan((rows, n), (1,), in_off == 0, h._vec, FAMILY[name], 132, 2048)
+    assert plan.launch.kernel.split("_")[1] == ("thread" if n <= THREAD_ROW else "lanes")
+    getattr(h, name)(a, 1, out)                              # planned and remembered
+    for call in ("python", "c"):
+        h.fill(out, 7.0)
+        if call == "python":
+            getattr(Handler, name)(h, a, 1, out)
+        else:
+            assert h._one_call.sum(h._reduce_launches[name], a, 1, out) is True
+        got = h.get_numpy_copy(out).astype(np.float64)
+        if name in ("sum_t", "mean_t"):
+            # integers: exact sums (64 of at most 4 in magnitude: exact in
+            # every format); a mean's quotient is rounded to the
+            # format (once, or through float for the halves: an ulp apart)
+            close = np.asarray(want, h.dtype).astype(np.float64)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(close))
+            ulp = 2.0 ** (1 - dtypes.significand_bits(h.dtype))
+            np.testing.assert_allclose(got, close, rtol=ulp, atol=0)
+        else:
+            np.testing.assert_array_equal(got, np.asarray(want, np.float64), call)
 
 
 def _chunked_case(gpu, name, shape, axis, rng):

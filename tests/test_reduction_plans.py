@@ -32,7 +32,14 @@ import numpy as np
 import pytest
 
 from handlers.cuda import reductions as R
-from handlers.cuda.launch import BLOCK
+from handlers.cuda.launch import (
+    BLOCK,
+    LANE_UNROLL,
+    MAX_BLOCKS_PER_SM,
+    SHORT_ROW,
+    THREAD_ROW,
+    THREAD_UNROLL,
+)
 from handlers.optable import KERNELS
 
 SOURCES = Path(R.__file__).resolve().parent
@@ -44,7 +51,8 @@ EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
 #: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
 #: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
 #: 1024-thread blocks of 32 registers hold 2
-H200_BLOCKS = {"short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4, "mid": 2, "one": 6}
+H200_BLOCKS = {"thread": 6, "lanes": 4, "short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4,
+               "mid": 2, "one": 6}
 #: The occupancies the plans are checked under: "threads", the threads'
 #: limit alone (sm_threads // block: the planners' default, their rule before
 #: they asked the driver); a number, that many blocks of every kernel (at
@@ -151,7 +159,13 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     launch = plan.launch
     kind = launch.kernel.split("_")[1]
     resident = sms * blocks(launch.kernel, launch.block)
-    if kind == "short":          # a wave of tiles, or every tile; the kernel strides
+    if kind in ("thread", "lanes"):   # every row, or a grid-stride cap, as plan_one's
+        rows, n = launch.args[:2]
+        per_block = BLOCK * THREAD_UNROLL if kind == "thread" else \
+            BLOCK // R.lane_group(n) * LANE_UNROLL
+        assert (kind == "thread") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
+    elif kind == "short":        # a wave of tiles, or every tile; the kernel strides
         outer, n, inner = launch.args[:3]
         tiles = -(-outer // (R.SHORT_TILE // (n * inner)))
         assert launch.grid == min(tiles, resident), launch
@@ -277,7 +291,7 @@ def test_nothing_to_reduce_is_one_launch_of_a_copy(rng, width):
                     assert launch.grid == max(1, min(packets, MAX_BLOCKS_PER_SM * sms))
                     _check(plan, 1, width)
     plan = R.plan((7, 1), (1,), True, 8, "sum", 132, 2048, suffix="_wide")
-    assert plan.launch.kernel == "sum_short_wide" and plan.launch.args[1] == 1
+    assert plan.launch.kernel == "sum_thread_wide" and plan.launch.args[1] == 1
 
 
 def test_long_rows_fill_the_gpu():
@@ -291,7 +305,21 @@ def test_long_rows_fill_the_gpu():
 
 
 def test_short_rows_and_short_columns():
-    assert R.plan((400, 70348, 2), (2,), True, 4, "sum", 132, 2048).launch.kernel == "sum_short"
+    # rows of up to THREAD_ROW elements: a thread a row; longer short rows: tiles
+    plan = R.plan((400, 70348, 2), (2,), True, 4, "sum", 132, 2048)
+    assert plan.launch.kernel == "sum_thread" and plan.launch.args[:2] == (400 * 70348, 2)
+    assert plan.launch.grid == 132 * MAX_BLOCKS_PER_SM   # strides over the rest
+    plan = R.plan((3, 5), (1,), True, 4, "max", 132, 2048)
+    assert plan.launch.kernel == "max_thread" and plan.launch.grid == 1
+    for n, kernel in ((THREAD_ROW, "pick_thread"), (THREAD_ROW + 1, "pick_lanes"),
+                      (SHORT_ROW, "pick_lanes"), (SHORT_ROW + 1, "pick_rows")):
+        assert R.plan((1000, n), (1,), True, 4, "pick", 132, 2048, 1, 2).launch.kernel == kernel
+    # a group of lanes a row: 2 elements a lane at most, a power of 2, 32 at most
+    assert [R.lane_group(n) for n in (9, 16, 17, 32, 33, 64)] == [8, 8, 16, 16, 32, 32]
+    plan = R.plan((10 ** 6, 29), (1,), True, 4, "sum", 132, 2048)
+    assert plan.launch.kernel == "sum_lanes" and plan.launch.grid == 132 * MAX_BLOCKS_PER_SM
+    plan = R.plan((100, 29), (1,), True, 4, "sum", 132, 2048)   # 64 rows a block
+    assert plan.launch.kernel == "sum_lanes" and plan.launch.grid == 2
     # a short reduced axis over many columns: ty == 1, no chunks
     plan = R.plan((12, 11135, 344), (0,), True, 4, "sum", 132, 2048)
     assert plan.launch.kernel == "sum_cols_vec" and plan.launch.args[6] == 256
@@ -320,12 +348,12 @@ def test_tuned_plans_stay(occupancy):
 #: (kernel, grid, the first 8 arguments, block, workspace, counters).  Where
 #: the occupancy is the threads' limit they must not move.
 BEFORE = [
-    (((400, 70348, 2), (2,), True, 4, "sum", 1, 0, ""), (132, 2048),
-     ("sum_short", 1056, (28139200, 2, 1, 1, 1, 0), 256, 0, 0)),
-    (((400, 70348, 2), (2,), True, 4, "sum", 1, 0, ""), (16, 1536),
-     ("sum_short", 96, (28139200, 2, 1, 1, 1, 0), 256, 0, 0)),
-    (((81, 16960, 3), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
-     ("max_short", 1056, (1373760, 3, 1, 1, 1, 0), 256, 0, 0)),
+    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_short", 1056, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
+     ("sum_short", 96, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    (((81, 16960, 3, 5), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
+     ("max_short", 1056, (1373760, 3, 5, 1, 1, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (132, 2048),
      ("sum_rows", 625, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (16, 1536),
@@ -420,7 +448,7 @@ def test_occupancy_below_the_threads_limit_shrinks_the_waves():
     plan = R.plan((8859584,), (0,), True, 4, "min", 132, 2048, 1, 1, blocks_per_sm=four)
     assert plan.launch.kernel == "min_long"
     assert plan.launch.args[3] == plan.launch.grid == 528 and plan.workspace == 528 * 4
-    plan = R.plan((400, 70348, 2), (2,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
+    plan = R.plan((1000000, 12, 2), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
     assert plan.launch.kernel == "sum_short" and plan.launch.grid == 528
     # 3000 rows of 10^5: fewer than half the warps of 8 blocks a
     # multiprocessor (4224 rows), more than half those of sum_rows's 5 (2640)
@@ -673,11 +701,11 @@ def test_argmax_index_width():
         for n, family in ((limit, "pick"), (limit + 1, "pick64"), (2**33, "pick64")):
             for shape, axis, form in (((n,), 0, "_long"), ((3, n), 1, "_long"),
                                       ((n, 6), 0, "_cols"), ((2, n, 8), 1, "_cols"),
-                                      ((n, 2), 1, "_short")):
+                                      ((n, 2), 1, "_thread")):
                 plan = R.plan(shape, (axis,), True, width, "pick", 132, 2048, 1, 2)
                 kernel = plan.launch.kernel
-                if form == "_short":   # a 2-element axis: 32-bit whatever the rows
-                    assert kernel == "pick_short", (shape, kernel)
+                if form == "_thread":   # a 2-element axis: 32-bit whatever the rows
+                    assert kernel == "pick_thread", (shape, kernel)
                     continue
                 assert kernel.startswith(family + form), (shape, kernel)
                 if plan.counters:

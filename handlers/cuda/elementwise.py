@@ -135,6 +135,17 @@ def _sum_arguments(h, op, grid, cols):
     return ws, h._slot.counters(counters), group
 
 
+def _loaded(h, op, key, name, bound):
+    """The kernel of fused op ``op`` kept under ``key`` in h._k: generated,
+    compiled and loaded at its first use."""
+    kernel = h._k.get(key)
+    if kernel is None:
+        kernel = h._k[key] = kernel_loader.source_function(
+            fused_source.kernel_source(op, h.dtype, bound), name,
+            fused_source.kernel_format(op, h.dtype))
+    return kernel
+
+
 def fused_arguments(h, op, args):
     """(grid, block, kernel arguments, kernel) of fused op ``op`` on the
     checked ``args``; grid 0 (and kernel None) when there is nothing to
@@ -153,23 +164,23 @@ def fused_arguments(h, op, args):
         cols = full.shape[-1]
         rows = math.prod(full.shape[:-1])
         held = fused_source.held_elements(op, h.dtype)
-        grid, block = fused_source.plan_rows(
-            rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
-            h._l2_bytes)
+        block = fused_source.row_block(cols, held)
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
         way = fused_source.STRATEGIES[fused_source.strategy(cols, held, block)]
         key, name = (op, way), f"{name}_{way}"
+        per_sm = None
+        if op.sums and rows:   # the grid is the resident blocks: the kernel's occupancy
+            per_sm = h._resident(_loaded(h, op, key, name, bound), block)
+        grid, block = fused_source.plan_rows(
+            rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
+            h._l2_bytes, per_sm)
     else:
         out = args[op.row.out]
         n = out.size
         grid, block = (h._grid(n) if n else 0), _BLOCK
         sizes, bound = (n, out.shape[-1] if out.shape else 1), _BLOCK
         key = op
-    kernel = h._k.get(key) if grid else None
-    if grid and kernel is None:
-        kernel = h._k[key] = kernel_loader.source_function(
-            fused_source.kernel_source(op, h.dtype, bound), name,
-            fused_source.kernel_format(op, h.dtype))
+    kernel = _loaded(h, op, key, name, bound) if grid else None
     values = []
     for p, a in zip(op.params, args):
         if p not in op.scalars:

@@ -365,8 +365,16 @@ def strategy(cols, held, block):
     return 1 if cols <= block * held else 2
 
 
+def row_block(cols, held):
+    """The block of a row kernel over rows of ``cols`` elements, ``held`` per
+    thread (:func:`plan_rows`'s)."""
+    if cols <= 32 * held:
+        return BLOCK
+    return min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
+
+
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
-def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
+def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
@@ -374,7 +382,10 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
     (:func:`sum_bytes`), nonzero for an op with summed outputs, gives at
     least one block (which writes zeros over no rows) and at most as many as
     keep the blocks' partial rows (``sum_bytes * cols`` bytes each) within
-    :data:`SUM_WORKSPACE` (fewer blocks only for rows of megabytes).
+    :data:`SUM_WORKSPACE` (fewer blocks only for rows of megabytes), and at
+    most the blocks resident at once: ``per_sm`` a multiprocessor, the
+    compiled kernel's occupancy (its registers may allow fewer than the
+    threads do; None: ``sm_threads // block``).
 
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * held
@@ -387,26 +398,32 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0):
     The grid: a block for every row group, as the hardware's block
     scheduler then starts a block's loads while other blocks on the
     multiprocessor finish theirs (a softmax on an H200 ran 5-15% faster so
-    than with a resident grid striding over the rows); with summed outputs,
-    at most the resident blocks, as each block adds a partial row to combine.
+    than with a resident grid striding over the rows), and the block and
+    streamed kernels then keep no loop (ValueError past 2**31 - 1 rows, a
+    grid's limit, which rows of over 32 * held elements cannot reach in any
+    GPU's memory); with summed outputs, at most the resident blocks, as
+    each block adds a partial row to combine.
     A streamed row (longer than ROW_BLOCK * held) adds its terms into its
     block's partial row in memory, reading and writing it once per row: the
     grid then keeps the partial rows within half of ``l2_bytes`` (the GPU's
     L2 cache; 0: unknown, no such limit), so that this traffic stays in L2.
     """
+    block = row_block(cols, held)
     if cols <= 32 * held:
         width = 1
         while width * held < cols:
             width *= 2
-        block = BLOCK
         needed = -(-rows // (block // width))
     else:
-        block = min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
         needed = rows
+        if rows > 2**31 - 1 and not sum_bytes:
+            raise ValueError(f"a row kernel takes at most 2**31 - 1 rows of {cols} "
+                             f"elements, got {rows}")
     grid = min(needed, 2**31 - 1)
     if sum_bytes:
         row_bytes = sum_bytes * max(1, cols)
-        grid = min(grid, sms * max(1, sm_threads // block), SUM_WORKSPACE // row_bytes)
+        resident = sms * (max(1, sm_threads // block) if per_sm is None else per_sm)
+        grid = min(grid, resident, SUM_WORKSPACE // row_bytes)
         if l2_bytes and cols > ROW_BLOCK * held:
             grid = min(grid, l2_bytes // 2 // row_bytes)
         grid = max(1, grid)

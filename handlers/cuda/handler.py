@@ -475,6 +475,7 @@ class PyCudaHandler(Handler):
     _mean_t = reductions.mean_t
     _sum_kernels = reductions.sum_kernels
     _blocks_per_sm = reductions.blocks_per_sm
+    _resident = reductions.resident
     _sum_passes = reductions.sum_passes
     _run_reduction = reductions.run
 

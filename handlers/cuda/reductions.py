@@ -54,7 +54,17 @@ from ..base import Handler
 from ..optable import OPS
 from . import kernel_loader
 from .context import enter as _enter
-from .launch import BLOCK, MAX_BLOCKS_PER_SM, MID_BLOCK, PICK_UNROLL, SHORT_ROW, SUM_UNROLL
+from .launch import (
+    BLOCK,
+    LANE_UNROLL,
+    MAX_BLOCKS_PER_SM,
+    MID_BLOCK,
+    PICK_UNROLL,
+    SHORT_ROW,
+    SUM_UNROLL,
+    THREAD_ROW,
+    THREAD_UNROLL,
+)
 
 
 class Launch(NamedTuple):
@@ -199,7 +209,9 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
     ``sm_threads // block``, the threads' limit alone; ``_per_sm``).  Each
     rule below counts the resident blocks of the kernel it chooses.
 
-    * n <= SHORT_ROW: ``*_short`` (a warp per row would leave most lanes idle).
+    * n <= THREAD_ROW: ``*_thread``, a thread per row (``_plan_short_rows``).
+    * n <= SHORT_ROW: ``*_lanes``, a group of lanes per row (a warp per row
+      would leave most lanes idle; ``_plan_short_rows``).
     * rows enough for half the resident warps of ``*_rows``: that kernel, a
       warp per row; each keeps ROW_UNROLL 16-byte loads in flight.
     * fewer, longer rows: ``*_long``, a block per (row, chunk), with as many
@@ -211,8 +223,7 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
       the first (a grid sized by the threads' 8 blocks a multiprocessor ran
       in two waves where the kernel's 64 registers hold 4)."""
     if n <= SHORT_ROW:
-        return _plan_short(rows, n, 1, family, sms, sm_threads, div, kind, suffix,
-                           blocks_per_sm)
+        return _plan_short_rows(rows, n, family, sms, div, kind, suffix)
     args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     kernel = f"{family}_rows{suffix}"
     resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
@@ -252,6 +263,33 @@ def plan_one(size, width, family, sms):
     on an H200, against torch's 12-15)."""
     grid = max(1, min(-(-size // (BLOCK * width)), MAX_BLOCKS_PER_SM * sms))
     return Plan(Launch(f"{family}_one", grid, (size,), BLOCK), 0, 0)
+
+
+def lane_group(n):
+    """Lanes of a ``*_lanes`` group for rows of n elements (THREAD_ROW < n
+    <= SHORT_ROW): the least power of 2 whose lanes hold the row at 2
+    elements a lane (reduce.cu's lanes_impl)."""
+    group = 1
+    while 2 * group < n and group < 32:
+        group *= 2
+    return group
+
+
+def _plan_short_rows(rows, n, family, sms, div, kind, suffix):
+    """The plan of rows of n <= SHORT_ROW elements (``plan_rows``'s
+    arguments): ``*_thread``, a thread per row, THREAD_UNROLL rows a
+    thread, up to THREAD_ROW elements; ``*_lanes`` beyond, a group of
+    ``lane_group(n)`` lanes per row, 32 / group rows a warp and LANE_UNROLL
+    trips in flight.  A grid as ``plan_one``'s: enough blocks for every
+    row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
+    over the rest, every block the same share: no wave to fit)."""
+    if n <= THREAD_ROW:
+        kernel, per_block = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL
+    else:
+        kernel = f"{family}_lanes{suffix}"
+        per_block = BLOCK // lane_group(n) * LANE_UNROLL
+    grid = max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms))
+    return Plan(Launch(kernel, grid, (rows, n, n, 1, div, kind), BLOCK), 0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
@@ -555,25 +593,28 @@ def _planned(h, family, a, axis, form="TT", div=1, kind=0):
     return found
 
 
+def resident(h, kernel, block):
+    """Blocks of ``block`` threads of ``kernel`` (a loaded ``Kernel``) that
+    one multiprocessor holds at once, as the driver counts them for the
+    compiled kernel (``kernel_loader.blocks_per_sm``): asked once per kernel
+    and block size, then cached in ``h._occupancy``.  The reduction
+    planners ask through ``blocks_per_sm``; the fused row kernels with
+    summed outputs directly (``elementwise.fused_arguments``)."""
+    key = (kernel.handle, block)
+    found = h._occupancy.get(key)
+    if found is None:
+        found = h._occupancy[key] = kernel_loader.blocks_per_sm(kernel, block, h._sm_threads)
+    return found
+
+
 def blocks_per_sm(h, form="TT"):
     """The planners' ``blocks_per_sm`` for the kernels of ``form``
     (``sum_kernels``'s: "CC" plans the float32 kernels of ``h._k32``, the
     others ``h._k``): a function of a kernel's name and block size giving
-    the blocks of it that one multiprocessor holds at once, as the driver
-    counts them for the compiled kernel (``kernel_loader.blocks_per_sm``).
-    Asked once per kernel and block size, then cached in ``h._occupancy``
-    (each format's own: its kernels are its own)."""
+    the blocks of it that one multiprocessor holds at once (``resident``;
+    each format's kernels are its own)."""
     table = h._k32 if form == "CC" else h._k
-    cache = h._occupancy
-
-    def query(kernel, block):
-        fn = table[kernel]
-        key = (fn.handle, block)
-        found = cache.get(key)
-        if found is None:
-            found = cache[key] = kernel_loader.blocks_per_sm(fn, block, h._sm_threads)
-        return found
-    return query
+    return lambda kernel, block: resident(h, table[kernel], block)
 
 
 #: The reductions that take the one-call path: ``OneCall.sum`` launches any

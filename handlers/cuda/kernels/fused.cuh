@@ -188,18 +188,24 @@ __device__ __forceinline__ C lanes_reduce(C v, Op op, int width) {
 }
 
 // v combined over the block, returned to every thread.  blockDim.x must be a
-// multiple of 32; scratch holds 32 values.  Every warp combines the per-warp
-// partials itself, in the same order: bit-identical results, no broadcast.
+// multiple of 32; scratch holds 2 x 32 values, and every thread of the block
+// calls block_reduce the same number of times with its own `parity`, which
+// picks the half that this call uses and flips.  Every warp combines the
+// per-warp partials itself, in the same order: bit-identical results, no
+// broadcast.  One barrier a call: a call writes the half that the call
+// before the last read, and every thread has passed the last call's
+// barrier, so has finished reading it (a second barrier, to free a single
+// half, doubled a softmax's barriers).
 template <typename C, typename Op>
-__device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
+__device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
+    C* const half = scratch + 32 * parity;
+    parity ^= 1;
     const int lane = threadIdx.x & 31;
     v = lanes_reduce(v, op, 32);
-    if (lane == 0) scratch[threadIdx.x >> 5] = v;
+    if (lane == 0) half[threadIdx.x >> 5] = v;
     __syncthreads();
-    v = lanes_reduce(lane < int(blockDim.x >> 5) ? scratch[lane] : Op::template identity<C>(),
-                     op, 32);
-    __syncthreads();  // scratch is free for the next reduction
-    return v;
+    return lanes_reduce(lane < int(blockDim.x >> 5) ? half[lane] : Op::template identity<C>(),
+                        op, 32);
 }
 
 // R elements of row r held in registers.  By packets of W (R a multiple of W)
@@ -296,9 +302,10 @@ struct LaneRow : HeldRow<In, R, C, S, W> {
 
 template <typename In, int R, typename C, int S, int W>
 struct BlockRow : HeldRow<In, R, C, S, W> {
-    C* scratch;
-    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
-        return block_reduce(v, op, scratch);
+    C* scratch;  // 2 x 32 values (block_reduce)
+    int parity = 0;
+    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
+        return block_reduce(v, op, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
@@ -315,11 +322,12 @@ struct StreamRow {
     static constexpr int W = kVec<T>;
     Load load;
     LoadPackets load_packets;
-    C* scratch;
+    C* scratch;  // 2 x 32 values (block_reduce)
     long long r, cols;
     bool packets;
     C* partial;
     bool fresh;
+    int parity;
 
     // Element j's terms into the block's partial row (this thread owns j).
     template <typename Values>
@@ -372,8 +380,8 @@ struct StreamRow {
         }
     }
 
-    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
-        return block_reduce(v, op, scratch);
+    template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
+        return block_reduce(v, op, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
@@ -455,7 +463,10 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // thread's lane group or block takes, with strategy STRATEGY, which the
 // host chose for cols and the block (see above).  load(r, j) gives element j of row r's inputs
 // (In), load_packets(r, p) the W of packet p (only called when `packets`).
-// Any grid works (grid-stride over rows); blockDim.x a multiple of 32.
+// Lane groups stride over the rows on any grid; a block or streamed row
+// takes row blockIdx.x alone without summed outputs (the grid must cover
+// the rows: fused_source.plan_rows's), and strides with them.  blockDim.x a
+// multiple of 32.
 // With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
@@ -465,7 +476,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
                                           const GridSums<compute_t<T>>& sums,
                                           StoreSum store_sum) {
     using C = compute_t<T>;
-    __shared__ C scratch[32];  // per-warp partials of block reductions, in C
+    __shared__ C scratch[2 * 32];  // per-warp partials of block reductions, in C
     C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
     if constexpr (STRATEGY == LANE_ROWS) {
         LaneRow<In, R, C, S, kVec<T>> s;
@@ -536,10 +547,21 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         s.cols = cols;
         s.packets = packets;
         s.live = true;
-        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-            s.r = r;
-            s.load(load, load_packets);
-            row(s, r, true);
+        if constexpr (S == 0) {
+            // A block per row (the host's grid covers the rows): no loop
+            // state to keep took softmax's kernel from 43 registers to 31,
+            // and so from 2 resident blocks of 512 threads to 4.
+            s.r = blockIdx.x;
+            if (s.r < rows) {
+                s.load(load, load_packets);
+                row(s, s.r, true);
+            }
+        } else {
+            for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+                s.r = r;
+                s.load(load, load_packets);
+                row(s, r, true);
+            }
         }
         if constexpr (S > 0) {
             // Each column of the block is one thread's: its sums are the block's.
@@ -556,11 +578,16 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
     } else {
         static_assert(STRATEGY == STREAM_ROWS, "LANE_ROWS, BLOCK_ROWS or STREAM_ROWS");
         StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
-                                                 packets, partial, true};
-        for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-            s.r = r;
-            row(s, r, true);
-            s.fresh = false;
+                                                 packets, partial, true, 0};
+        if constexpr (S == 0) {  // a block per row, as above
+            s.r = blockIdx.x;
+            if (s.r < rows) row(s, s.r, true);
+        } else {
+            for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+                s.r = r;
+                row(s, r, true);
+                s.fresh = false;
+            }
         }
         if constexpr (S > 0) {
             if (s.fresh) {  // no row (an op over no rows): the sums are 0

@@ -10,6 +10,10 @@
 #define SH_MID_BLOCK 1024
 #define SH_SUM_UNROLL 16
 #define SH_PICK_UNROLL 16
+#define SH_THREAD_ROW 8
+#define SH_THREAD_UNROLL 2
+#define SH_SHORT_ROW 64
+#define SH_LANE_UNROLL 4
 #define SH_ROWS_PER_BLOCK 8
 #define SH_MAX_BLOCKS_PER_SM 16
 

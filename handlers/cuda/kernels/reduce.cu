@@ -5,10 +5,14 @@
 // general one:
 //
 //   rows  (rows, n): each reduced segment is contiguous (inner == 1).
-//         *_short  n <= SHORT_ROW (launch.py): a block copies a tile of whole rows to
-//                  shared memory with coalesced loads, then a few lanes
-//                  reduce each row (no lane idles on a 2-element row); the
-//                  same kernel takes small (n, inner) slabs of cols;
+//         *_thread n <= THREAD_ROW (launch.py): a thread per row, the loads of
+//                  THREAD_UNROLL rows in flight;
+//         *_lanes  n <= SHORT_ROW (launch.py): a group of as few lanes as hold
+//                  the row (at most 2 elements a lane), LANE_UNROLL rows in
+//                  flight, shuffles within the group;
+//         *_short  small (n, inner) slabs of cols: a block copies a tile of
+//                  whole slabs to shared memory with coalesced loads, then a
+//                  few lanes reduce each output;
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -308,7 +312,8 @@ struct SharedArray {
 // ---------------------------------------------------------------- rows
 
 // *_short: small slabs.  The input is (outer, n, inner) with n * inner at
-// most SHORT_TILE elements (inner == 1: rows of n <= SHORT_ROW, launch.py):
+// most SHORT_TILE elements (the host sends rows, inner == 1, to *_thread and
+// *_lanes):
 // out[o, c] reduces x[o, :, c].  A tile of `per` whole slabs is copied to
 // shared memory with coalesced scalar loads (8 in flight per thread, any
 // alignment); then P lanes (a power of 2) reduce each output.  No lane idles
@@ -350,6 +355,88 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
                 out[r0 * inner + q] = R::template result<O>(s, div, kind);
         }
         __syncthreads();
+    }
+}
+
+// *_thread: rows of n <= SH_THREAD_ROW elements, a thread per row.  Thread t
+// of a trip's first row r0 reduces rows r0 + u * blockDim.x for u <
+// SH_THREAD_UNROLL (one load instruction of a warp reads an element of 32
+// adjacent rows: the lanes share the lines, which L1 serves), every load of
+// those rows issued before any is added; grid-stride over the rows.  Each
+// row is added in element order.
+template <class R, typename T, typename O>
+__device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
+                            long long n, long long div, int kind) {
+    using S = typename R::S;
+    constexpr int U = SH_THREAD_UNROLL, N = SH_THREAD_ROW;
+    const int m = (int)n;   // n <= N
+    const long long step = (long long)gridDim.x * blockDim.x * U;
+    for (long long r0 = (long long)blockIdx.x * blockDim.x * U + threadIdx.x; r0 < rows;
+         r0 += step) {
+        T x[U][N];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            const T* p = a + r * n;
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                if (k < m && r < rows) x[u][k] = p[k];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long r = r0 + (long long)u * blockDim.x;
+            if (r < rows) {
+                S s = R::identity(kind);
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (k < m) R::add(s, x[u][k], k, kind);
+                out[r] = R::template result<O>(s, div, kind);
+            }
+        }
+    }
+}
+
+// *_lanes: rows of SH_THREAD_ROW < n <= SH_SHORT_ROW elements, a group of G
+// lanes per row (the least power of 2 with 2 * G >= n, at most 32; lane l of
+// a group holds elements l and l + G), 32 / G rows a warp a trip, the loads
+// of SH_LANE_UNROLL trips issued before any is added (a warp's load reads
+// 32 / G adjacent rows: one contiguous run); each group's states joined by
+// shuffles in lane order, the result written by its first lane.  Every lane
+// of a warp takes the same trips (the shuffles need the whole warp); the
+// warps stride over the rows.
+template <class R, typename T, typename O>
+__device__ void lanes_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
+                           long long n, long long div, int kind) {
+    using S = typename R::S;
+    constexpr int U = SH_LANE_UNROLL;
+    const int m = (int)n;   // n <= SH_SHORT_ROW
+    int G = 1;
+    while (2 * G < m && G < 32) G <<= 1;
+    const int lane = threadIdx.x & 31, li = lane & (G - 1);
+    const long long per = 32 / G;                        // rows a warp a trip
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const bool first = li < m, second = li + G < m;   // this lane's elements
+    const long long stride = per * n;                  // a trip's rows, in elements
+    for (long long base = warp * per * U; base < rows; base += warps * per * U) {
+        const long long r0 = base + lane / G;
+        const T* p = a + r0 * n + li;
+        T x[U][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const bool live = r0 + u * per < rows;
+            if (live && first) x[u][0] = p[u * stride];
+            if (live && second) x[u][1] = p[u * stride + G];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const bool live = r0 + u * per < rows;
+            S s = R::identity(kind);
+            if (live && first) R::add(s, x[u][0], li, kind);
+            if (live && second) R::add(s, x[u][1], li + G, kind);
+            s = group_join<R>(s, kind, G);
+            if (li == 0 && live) out[r0 + u * per] = R::template result<O>(s, div, kind);
+        }
     }
 }
 
@@ -870,6 +957,10 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
         BODY;                                                                        \
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
+    SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
+                   (thread_impl<R, T, O>(a, out, rows, n, div, kind)))               \
+    SH_EXPORT_ROWS(R, T, O, PRE##_lanes##SUF, SH_BLOCK,                              \
+                   (lanes_impl<R, T, O>(a, out, rows, n, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
                    (short_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                  \
     SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \
