@@ -527,20 +527,23 @@ class _RowContext:
         return _expr(e, self.dtype, self.reductions)
 
     def element_lambda(self, roots, tail, returns=""):
-        """A lambda (const In& e, long long j) computing the expressions
-        ``roots``, ending with the lines ``tail(their C expressions)``."""
+        """A lambda (const In& e, long long j, bool ok) computing the
+        expressions ``roots``, ending with the lines ``tail(their C
+        expressions)``.  ``ok`` is false on a held row's slots past the
+        row's end (``s.each`` computes on them too): a row input is not
+        read there (j is past it), and ``tail`` folds nothing."""
         stmts, leaves = _element_slice(self.prog, roots)
         c = self.c
-        body = ["(void)e;", "(void)j;"]
+        body = ["(void)e;", "(void)j;", "(void)ok;"]
         body += [f"const {c} {_cname(slot)} = e.{_cname(slot)};"
                  for _, slot, _ in self.elements if slot in leaves]
-        body += [f"const {c} {_cname(slot)} = {self.widen.format(f'{ptr}[j]')};"
+        body += [f"const {c} {_cname(slot)} = ok ? {self.widen.format(f'{ptr}[j]')} : {c}(0);"
                  for ptr, slot in self.row_inputs if slot in leaves]
         if "col" in leaves:
             body.append(f"const {c} j_col = {c}(j);")
         body += [f"const {c} {_cname(slot)} = {self.expr(expr)};" for slot, expr in stmts]
         body += tail([self.expr(r) for r in roots])
-        return ([f"[&](const In& e, const long long j){returns} {{"]
+        return ([f"[&](const In& e, const long long j, const bool ok){returns} {{"]
                 + [f"    {line}" for line in body] + ["}"])
 
     def per_row_statements(self, level):
@@ -571,8 +574,13 @@ def _row_function(rc):
         here = [(e, rc.reductions[e]) for e, lv in rc.found.items() if lv == level]
         lines.append(f"// Level {level}: " + ", ".join(f"{n} = {e[1]}(...)" for e, n in here))
         lines += [f"{c} {n} = {_COMBINE[e[1]]}::identity<{c}>();" for e, n in here]
+        # Each term pinned (s.keep: fx::keep in a block row) before the fold
+        # that ok guards, so that it is computed on every slot and the
+        # outputs' pass reuses it.
         lam = rc.element_lambda([e[2] for e, _ in here], lambda args: [
-            f"{n} = {_COMBINE[e[1]]}{{}}({n}, {a});" for (e, n), a in zip(here, args)])
+            f"const {c} k{i} = s.keep({a});" for i, a in enumerate(args)] + [
+            f"{n} = ok ? {_COMBINE[e[1]]}{{}}({n}, k{i}) : {n};"
+            for i, ((e, n), a) in enumerate(zip(here, args))])
         lines += ["s.each(" + lam[0]] + lam[1:-1] + ["});"]
         lines += [f"{n} = s.reduce({n}, {_COMBINE[e[1]]}{{}})"
                   + (f" / {c}(cols);" if e[1] == "mean" else ";") for e, n in here]

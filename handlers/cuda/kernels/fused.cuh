@@ -86,14 +86,17 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 // R (elements held per thread) is the generator's, from the number of arrays
 // read per element; the host plans blocks and grids with the same rule
 // (fused_source.plan_rows).  A strategy s gives the row function:
-//   s.each(f)           f(const In& e, long long j) for each element j of the
-//                       row that this thread holds (or reads, streaming);
+//   s.each(f)           f(const In& e, long long j, bool ok) for each
+//                       element j of the row that this thread holds (or
+//                       reads, streaming); a held row also calls it on its
+//                       slots past the row's end (ok false: fold nothing);
 //   s.reduce(v, op)     v combined over the row's threads: every thread of
 //                       the row gets the same bits (the butterfly's a + b
 //                       and b + a are equal, and each warp combines the
 //                       per-warp partials in the same order);
-//   s.outputs(f, store, store_packets)  f(e, j) -> Values for each element,
-//                       stored (streaming: read, computed, stored per packet);
+//   s.outputs(f, store, store_packets)  f(e, j, true) -> Values for each
+//                       element, stored (streaming: read, computed, stored
+//                       per packet);
 //   s.sync()            orders every read of the row before a per-row store
 //                       (an output may be an input's memory);
 //   s.leader()          the thread that stores the row's per-row outputs.
@@ -126,6 +129,22 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       L2 where the grid's partial rows fit (the host caps
 //                       the grid so that they stay small).  The first row
 //                       stores instead of adding, so nothing clears the row.
+
+// v, computed here whatever follows: an empty volatile asm that the
+// compiler may neither move nor drop.  A block row's pass folds each term
+// only where its slot is in the row; without the pin, the compiler moved
+// the term's computation behind that test, where the outputs' pass could not
+// reuse it (a softmax took each exp twice).  Strategies call it through
+// s.keep(v), which lane and streamed rows leave a plain value (pinned in
+// a lane row's branches, LayerNorm's forward took 99 registers, not 64).
+__device__ __forceinline__ float keep(float v) {
+    asm volatile("" : "+f"(v));
+    return v;
+}
+__device__ __forceinline__ double keep(double v) {
+    asm volatile("" : "+d"(v));
+    return v;
+}
 
 // The reductions: combining functions (max and min propagate NaN, as
 // numpy.max and numpy.min) and their identities (padding adds nothing).
@@ -218,7 +237,7 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
 // thread's columns are the same for every row (summed outputs rely on it).
 // `live` is false for a lane group past the last row, which only joins the
 // shuffles.
-template <typename In, int R, typename C, int S, int W>
+template <typename In, int R, typename C, int S, int W, bool EVERY>
 struct HeldRow {
     static constexpr int P = R % W == 0 ? R / W : 0;  // packets held (0: never by packets)
     In v[R];
@@ -232,6 +251,7 @@ struct HeldRow {
         return P && packets ? (first + (k / W) * step) * W + k % W : first + k * step;
     }
 
+    // Slots past the row hold zeros (each() computes on them, masked).
     template <typename Load, typename LoadPackets>
     __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
         if (P && packets) {
@@ -242,6 +262,9 @@ struct HeldRow {
                     const auto e = load_packets(r, p);
 #pragma unroll
                     for (int i = 0; i < W; ++i) v[q * W + i] = e.v[i];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) v[q * W + i] = In{};
                 }
             }
             return;
@@ -249,15 +272,34 @@ struct HeldRow {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            if (live && j < cols) v[k] = load(r, j);
+            v[k] = live && j < cols ? load(r, j) : In{};
         }
+    }
+
+    // EVERY: f runs on every slot, told whether it is an element of the row
+    // (ok), and folds only those: straight-line code, so that the values a
+    // reduction's pass computes are the ones the outputs' pass reuses (the
+    // compiler merges the two computations; behind a branch per element it
+    // did not, and a softmax took each exp twice).  Else f runs on the
+    // row's elements alone and the outputs' pass recomputes: values held
+    // across the reductions cost registers, which lane rows (many rows a
+    // block) cannot spare: LayerNorm's forward took 80 where 64 let two
+    // blocks of 512 threads share a multiprocessor.
+    // A term of a reduction, pinned where EVERY (fx::keep), as is.
+    template <typename V> __device__ __forceinline__ V keep(V x) const {
+        if constexpr (EVERY) return fx::keep(x);
+        else return x;
     }
 
     template <typename F> __device__ __forceinline__ void each(F f) const {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = col(k);
-            if (live && j < cols) f(v[k], j);
+            if constexpr (EVERY) {
+                f(v[k], j, live && j < cols);
+            } else if (live && j < cols) {
+                f(v[k], j, true);
+            }
         }
     }
 
@@ -268,9 +310,9 @@ struct HeldRow {
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
                 if (live && p * W < cols) {
-                    Lanes<decltype(f(v[0], 0LL)), W> o;
+                    Lanes<decltype(f(v[0], 0LL, true)), W> o;
 #pragma unroll
-                    for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i);
+                    for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i, true);
                     store_packets(r, p, o);
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc[q * W + i].add(o.v[i]);
@@ -282,7 +324,7 @@ struct HeldRow {
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
             if (live && j < cols) {
-                const auto o = f(v[k], j);
+                const auto o = f(v[k], j, true);
                 store(r, j, o);
                 acc[k].add(o);
             }
@@ -291,7 +333,7 @@ struct HeldRow {
 };
 
 template <typename In, int R, typename C, int S, int W>
-struct LaneRow : HeldRow<In, R, C, S, W> {
+struct LaneRow : HeldRow<In, R, C, S, W, false> {
     int width;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
         return lanes_reduce(v, op, width);
@@ -301,7 +343,7 @@ struct LaneRow : HeldRow<In, R, C, S, W> {
 };
 
 template <typename In, int R, typename C, int S, int W>
-struct BlockRow : HeldRow<In, R, C, S, W> {
+struct BlockRow : HeldRow<In, R, C, S, W, true> {
     C* scratch;  // 2 x 32 values (block_reduce)
     int parity = 0;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
@@ -316,6 +358,16 @@ struct BlockRow : HeldRow<In, R, C, S, W> {
 // aligned: then no packet straddles two rows).  With S summed outputs,
 // `partial` is this block's partial row (S * cols values) and `fresh` says
 // that no row has been summed into it yet.
+// Each pass keeps STREAM_PACKETS packets' loads in flight a thread, or by
+// elements 16 bytes' worth: a trip's loads are issued before any value is
+// used (one in flight, load then use, left a softmax over rows of 50257 at
+// 31% of copy where a standalone kernel with four packets reached 76%).
+// Two, not four: a row kernel may take 64 registers (its launch bound of
+// 1024 threads), and four packets of halves spilled.  A thread still visits
+// its elements in column order, so every fold adds in the same order as one
+// at a time did.
+constexpr int STREAM_PACKETS = 2;
+
 template <typename T, typename In, typename Load, typename LoadPackets, int S = 0>
 struct StreamRow {
     using C = compute_t<T>;
@@ -343,46 +395,98 @@ struct StreamRow {
 
     template <typename F> __device__ __forceinline__ void each(F f) const {
         if (packets) {
-            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
+            constexpr int U = STREAM_PACKETS;
+            const long long n = cols / W, step = blockDim.x;
+            long long p = threadIdx.x;
+            for (; p + (U - 1) * step < n; p += U * step) {
+                Lanes<In, W> e[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) e[u] = load_packets(r, p + u * step);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+#pragma unroll
+                    for (int k = 0; k < W; ++k) f(e[u].v[k], (p + u * step) * W + k, true);
+                }
+            }
+            for (; p < n; p += step) {
                 const Lanes<In, W> e = load_packets(r, p);
 #pragma unroll
-                for (int k = 0; k < W; ++k) f(e.v[k], p * W + k);
+                for (int k = 0; k < W; ++k) f(e.v[k], p * W + k, true);
             }
         } else {
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) f(load(r, j), j);
+            // Element by element, as many loads in flight as the packets'
+            // elements (rows whose length is not a multiple of W: 50257).
+            constexpr int U = 16 / sizeof(T);
+            const long long step = blockDim.x;
+            long long j = threadIdx.x;
+            for (; j + (U - 1) * step < cols; j += U * step) {
+                In e[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+                for (int u = 0; u < U; ++u) f(e[u], j + u * step, true);
+            }
+            for (; j < cols; j += step) f(load(r, j), j, true);
+        }
+    }
+
+    // Element j of the outputs from its inputs e: computed, stored, summed.
+    template <typename F, typename Store>
+    __device__ __forceinline__ void element_out(F f, Store store, long long j,
+                                                const In& e) const {
+        const auto o = f(e, j, true);
+        store(r, j, o);
+        if constexpr (S > 0) add(j, o);
+    }
+
+    // Packet p of the outputs from its inputs e: computed, stored, summed.
+    template <typename F, typename StorePackets>
+    __device__ __forceinline__ void packet_out(F f, StorePackets store_packets, long long p,
+                                               const Lanes<In, W>& e) const {
+        Lanes<decltype(f(e.v[0], 0LL, true)), W> o;
+#pragma unroll
+        for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k, true);
+        store_packets(r, p, o);
+        if constexpr (S > 0) {
+#pragma unroll
+            for (int k = 0; k < W; ++k) add(p * W + k, o.v[k]);
         }
     }
 
     template <typename F, typename Store, typename StorePackets>
     __device__ __forceinline__ void outputs(F f, Store store, StorePackets store_packets) const {
         if (packets) {
-            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
-                const Lanes<In, W> e = load_packets(r, p);
-                Lanes<decltype(f(e.v[0], 0LL)), W> o;
+            // In place is safe: a thread stores only packets it has loaded.
+            constexpr int U = STREAM_PACKETS;
+            const long long n = cols / W, step = blockDim.x;
+            long long p = threadIdx.x;
+            for (; p + (U - 1) * step < n; p += U * step) {
+                Lanes<In, W> e[U];
 #pragma unroll
-                for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k);
-                store_packets(r, p, o);
-                if constexpr (S > 0) {
+                for (int u = 0; u < U; ++u) e[u] = load_packets(r, p + u * step);
 #pragma unroll
-                    for (int k = 0; k < W; ++k) add(p * W + k, o.v[k]);
-                }
+                for (int u = 0; u < U; ++u) packet_out(f, store_packets, p + u * step, e[u]);
             }
+            for (; p < n; p += step) packet_out(f, store_packets, p, load_packets(r, p));
         } else {
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-                if constexpr (S > 0) {
-                    const auto o = f(load(r, j), j);
-                    store(r, j, o);
-                    add(j, o);
-                } else {
-                    store(r, j, f(load(r, j), j));
-                }
+            constexpr int U = 16 / sizeof(T);
+            const long long step = blockDim.x;
+            long long j = threadIdx.x;
+            for (; j + (U - 1) * step < cols; j += U * step) {
+                In e[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+                for (int u = 0; u < U; ++u) element_out(f, store, j + u * step, e[u]);
             }
+            for (; j < cols; j += step) element_out(f, store, j, load(r, j));
         }
     }
 
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
         return block_reduce(v, op, scratch, parity);
     }
+    template <typename V> __device__ __forceinline__ V keep(V x) const { return x; }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
