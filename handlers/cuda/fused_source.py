@@ -725,12 +725,19 @@ def _sums_tail(rc):
     """The end of a row kernel with summed outputs: the lambda that stores
     summed output i's column j, and rows_loop_sums, whose blocks sum their
     rows' terms and then combine them in block order (kernels/fused.cuh)."""
-    lines = ["// Summed output i's column j (i a constant where finish_sums calls it).",
-             "const auto store_sum = [&](const int i, const long long j, const C v) {"]
+    lines = ["// Asks the L2 for element j of row r of every array a row loads (the",
+             "// loop over rows fetches the next row so while it reduces this one).",
+             "const auto prefetch = [&](const long long r, const long long j) {",
+             "    (void)r;", "    (void)j;"]
+    lines += [f"    fx::prefetch_l2({ptr} + {'j' if is_row else 'r * cols + j'});"
+              for ptr, _, is_row in rc.elements]
+    lines += ["};",
+              "// Summed output i's column j (i a constant where finish_sums calls it).",
+              "const auto store_sum = [&](const int i, const long long j, const C v) {"]
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
     lines += ["};",
               f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY>(",
-              "    rows, cols, packets, load, load_packets, row,",
+              "    rows, cols, packets, load, load_packets, prefetch, row,",
               "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
     return lines

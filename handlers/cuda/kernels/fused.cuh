@@ -130,6 +130,11 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       the grid so that they stay small).  The first row
 //                       stores instead of adding, so nothing clears the row.
 
+// Asks the L2 cache for the line holding p (no register waits for it).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // v, computed here whatever follows: an empty volatile asm that the
 // compiler may neither move nor drop.  A block row's pass folds each term
 // only where its slot is in the row; without the pin, the compiler moved
@@ -285,6 +290,29 @@ struct HeldRow {
     // across the reductions cost registers, which lane rows (many rows a
     // block) cannot spare: LayerNorm's forward took 80 where 64 let two
     // blocks of 512 threads share a multiprocessor.
+    // With summed outputs a block or lane group loops over rows, each row's
+    // loads waiting on memory after the last row's reductions: this asks
+    // the L2 for row `next`'s elements that this thread will load, by
+    // prefetch(next, j) per packet (its first element j) or element, while
+    // the row in hand is reduced.  Nothing is held in registers.
+    template <typename Prefetch>
+    __device__ __forceinline__ void prefetch(Prefetch pf, long long next, bool ok) const {
+        if (!ok) return;
+        if (P && packets) {
+#pragma unroll
+            for (int q = 0; q < P; ++q) {
+                const int p = first + q * step;
+                if (p * W < cols) pf(next, (long long)p * W);
+            }
+            return;
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            const int j = first + k * step;
+            if (j < cols) pf(next, j);
+        }
+    }
+
     // A term of a reduction, pinned where EVERY (fx::keep), as is.
     template <typename V> __device__ __forceinline__ V keep(V x) const {
         if constexpr (EVERY) return fx::keep(x);
@@ -574,9 +602,10 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
-          typename LoadPackets, typename Row, typename StoreSum>
+          typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
 __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool packets,
-                                          Load load, LoadPackets load_packets, Row row,
+                                          Load load, LoadPackets load_packets,
+                                          Prefetch prefetch, Row row,
                                           const GridSums<compute_t<T>>& sums,
                                           StoreSum store_sum) {
     using C = compute_t<T>;
@@ -604,6 +633,10 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             s.r = base + lane / s.width;
             s.live = s.r < rows;
             s.load(load, load_packets);
+            if constexpr (S > 0) {
+                const long long next = s.r + nwarps * per_warp;
+                s.prefetch(prefetch, next, s.live && next < rows);
+            }
             row(s, s.r, s.live);
         }
         if constexpr (S > 0) {
@@ -664,6 +697,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
                 s.r = r;
                 s.load(load, load_packets);
+                s.prefetch(prefetch, r + gridDim.x, r + gridDim.x < rows);
                 row(s, r, true);
             }
         }
@@ -707,21 +741,24 @@ template <typename T, int R, typename In, int STRATEGY, typename Load, typename 
           typename Row>
 __device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
                                           Load load, LoadPackets load_packets, Row row) {
-    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, packets, load, load_packets, row,
-                           GridSums<compute_t<T>>{nullptr, nullptr, 1},
-                           [](int, long long, compute_t<T>) {});
+    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, packets, load, load_packets,
+                                     [](long long, long long) {}, row,
+                                     GridSums<compute_t<T>>{nullptr, nullptr, 1},
+                                     [](int, long long, compute_t<T>) {});
 }
 
-// A row kernel with S > 0 summed outputs (see finish_sums).
+// A row kernel with S > 0 summed outputs (see finish_sums); prefetch(r, j)
+// asks the L2 for element j of row r of every array the row loads.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
-          typename LoadPackets, typename Row, typename StoreSum>
+          typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
 __device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool packets,
-                                               Load load, LoadPackets load_packets, Row row,
+                                               Load load, LoadPackets load_packets,
+                                               Prefetch prefetch, Row row,
                                                const GridSums<compute_t<T>>& sums,
                                                StoreSum store_sum) {
     static_assert(S > 0, "rows_loop_sums sums at least one output");
-    rows_impl<T, R, In, S, STRATEGY>(rows, cols, packets, load, load_packets, row, sums,
-                                     store_sum);
+    rows_impl<T, R, In, S, STRATEGY>(rows, cols, packets, load, load_packets, prefetch, row,
+                                     sums, store_sum);
 }
 
 }  // namespace fx
