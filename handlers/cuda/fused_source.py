@@ -582,8 +582,17 @@ def _row_function(rc):
             f"{n} = ok ? {_COMBINE[e[1]]}{{}}({n}, k{i}) : {n};"
             for i, ((e, n), a) in enumerate(zip(here, args))])
         lines += ["s.each(" + lam[0]] + lam[1:-1] + ["});"]
-        lines += [f"{n} = s.reduce({n}, {_COMBINE[e[1]]}{{}})"
-                  + (f" / {c}(cols);" if e[1] == "mean" else ";") for e, n in here]
+        # Two reductions of a level share one barrier (s.reduce_pair).
+        for i in range(0, len(here), 2):
+            pair = here[i:i + 2]
+            if len(pair) == 2:
+                (ea, na), (eb, nb) = pair
+                lines.append(f"s.reduce_pair({na}, {_COMBINE[ea[1]]}{{}}, "
+                             f"{nb}, {_COMBINE[eb[1]]}{{}});")
+            else:
+                (ea, na), = pair
+                lines.append(f"{na} = s.reduce({na}, {_COMBINE[ea[1]]}{{}});")
+            lines += [f"{n} = {n} / {c}(cols);" for e, n in pair if e[1] == "mean"]
         lines += rc.per_row_statements(level)
     if rc.full_outs or rc.sums:
         # One pass computes an element's full outputs and its terms of the

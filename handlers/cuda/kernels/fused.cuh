@@ -94,6 +94,8 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       the row gets the same bits (the butterfly's a + b
 //                       and b + a are equal, and each warp combines the
 //                       per-warp partials in the same order);
+//   s.reduce_pair(a, opa, b, opb)  two at once, as two s.reduce calls would
+//                       (a block's: behind one barrier);
 //   s.outputs(f, store, store_packets)  f(e, j, true) -> Values for each
 //                       element, stored (streaming: read, computed, stored
 //                       per packet);
@@ -212,17 +214,18 @@ __device__ __forceinline__ C lanes_reduce(C v, Op op, int width) {
 }
 
 // v combined over the block, returned to every thread.  blockDim.x must be a
-// multiple of 32; scratch holds 2 x 32 values, and every thread of the block
-// calls block_reduce the same number of times with its own `parity`, which
-// picks the half that this call uses and flips.  Every warp combines the
-// per-warp partials itself, in the same order: bit-identical results, no
-// broadcast.  One barrier a call: a call writes the half that the call
-// before the last read, and every thread has passed the last call's
-// barrier, so has finished reading it (a second barrier, to free a single
-// half, doubled a softmax's barriers).
+// multiple of 32; scratch holds 2 x 64 values, and every thread of the block
+// calls block_reduce and block_reduce_pair the same number of times, in the
+// same order, with its own `parity`, which picks the half (64 values) that
+// this call uses and flips.  Every warp combines the per-warp partials
+// itself, in the same order: bit-identical results, no broadcast.  One
+// barrier a call: a call writes the half that the call before the last
+// read, and every thread has passed the last call's barrier, so has
+// finished reading it (a second barrier, to free a single half, doubled a
+// softmax's barriers).
 template <typename C, typename Op>
 __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
-    C* const half = scratch + 32 * parity;
+    C* const half = scratch + 64 * parity;
     parity ^= 1;
     const int lane = threadIdx.x & 31;
     v = lanes_reduce(v, op, 32);
@@ -230,6 +233,27 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
     __syncthreads();
     return lanes_reduce(lane < int(blockDim.x >> 5) ? half[lane] : Op::template identity<C>(),
                         op, 32);
+}
+
+// Two reductions of one level at once (a with opa, b with opb): the same
+// bits as two block_reduce calls, behind one barrier instead of two (a
+// cross-entropy reduces two values at each of its two levels).
+template <typename C, typename OpA, typename OpB>
+__device__ __forceinline__ void block_reduce_pair(C& a, OpA opa, C& b, OpB opb, C* scratch,
+                                                  int& parity) {
+    C* const half = scratch + 64 * parity;
+    parity ^= 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    a = lanes_reduce(a, opa, 32);
+    b = lanes_reduce(b, opb, 32);
+    if (lane == 0) {
+        half[warp] = a;
+        half[32 + warp] = b;
+    }
+    __syncthreads();
+    const bool in = lane < int(blockDim.x >> 5);
+    a = lanes_reduce(in ? half[lane] : OpA::template identity<C>(), opa, 32);
+    b = lanes_reduce(in ? half[32 + lane] : OpB::template identity<C>(), opb, 32);
 }
 
 // R elements of row r held in registers.  By packets of W (R a multiple of W)
@@ -366,16 +390,25 @@ struct LaneRow : HeldRow<In, R, C, S, W, false> {
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
         return lanes_reduce(v, op, width);
     }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) const {
+        a = lanes_reduce(a, opa, width);
+        b = lanes_reduce(b, opb, width);
+    }
     __device__ __forceinline__ bool leader() const { return this->first == 0; }
     __device__ __forceinline__ void sync() const { __syncwarp(); }
 };
 
 template <typename In, int R, typename C, int S, int W>
 struct BlockRow : HeldRow<In, R, C, S, W, true> {
-    C* scratch;  // 2 x 32 values (block_reduce)
+    C* scratch;  // 2 x 64 values (block_reduce)
     int parity = 0;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
         return block_reduce(v, op, scratch, parity);
+    }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
+        block_reduce_pair(a, opa, b, opb, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
@@ -402,7 +435,7 @@ struct StreamRow {
     static constexpr int W = kVec<T>;
     Load load;
     LoadPackets load_packets;
-    C* scratch;  // 2 x 32 values (block_reduce)
+    C* scratch;  // 2 x 64 values (block_reduce)
     long long r, cols;
     bool packets;
     C* partial;
@@ -514,6 +547,10 @@ struct StreamRow {
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
         return block_reduce(v, op, scratch, parity);
     }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
+        block_reduce_pair(a, opa, b, opb, scratch, parity);
+    }
     template <typename V> __device__ __forceinline__ V keep(V x) const { return x; }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
@@ -609,7 +646,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
                                           const GridSums<compute_t<T>>& sums,
                                           StoreSum store_sum) {
     using C = compute_t<T>;
-    __shared__ C scratch[2 * 32];  // per-warp partials of block reductions, in C
+    __shared__ C scratch[2 * 64];  // per-warp partials of block reductions, in C
     C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
     if constexpr (STRATEGY == LANE_ROWS) {
         LaneRow<In, R, C, S, kVec<T>> s;
