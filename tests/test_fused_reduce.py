@@ -712,11 +712,17 @@ def test_generated_row_source():
             "T* out_dz, long long rows, long long cols") in src
     assert fused_source.kernel_format(CROSS_ENTROPY, np.float32) == "PPPfPPqq"
     assert "const T v_t = live ? in_t[r] : T(0);" in src
-    assert "rd0 = s.reduce(rd0, fx::Max{});" in src
+    # the first level's two reductions share one barrier; each term is
+    # pinned and folded only on the row's own slots (a block row's every
+    # slot runs the element function)
+    assert "s.reduce_pair(rd0, fx::Max{}, rd2, fx::Sum{});" in src
+    assert "const T k0 = s.keep(v_z);" in src and "rd0 = ok ? fx::Max{}(rd0, k0) : rd0;" in src
+    assert "rd1 = s.reduce(rd1, fx::Sum{});" in src
     assert "const T j_col = T(j);" in src
     assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In, STRATEGY>(" in src
     half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
-    assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{}) / C(cols);" in half
+    assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{});" in half
+    assert "rd0 = rd0 / C(cols);" in half and "const C v_g = ok ? ld(in_g[j]) : C(0);" in half
     assert "out_mu[r] = st<T>(t0_mu);" in half and "v.v_x = ld(in_x[r * cols + j]);" in half
     src = fused_source.kernel_source(LN_BACKWARD, np.float32, fused_source.ROW_BLOCK)
     assert ("T* out_dx, T* out_dg, T* out_db, long long rows, long long cols, "
@@ -725,6 +731,8 @@ def test_generated_row_source():
     assert "struct Values { T dx; T sums[2]; };" in src
     assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
     assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY>(" in src and "fx::rows_loop<" not in src
+    assert "rows, cols, packets, load, load_packets, prefetch, row," in src
+    assert "fx::prefetch_l2(in_dy + r * cols + j);" in src
     half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
     assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half
 
