@@ -556,6 +556,28 @@ struct StreamRow {
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
+// p[0] + p[step] + ... + p[(count - 1) * step], added in that order, read
+// from L2 eight at a time: the loads of a batch are issued before its
+// additions, where one load then one add left the combine a chain of L2
+// round trips (a dense layer's bias gradient, 256 rows of 1024, took about
+// 10 us for a 5 us read).  The order, and so the bits, are those of one at
+// a time.
+template <typename C>
+__device__ __forceinline__ C add_rows(const C* p, long long step, long long count) {
+    constexpr int U = 8;
+    C v = __ldcg(p);
+    long long b = 1;
+    for (; b + U <= count; b += U) {
+        C x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) x[u] = __ldcg(p + (b + u) * step);
+#pragma unroll
+        for (int u = 0; u < U; ++u) v += x[u];
+    }
+    for (; b < count; ++b) v += __ldcg(p + b * step);
+    return v;
+}
+
 // The end of a launch with S summed outputs: this block's partial row
 // (S * cols values at sums.partials + blockIdx.x * S * cols) is written by
 // its threads; the blocks' partial rows are added up in block order and
@@ -593,8 +615,7 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     for (int i = 0; i < S; ++i) {
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
             const long long e = i * cols + j;
-            C v = __ldcg(head + e);
-            for (long long b = 1; b < size; ++b) v += __ldcg(head + b * n + e);
+            const C v = add_rows(head + e, n, size);
             if (groups == 1) {
                 store(i, j, v);
             } else {
@@ -616,8 +637,7 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     for (int i = 0; i < S; ++i) {
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
             const long long e = i * cols + j;
-            C v = __ldcg(sums.partials + e);
-            for (long long k = 1; k < groups; ++k) v += __ldcg(sums.partials + k * group * n + e);
+            const C v = add_rows(sums.partials + e, group * n, groups);
             store(i, j, v);
         }
     }
