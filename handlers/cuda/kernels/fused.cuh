@@ -271,8 +271,12 @@ struct HeldRow {
     static constexpr int P = R % W == 0 ? R / W : 0;  // packets held (0: never by packets)
     In v[R];
     ColumnSums<C, S> acc[R];  // the summed outputs' running sums of v's columns
-    long long r, cols;
-    int first, step;  // a held row has at most ROW_BLOCK * R columns: int arithmetic
+    long long r;
+    // A held row has at most ROW_BLOCK * R columns: int arithmetic and int
+    // tests against cols (64-bit ones were a third of a softmax's integer
+    // instructions).
+    int cols;
+    int first, step;
     bool live, packets;
 
     // The column of element k.
@@ -679,7 +683,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         const int lane = threadIdx.x & 31;
         s.first = lane & (s.width - 1);
         s.step = s.width;
-        s.cols = cols;
+        s.cols = (int)cols;
         s.packets = packets;
         const long long per_warp = 32 / s.width;  // rows per warp and trip
         const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -738,7 +742,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         s.scratch = scratch;
         s.first = threadIdx.x;
         s.step = blockDim.x;
-        s.cols = cols;
+        s.cols = (int)cols;
         s.packets = packets;
         s.live = true;
         if constexpr (S == 0) {
