@@ -309,15 +309,6 @@ struct HeldRow {
         }
     }
 
-    // EVERY: f runs on every slot, told whether it is an element of the row
-    // (ok), and folds only those: straight-line code, so that the values a
-    // reduction's pass computes are the ones the outputs' pass reuses (the
-    // compiler merges the two computations; behind a branch per element it
-    // did not, and a softmax took each exp twice).  Else f runs on the
-    // row's elements alone and the outputs' pass recomputes: values held
-    // across the reductions cost registers, which lane rows (many rows a
-    // block) cannot spare: LayerNorm's forward took 80 where 64 let two
-    // blocks of 512 threads share a multiprocessor.
     // With summed outputs a block or lane group loops over rows, each row's
     // loads waiting on memory after the last row's reductions: this asks
     // the L2 for row `next`'s elements that this thread will load, by
@@ -341,12 +332,15 @@ struct HeldRow {
         }
     }
 
-    // A term of a reduction, pinned where EVERY (fx::keep), as is.
-    template <typename V> __device__ __forceinline__ V keep(V x) const {
-        if constexpr (EVERY) return fx::keep(x);
-        else return x;
-    }
-
+    // EVERY: f runs on every slot, told whether it is an element of the row
+    // (ok), and folds only those: straight-line code, so that the values a
+    // reduction's pass computes are the ones the outputs' pass reuses (the
+    // compiler merges the two computations; behind a branch per element it
+    // did not, and a softmax took each exp twice).  Else f runs on the
+    // row's elements alone and the outputs' pass recomputes: values held
+    // across the reductions cost registers, which lane rows (many rows a
+    // block) cannot spare: LayerNorm's forward took 80 where 64 let two
+    // blocks of 512 threads share a multiprocessor.
     template <typename F> __device__ __forceinline__ void each(F f) const {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
@@ -357,6 +351,12 @@ struct HeldRow {
                 f(v[k], j, true);
             }
         }
+    }
+
+    // A term of a reduction, pinned where EVERY (fx::keep), as is.
+    template <typename V> __device__ __forceinline__ V keep(V x) const {
+        if constexpr (EVERY) return fx::keep(x);
+        else return x;
     }
 
     template <typename F, typename Store, typename StorePackets>
