@@ -734,12 +734,12 @@ def _sums_tail(rc):
     """The end of a row kernel with summed outputs: the lambda that stores
     summed output i's column j, and rows_loop_sums, whose blocks sum their
     rows' terms and then combine them in block order (kernels/fused.cuh)."""
-    lines = ["// Asks the L2 for element j of row r of every array a row loads (the",
-             "// loop over rows fetches the next row so while it reduces this one).",
+    # rc.elements: the full arrays a row holds (row inputs are read at use).
+    lines = ["// Asks the L2 for element j of row r of every full array a row loads",
+             "// (the loop over rows asks for the next row while it reduces this one).",
              "const auto prefetch = [&](const long long r, const long long j) {",
              "    (void)r;", "    (void)j;"]
-    lines += [f"    fx::prefetch_l2({ptr} + {'j' if is_row else 'r * cols + j'});"
-              for ptr, _, is_row in rc.elements]
+    lines += [f"    fx::prefetch_l2({ptr} + r * cols + j);" for ptr, _, _ in rc.elements]
     lines += ["};",
               "// Summed output i's column j (i a constant where finish_sums calls it).",
               "const auto store_sum = [&](const int i, const long long j, const C v) {"]
