@@ -269,6 +269,34 @@ def test_in_place(handler, rng):
     close(handler, s, x64.max(axis=-1, keepdims=True) + s64, scale=2)
 
 
+@pytest.mark.parametrize("cols, offset", [(40001, 0), (40003, 0), (40000, 1), (40002, 3)])
+def test_streamed_rows_of_any_length_and_alignment(handler, rng, cols, offset):
+    """Streamed rows (longer than a block holds) of any length: on the GPU the
+    aligned middle of each row goes by 16-byte packets, the few elements
+    before and after it one by one, so rows of odd length start at every
+    alignment in turn; arrays at an odd element offset take the element
+    path.  Softmax out of place and in place, and cross-entropy with its
+    per-row outputs, against float64."""
+    rows = 5
+    data, _ = upload(handler, rand((rows * cols + offset,), rng, -4, 4))
+    x = handler.view_t(data, offset, (rows, cols))
+    x64 = handler.get_numpy_copy(x).astype(np.float64)
+    y = poisoned(handler, (rows, cols))
+    SOFTMAX(handler, x, y)
+    close(handler, y, softmax64(x64))
+    t, t64 = targets(handler, rng, rows, cols)
+    loss, dz = poisoned(handler, (rows, 1)), poisoned(handler, (rows, cols))
+    CROSS_ENTROPY(handler, x, t, 0.5, loss, dz)
+    m = x64.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x64 - m).sum(axis=-1, keepdims=True))
+    onehot = np.arange(cols) == t64
+    picked = x64[onehot].reshape(rows, 1)
+    close(handler, loss, (lse - picked) * 0.5, scale=np.abs(lse) + np.abs(picked))
+    close(handler, dz, (softmax64(x64) - onehot) * 0.5)
+    SOFTMAX(handler, x, x)                       # in place: each element read before written
+    close(handler, x, softmax64(x64))
+
+
 def test_per_row_values_broadcast_and_accumulate(handler, rng):
     """A full output assigned a per-row value is that value along the row;
     a per-row input is broadcast without any reduction; a reduction of a
@@ -731,7 +759,13 @@ def test_generated_row_source():
     assert "struct Values { T dx; T sums[2]; };" in src
     assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
     assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY>(" in src and "fx::rows_loop<" not in src
-    assert "rows, cols, packets, load, load_packets, prefetch, row," in src
+    assert "rows, cols, aligned, load, load_packets, prefetch, row," in src
+    # packets counted from the arrays' starts, as the streamed rows' aligned
+    # middles need; every array's alignment decides, not the row length
+    assert "const auto load_packets = [&](const long long q) {" in src
+    assert "const Packet<T> p0 = load_packet(in_dy, q);" in src
+    assert "const bool aligned = is_aligned16(in_dy) && is_aligned16(in_x) && " \
+        "is_aligned16(out_dx);" in src
     assert "fx::prefetch_l2(in_dy + r * cols + j);" in src
     half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
     assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half

@@ -625,12 +625,13 @@ def _row_memory(rc):
     lines += [f"    v.{_cname(slot)} = {rc.widen.format(f'{ptr}[{index}]')};"
               for ptr, slot, is_row in elements
               for index in ["j" if is_row else "r * cols + j"]]
+    # Packet q of every array, counted from the arrays' starts (the strategy
+    # gives row r's as r * (cols / W) + p, or a streamed row's aligned middle).
     lines += ["    return v;", "};",
-              "const auto load_packets = [&](const long long r, const long long p) {",
-              "    (void)r;", "    (void)p;", "    Lanes<In, W> v;"]
-    lines += [f"    const Packet<T> p{i} = load_packet({ptr}, "
-              f"{'p' if is_row else 'r * (cols / W) + p'});"
-              for i, (ptr, _, is_row) in enumerate(elements)]
+              "const auto load_packets = [&](const long long q) {",
+              "    (void)q;", "    Lanes<In, W> v;"]
+    lines += [f"    const Packet<T> p{i} = load_packet({ptr}, q);"
+              for i, (ptr, _, _) in enumerate(elements)]
     lines += ["#pragma unroll", "    for (int k = 0; k < W; ++k) {"]
     lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
               for i, (_, slot, _) in enumerate(elements)]
@@ -647,18 +648,17 @@ def _row_memory(rc):
         lines += (["    (void)r;", "    (void)j;", "    (void)o;"] if idle
                   else ["    const long long e = r * cols + j;"])
         lines += [f"    out_{o}[e] = {rc.store.format(f'o.{o}')};" for o in rc.full_outs]
-        lines += ["};", "const auto store_packets = [&](const long long r, const long long p, "
+        lines += ["};", "const auto store_packets = [&](const long long q, "
                   "const Lanes<Values, W>& o) {"]
-        lines += (["    (void)r;", "    (void)p;", "    (void)o;"] if idle
-                  else ["    const long long q = r * (cols / W) + p;"])
+        lines += ["    (void)q;", "    (void)o;"] if idle else []
         lines += [f"    {{ Packet<T> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
                   f"store_packet(out_{o}, q, v); }}" for o in rc.full_outs]
         lines += ["};"]
-    # Packets where no packet straddles two rows and every array allows them.
+    # Packets where every array allows them (the strategy adds its own test
+    # of the row length: kernels/fused.cuh).
     pointers = [ptr for ptr, _, _ in elements] + [f"out_{o}" for o in rc.full_outs]
-    lines.append("const bool packets = "
-                 + " && ".join(["cols % W == 0"] + [f"is_aligned16({q})" for q in pointers])
-                 + ";")
+    lines.append("const bool aligned = "
+                 + (" && ".join(f"is_aligned16({q})" for q in pointers) or "true") + ";")
     return lines
 
 
@@ -712,7 +712,7 @@ def row_kernel_source(op, dtype, block):
         *[f"        {line}" for line in _row_function(rc)],
         "    };",
         *([f"    {line}" for line in _sums_tail(rc)] if op.sums else
-          ["    fx::rows_loop<T, R, In, STRATEGY>(rows, cols, packets, load, load_packets, "
+          ["    fx::rows_loop<T, R, In, STRATEGY>(rows, cols, aligned, load, load_packets, "
            "row);"]),
         "}",
         "",
@@ -747,6 +747,6 @@ def _sums_tail(rc):
               for i, o in enumerate(rc.sums)]
     lines += ["};",
               f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY>(",
-              "    rows, cols, packets, load, load_packets, prefetch, row,",
+              "    rows, cols, aligned, load, load_packets, prefetch, row,",
               "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
     return lines

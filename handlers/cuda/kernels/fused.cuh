@@ -124,13 +124,15 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       in warp order through shared memory.
 //   StreamRow           a column has no register to live in (a row may be
 //                       any length), so the block's partial row lives in the
-//                       workspace, and the thread that owns a column (the
-//                       same one at every row: its packet or element index
-//                       modulo blockDim.x) adds to it: per element and summed
-//                       output, one more read and one more write of a C, in
-//                       L2 where the grid's partial rows fit (the host caps
-//                       the grid so that they stay small).  The first row
-//                       stores instead of adding, so nothing clears the row.
+//                       workspace, and the thread that reads a column in a
+//                       row adds to it: per element and summed output, one
+//                       more read and one more write of a C, in L2 where the
+//                       grid's partial rows fit (the host caps the grid so
+//                       that they stay small).  Which thread that is moves
+//                       with a row's alignment (rows of odd length go by
+//                       packets from their first 16-byte boundary), so a
+//                       barrier ends each row.  The first row stores instead
+//                       of adding, so nothing clears the row.
 
 // Asks the L2 cache for the line holding p (no register waits for it).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -292,7 +294,7 @@ struct HeldRow {
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
                 if (live && p * W < cols) {
-                    const auto e = load_packets(r, p);
+                    const auto e = load_packets(r * (cols / W) + p);
 #pragma unroll
                     for (int i = 0; i < W; ++i) v[q * W + i] = e.v[i];
                 } else {
@@ -369,7 +371,7 @@ struct HeldRow {
                     Lanes<decltype(f(v[0], 0LL, true)), W> o;
 #pragma unroll
                     for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i, true);
-                    store_packets(r, p, o);
+                    store_packets(r * (cols / W) + p, o);
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc[q * W + i].add(o.v[i]);
                 }
@@ -418,19 +420,22 @@ struct BlockRow : HeldRow<In, R, C, S, W, true> {
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
-// Row r read from memory at each pass: element by element, or by packets of
-// W = kVec<T> elements when `packets` (cols % W == 0 and every array 16-byte
-// aligned: then no packet straddles two rows).  With S summed outputs,
-// `partial` is this block's partial row (S * cols values) and `fresh` says
-// that no row has been summed into it yet.
+// Row r read from memory at each pass.  Where every array is 16-byte aligned
+// (`aligned`), the row's aligned middle goes by packets of W = kVec<T>
+// elements (span(): the elements before the first 16-byte boundary, at most
+// W - 1, and after the last whole packet, fewer than W, go one by one); any
+// row length, so rows of 50257 move by packets too (element loads had a
+// quarter of the bytes in flight).  Else element by element.  With S summed
+// outputs, `partial` is this block's partial row (S * cols values) and
+// `fresh` says that no row has been summed into it yet.
 // Each pass keeps STREAM_PACKETS packets' loads in flight a thread, or by
 // elements 16 bytes' worth: a trip's loads are issued before any value is
 // used (one in flight, load then use, left a softmax over rows of 50257 at
 // 31% of copy where a standalone kernel with four packets reached 76%).
 // Two, not four: a row kernel may take 64 registers (its launch bound of
-// 1024 threads), and four packets of halves spilled.  A thread still visits
-// its elements in column order, so every fold adds in the same order as one
-// at a time did.
+// 1024 threads), and four packets of halves spilled.  A thread visits its
+// packets in column order, then its elements before and after them, so every
+// fold adds in an order fixed by the shape and the block.
 constexpr int STREAM_PACKETS = 2;
 
 template <typename T, typename In, typename Load, typename LoadPackets, int S = 0>
@@ -438,13 +443,26 @@ struct StreamRow {
     using C = compute_t<T>;
     static constexpr int W = kVec<T>;
     Load load;
-    LoadPackets load_packets;
+    LoadPackets load_packets;  // load_packets(q): packet q of every array (16-byte aligned)
     C* scratch;  // 2 x 64 values (block_reduce)
     long long r, cols;
-    bool packets;
+    bool aligned;
     C* partial;
     bool fresh;
     int parity;
+
+    // The row's packets: columns [lo, hi) are packets q0, q0 + 1, ... (in
+    // packets of the arrays); lo == hi where the arrays are not aligned.
+    struct Span {
+        long long lo, hi, q0;
+    };
+    __device__ __forceinline__ Span span() const {
+        if (!aligned) return {0, 0, 0};
+        const long long start = r * cols;
+        const long long lo = min((long long)((W - start % W) % W), cols);
+        const long long hi = lo + (cols - lo) / W * W;
+        return {lo, hi, (start + lo) / W};
+    }
 
     // Element j's terms into the block's partial row (this thread owns j).
     template <typename Values>
@@ -458,41 +476,47 @@ struct StreamRow {
         }
     }
 
+    // The passes are written out, not built from lambdas around f: a lambda
+    // capturing the span by reference put it on the stack, and a
+    // cross-entropy's kernel spilled.
     template <typename F> __device__ __forceinline__ void each(F f) const {
-        if (packets) {
+        const long long step = blockDim.x, t = threadIdx.x;
+        if (aligned) {
+            const Span s = span();
             constexpr int U = STREAM_PACKETS;
-            const long long n = cols / W, step = blockDim.x;
-            long long p = threadIdx.x;
+            const long long n = (s.hi - s.lo) / W;
+            long long p = t;
             for (; p + (U - 1) * step < n; p += U * step) {
                 Lanes<In, W> e[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load_packets(r, p + u * step);
+                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
 #pragma unroll
-                    for (int k = 0; k < W; ++k) f(e[u].v[k], (p + u * step) * W + k, true);
+                    for (int k = 0; k < W; ++k) f(e[u].v[k], s.lo + (p + u * step) * W + k, true);
                 }
             }
             for (; p < n; p += step) {
-                const Lanes<In, W> e = load_packets(r, p);
+                const Lanes<In, W> e = load_packets(s.q0 + p);
 #pragma unroll
-                for (int k = 0; k < W; ++k) f(e.v[k], p * W + k, true);
+                for (int k = 0; k < W; ++k) f(e.v[k], s.lo + p * W + k, true);
             }
-        } else {
-            // Element by element, as many loads in flight as the packets'
-            // elements (rows whose length is not a multiple of W: 50257).
-            constexpr int U = 16 / sizeof(T);
-            const long long step = blockDim.x;
-            long long j = threadIdx.x;
-            for (; j + (U - 1) * step < cols; j += U * step) {
-                In e[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
-#pragma unroll
-                for (int u = 0; u < U; ++u) f(e[u], j + u * step, true);
-            }
-            for (; j < cols; j += step) f(load(r, j), j, true);
+            // Fewer than W elements before the packets and fewer after.
+            if (t < s.lo) f(load(r, t), t, true);
+            if (s.hi + t < cols) f(load(r, s.hi + t), s.hi + t, true);
+            return;
         }
+        // Element by element, 16 bytes of loads in flight.
+        constexpr int U = 16 / sizeof(T);
+        long long j = t;
+        for (; j + (U - 1) * step < cols; j += U * step) {
+            In e[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+            for (int u = 0; u < U; ++u) f(e[u], j + u * step, true);
+        }
+        for (; j < cols; j += step) f(load(r, j), j, true);
     }
 
     // Element j of the outputs from its inputs e: computed, stored, summed.
@@ -504,48 +528,55 @@ struct StreamRow {
         if constexpr (S > 0) add(j, o);
     }
 
-    // Packet p of the outputs from its inputs e: computed, stored, summed.
+    // Packet q of the arrays, holding columns j0 .. j0 + W - 1, of the
+    // outputs from its inputs e: computed, stored, summed.
     template <typename F, typename StorePackets>
-    __device__ __forceinline__ void packet_out(F f, StorePackets store_packets, long long p,
-                                               const Lanes<In, W>& e) const {
+    __device__ __forceinline__ void packet_out(F f, StorePackets store_packets, long long q,
+                                               long long j0, const Lanes<In, W>& e) const {
         Lanes<decltype(f(e.v[0], 0LL, true)), W> o;
 #pragma unroll
-        for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k, true);
-        store_packets(r, p, o);
+        for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], j0 + k, true);
+        store_packets(q, o);
         if constexpr (S > 0) {
 #pragma unroll
-            for (int k = 0; k < W; ++k) add(p * W + k, o.v[k]);
+            for (int k = 0; k < W; ++k) add(j0 + k, o.v[k]);
         }
     }
 
+    // In place is safe: a thread stores only elements it has loaded.
     template <typename F, typename Store, typename StorePackets>
     __device__ __forceinline__ void outputs(F f, Store store, StorePackets store_packets) const {
-        if (packets) {
-            // In place is safe: a thread stores only packets it has loaded.
+        const long long step = blockDim.x, t = threadIdx.x;
+        if (aligned) {
+            const Span s = span();
             constexpr int U = STREAM_PACKETS;
-            const long long n = cols / W, step = blockDim.x;
-            long long p = threadIdx.x;
+            const long long n = (s.hi - s.lo) / W;
+            long long p = t;
             for (; p + (U - 1) * step < n; p += U * step) {
                 Lanes<In, W> e[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load_packets(r, p + u * step);
+                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
 #pragma unroll
-                for (int u = 0; u < U; ++u) packet_out(f, store_packets, p + u * step, e[u]);
+                for (int u = 0; u < U; ++u)
+                    packet_out(f, store_packets, s.q0 + p + u * step, s.lo + (p + u * step) * W,
+                               e[u]);
             }
-            for (; p < n; p += step) packet_out(f, store_packets, p, load_packets(r, p));
-        } else {
-            constexpr int U = 16 / sizeof(T);
-            const long long step = blockDim.x;
-            long long j = threadIdx.x;
-            for (; j + (U - 1) * step < cols; j += U * step) {
-                In e[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
-#pragma unroll
-                for (int u = 0; u < U; ++u) element_out(f, store, j + u * step, e[u]);
-            }
-            for (; j < cols; j += step) element_out(f, store, j, load(r, j));
+            for (; p < n; p += step)
+                packet_out(f, store_packets, s.q0 + p, s.lo + p * W, load_packets(s.q0 + p));
+            if (t < s.lo) element_out(f, store, t, load(r, t));
+            if (s.hi + t < cols) element_out(f, store, s.hi + t, load(r, s.hi + t));
+            return;
         }
+        constexpr int U = 16 / sizeof(T);
+        long long j = t;
+        for (; j + (U - 1) * step < cols; j += U * step) {
+            In e[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+            for (int u = 0; u < U; ++u) element_out(f, store, j + u * step, e[u]);
+        }
+        for (; j < cols; j += step) element_out(f, store, j, load(r, j));
     }
 
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
@@ -654,8 +685,11 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 
 // Runs row(s, r, live) for every row of a (rows, cols) problem that this
 // thread's lane group or block takes, with strategy STRATEGY, which the
-// host chose for cols and the block (see above).  load(r, j) gives element j of row r's inputs
-// (In), load_packets(r, p) the W of packet p (only called when `packets`).
+// host chose for cols and the block (see above).  load(r, j) gives element
+// j of row r's inputs (In), load_packets(q) the W of packet q of the arrays
+// (16-byte packets from their starts; only called when `aligned`: every
+// array 16-byte aligned).  Held rows go by packets where cols % W == 0 too;
+// streamed rows, by packets over each row's aligned middle whatever cols.
 // Lane groups stride over the rows on any grid; a block or streamed row
 // takes row blockIdx.x alone without summed outputs (the grid must cover
 // the rows: fused_source.plan_rows's), and strides with them.  blockDim.x a
@@ -664,12 +698,14 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
           typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
-__device__ __forceinline__ void rows_impl(long long rows, long long cols, bool packets,
+__device__ __forceinline__ void rows_impl(long long rows, long long cols, bool aligned,
                                           Load load, LoadPackets load_packets,
                                           Prefetch prefetch, Row row,
                                           const GridSums<compute_t<T>>& sums,
                                           StoreSum store_sum) {
     using C = compute_t<T>;
+    // Held rows go by packets where no packet straddles two rows.
+    const bool packets = aligned && cols % kVec<T> == 0;
     __shared__ C scratch[2 * 64];  // per-warp partials of block reductions, in C
     C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
     if constexpr (STRATEGY == LANE_ROWS) {
@@ -777,7 +813,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
     } else {
         static_assert(STRATEGY == STREAM_ROWS, "LANE_ROWS, BLOCK_ROWS or STREAM_ROWS");
         StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
-                                                 packets, partial, true, 0};
+                                                 aligned, partial, true, 0};
         if constexpr (S == 0) {  // a block per row, as above
             s.r = blockIdx.x;
             if (s.r < rows) row(s, s.r, true);
@@ -786,6 +822,10 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
                 s.r = r;
                 row(s, r, true);
                 s.fresh = false;
+                // The next row's columns may fall to other threads (StreamRow's
+                // span): this row's additions to the partial row are done and
+                // seen by the block first.
+                __syncthreads();
             }
         }
         if constexpr (S > 0) {
@@ -800,9 +840,9 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
 // A row kernel without summed outputs.
 template <typename T, int R, typename In, int STRATEGY, typename Load, typename LoadPackets,
           typename Row>
-__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
+__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool aligned,
                                           Load load, LoadPackets load_packets, Row row) {
-    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, packets, load, load_packets,
+    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, aligned, load, load_packets,
                                      [](long long, long long) {}, row,
                                      GridSums<compute_t<T>>{nullptr, nullptr, 1},
                                      [](int, long long, compute_t<T>) {});
@@ -812,13 +852,13 @@ __device__ __forceinline__ void rows_loop(long long rows, long long cols, bool p
 // asks the L2 for element j of row r of every array the row loads.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
           typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
-__device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool packets,
+__device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool aligned,
                                                Load load, LoadPackets load_packets,
                                                Prefetch prefetch, Row row,
                                                const GridSums<compute_t<T>>& sums,
                                                StoreSum store_sum) {
     static_assert(S > 0, "rows_loop_sums sums at least one output");
-    rows_impl<T, R, In, S, STRATEGY>(rows, cols, packets, load, load_packets, prefetch, row,
+    rows_impl<T, R, In, S, STRATEGY>(rows, cols, aligned, load, load_packets, prefetch, row,
                                      sums, store_sum);
 }
 
