@@ -164,6 +164,8 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
         per_block = BLOCK * THREAD_UNROLL if kind == "thread" else \
             BLOCK // R.lane_group(n) * LANE_UNROLL
         assert (kind == "thread") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        if kind == "lanes":   # the kernel's group, from the plan alone
+            assert launch.args[2] == R.lane_group(n), launch
         assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
     elif kind == "short":        # a wave of tiles, or every tile; the kernel strides
         outer, n, inner = launch.args[:3]

@@ -283,7 +283,8 @@ def plan_one(size, width, family, sms):
 def lane_group(n):
     """Lanes of a ``*_lanes`` group for rows of n elements (THREAD_ROW < n
     <= SHORT_ROW): the least power of 2 whose lanes hold the row at 2
-    elements a lane (reduce.cu's lanes_impl)."""
+    elements a lane.  The plan passes it as the kernel's third number
+    (reduce.cu's lanes_impl takes it from there)."""
     group = 1
     while 2 * group < n and group < 32:
         group *= 2
@@ -294,17 +295,17 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix):
     """The plan of rows of n <= SHORT_ROW elements (``plan_rows``'s
     arguments): ``*_thread``, a thread per row, THREAD_UNROLL rows a
     thread, up to THREAD_ROW elements; ``*_lanes`` beyond, a group of
-    ``lane_group(n)`` lanes per row, 32 / group rows a warp and LANE_UNROLL
-    trips in flight.  A grid as ``plan_one``'s: enough blocks for every
+    ``lane_group(n)`` lanes per row (the launch's third number), 32 / group
+    rows a warp and LANE_UNROLL trips in flight.  A grid as ``plan_one``'s: enough blocks for every
     row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
     over the rest, every block the same share: no wave to fit)."""
     if n <= THREAD_ROW:
-        kernel, per_block = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL
-    else:
-        kernel = f"{family}_lanes{suffix}"
-        per_block = BLOCK // lane_group(n) * LANE_UNROLL
+        kernel, per_block, third = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL, n
+    else:   # the kernel takes its group from the plan: one rule, here
+        kernel, third = f"{family}_lanes{suffix}", lane_group(n)
+        per_block = BLOCK // third * LANE_UNROLL
     grid = max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms))
-    return Plan(Launch(kernel, grid, (rows, n, n, 1, div, kind), BLOCK), 0, 0)
+    return Plan(Launch(kernel, grid, (rows, n, third, 1, div, kind), BLOCK), 0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
