@@ -414,19 +414,27 @@ def strongest(ms):
     return {k: v for k, v in ms.items() if k.endswith("graphed") or k in STRONGEST}
 
 
-def judge_strongest(what, captured_ms, ms):
+def against_strongest(captured_ms, ms):
     """Issue 42's verdict on a captured step of ``captured_ms`` against the
-    strongest of ``ms`` (``strongest``): None without one; else
-    ``dict(peer, peer_ms, ratio, met)``, printed as a line naming ``what``."""
+    fastest of the strongest of ``ms`` (``strongest``): None without one;
+    else ``dict(peer, peer_ms, ratio, met)``.  The suites print it
+    (``judge_strongest``) and the report reads it from saved runs."""
     peers = strongest(ms)
     if not peers:
         return None
     best = min(peers, key=peers.get)
     ratio = captured_ms / peers[best]
-    met = ratio <= STRONGEST_TARGET
-    print(f"{what}: ours captured / the fastest strongest peer ({best}, {peers[best]:.4g} ms): "
-          f"{ratio:.3f}x (target <= {STRONGEST_TARGET:.1f}x: {'yes' if met else 'NO'})")
-    return dict(peer=best, peer_ms=peers[best], ratio=ratio, met=met)
+    return dict(peer=best, peer_ms=peers[best], ratio=ratio, met=ratio <= STRONGEST_TARGET)
+
+
+def judge_strongest(what, captured_ms, ms):
+    """``against_strongest``'s verdict, printed as a line naming ``what``."""
+    v = against_strongest(captured_ms, ms)
+    if v is not None:
+        print(f"{what}: ours captured / the fastest strongest peer ({v['peer']}, "
+              f"{v['peer_ms']:.4g} ms): {v['ratio']:.3f}x (target <= "
+              f"{STRONGEST_TARGET:.1f}x: {'yes' if v['met'] else 'NO'})")
+    return v
 
 
 def add_options(parser):

@@ -269,6 +269,34 @@ def test_in_place(handler, rng):
     close(handler, s, x64.max(axis=-1, keepdims=True) + s64, scale=2)
 
 
+@pytest.mark.parametrize("cols, offset", [(40001, 0), (40003, 0), (40000, 1), (40002, 3)])
+def test_streamed_rows_of_any_length_and_alignment(handler, rng, cols, offset):
+    """Streamed rows (longer than a block holds) of any length: on the GPU the
+    aligned middle of each row goes by 16-byte packets, the few elements
+    before and after it one by one, so rows of odd length start at every
+    alignment in turn; arrays at an odd element offset take the element
+    path.  Softmax out of place and in place, and cross-entropy with its
+    per-row outputs, against float64."""
+    rows = 5
+    data, _ = upload(handler, rand((rows * cols + offset,), rng, -4, 4))
+    x = handler.view_t(data, offset, (rows, cols))
+    x64 = handler.get_numpy_copy(x).astype(np.float64)
+    y = poisoned(handler, (rows, cols))
+    SOFTMAX(handler, x, y)
+    close(handler, y, softmax64(x64))
+    t, t64 = targets(handler, rng, rows, cols)
+    loss, dz = poisoned(handler, (rows, 1)), poisoned(handler, (rows, cols))
+    CROSS_ENTROPY(handler, x, t, 0.5, loss, dz)
+    m = x64.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x64 - m).sum(axis=-1, keepdims=True))
+    onehot = np.arange(cols) == t64
+    picked = x64[onehot].reshape(rows, 1)
+    close(handler, loss, (lse - picked) * 0.5, scale=np.abs(lse) + np.abs(picked))
+    close(handler, dz, (softmax64(x64) - onehot) * 0.5)
+    SOFTMAX(handler, x, x)                       # in place: each element read before written
+    close(handler, x, softmax64(x64))
+
+
 def test_per_row_values_broadcast_and_accumulate(handler, rng):
     """A full output assigned a per-row value is that value along the row;
     a per-row input is broadcast without any reduction; a reduction of a
@@ -712,11 +740,17 @@ def test_generated_row_source():
             "T* out_dz, long long rows, long long cols") in src
     assert fused_source.kernel_format(CROSS_ENTROPY, np.float32) == "PPPfPPqq"
     assert "const T v_t = live ? in_t[r] : T(0);" in src
-    assert "rd0 = s.reduce(rd0, fx::Max{});" in src
+    # the first level's two reductions share one barrier; each term is
+    # pinned and folded only on the row's own slots (a block row's every
+    # slot runs the element function)
+    assert "s.reduce_pair(rd0, fx::Max{}, rd2, fx::Sum{});" in src
+    assert "const T k0 = s.keep(v_z);" in src and "rd0 = ok ? fx::Max{}(rd0, k0) : rd0;" in src
+    assert "rd1 = s.reduce(rd1, fx::Sum{});" in src
     assert "const T j_col = T(j);" in src
     assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In, STRATEGY>(" in src
     half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
-    assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{}) / C(cols);" in half
+    assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{});" in half
+    assert "rd0 = rd0 / C(cols);" in half and "const C v_g = ok ? ld(in_g[j]) : C(0);" in half
     assert "out_mu[r] = st<T>(t0_mu);" in half and "v.v_x = ld(in_x[r * cols + j]);" in half
     src = fused_source.kernel_source(LN_BACKWARD, np.float32, fused_source.ROW_BLOCK)
     assert ("T* out_dx, T* out_dg, T* out_db, long long rows, long long cols, "
@@ -725,6 +759,14 @@ def test_generated_row_source():
     assert "struct Values { T dx; T sums[2]; };" in src
     assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
     assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY>(" in src and "fx::rows_loop<" not in src
+    assert "rows, cols, aligned, load, load_packets, prefetch, row," in src
+    # packets counted from the arrays' starts, as the streamed rows' aligned
+    # middles need; every array's alignment decides, not the row length
+    assert "const auto load_packets = [&](const long long q) {" in src
+    assert "const Packet<T> p0 = load_packet(in_dy, q);" in src
+    assert "const bool aligned = is_aligned16(in_dy) && is_aligned16(in_x) && " \
+        "is_aligned16(out_dx);" in src
+    assert "fx::prefetch_l2(in_dy + r * cols + j);" in src
     half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
     assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half
 

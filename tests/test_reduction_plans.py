@@ -164,6 +164,8 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
         per_block = BLOCK * THREAD_UNROLL if kind == "thread" else \
             BLOCK // R.lane_group(n) * LANE_UNROLL
         assert (kind == "thread") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        if kind == "lanes":   # the kernel's group, from the plan alone
+            assert launch.args[2] == R.lane_group(n), launch
         assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
     elif kind == "short":        # a wave of tiles, or every tile; the kernel strides
         outer, n, inner = launch.args[:3]
@@ -172,8 +174,19 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     elif kind in ("rows", "long"):
         rows, n, _, chunks = launch.args[:4]
         row_warps = sms * blocks(launch.kernel.replace("_long", "_rows"), BLOCK) * (BLOCK // 32)
-        few = 2 * rows < row_warps and n >= 2 * BLOCK * width * R.ROW_UNROLL
-        assert (kind == "long") == few, launch   # a warp a row while rows fill half the warps
+        # a warp a row while rows fill half the warps, or while a warp's
+        # trips over its row are no more than the block plan's rounds of
+        # loads (its waves times its chunk's trips, one more to combine)
+        long_resident = sms * blocks(launch.kernel.replace("_rows", "_long"), BLOCK)
+        trip = BLOCK * width * R.ROW_UNROLL
+        parts = max(1, min(long_resident // rows, -(-n // trip)))
+        part = -(-n // parts)
+        part += -part % width
+        parts = -(-n // part)
+        block_rounds = -(-rows * parts // long_resident) * -(-part // trip) + (parts > 1)
+        warp_trips = -(-n // (32 * width * R.ROW_UNROLL))
+        few = 2 * rows < row_warps and warp_trips > block_rounds
+        assert (kind == "long") == few, launch
         if kind == "rows":
             assert launch.grid <= 4 * resident, launch
         elif chunks > 1:         # one wave of chunks
@@ -748,3 +761,23 @@ def test_chunked_plans_fit_the_one_call_scratch(rng):
         seen.add(plan.launch.kernel.split("_")[1])
         assert plan.workspace <= nbytes and plan.counters <= counters, (shape, axes, plan)
     assert seen >= {"long", "cols", "mid", "gen"}, seen
+
+
+def test_few_rows_take_a_block_where_a_warp_waits_longer():
+    """A few rows that a warp each would read in many trips take ``*_long``
+    (a block per chunk: the random set's ``max_t`` of (6, 6029) over axis 1
+    ran 12 trips of one warp a row, 10.6 us on an H200 against torch's
+    10.0); many rows of a trip or two keep a warp each, where a block per
+    row would idle most of its threads over several waves."""
+    h200 = _blocks("h200", 2048)
+    plan = R.plan((6, 6029), (1,), True, 4, "max", 132, 2048, blocks_per_sm=h200)
+    assert plan.launch.kernel == "max_long"
+    rows, n, chunk, chunks = plan.launch.args[:4]
+    assert (rows, n, chunks) == (6, 6029, 2) and chunk * chunks >= n and chunk % 4 == 0
+    assert plan.counters == 6 and plan.launch.grid == 12
+    # 2000 rows of 1500: a warp takes 3 trips; blocks would take 4 waves
+    plan = R.plan((2000, 1500), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=h200)
+    assert plan.launch.kernel == "sum_rows"
+    # 1000 rows of 2000: 4 trips a warp against 2 waves of one trip
+    plan = R.plan((1000, 2000), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=h200)
+    assert plan.launch.kernel == "sum_long" and plan.counters == 0

@@ -527,20 +527,23 @@ class _RowContext:
         return _expr(e, self.dtype, self.reductions)
 
     def element_lambda(self, roots, tail, returns=""):
-        """A lambda (const In& e, long long j) computing the expressions
-        ``roots``, ending with the lines ``tail(their C expressions)``."""
+        """A lambda (const In& e, long long j, bool ok) computing the
+        expressions ``roots``, ending with the lines ``tail(their C
+        expressions)``.  ``ok`` is false on a held row's slots past the
+        row's end (``s.each`` computes on them too): a row input is not
+        read there (j is past it), and ``tail`` folds nothing."""
         stmts, leaves = _element_slice(self.prog, roots)
         c = self.c
-        body = ["(void)e;", "(void)j;"]
+        body = ["(void)e;", "(void)j;", "(void)ok;"]
         body += [f"const {c} {_cname(slot)} = e.{_cname(slot)};"
                  for _, slot, _ in self.elements if slot in leaves]
-        body += [f"const {c} {_cname(slot)} = {self.widen.format(f'{ptr}[j]')};"
+        body += [f"const {c} {_cname(slot)} = ok ? {self.widen.format(f'{ptr}[j]')} : {c}(0);"
                  for ptr, slot in self.row_inputs if slot in leaves]
         if "col" in leaves:
             body.append(f"const {c} j_col = {c}(j);")
         body += [f"const {c} {_cname(slot)} = {self.expr(expr)};" for slot, expr in stmts]
         body += tail([self.expr(r) for r in roots])
-        return ([f"[&](const In& e, const long long j){returns} {{"]
+        return ([f"[&](const In& e, const long long j, const bool ok){returns} {{"]
                 + [f"    {line}" for line in body] + ["}"])
 
     def per_row_statements(self, level):
@@ -571,11 +574,25 @@ def _row_function(rc):
         here = [(e, rc.reductions[e]) for e, lv in rc.found.items() if lv == level]
         lines.append(f"// Level {level}: " + ", ".join(f"{n} = {e[1]}(...)" for e, n in here))
         lines += [f"{c} {n} = {_COMBINE[e[1]]}::identity<{c}>();" for e, n in here]
+        # Each term pinned (s.keep: fx::keep in a block row) before the fold
+        # that ok guards, so that it is computed on every slot and the
+        # outputs' pass reuses it.
         lam = rc.element_lambda([e[2] for e, _ in here], lambda args: [
-            f"{n} = {_COMBINE[e[1]]}{{}}({n}, {a});" for (e, n), a in zip(here, args)])
+            f"const {c} k{i} = s.keep({a});" for i, a in enumerate(args)] + [
+            f"{n} = ok ? {_COMBINE[e[1]]}{{}}({n}, k{i}) : {n};"
+            for i, ((e, n), a) in enumerate(zip(here, args))])
         lines += ["s.each(" + lam[0]] + lam[1:-1] + ["});"]
-        lines += [f"{n} = s.reduce({n}, {_COMBINE[e[1]]}{{}})"
-                  + (f" / {c}(cols);" if e[1] == "mean" else ";") for e, n in here]
+        # Two reductions of a level share one barrier (s.reduce_pair).
+        for i in range(0, len(here), 2):
+            pair = here[i:i + 2]
+            if len(pair) == 2:
+                (ea, na), (eb, nb) = pair
+                lines.append(f"s.reduce_pair({na}, {_COMBINE[ea[1]]}{{}}, "
+                             f"{nb}, {_COMBINE[eb[1]]}{{}});")
+            else:
+                (ea, na), = pair
+                lines.append(f"{na} = s.reduce({na}, {_COMBINE[ea[1]]}{{}});")
+            lines += [f"{n} = {n} / {c}(cols);" for e, n in pair if e[1] == "mean"]
         lines += rc.per_row_statements(level)
     if rc.full_outs or rc.sums:
         # One pass computes an element's full outputs and its terms of the
@@ -608,12 +625,13 @@ def _row_memory(rc):
     lines += [f"    v.{_cname(slot)} = {rc.widen.format(f'{ptr}[{index}]')};"
               for ptr, slot, is_row in elements
               for index in ["j" if is_row else "r * cols + j"]]
+    # Packet q of every array, counted from the arrays' starts (the strategy
+    # gives row r's as r * (cols / W) + p, or a streamed row's aligned middle).
     lines += ["    return v;", "};",
-              "const auto load_packets = [&](const long long r, const long long p) {",
-              "    (void)r;", "    (void)p;", "    Lanes<In, W> v;"]
-    lines += [f"    const Packet<T> p{i} = load_packet({ptr}, "
-              f"{'p' if is_row else 'r * (cols / W) + p'});"
-              for i, (ptr, _, is_row) in enumerate(elements)]
+              "const auto load_packets = [&](const long long q) {",
+              "    (void)q;", "    Lanes<In, W> v;"]
+    lines += [f"    const Packet<T> p{i} = load_packet({ptr}, q);"
+              for i, (ptr, _, _) in enumerate(elements)]
     lines += ["#pragma unroll", "    for (int k = 0; k < W; ++k) {"]
     lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
               for i, (_, slot, _) in enumerate(elements)]
@@ -630,18 +648,17 @@ def _row_memory(rc):
         lines += (["    (void)r;", "    (void)j;", "    (void)o;"] if idle
                   else ["    const long long e = r * cols + j;"])
         lines += [f"    out_{o}[e] = {rc.store.format(f'o.{o}')};" for o in rc.full_outs]
-        lines += ["};", "const auto store_packets = [&](const long long r, const long long p, "
+        lines += ["};", "const auto store_packets = [&](const long long q, "
                   "const Lanes<Values, W>& o) {"]
-        lines += (["    (void)r;", "    (void)p;", "    (void)o;"] if idle
-                  else ["    const long long q = r * (cols / W) + p;"])
+        lines += ["    (void)q;", "    (void)o;"] if idle else []
         lines += [f"    {{ Packet<T> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
                   f"store_packet(out_{o}, q, v); }}" for o in rc.full_outs]
         lines += ["};"]
-    # Packets where no packet straddles two rows and every array allows them.
+    # Packets where every array allows them (the strategy adds its own test
+    # of the row length: kernels/fused.cuh).
     pointers = [ptr for ptr, _, _ in elements] + [f"out_{o}" for o in rc.full_outs]
-    lines.append("const bool packets = "
-                 + " && ".join(["cols % W == 0"] + [f"is_aligned16({q})" for q in pointers])
-                 + ";")
+    lines.append("const bool aligned = "
+                 + (" && ".join(f"is_aligned16({q})" for q in pointers) or "true") + ";")
     return lines
 
 
@@ -695,7 +712,7 @@ def row_kernel_source(op, dtype, block):
         *[f"        {line}" for line in _row_function(rc)],
         "    };",
         *([f"    {line}" for line in _sums_tail(rc)] if op.sums else
-          ["    fx::rows_loop<T, R, In, STRATEGY>(rows, cols, packets, load, load_packets, "
+          ["    fx::rows_loop<T, R, In, STRATEGY>(rows, cols, aligned, load, load_packets, "
            "row);"]),
         "}",
         "",
@@ -717,12 +734,19 @@ def _sums_tail(rc):
     """The end of a row kernel with summed outputs: the lambda that stores
     summed output i's column j, and rows_loop_sums, whose blocks sum their
     rows' terms and then combine them in block order (kernels/fused.cuh)."""
-    lines = ["// Summed output i's column j (i a constant where finish_sums calls it).",
-             "const auto store_sum = [&](const int i, const long long j, const C v) {"]
+    # rc.elements: the full arrays a row holds (row inputs are read at use).
+    lines = ["// Asks the L2 for element j of row r of every full array a row loads",
+             "// (the loop over rows asks for the next row while it reduces this one).",
+             "const auto prefetch = [&](const long long r, const long long j) {",
+             "    (void)r;", "    (void)j;"]
+    lines += [f"    fx::prefetch_l2({ptr} + r * cols + j);" for ptr, _, _ in rc.elements]
+    lines += ["};",
+              "// Summed output i's column j (i a constant where finish_sums calls it).",
+              "const auto store_sum = [&](const int i, const long long j, const C v) {"]
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
     lines += ["};",
               f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY>(",
-              "    rows, cols, packets, load, load_packets, row,",
+              "    rows, cols, aligned, load, load_packets, prefetch, row,",
               "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
     return lines

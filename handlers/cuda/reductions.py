@@ -214,35 +214,50 @@ def plan_rows(rows, n, width, family, sms, sm_threads, div=1, kind=0, suffix="",
       would leave most lanes idle; ``_plan_short_rows``).
     * rows enough for half the resident warps of ``*_rows``: that kernel, a
       warp per row; each keeps ROW_UNROLL 16-byte loads in flight.
-    * fewer, longer rows: ``*_long``, a block per (row, chunk), with as many
-      chunks as one wave of the kernel's resident blocks holds (few rows
-      could not hide memory latency otherwise: a 1-D array to a scalar is
-      one row), each chunk at least one full trip of the block's loads.
-      One wave, rows * chunks <= resident: every chunk is the same work, so
-      a block beyond the wave would run alone in a second one, as long as
-      the first (a grid sized by the threads' 8 blocks a multiprocessor ran
-      in two waves where the kernel's 64 registers hold 4)."""
+    * fewer rows: ``*_long``, a block per (row, chunk), with as many chunks
+      as one wave of the kernel's resident blocks holds (few rows could not
+      hide memory latency otherwise: a 1-D array to a scalar is one row),
+      each chunk at least one full trip of the block's loads.  One wave,
+      rows * chunks <= resident: every chunk is the same work, so a block
+      beyond the wave would run alone in a second one, as long as the first
+      (a grid sized by the threads' 8 blocks a multiprocessor ran in two
+      waves where the kernel's 64 registers hold 4).  Unless a warp per row
+      waits on no more rounds of loads (``_rounds``): rows short enough for
+      a trip or two of a warp's loads keep ``*_rows``, where a block per row
+      would leave most of its threads idle over several waves."""
     if n <= SHORT_ROW:
         return _plan_short_rows(rows, n, family, sms, div, kind, suffix)
     args = (rows, n, n, 1, div, kind)                      # one chunk: the row
     kernel = f"{family}_rows{suffix}"
     resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
     warps_per_block = BLOCK // 32
-    if 2 * rows >= resident * warps_per_block or n < 2 * BLOCK * width * ROW_UNROLL:
-        grid = max(1, min(-(-rows // warps_per_block), 4 * resident))
-        return Plan(Launch(kernel, grid, args, BLOCK), 0, 0)
-    kernel = f"{family}_long{suffix}"
-    resident = sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)
+    long_kernel = f"{family}_long{suffix}"
+    long_resident = sms * _per_sm(blocks_per_sm, long_kernel, BLOCK, sm_threads)
     trip = BLOCK * width * ROW_UNROLL
-    chunks = max(1, min(resident // rows, -(-n // trip)))   # one wave: rows * chunks <= resident
+    # one wave: rows * chunks <= resident
+    chunks = max(1, min(long_resident // rows, -(-n // trip)))
     chunk = -(-n // chunks)
     chunk += -chunk % width                                # chunk starts stay aligned
     chunks = -(-n // chunk)
-    grid = max(1, min(rows * chunks, 4 * resident))
-    launch = Launch(kernel, grid, (rows, n, chunk, chunks, div, kind), BLOCK)
+    if 2 * rows >= resident * warps_per_block or \
+            _rounds(1, n, 32 * width * ROW_UNROLL, 1) <= _rounds(rows * chunks, chunk, trip,
+                                                                 long_resident, chunks > 1):
+        grid = max(1, min(-(-rows // warps_per_block), 4 * resident))
+        return Plan(Launch(kernel, grid, args, BLOCK), 0, 0)
+    grid = max(1, min(rows * chunks, 4 * long_resident))
+    launch = Launch(long_kernel, grid, (rows, n, chunk, chunks, div, kind), BLOCK)
     if chunks == 1:
         return Plan(launch, 0, 0)
     return Plan(launch, rows * chunks * _state(family, width), rows)
+
+
+def _rounds(tasks, length, trip, resident, combine=False):
+    """Rounds of memory latency that ``tasks`` tasks of ``length`` elements
+    wait through when each moves ``trip`` elements a round and ``resident``
+    of them run at once (waves times trips), one more where a second stage
+    combines them (``combine``): what ``plan_rows`` weighs between a warp
+    per row (its warps all resident: one wave) and a block per chunk."""
+    return -(-tasks // resident) * -(-length // trip) + int(combine)
 
 
 def plan_one(size, width, family, sms):
@@ -268,7 +283,8 @@ def plan_one(size, width, family, sms):
 def lane_group(n):
     """Lanes of a ``*_lanes`` group for rows of n elements (THREAD_ROW < n
     <= SHORT_ROW): the least power of 2 whose lanes hold the row at 2
-    elements a lane (reduce.cu's lanes_impl)."""
+    elements a lane.  The plan passes it as the kernel's third number
+    (reduce.cu's lanes_impl takes it from there)."""
     group = 1
     while 2 * group < n and group < 32:
         group *= 2
@@ -279,17 +295,17 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix):
     """The plan of rows of n <= SHORT_ROW elements (``plan_rows``'s
     arguments): ``*_thread``, a thread per row, THREAD_UNROLL rows a
     thread, up to THREAD_ROW elements; ``*_lanes`` beyond, a group of
-    ``lane_group(n)`` lanes per row, 32 / group rows a warp and LANE_UNROLL
-    trips in flight.  A grid as ``plan_one``'s: enough blocks for every
+    ``lane_group(n)`` lanes per row (the launch's third number), 32 / group
+    rows a warp and LANE_UNROLL trips in flight.  A grid as ``plan_one``'s: enough blocks for every
     row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
     over the rest, every block the same share: no wave to fit)."""
     if n <= THREAD_ROW:
-        kernel, per_block = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL
-    else:
-        kernel = f"{family}_lanes{suffix}"
-        per_block = BLOCK // lane_group(n) * LANE_UNROLL
+        kernel, per_block, third = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL, n
+    else:   # the kernel takes its group from the plan: one rule, here
+        kernel, third = f"{family}_lanes{suffix}", lane_group(n)
+        per_block = BLOCK // third * LANE_UNROLL
     grid = max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms))
-    return Plan(Launch(kernel, grid, (rows, n, n, 1, div, kind), BLOCK), 0, 0)
+    return Plan(Launch(kernel, grid, (rows, n, third, 1, div, kind), BLOCK), 0, 0)
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):

@@ -86,14 +86,19 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 // R (elements held per thread) is the generator's, from the number of arrays
 // read per element; the host plans blocks and grids with the same rule
 // (fused_source.plan_rows).  A strategy s gives the row function:
-//   s.each(f)           f(const In& e, long long j) for each element j of the
-//                       row that this thread holds (or reads, streaming);
+//   s.each(f)           f(const In& e, long long j, bool ok) for each
+//                       element j of the row that this thread holds (or
+//                       reads, streaming); a held row also calls it on its
+//                       slots past the row's end (ok false: fold nothing);
 //   s.reduce(v, op)     v combined over the row's threads: every thread of
 //                       the row gets the same bits (the butterfly's a + b
 //                       and b + a are equal, and each warp combines the
 //                       per-warp partials in the same order);
-//   s.outputs(f, store, store_packets)  f(e, j) -> Values for each element,
-//                       stored (streaming: read, computed, stored per packet);
+//   s.reduce_pair(a, opa, b, opb)  two at once, as two s.reduce calls would
+//                       (a block's: behind one barrier);
+//   s.outputs(f, store, store_packets)  f(e, j, true) -> Values for each
+//                       element, stored (streaming: read, computed, stored
+//                       per packet);
 //   s.sync()            orders every read of the row before a per-row store
 //                       (an output may be an input's memory);
 //   s.leader()          the thread that stores the row's per-row outputs.
@@ -119,13 +124,36 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       in warp order through shared memory.
 //   StreamRow           a column has no register to live in (a row may be
 //                       any length), so the block's partial row lives in the
-//                       workspace, and the thread that owns a column (the
-//                       same one at every row: its packet or element index
-//                       modulo blockDim.x) adds to it: per element and summed
-//                       output, one more read and one more write of a C, in
-//                       L2 where the grid's partial rows fit (the host caps
-//                       the grid so that they stay small).  The first row
-//                       stores instead of adding, so nothing clears the row.
+//                       workspace, and the thread that reads a column in a
+//                       row adds to it: per element and summed output, one
+//                       more read and one more write of a C, in L2 where the
+//                       grid's partial rows fit (the host caps the grid so
+//                       that they stay small).  Which thread that is moves
+//                       with a row's alignment (rows of odd length go by
+//                       packets from their first 16-byte boundary), so a
+//                       barrier ends each row.  The first row stores instead
+//                       of adding, so nothing clears the row.
+
+// Asks the L2 cache for the line holding p (no register waits for it).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// v, computed here whatever follows: an empty volatile asm that the
+// compiler may neither move nor drop.  A block row's pass folds each term
+// only where its slot is in the row; without the pin, the compiler moved
+// the term's computation behind that test, where the outputs' pass could not
+// reuse it (a softmax took each exp twice).  Strategies call it through
+// s.keep(v), which lane and streamed rows leave a plain value (pinned in
+// a lane row's branches, LayerNorm's forward took 99 registers, not 64).
+__device__ __forceinline__ float keep(float v) {
+    asm volatile("" : "+f"(v));
+    return v;
+}
+__device__ __forceinline__ double keep(double v) {
+    asm volatile("" : "+d"(v));
+    return v;
+}
 
 // The reductions: combining functions (max and min propagate NaN, as
 // numpy.max and numpy.min) and their identities (padding adds nothing).
@@ -188,17 +216,18 @@ __device__ __forceinline__ C lanes_reduce(C v, Op op, int width) {
 }
 
 // v combined over the block, returned to every thread.  blockDim.x must be a
-// multiple of 32; scratch holds 2 x 32 values, and every thread of the block
-// calls block_reduce the same number of times with its own `parity`, which
-// picks the half that this call uses and flips.  Every warp combines the
-// per-warp partials itself, in the same order: bit-identical results, no
-// broadcast.  One barrier a call: a call writes the half that the call
-// before the last read, and every thread has passed the last call's
-// barrier, so has finished reading it (a second barrier, to free a single
-// half, doubled a softmax's barriers).
+// multiple of 32; scratch holds 2 x 64 values, and every thread of the block
+// calls block_reduce and block_reduce_pair the same number of times, in the
+// same order, with its own `parity`, which picks the half (64 values) that
+// this call uses and flips.  Every warp combines the per-warp partials
+// itself, in the same order: bit-identical results, no broadcast.  One
+// barrier a call: a call writes the half that the call before the last
+// read, and every thread has passed the last call's barrier, so has
+// finished reading it (a second barrier, to free a single half, doubled a
+// softmax's barriers).
 template <typename C, typename Op>
 __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
-    C* const half = scratch + 32 * parity;
+    C* const half = scratch + 64 * parity;
     parity ^= 1;
     const int lane = threadIdx.x & 31;
     v = lanes_reduce(v, op, 32);
@@ -206,6 +235,27 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
     __syncthreads();
     return lanes_reduce(lane < int(blockDim.x >> 5) ? half[lane] : Op::template identity<C>(),
                         op, 32);
+}
+
+// Two reductions of one level at once (a with opa, b with opb): the same
+// bits as two block_reduce calls, behind one barrier instead of two (a
+// cross-entropy reduces two values at each of its two levels).
+template <typename C, typename OpA, typename OpB>
+__device__ __forceinline__ void block_reduce_pair(C& a, OpA opa, C& b, OpB opb, C* scratch,
+                                                  int& parity) {
+    C* const half = scratch + 64 * parity;
+    parity ^= 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    a = lanes_reduce(a, opa, 32);
+    b = lanes_reduce(b, opb, 32);
+    if (lane == 0) {
+        half[warp] = a;
+        half[32 + warp] = b;
+    }
+    __syncthreads();
+    const bool in = lane < int(blockDim.x >> 5);
+    a = lanes_reduce(in ? half[lane] : OpA::template identity<C>(), opa, 32);
+    b = lanes_reduce(in ? half[32 + lane] : OpB::template identity<C>(), opb, 32);
 }
 
 // R elements of row r held in registers.  By packets of W (R a multiple of W)
@@ -218,13 +268,17 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch, int& parity) {
 // thread's columns are the same for every row (summed outputs rely on it).
 // `live` is false for a lane group past the last row, which only joins the
 // shuffles.
-template <typename In, int R, typename C, int S, int W>
+template <typename In, int R, typename C, int S, int W, bool EVERY>
 struct HeldRow {
     static constexpr int P = R % W == 0 ? R / W : 0;  // packets held (0: never by packets)
     In v[R];
     ColumnSums<C, S> acc[R];  // the summed outputs' running sums of v's columns
-    long long r, cols;
-    int first, step;  // a held row has at most ROW_BLOCK * R columns: int arithmetic
+    long long r;
+    // A held row has at most ROW_BLOCK * R columns: int arithmetic and int
+    // tests against cols (64-bit ones were a third of a softmax's integer
+    // instructions).
+    int cols;
+    int first, step;
     bool live, packets;
 
     // The column of element k.
@@ -232,6 +286,7 @@ struct HeldRow {
         return P && packets ? (first + (k / W) * step) * W + k % W : first + k * step;
     }
 
+    // Slots past the row hold zeros (each() computes on them, masked).
     template <typename Load, typename LoadPackets>
     __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
         if (P && packets) {
@@ -239,9 +294,12 @@ struct HeldRow {
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
                 if (live && p * W < cols) {
-                    const auto e = load_packets(r, p);
+                    const auto e = load_packets(r * (cols / W) + p);
 #pragma unroll
                     for (int i = 0; i < W; ++i) v[q * W + i] = e.v[i];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < W; ++i) v[q * W + i] = In{};
                 }
             }
             return;
@@ -249,16 +307,58 @@ struct HeldRow {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            if (live && j < cols) v[k] = load(r, j);
+            v[k] = live && j < cols ? load(r, j) : In{};
         }
     }
 
+    // With summed outputs a block or lane group loops over rows, each row's
+    // loads waiting on memory after the last row's reductions: this asks
+    // the L2 for row `next`'s elements that this thread will load, by
+    // prefetch(next, j) per packet (its first element j) or element, while
+    // the row in hand is reduced.  Nothing is held in registers.
+    template <typename Prefetch>
+    __device__ __forceinline__ void prefetch(Prefetch pf, long long next, bool ok) const {
+        if (!ok) return;
+        if (P && packets) {
+#pragma unroll
+            for (int q = 0; q < P; ++q) {
+                const int p = first + q * step;
+                if (p * W < cols) pf(next, (long long)p * W);
+            }
+            return;
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            const int j = first + k * step;
+            if (j < cols) pf(next, j);
+        }
+    }
+
+    // EVERY: f runs on every slot, told whether it is an element of the row
+    // (ok), and folds only those: straight-line code, so that the values a
+    // reduction's pass computes are the ones the outputs' pass reuses (the
+    // compiler merges the two computations; behind a branch per element it
+    // did not, and a softmax took each exp twice).  Else f runs on the
+    // row's elements alone and the outputs' pass recomputes: values held
+    // across the reductions cost registers, which lane rows (many rows a
+    // block) cannot spare: LayerNorm's forward took 80 where 64 let two
+    // blocks of 512 threads share a multiprocessor.
     template <typename F> __device__ __forceinline__ void each(F f) const {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = col(k);
-            if (live && j < cols) f(v[k], j);
+            if constexpr (EVERY) {
+                f(v[k], j, live && j < cols);
+            } else if (live && j < cols) {
+                f(v[k], j, true);
+            }
         }
+    }
+
+    // A term of a reduction, pinned where EVERY (fx::keep), as is.
+    template <typename V> __device__ __forceinline__ V keep(V x) const {
+        if constexpr (EVERY) return fx::keep(x);
+        else return x;
     }
 
     template <typename F, typename Store, typename StorePackets>
@@ -268,10 +368,10 @@ struct HeldRow {
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
                 if (live && p * W < cols) {
-                    Lanes<decltype(f(v[0], 0LL)), W> o;
+                    Lanes<decltype(f(v[0], 0LL, true)), W> o;
 #pragma unroll
-                    for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i);
-                    store_packets(r, p, o);
+                    for (int i = 0; i < W; ++i) o.v[i] = f(v[q * W + i], p * W + i, true);
+                    store_packets(r * (cols / W) + p, o);
 #pragma unroll
                     for (int i = 0; i < W; ++i) acc[q * W + i].add(o.v[i]);
                 }
@@ -282,7 +382,7 @@ struct HeldRow {
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
             if (live && j < cols) {
-                const auto o = f(v[k], j);
+                const auto o = f(v[k], j, true);
                 store(r, j, o);
                 acc[k].add(o);
             }
@@ -291,43 +391,78 @@ struct HeldRow {
 };
 
 template <typename In, int R, typename C, int S, int W>
-struct LaneRow : HeldRow<In, R, C, S, W> {
+struct LaneRow : HeldRow<In, R, C, S, W, false> {
     int width;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) const {
         return lanes_reduce(v, op, width);
+    }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) const {
+        a = lanes_reduce(a, opa, width);
+        b = lanes_reduce(b, opb, width);
     }
     __device__ __forceinline__ bool leader() const { return this->first == 0; }
     __device__ __forceinline__ void sync() const { __syncwarp(); }
 };
 
 template <typename In, int R, typename C, int S, int W>
-struct BlockRow : HeldRow<In, R, C, S, W> {
-    C* scratch;  // 2 x 32 values (block_reduce)
+struct BlockRow : HeldRow<In, R, C, S, W, true> {
+    C* scratch;  // 2 x 64 values (block_reduce)
     int parity = 0;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
         return block_reduce(v, op, scratch, parity);
+    }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
+        block_reduce_pair(a, opa, b, opb, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
-// Row r read from memory at each pass: element by element, or by packets of
-// W = kVec<T> elements when `packets` (cols % W == 0 and every array 16-byte
-// aligned: then no packet straddles two rows).  With S summed outputs,
-// `partial` is this block's partial row (S * cols values) and `fresh` says
-// that no row has been summed into it yet.
+// Row r read from memory at each pass.  Where every array is 16-byte aligned
+// (`aligned`), the row's aligned middle goes by packets of W = kVec<T>
+// elements (span(): the elements before the first 16-byte boundary, at most
+// W - 1, and after the last whole packet, fewer than W, go one by one); any
+// row length, so rows of 50257 move by packets too (element loads had a
+// quarter of the bytes in flight).  Else element by element.  With S summed
+// outputs, `partial` is this block's partial row (S * cols values) and
+// `fresh` says that no row has been summed into it yet.
+// Each pass keeps STREAM_PACKETS packets' loads in flight a thread, or by
+// elements 16 bytes' worth: a trip's loads are issued before any value is
+// used (one in flight, load then use, left a softmax over rows of 50257 at
+// 31% of copy where a standalone kernel with four packets reached 76%).
+// Two, not four: a row kernel may take 64 registers (its launch bound of
+// 1024 threads), and four packets of halves spilled.  A thread visits its
+// packets in column order, then its elements before and after them, so every
+// fold adds in an order fixed by the shape and the block.
+constexpr int STREAM_PACKETS = 2;
+
 template <typename T, typename In, typename Load, typename LoadPackets, int S = 0>
 struct StreamRow {
     using C = compute_t<T>;
     static constexpr int W = kVec<T>;
     Load load;
-    LoadPackets load_packets;
-    C* scratch;  // 2 x 32 values (block_reduce)
+    LoadPackets load_packets;  // load_packets(q): packet q of every array (16-byte aligned)
+    C* scratch;  // 2 x 64 values (block_reduce)
     long long r, cols;
-    bool packets;
+    bool aligned;
     C* partial;
     bool fresh;
     int parity;
+
+    // The row's packets: columns [lo, hi) are packets q0, q0 + 1, ... (in
+    // packets of the arrays); lo == hi where the arrays are not aligned.
+    struct Span {
+        long long lo, hi, q0;
+    };
+    __device__ __forceinline__ Span span() const {
+        if (!aligned) return {0, 0, 0};
+        const long long start = r * cols;
+        const long long lo = min((long long)((W - start % W) % W), cols);
+        const long long hi = lo + (cols - lo) / W * W;
+        return {lo, hi, (start + lo) / W};
+    }
 
     // Element j's terms into the block's partial row (this thread owns j).
     template <typename Values>
@@ -341,51 +476,143 @@ struct StreamRow {
         }
     }
 
+    // The passes are written out, not built from lambdas around f: a lambda
+    // capturing the span by reference put it on the stack, and a
+    // cross-entropy's kernel spilled.
     template <typename F> __device__ __forceinline__ void each(F f) const {
-        if (packets) {
-            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
-                const Lanes<In, W> e = load_packets(r, p);
+        const long long step = blockDim.x, t = threadIdx.x;
+        if (aligned) {
+            const Span s = span();
+            constexpr int U = STREAM_PACKETS;
+            const long long n = (s.hi - s.lo) / W;
+            long long p = t;
+            for (; p + (U - 1) * step < n; p += U * step) {
+                Lanes<In, W> e[U];
 #pragma unroll
-                for (int k = 0; k < W; ++k) f(e.v[k], p * W + k);
+                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+#pragma unroll
+                    for (int k = 0; k < W; ++k) f(e[u].v[k], s.lo + (p + u * step) * W + k, true);
+                }
             }
-        } else {
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) f(load(r, j), j);
+            for (; p < n; p += step) {
+                const Lanes<In, W> e = load_packets(s.q0 + p);
+#pragma unroll
+                for (int k = 0; k < W; ++k) f(e.v[k], s.lo + p * W + k, true);
+            }
+            // Fewer than W elements before the packets and fewer after.
+            if (t < s.lo) f(load(r, t), t, true);
+            if (s.hi + t < cols) f(load(r, s.hi + t), s.hi + t, true);
+            return;
+        }
+        // Element by element, 16 bytes of loads in flight.
+        constexpr int U = 16 / sizeof(T);
+        long long j = t;
+        for (; j + (U - 1) * step < cols; j += U * step) {
+            In e[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+            for (int u = 0; u < U; ++u) f(e[u], j + u * step, true);
+        }
+        for (; j < cols; j += step) f(load(r, j), j, true);
+    }
+
+    // Element j of the outputs from its inputs e: computed, stored, summed.
+    template <typename F, typename Store>
+    __device__ __forceinline__ void element_out(F f, Store store, long long j,
+                                                const In& e) const {
+        const auto o = f(e, j, true);
+        store(r, j, o);
+        if constexpr (S > 0) add(j, o);
+    }
+
+    // Packet q of the arrays, holding columns j0 .. j0 + W - 1, of the
+    // outputs from its inputs e: computed, stored, summed.
+    template <typename F, typename StorePackets>
+    __device__ __forceinline__ void packet_out(F f, StorePackets store_packets, long long q,
+                                               long long j0, const Lanes<In, W>& e) const {
+        Lanes<decltype(f(e.v[0], 0LL, true)), W> o;
+#pragma unroll
+        for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], j0 + k, true);
+        store_packets(q, o);
+        if constexpr (S > 0) {
+#pragma unroll
+            for (int k = 0; k < W; ++k) add(j0 + k, o.v[k]);
         }
     }
 
+    // In place is safe: a thread stores only elements it has loaded.
     template <typename F, typename Store, typename StorePackets>
     __device__ __forceinline__ void outputs(F f, Store store, StorePackets store_packets) const {
-        if (packets) {
-            for (long long p = threadIdx.x; p < cols / W; p += blockDim.x) {
-                const Lanes<In, W> e = load_packets(r, p);
-                Lanes<decltype(f(e.v[0], 0LL)), W> o;
+        const long long step = blockDim.x, t = threadIdx.x;
+        if (aligned) {
+            const Span s = span();
+            constexpr int U = STREAM_PACKETS;
+            const long long n = (s.hi - s.lo) / W;
+            long long p = t;
+            for (; p + (U - 1) * step < n; p += U * step) {
+                Lanes<In, W> e[U];
 #pragma unroll
-                for (int k = 0; k < W; ++k) o.v[k] = f(e.v[k], p * W + k);
-                store_packets(r, p, o);
-                if constexpr (S > 0) {
+                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
 #pragma unroll
-                    for (int k = 0; k < W; ++k) add(p * W + k, o.v[k]);
-                }
+                for (int u = 0; u < U; ++u)
+                    packet_out(f, store_packets, s.q0 + p + u * step, s.lo + (p + u * step) * W,
+                               e[u]);
             }
-        } else {
-            for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-                if constexpr (S > 0) {
-                    const auto o = f(load(r, j), j);
-                    store(r, j, o);
-                    add(j, o);
-                } else {
-                    store(r, j, f(load(r, j), j));
-                }
-            }
+            for (; p < n; p += step)
+                packet_out(f, store_packets, s.q0 + p, s.lo + p * W, load_packets(s.q0 + p));
+            if (t < s.lo) element_out(f, store, t, load(r, t));
+            if (s.hi + t < cols) element_out(f, store, s.hi + t, load(r, s.hi + t));
+            return;
         }
+        constexpr int U = 16 / sizeof(T);
+        long long j = t;
+        for (; j + (U - 1) * step < cols; j += U * step) {
+            In e[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) e[u] = load(r, j + u * step);
+#pragma unroll
+            for (int u = 0; u < U; ++u) element_out(f, store, j + u * step, e[u]);
+        }
+        for (; j < cols; j += step) element_out(f, store, j, load(r, j));
     }
 
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
         return block_reduce(v, op, scratch, parity);
     }
+    template <typename OpA, typename OpB>
+    __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
+        block_reduce_pair(a, opa, b, opb, scratch, parity);
+    }
+    template <typename V> __device__ __forceinline__ V keep(V x) const { return x; }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
     __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
+
+// p[0] + p[step] + ... + p[(count - 1) * step] (count >= 1), added in that
+// order, read from L2 sixteen at a time, the last batch predicated: a
+// batch's loads are issued before its additions, where one load then one
+// add left the combine a chain of L2 round trips (a dense layer's bias
+// gradient, 256 rows of 1024 in groups of 16, took about 10 us for a 5 us
+// read).  The order, and so the bits, are those of one at a time: the
+// first value is taken as it is, never added to a zero (-0.0 stays -0.0).
+template <typename C>
+__device__ __forceinline__ C add_rows(const C* p, long long step, long long count) {
+    constexpr int U = 16;
+    C v = C(0);
+    for (long long b = 0; b < count; b += U) {
+        C x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) x[u] = b + u < count ? __ldcg(p + (b + u) * step) : C(0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (b + u < count) v = b + u == 0 ? x[u] : v + x[u];
+        }
+    }
+    return v;
+}
 
 // The end of a launch with S summed outputs: this block's partial row
 // (S * cols values at sums.partials + blockIdx.x * S * cols) is written by
@@ -424,8 +651,7 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     for (int i = 0; i < S; ++i) {
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
             const long long e = i * cols + j;
-            C v = __ldcg(head + e);
-            for (long long b = 1; b < size; ++b) v += __ldcg(head + b * n + e);
+            const C v = add_rows(head + e, n, size);
             if (groups == 1) {
                 store(i, j, v);
             } else {
@@ -447,8 +673,7 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     for (int i = 0; i < S; ++i) {
         for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
             const long long e = i * cols + j;
-            C v = __ldcg(sums.partials + e);
-            for (long long k = 1; k < groups; ++k) v += __ldcg(sums.partials + k * group * n + e);
+            const C v = add_rows(sums.partials + e, group * n, groups);
             store(i, j, v);
         }
     }
@@ -461,8 +686,11 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 
 // Runs row(s, r, live) for every row of a (rows, cols) problem that this
 // thread's lane group or block takes, with strategy STRATEGY, which the
-// host chose for cols and the block (see above).  load(r, j) gives element j of row r's inputs
-// (In), load_packets(r, p) the W of packet p (only called when `packets`).
+// host chose for cols and the block (see above).  load(r, j) gives element
+// j of row r's inputs (In), load_packets(q) the W of packet q of the arrays
+// (16-byte packets from their starts; only called when `aligned`: every
+// array 16-byte aligned).  Held rows go by packets where cols % W == 0 too;
+// streamed rows, by packets over each row's aligned middle whatever cols.
 // Lane groups stride over the rows on any grid; a block or streamed row
 // takes row blockIdx.x alone without summed outputs (the grid must cover
 // the rows: fused_source.plan_rows's), and strides with them.  blockDim.x a
@@ -470,13 +698,16 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // With S > 0 summed outputs (rows_loop_sums), the blocks then combine their
 // sums (finish_sums): store_sum(i, j, v) stores output i's column j.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
-          typename LoadPackets, typename Row, typename StoreSum>
-__device__ __forceinline__ void rows_impl(long long rows, long long cols, bool packets,
-                                          Load load, LoadPackets load_packets, Row row,
+          typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
+__device__ __forceinline__ void rows_impl(long long rows, long long cols, bool aligned,
+                                          Load load, LoadPackets load_packets,
+                                          Prefetch prefetch, Row row,
                                           const GridSums<compute_t<T>>& sums,
                                           StoreSum store_sum) {
     using C = compute_t<T>;
-    __shared__ C scratch[2 * 32];  // per-warp partials of block reductions, in C
+    // Held rows go by packets where no packet straddles two rows.
+    const bool packets = aligned && cols % kVec<T> == 0;
+    __shared__ C scratch[2 * 64];  // per-warp partials of block reductions, in C
     C* const partial = S > 0 ? sums.partials + (long long)blockIdx.x * S * cols : nullptr;
     if constexpr (STRATEGY == LANE_ROWS) {
         LaneRow<In, R, C, S, kVec<T>> s;
@@ -489,7 +720,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         const int lane = threadIdx.x & 31;
         s.first = lane & (s.width - 1);
         s.step = s.width;
-        s.cols = cols;
+        s.cols = (int)cols;
         s.packets = packets;
         const long long per_warp = 32 / s.width;  // rows per warp and trip
         const long long warp = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -500,6 +731,10 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             s.r = base + lane / s.width;
             s.live = s.r < rows;
             s.load(load, load_packets);
+            if constexpr (S > 0) {
+                const long long next = s.r + nwarps * per_warp;
+                s.prefetch(prefetch, next, s.live && next < rows);
+            }
             row(s, s.r, s.live);
         }
         if constexpr (S > 0) {
@@ -544,7 +779,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
         s.scratch = scratch;
         s.first = threadIdx.x;
         s.step = blockDim.x;
-        s.cols = cols;
+        s.cols = (int)cols;
         s.packets = packets;
         s.live = true;
         if constexpr (S == 0) {
@@ -560,6 +795,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
             for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
                 s.r = r;
                 s.load(load, load_packets);
+                s.prefetch(prefetch, r + gridDim.x, r + gridDim.x < rows);
                 row(s, r, true);
             }
         }
@@ -578,7 +814,7 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
     } else {
         static_assert(STRATEGY == STREAM_ROWS, "LANE_ROWS, BLOCK_ROWS or STREAM_ROWS");
         StreamRow<T, In, Load, LoadPackets, S> s{load, load_packets, scratch, 0, cols,
-                                                 packets, partial, true, 0};
+                                                 aligned, partial, true, 0};
         if constexpr (S == 0) {  // a block per row, as above
             s.r = blockIdx.x;
             if (s.r < rows) row(s, s.r, true);
@@ -587,6 +823,10 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
                 s.r = r;
                 row(s, r, true);
                 s.fresh = false;
+                // The next row's columns may fall to other threads (StreamRow's
+                // span): this row's additions to the partial row are done and
+                // seen by the block first.
+                __syncthreads();
             }
         }
         if constexpr (S > 0) {
@@ -601,23 +841,26 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool p
 // A row kernel without summed outputs.
 template <typename T, int R, typename In, int STRATEGY, typename Load, typename LoadPackets,
           typename Row>
-__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool packets,
+__device__ __forceinline__ void rows_loop(long long rows, long long cols, bool aligned,
                                           Load load, LoadPackets load_packets, Row row) {
-    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, packets, load, load_packets, row,
-                           GridSums<compute_t<T>>{nullptr, nullptr, 1},
-                           [](int, long long, compute_t<T>) {});
+    rows_impl<T, R, In, 0, STRATEGY>(rows, cols, aligned, load, load_packets,
+                                     [](long long, long long) {}, row,
+                                     GridSums<compute_t<T>>{nullptr, nullptr, 1},
+                                     [](int, long long, compute_t<T>) {});
 }
 
-// A row kernel with S > 0 summed outputs (see finish_sums).
+// A row kernel with S > 0 summed outputs (see finish_sums); prefetch(r, j)
+// asks the L2 for element j of row r of every array the row loads.
 template <typename T, int R, typename In, int S, int STRATEGY, typename Load,
-          typename LoadPackets, typename Row, typename StoreSum>
-__device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool packets,
-                                               Load load, LoadPackets load_packets, Row row,
+          typename LoadPackets, typename Prefetch, typename Row, typename StoreSum>
+__device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, bool aligned,
+                                               Load load, LoadPackets load_packets,
+                                               Prefetch prefetch, Row row,
                                                const GridSums<compute_t<T>>& sums,
                                                StoreSum store_sum) {
     static_assert(S > 0, "rows_loop_sums sums at least one output");
-    rows_impl<T, R, In, S, STRATEGY>(rows, cols, packets, load, load_packets, row, sums,
-                                     store_sum);
+    rows_impl<T, R, In, S, STRATEGY>(rows, cols, aligned, load, load_packets, prefetch, row,
+                                     sums, store_sum);
 }
 
 }  // namespace fx

@@ -397,8 +397,9 @@ __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long l
 }
 
 // *_lanes: rows of SH_THREAD_ROW < n <= SH_SHORT_ROW elements, a group of G
-// lanes per row (the least power of 2 with 2 * G >= n, at most 32; lane l of
-// a group holds elements l and l + G), 32 / G rows a warp a trip, the loads
+// lanes per row (the host's reductions.lane_group(n), the plan's third
+// number: the least power of 2 with 2 * G >= n, at most 32; lane l of a
+// group holds elements l and l + G), 32 / G rows a warp a trip, the loads
 // of SH_LANE_UNROLL trips issued before any is added (a warp's load reads
 // 32 / G adjacent rows: one contiguous run); each group's states joined by
 // shuffles in lane order, the result written by its first lane.  Every lane
@@ -406,12 +407,10 @@ __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long l
 // warps stride over the rows.
 template <class R, typename T, typename O>
 __device__ void lanes_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
-                           long long n, long long div, int kind) {
+                           long long n, long long group, long long div, int kind) {
     using S = typename R::S;
     constexpr int U = SH_LANE_UNROLL;
-    const int m = (int)n;   // n <= SH_SHORT_ROW
-    int G = 1;
-    while (2 * G < m && G < 32) G <<= 1;
+    const int m = (int)n, G = (int)group;   // n <= SH_SHORT_ROW, G <= 32
     const int lane = threadIdx.x & 31, li = lane & (G - 1);
     const long long per = 32 / G;                        // rows a warp a trip
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -960,7 +959,7 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
                    (thread_impl<R, T, O>(a, out, rows, n, div, kind)))               \
     SH_EXPORT_ROWS(R, T, O, PRE##_lanes##SUF, SH_BLOCK,                              \
-                   (lanes_impl<R, T, O>(a, out, rows, n, div, kind)))                \
+                   (lanes_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
                    (short_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                  \
     SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \

@@ -1,0 +1,129 @@
+"""How should a row kernel with summed (``:row``) outputs choose its grid and
+its combine?  A dense layer's bias-and-ReLU backward (256 rows of 1024, the
+train suite's MLP; 64 rows of 84 and of 120, the conv suite's LeNet) took
+about 10 us on an H200 where its forward takes 5-6; LayerNorm's backward
+trails torch.compile at 4096 and 1000 columns, and is 3x its time over rows
+of 50257 (streamed rows: the grid is capped so that the partial rows take
+at most half the L2).  Their time is mostly the
+blocks' partial rows and the two-level, in-launch combine of
+``finish_sums`` (kernels/fused.cuh), planned by ``fused_source.plan_rows``
+(the grid: every row, at most the resident blocks) and
+``fused_source.sum_groups`` (about sqrt(grid) blocks a group).
+
+For each case this times the op (``REPS`` samples of ``CALLS`` calls back to
+back between CUDA events, the median, us per call) on the planner's grid and
+on forced grids, each with the planner's groups and with one group (a single
+level: the last block adds every partial row), and checks every variant's
+outputs against float64 NumPy (max |error| / max |reference|).  Nothing is
+changed in the library: the process wraps ``plan_rows`` and ``sum_groups``.
+
+Run by hand from the project root on a GPU machine, on a tree whose
+kernels take any grid for summed outputs (every tree since the row
+kernels' loops over rows with sums, 2026-11):
+``python benchmarks/results/diagnostics/summed_rows_grid.py [--quick]``.
+"""
+import argparse
+import pathlib
+import statistics
+import sys
+
+import numpy as np
+
+# Run as a script, this file's directory is on sys.path, not the project root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+REPS, CALLS, TOL = 10, 20, 1e-4
+
+
+def _cases():
+    """[(name, op, shapes, reference)]: the fused op, its argument builder and
+    a float64 reference of its outputs from the same inputs."""
+    from layers.epilogues import _declare
+    from layers.layernorm import _BACKWARD
+
+    dense = _declare("relu", "row")[1]     # dy y -> g db:row: g = dy * (y > 0), db = sum of g
+
+    def dense_args(rng, rows, cols):
+        dy = rng.standard_normal((rows, cols))
+        y = np.maximum(rng.standard_normal((rows, cols)), 0)
+        g = dy * (y > 0)
+        return [dy, y], [(rows, cols), (1, cols)], [g, g.sum(axis=0, keepdims=True)]
+
+    def ln_args(rng, rows, cols):
+        dy, x = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))
+        gain = 1 + 0.1 * rng.standard_normal((1, cols))
+        mu = x.mean(axis=1, keepdims=True)
+        r = 1 / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+        xhat = (x - mu) * r
+        g = dy * gain
+        dx = r * (g - g.mean(axis=1, keepdims=True)
+                  - xhat * (g * xhat).mean(axis=1, keepdims=True))
+        return ([dy, x, gain, mu, r], [(rows, cols), (1, cols), (1, cols)],
+                [dx, (dy * xhat).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)])
+
+    return [("bias_relu_backward", dense, dense_args, [(256, 1024), (64, 84), (64, 120),
+                                                        (4096, 4096)]),
+            ("layer_norm_backward", _BACKWARD, ln_args, [(8192, 4096), (32768, 1000),
+                                                          (4096, 256), (1024, 50257)])]
+
+
+def main(argv=None):
+    """Print, per case, us per call and the check of each grid and combine."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="the first shape of each op only")
+    args = p.parse_args(argv)
+
+    from benchmarks.gpu import EventTimer
+    from handlers.cuda import fused_source
+    from handlers.cuda.handler import PyCudaHandler
+
+    plan_rows, sum_groups = fused_source.plan_rows, fused_source.sum_groups
+    force = {"grid": None, "one_level": False, "planned": None}
+
+    def forced_plan(*a, **k):
+        grid, block = plan_rows(*a, **k)
+        force["planned"] = grid   # the library's own choice, at the kernel's occupancy
+        return (force["grid"] or grid), block
+
+    def forced_groups(grid):
+        return (grid, 2) if force["one_level"] else sum_groups(grid)
+
+    fused_source.plan_rows, fused_source.sum_groups = forced_plan, forced_groups
+
+    h = PyCudaHandler(np.float32)
+    timer = EventTimer("pycuda", h.stream)
+    rng = np.random.default_rng(0)
+    print(f"summed rows: {h._sms} SMs; us per call, median of {REPS} samples of "
+          f"{CALLS} calls; check: max |error| / max |reference| against float64 (tol {TOL})")
+    for name, op, build, shapes in _cases():
+        for rows, cols in shapes[:1] if args.quick else shapes:
+            inputs, out_shapes, refs = build(rng, rows, cols)
+            dev_in = [h.create_from_numpy(a.astype(np.float32)) for a in inputs]
+            dev_out = [h.zeros(s) for s in out_shapes]
+            force["grid"], force["one_level"] = None, False
+            op(h, *dev_in, *dev_out)        # compiles, and records the planned grid
+            planned = force["planned"]
+            grids = sorted({planned, 1, 8, 32, 66, 132, 264, 528, rows} - {0})
+            grids = [g for g in grids if g <= max(rows, 1)]
+            print(f"\n{name} ({rows}, {cols}), planned grid {planned}")
+            print(f"{'grid':>6} {'groups':>10} {'us':>9} {'check':>9}")
+            for grid in grids:
+                for one in (False, True):
+                    force["grid"], force["one_level"] = grid, one
+                    for o in dev_out:
+                        h.fill(o, np.nan)
+                    op(h, *dev_in, *dev_out)
+                    err = max(float(np.max(np.abs(h.get_numpy_copy(o) - r)) / np.max(np.abs(r)))
+                              for o, r in zip(dev_out, refs))
+                    samples = [timer.sample(lambda i: op(h, *dev_in, *dev_out), 0, CALLS)
+                               for _ in range(REPS)]
+                    us = statistics.median(samples) * 1e3
+                    groups = "one level" if one else f"{sum_groups(grid)[0]} a group"
+                    ok = "ok" if err <= TOL else "FAILED"
+                    print(f"{grid:>6} {groups:>10} {us:>9.2f} {err:>9.1e} {ok}")
+            force["grid"], force["one_level"] = None, False
+    fused_source.plan_rows, fused_source.sum_groups = plan_rows, sum_groups
+
+
+if __name__ == "__main__":
+    main()
