@@ -116,8 +116,11 @@ def cross_entropy(h, timer, copy_Bps, rng):
                 def call(i, op=op, out=out):
                     op(h, ys[i], out["p"])
             else:
-                def call(i, op=op, out=out, outs=outs):
-                    op(h, ys[i], t, 1.0 / n, *(out[o] for o in outs.split()))
+                # the layer's program takes the classes too (its labels check)
+                scalars = (1.0 / n, float(c)) if "classes" in op.scalars else (1.0 / n,)
+
+                def call(i, op=op, out=out, outs=outs, scalars=scalars):
+                    op(h, ys[i], t, *scalars, *(out[o] for o in outs.split()))
             us = _time(timer, k, call)
             call(0)
             err = max(_error(h.get_numpy_copy(a), want[o]) for o, a in out.items())
