@@ -72,22 +72,31 @@ def _cross_entropy(targets, gradient):
     times ``inv_n`` into ``loss`` (n, 1) and, with ``gradient``, dL/dy into
     ``dy``.  One pass over the logits: the row's max, its sum of exponentials
     and the outputs come from registers on the GPU where the row fits."""
+    # Each reduction of y alone is taken beside the max (the first level of
+    # reductions, one pass over the row), so that only the sum of the
+    # exponentials waits on the max: on an H200 the labels' picked logit
+    # summed after the max (where(hit, y - m, 0)) cost 24 us of 119 over
+    # 8192x4096 (benchmarks/results/diagnostics/fused_terms-NVIDIA-H200.log).
     if targets == "labels":
         # The class of t as index_m_by_v takes it: t truncated toward zero,
-        # valid in [0, c); no column matches an invalid one (NaN included),
-        # and sqrt(0 - 1) then makes that row's loss NaN.
-        loss = """hit = col <= t and t < col + 1
-loss = (log(s) - sum(where(hit, y - m, 0)) + sqrt(sum(hit) - 1)) * inv_n
-"""
+        # valid in [0, c) (c = classes); no column matches an invalid one
+        # (NaN included), and sqrt(-1) then makes that row's loss NaN.  The
+        # picked logit is a sum of zeros and y[t] alone: exact.
+        first = "hit = col <= t and t < col + 1\npicked = sum(where(hit, y, 0))\n"
+        loss = ("loss = (log(s) - (picked - m) + sqrt(where(0 <= t and t < classes, 0, -1)))"
+                " * inv_n\n")
         grad = "dy = (e / s - hit) * inv_n\n"
         t = "t:col"
     else:   # -sum(t * log p), log p = (y - m) - log(s), finite for finite y
-        loss = "loss = sum(t * (log(s) - (y - m))) * inv_n\n"
+        first = "mass = sum(t)\n"
+        loss = "loss = (log(s) * mass - sum(t * (y - m))) * inv_n\n"
         grad = "dy = (e / s - t) * inv_n\n"
         t = "t"
-    body = "m = max(y)\ne = exp(y - m)\ns = sum(e)\n" + loss + (grad if gradient else "")
+    body = "m = max(y)\n" + first + "e = exp(y - m)\ns = sum(e)\n" + loss
+    body += grad if gradient else ""
     return fused_op(f"softmax_cross_entropy_{targets}{'_grad' if gradient else ''}",
-                    inputs=f"y {t} #inv_n", outputs="loss:col dy" if gradient else "loss:col",
+                    inputs=f"y {t} #inv_n" + (" #classes" if targets == "labels" else ""),
+                    outputs="loss:col dy" if gradient else "loss:col",
                     body=body)
 
 
@@ -152,9 +161,10 @@ class SoftmaxCrossEntropy(Loss):
         row's loss into ``rows`` and, with ``gradient``, dL/dy into ``dy``."""
         b, y, t = self._b, self._logits, self._targets
         program = _CROSS_ENTROPY[(self._labels, bool(gradient))]
-        n = y.shape[0]
-        self.run_fused((self._labels, bool(gradient), y.shape), program, y, t, 1.0 / n, b.rows,
-                       *((b.dy,) if gradient else ()))
+        n, c = y.shape
+        classes = (float(c),) if self._labels == "labels" else ()
+        self.run_fused((self._labels, bool(gradient), y.shape), program, y, t, 1.0 / n,
+                       *classes, b.rows, *((b.dy,) if gradient else ()))
         self._trained = bool(gradient)
 
     @property

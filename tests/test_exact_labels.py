@@ -222,3 +222,32 @@ def test_index_ops_refuse_more_indices_than_the_format_counts(handler, rng, op):
         getattr(h, op)(*args)
     for a, b in zip(args, before):
         np.testing.assert_array_equal(h.get_numpy_copy(a).view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.parametrize("bad", [-1.0, -0.5, float(C), C + 0.5, float("nan")])
+def test_a_label_outside_the_classes_makes_the_loss_nan(handler, rng, bad):
+    """A label that names no class (below 0, at or past C, NaN) gives a NaN
+    loss; the same logits with the row's label in range, truncated toward
+    zero (0.5 is class 0, C - 0.5 class C - 1), give the float64
+    reference's loss and gradient.  The row with no class gets the
+    softmax alone as its gradient (no one-hot to take away)."""
+    loss = SoftmaxCrossEntropy()
+    loss.bind(handler)
+    logits = rng.normal(0.0, 2.0, (4, C))
+    y = handler.create_from_numpy(logits)
+    held = handler.get_numpy_copy(y).astype(np.float64)
+    good = [0.5, C - 0.5, 7.0, 4081.0]
+    t = loss.h.create_from_numpy(np.array(good).reshape(4, 1))
+    value = float(handler.get_numpy_copy(loss.forward(y, t))[0])
+    want, grad = _cross_entropy(held, np.array([0, C - 1, 7, 4081]))
+    tol = 4 * dtypes.unit_roundoff(handler.dtype) + 1e-6
+    tiny = max(1e-12, dtypes.smallest_subnormal(handler.dtype))   # underflow in a half format
+    assert value == pytest.approx(want, rel=tol)
+    np.testing.assert_allclose(handler.get_numpy_copy(loss.backward()), grad, rtol=tol,
+                               atol=tiny)
+    t = loss.h.create_from_numpy(np.array([0.5, bad, 7.0, 4081.0]).reshape(4, 1))
+    assert np.isnan(float(handler.get_numpy_copy(loss.forward(y, t))[0]))
+    dy = handler.get_numpy_copy(loss.backward()).astype(np.float64)
+    z = held[1] - held[1].max()
+    np.testing.assert_allclose(dy[1], np.exp(z) / np.exp(z).sum() / 4, rtol=tol, atol=tiny)
+    np.testing.assert_allclose(dy[[0, 2, 3]], grad[[0, 2, 3]], rtol=tol, atol=tiny)

@@ -194,7 +194,8 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     elif kind in ("cols", "gen"):
         # chunked only while the tasks leave a wave of the kernel's blocks
         # (at most half the threads' blocks) short, and only that far; never
-        # left short where the rows allow two chunks of whole trips
+        # left short where the rows allow two chunks of whole trips, but for
+        # a tile wider than a warp (rows for two trips a thread at most)
         target = sms * min(blocks(launch.kernel, BLOCK), sm_threads // BLOCK // 2)
         n, chunks, tx = launch.args[1], launch.args[4], launch.args[6]
         if chunks > 1:
@@ -203,7 +204,8 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
         else:
             tiles = -(-launch.args[2] // (tx * _columns(launch.kernel, width)))
             base = launch.args[0] * tiles
-            assert base >= target or n < 2 * (BLOCK // tx) * _trip(launch.kernel, width), \
+            assert base >= target or tx > 32 or n < 2 * (BLOCK // tx) * _trip(launch.kernel,
+                                                                               width), \
                 (launch, target)
     elif kind == "mid":
         A, M, inner, chunk, chunks, _ = launch.args
@@ -542,11 +544,13 @@ def test_unaligned_columns_read_several_a_thread():
             if chunks > 1:
                 assert chunk % (ty * (R.SUM_UNROLL // per)) == 0
                 assert plan.workspace == outer * chunks * inner * (4 if width >= 4 else 8)
-    # the short axis: 42 rows of float, one trip of 4 rows of 4 columns a
-    # thread where one column a thread took 11 rows in trips of 4
-    plan = R.plan_cols(1, 42, 322763, True, 4, "sum", 132, 2048)
-    tx = plan.launch.args[6]
-    assert (tx, BLOCK // tx) == (32, 8)
+    # short axes: rows of float in trips of 4 rows of 4 columns a thread,
+    # each thread at least two trips (ty the largest power of 2 that leaves
+    # them), the rest of the block across the columns, and no chunks
+    for n, ty in ((42, 4), (17, 2), (13, 1), (15, 1), (16, 2), (63, 4), (64, 8), (8192, 8)):
+        args = R.plan_cols(1, n, 322763, True, 4, "sum", 132, 2048).launch.args
+        assert (args[6], BLOCK // args[6]) == (BLOCK // ty, ty), n
+        assert args[4] == 1 or ty == 8, n
 
 
 # --------------------------------------------------------------- general kernel

@@ -131,7 +131,7 @@ def one_call_scratch(sms, sm_threads):
     * ``_chunking`` (cols, gen): under resident / 2 tiles (counters), at
       most ceil(resident / 2 / tiles) chunks each: under ``resident``
       (tile, chunk) tasks.  A chunked tile is at most 32 thread columns
-      (ty >= 8 rows a trip, or it would not chunk) of a packet of columns
+      (ty >= 8 rows a trip: only the deepest tiles chunk) of a packet of columns
       each, a state a column: at most 32 * 8 * 8 = 2048 bytes a task (a
       32-bit argmax of the halves; a double's 16-byte picks come 2 a
       packet, sums, max and min at most 32 * 8 * 4).
@@ -352,32 +352,47 @@ def _tile(cols, n, trip, rows_first=False):
     32: a warp reads one contiguous run), or with ``rows_first`` down the
     rows (``plan_gen``'s layouts that end with reduced axes), as many as
     give each ``trip`` rows.  Then the rest of the block widens the other way
-    (an axis too short for ty rows of ``trip`` each gives its threads to the
-    columns, down to ty = 1)."""
-    wide, deep = _pow2(cols), _pow2(-(-n // trip))
+    (an axis too short for ty rows of two trips each gives its threads to
+    the columns, down to ty = 1: a thread of one trip waits on its loads
+    once, then on the combine down the block.  On an H200, ``min_t`` over the
+    13 rows of (3, 13, 1619410) took 102 us with ty = 4, 75 with ty = 1;
+    over the 17 of (2, 17, 155759) 15.7 us with ty = 8, 12.0 with 2; over the
+    42 of (42, 322763) 23.5 with ty = 8, 20.6 with 4:
+    ``benchmarks/results/diagnostics/cols_tiles-NVIDIA-H200.log``)."""
     if rows_first:
-        ty = min(BLOCK, deep)
+        ty = min(BLOCK, _pow2(-(-n // trip)))
     else:
-        ty = max(1, min(BLOCK // min(32, wide), deep))
-    tx = min(BLOCK // ty, wide)
+        two_trips = max(1, n // (2 * trip))
+        ty = max(1, min(_deepest(cols, False), 1 << (two_trips.bit_length() - 1)))
+    tx = min(BLOCK // ty, _pow2(cols))
     return tx, BLOCK // tx
 
 
-def _chunking(base, n, ty, trip, sms, sm_threads, per_sm):
+def _deepest(cols, rows_first):
+    """The most rows (ty) a column kernel's tile of ``cols`` thread columns
+    takes (``_tile``'s): the whole block with ``rows_first``, else what a
+    warp's run across the columns leaves.  Only a tile that deep is split
+    into chunks of rows (``_chunking``): a shallower one has rows for at
+    most two trips a thread."""
+    return BLOCK if rows_first else BLOCK // min(32, _pow2(cols))
+
+
+def _chunking(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
     """(chunk, chunks) of a column kernel's n rows, ``base`` tasks before
     chunking, the kernel ``per_sm`` resident blocks a multiprocessor
     (``_per_sm``): too few tasks to give every multiprocessor a wave of
     the kernel's resident blocks, at most half the blocks its threads
     allow, split the rows, each chunk whole trips of the block's rows (the
-    kernel's fast loop).  At most one wave: more would wait for a second.
-    At most half the threads' blocks (4 of 256 on an H200): each thread's
-    loads keep enough bytes in flight, fewer chunks keep the second stage
-    small, and 4 blocks a multiprocessor beat 8 on the tuned shapes
-    (``plan_cols``); the column kernels are bound to 4 resident blocks (3
-    for an argmax's packets of halves), so that is their wave."""
+    kernel's fast loop), only where the tile is ``deep`` (``_deepest``).
+    At most one wave: more would wait for a second.  At most half the
+    threads' blocks (4 of 256 on an H200): each thread's loads keep enough
+    bytes in flight, fewer chunks keep the second stage small, and 4 blocks
+    a multiprocessor beat 8 on the tuned shapes (``plan_cols``); the column
+    kernels are bound to 4 resident blocks (3 for an argmax's packets of
+    halves), so that is their wave."""
     target = sms * min(per_sm, sm_threads // BLOCK // 2)
     chunks = 1
-    if base < target:
+    if base < target and deep:
         chunks = max(1, min(-(-target // base), n // (ty * trip)))
     chunk = -(-n // chunks)
     if chunks > 1:
@@ -426,7 +441,8 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     base = outer * tiles
     kernel = f"{family}_cols{'_vec' if vec else ''}{suffix}"
     chunk, chunks = _chunking(base, n, ty, trip, sms, sm_threads,
-                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads))
+                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads),
+                              ty == _deepest(cols, False))
     launch = Launch(kernel, max(1, min(base * chunks, sms * 32)),
                     (outer, n, inner, chunk, chunks, div, tx, kind), BLOCK)
     if chunks == 1:
@@ -543,7 +559,8 @@ def plan_gen(extents, reduced, aligned, width, family, sms, sm_threads, div=1, k
     tiles = -(-outputs // (tx * per))
     kernel = f"sum_gen{'_vec' if vec else ''}"
     chunk, chunks = _chunking(tiles, n, ty, GEN_UNROLL, sms, sm_threads,
-                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads))
+                              _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads),
+                              ty == _deepest(outputs // per, not ends_kept))
     launch = Launch(kernel, max(1, min(tiles * chunks, sms * 32)),
                     (1, n, outputs, chunk, chunks, div, tx, kind)
                     + gen_args(extents, reduced, ty), BLOCK)
