@@ -12,7 +12,8 @@ torch's memory and stream (TF32 off: ``CUBLAS_COMPUTE_32F``), each of the
 MLP's products plain and with its epilogue, beside the plain product
 followed by torch's bias and ReLU (two kernels, about what our step runs:
 the product, then one fused op), each result checked against float64
-NumPy.  Run on the GPU machine (torch and nvmath-python there)::
+NumPy.  Each product, plain or with its epilogue, runs on the fastest of
+the heuristic's first ALGOS algorithms.  Run on the GPU machine (torch and nvmath-python there)::
 
     python benchmarks/results/diagnostics/lt_epilogues.py
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 M, SIZES = 256, [784, 1024, 1024, 10]   # batch, the MLP's widths
 REPS, CALLS = 7, 200
+ALGOS = 8   # the heuristic's first algorithms, each timed for the epilogues
 COMPUTE_32F, R_32F = 68, 0                  # cublasComputeType_t, cudaDataType_t
 OP_N, OP_T = 0, 1
 
@@ -41,9 +43,11 @@ class Lt:
         self.lt.matmul_desc_set_attribute(desc, attr, v.ctypes.data, v.nbytes)
 
     def plan(self, m, n, k, transa, lda, ldb, epilogue="DEFAULT", bias=None, aux=None,
-             aux_ld=0):
+             aux_ld=0, choice=0):
         """A callable running D (m x n, ld m) = op(A) (m x k) @ B (k x n) with
-        ``epilogue`` (a ``cublasLt.Epilogue`` name) on pointers (a, b, d)."""
+        ``epilogue`` (a ``cublasLt.Epilogue`` name) on pointers (a, b, d), by
+        the heuristic's ``choice``-th algorithm (IndexError past the last of
+        its first ALGOS)."""
         lt = self.lt
         A = lt.MatmulDescAttribute
         desc = lt.matmul_desc_create(COMPUTE_32F, R_32F)
@@ -63,13 +67,16 @@ class Lt:
         size = np.array(self.ws.numel(), np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
                                            size.ctypes.data, size.nbytes)
-        found = lt.MatmulHeuristicResult(1)
+        found = lt.MatmulHeuristicResult(ALGOS)
         count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, 1, found.ptr,
+        lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, ALGOS, found.ptr,
                                      count.ctypes.data)
         if not count[0]:
             raise RuntimeError(f"no cuBLASLt algorithm for {epilogue} {m}x{n}x{k}")
-        algo = found.ptr   # the result's first member is its algorithm
+        if choice >= count[0]:
+            raise IndexError(choice)
+        # each result's first member is its algorithm
+        algo = found.ptr + choice * lt.matmul_heuristic_result_dtype.itemsize
         torch = self.torch
 
         def run(a, b, d, keep=(found, bias, aux)):   # keep: alive while run is
@@ -81,16 +88,43 @@ class Lt:
 
 
 def _time(torch, fn):
+    """Device time of one call of ``fn``: CALLS calls captured in a CUDA
+    graph (the host's time per call, 10-20 us through the bindings, would
+    hide the products' own), the graph replayed REPS times."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            fn()
     samples = []
     for _ in range(REPS + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(CALLS):
-            fn()
+        graph.replay()
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / CALLS)
     return statistics.median(samples[1:])
+
+
+def _best(torch, make, call):
+    """(us, run) of the fastest of the heuristic's algorithms: ``make(c)``
+    plans with the c-th, ``call(run)`` runs one."""
+    best = None
+    for c in range(ALGOS):
+        try:
+            run = make(c)
+        except (IndexError, RuntimeError):
+            break
+        us = _time(torch, lambda: call(run))
+        if best is None or us < best[0]:
+            best = us, run
+    return best
 
 
 def _check(got, want):
@@ -113,8 +147,8 @@ def main():
     L = Lt(torch, lt)
     rng = np.random.default_rng(42)
     total = {"plain": 0.0, "epilogue": 0.0, "plain + torch": 0.0}
-    print(f"cuBLASLt {lt.get_version()}; us per call, median of {REPS} samples of {CALLS} "
-          f"calls; check: max |error| / max |reference| against float64")
+    print(f"cuBLASLt {lt.get_version()}; us per call, from a graph of {CALLS} calls, median "
+          f"of {REPS} replays; check: max |error| / max |reference| against float64")
     x = rng.standard_normal((M, SIZES[0])).astype(np.float32)
     below = None   # the layer below's (aux mask, its ld), once it ran with RELU_AUX_BIAS
     for i, (k, n) in enumerate(zip(SIZES[:-1], SIZES[1:])):
@@ -126,12 +160,10 @@ def main():
         z64 = x.astype(np.float64) @ w + b
         want = np.maximum(z64, 0) if relu else z64
         # row-major Y (M x n) = X W + b is column-major Y^T (n x M) = W^T X^T
-        plain = L.plan(n, M, k, False, n, k)
+        us_plain, plain = _best(torch, lambda c: L.plan(n, M, k, False, n, k, choice=c),
+                                lambda run: run(tw, tx, y))
         aux_ld = -(-n // 128) * 128
         aux = torch.empty(aux_ld * M // 8, dtype=torch.uint8, device="cuda")
-        fused = L.plan(n, M, k, False, n, k, "RELU_AUX_BIAS" if relu else "BIAS", tb,
-                       aux if relu else None, aux_ld)
-        us_plain = _time(torch, lambda: plain(tw, tx, y))
 
         def then_torch():
             plain(tw, tx, y)
@@ -141,7 +173,10 @@ def main():
         us_torch = _time(torch, then_torch)
         then_torch()
         check_torch = _check(y, want)
-        us_fused = _time(torch, lambda: fused(tw, tx, y))
+        us_fused, fused = _best(torch, lambda c: L.plan(
+            n, M, k, False, n, k, "RELU_AUX_BIAS" if relu else "BIAS", tb,
+            aux if relu else None, aux_ld, c), lambda run: run(tw, tx, y))
+        fused(tw, tx, y)
         check_fused = _check(y, want)
         name = f"forward {M}x{k} @ {k}x{n} + bias{', ReLU' if relu else ''}"
         print(f"{name:38s} plain {us_plain:7.2f}  epilogue {us_fused:7.2f} ({check_fused})  "
@@ -156,21 +191,19 @@ def main():
             tg = torch.from_numpy(g).cuda()
             dx = torch.empty((M, k), device="cuda")
             db = torch.empty(k, device="cuda")
-            dgrad = L.plan(k, M, n, True, n, n)
-            try:
-                fused_back = L.plan(k, M, n, True, n, n, "DRELU_BGRAD", db, *below)
-            except Exception as e:   # cuBLASLt may offer no algorithm for it
-                print(f"backward {M}x{n} @ {n}x{k}: DRELU_BGRAD refused: {e}")
-                fused_back = dgrad
+            us_plain, dgrad = _best(torch, lambda c: L.plan(k, M, n, True, n, n, choice=c),
+                                    lambda run: run(tw, tg, dx))
             mask = (tx > 0).float()
 
             def dgrad_torch():
                 dgrad(tw, tg, dx)
                 dx.mul_(mask)
                 torch.sum(dx, 0, out=db)
-            us_plain = _time(torch, lambda: dgrad(tw, tg, dx))
             us_torch = _time(torch, dgrad_torch)
-            us_fused = _time(torch, lambda: fused_back(tw, tg, dx))
+            us_fused, fused_back = _best(torch, lambda c: L.plan(
+                k, M, n, True, n, n, "DRELU_BGRAD", db, *below, choice=c),
+                lambda run: run(tw, tg, dx)) or (float("nan"), dgrad)
+            fused_back(tw, tg, dx)
             dx64 = (g.astype(np.float64) @ w.T.astype(np.float64)) * (x > 0)
             check = f"{_check(dx, dx64)}, bias grad {_check(db, dx64.sum(axis=0))}"
             name = f"backward {M}x{n} @ {n}x{k} + ReLU', bias grad"
