@@ -12,16 +12,16 @@ NumPy.  Run on the GPU machine from the project root::
 
     python benchmarks/results/diagnostics/register_caps.py
 """
-import json
 import pathlib
 import statistics
-import subprocess
 import sys
 
 import numpy as np
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
 
 REPS, CALLS = 10, 10
 SHAPES = [(8192, 4096), (32768, 1000)]
@@ -95,35 +95,16 @@ def _cases(h, rng, n, c):
 
 def run_variant(cap):
     """Time every case with row kernels capped at ``cap`` registers (None:
-    the tree's); print one JSON line."""
+    the tree's); print one JSON line (``variants.time_cases``)."""
     if cap is not None:
         _patch(cap)
-    from benchmarks.gpu import EventTimer, cuda_handler
-    h = cuda_handler("register_caps", np.float32, what="tool")
-    if h is None:
-        return
-    timer = EventTimer("pycuda", h.stream)
-    rows = []
-    for n, c in SHAPES:
-        for name, call, check in _cases(h, np.random.default_rng(5), n, c):
-            us = timer.measure(call, reps=REPS, warmup=2, inner=CALLS)["median"] * 1e3
-            call(0)
-            rows.append(dict(op=name, shape=[n, c], us=us, err=check()))
-    print("RESULT " + json.dumps(rows))
+    variants.time_cases("register_caps", _cases, SHAPES, 5, REPS, CALLS)
 
 
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--run":
         return run_variant(None if sys.argv[2] == "-" else int(sys.argv[2]))
-    results = {}
-    for cap in CAPS:
-        done = subprocess.run([sys.executable, __file__, "--run", str(cap or "-")],
-                              capture_output=True, text=True)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-        if not lines:
-            print(f"cap {cap}: FAILED\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
-            continue
-        results[cap] = json.loads(lines[-1][7:])
+    results = variants.collect(__file__, [(cap, str(cap or "-")) for cap in CAPS])
     if not results:
         return
     heads = [f"cap {c}" if c else "tree" for c in results]

@@ -14,15 +14,15 @@ project root::
 
     python benchmarks/results/diagnostics/summed_rows_prefetch.py
 """
-import json
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
 
 REPS, CALLS = 10, 10
 SHAPES = [(8192, 4096), (32768, 1000), (4096, 256), (1024, 50257)]
@@ -84,41 +84,23 @@ def _cases(h, rng, n, c):
 
 
 def run_variant(prefetch):
-    """Time every case, with or without the prefetch; print one JSON line."""
+    """Time every case, with or without the prefetch; print one JSON line
+    (``variants.time_cases``)."""
     if not prefetch:
         _no_prefetch()
-    from benchmarks.gpu import EventTimer, cuda_handler
-    h = cuda_handler("summed_rows_prefetch", np.float32, what="tool")
-    if h is None:
-        return
-    timer = EventTimer("pycuda", h.stream)
-    rows = []
-    for n, c in SHAPES:
-        for name, call, check in _cases(h, np.random.default_rng(9), n, c):
-            us = timer.measure(call, reps=REPS, warmup=2, inner=CALLS)["median"] * 1e3
-            call(0)
-            rows.append(dict(op=name, shape=[n, c], us=us, err=check()))
-    print("RESULT " + json.dumps(rows))
+    variants.time_cases("summed_rows_prefetch", _cases, SHAPES, 9, REPS, CALLS)
 
 
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--run":
         return run_variant(sys.argv[2] == "1")
-    results = {}
-    for prefetch in (True, False):
-        done = subprocess.run([sys.executable, __file__, "--run", str(int(prefetch))],
-                              capture_output=True, text=True)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-        if not lines:
-            print(f"prefetch {prefetch}: FAILED\n{done.stdout[-1500:]}\n{done.stderr[-3000:]}")
-            continue
-        results[prefetch] = json.loads(lines[-1][7:])
+    results = variants.collect(__file__, [("prefetch", "1"), ("none", "0")])
     if len(results) < 2:
         return
     print(f"summed rows with and without the L2 prefetch, us per call (median of {REPS} "
           f"samples of {CALLS} calls, inputs from DRAM); check against float64")
     print(f"{'op':24s} {'shape':15s} {'prefetch':>10s} {'none':>10s}  check")
-    for a, b in zip(results[True], results[False]):
+    for a, b in zip(results["prefetch"], results["none"]):
         ok = "ok" if max(a["err"], b["err"]) < 1e-4 else "BAD"
         print(f"{a['op']:24s} {str(tuple(a['shape'])):15s} {a['us']:10.2f} {b['us']:10.2f}  "
               f"{ok} {max(a['err'], b['err']):.0e}")
