@@ -181,6 +181,43 @@ def test_dot(handler, rng, op, transa, transb, mkn):
     assert_unchanged(handler, b, rb, "b")
 
 
+def _act_reference(act, z):
+    """act(z) in float64, from the formulas' definitions (not the handler's)."""
+    if act == "relu":
+        return np.maximum(z, 0.0)
+    if act == "gelu_tanh":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    return z
+
+
+# (m, k, n): a dense layer's shapes, odd ones (leading dimensions cuBLASLt
+# may refuse), and empty ones (k = 0: the bias alone)
+BIAS_ACT_SHAPES = [(1, 1, 1), (7, 13, 5), (64, 33, 10), (256, 784, 1024), (130, 257, 67),
+                   (0, 4, 3), (3, 0, 5)]
+
+
+@pytest.mark.parametrize("mkn", BIAS_ACT_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("act", [None, "relu", "gelu_tanh"])
+def test_dot_bias_act(handler, rng, act, mkn):
+    """act(a @ b + bias) against float64 NumPy, on aligned arrays (the
+    cuBLASLt path on a GPU where it plans the shapes) and on views one
+    element in (never aligned for it: the product, then a fused op)."""
+    m, k, n = mkn
+    a, ra = rand_input(handler, (m, k), rng, -2, 2)
+    b, rb = rand_input(handler, (k, n), rng)
+    bias, r_bias = rand_input(handler, (1, n), rng)
+    expected = _act_reference(act, ra @ rb + r_bias)
+    out = poisoned(handler, (m, n))
+    assert handler.dot_bias_act(a, b, bias, out, act) is None
+    assert_close(handler, out, expected, n=k + 1)
+    assert_unchanged(handler, a, ra, "a")
+    assert_unchanged(handler, bias, r_bias, "bias")
+    spare, _ = rand_input(handler, (m * n + 1,), rng)
+    shifted = handler.view_t(spare, 1, (m, n))
+    handler.dot_bias_act(a, b, bias, shifted, act)
+    assert_close(handler, shifted, expected, n=k + 1)
+
+
 def test_dot_positional_flags(handler, rng):
     a, ra = rand_input(handler, (4, 3), rng)
     b, rb = rand_input(handler, (5, 4), rng)
