@@ -210,8 +210,8 @@ def dot_bias_act(h, a, b, bias, out, act):
     for the shapes and every pointer is aligned for it; else the product,
     then the epilogue as a fused op (``Handler._dot_bias_act``)."""
     (m, k), n = a.shape, b.shape[1]
-    plan = h._lt.plan(m, n, k, act)
-    pointers = (int(a.gpudata), int(b.gpudata), int(bias.gpudata), int(out.gpudata))
+    plan = h._lt.plan(m, n, k, act)   # None for an empty product: no memory to point at
+    pointers = plan and (int(a.gpudata), int(b.gpudata), int(bias.gpudata), int(out.gpudata))
     if plan is None or not lt.aligned(*pointers):
         Handler._dot_bias_act(h, a, b, bias, out, act)
         return
