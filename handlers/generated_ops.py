@@ -114,13 +114,14 @@ def dot_bias_act(self, a, b, bias, out, act=None):
     Shapes: a (m, k), b (k, n), bias (1, n) (a row, added to every row
     of the product), out (m, n).  ``act`` is None (the bias alone),
     ``"relu"`` or ``"gelu_tanh"`` (GELU's tanh approximation), the
-    formulas of ``handlers.activations.FORMULAS``.  The sum and the
-    activation are taken in the compute format (float32 for the halves)
-    and rounded once.  PyCudaHandler runs it as one cuBLASLt call with
-    the bias and activation in its epilogue where cuBLASLt has one for
-    the format and shapes (``handlers.cuda.lt``), else as the product
-    and then one fused op.  ``out`` must not overlap ``a``, ``b`` or
-    ``bias``.
+    formulas of ``handlers.activations.FORMULAS``.  PyCudaHandler runs
+    it as one cuBLASLt call with the bias and activation in its epilogue
+    where cuBLASLt has one for the format and shapes
+    (``handlers.cuda.lt``), else as the product and then one fused op;
+    in a half format that second way rounds the product to the format
+    before the epilogue, so a result may be two roundings off the exact
+    value where NumpyHandler rounds once.  ``out`` must not overlap
+    ``a``, ``b`` or ``bias``.
     """
     check_arrays(self, "dot_bias_act", a, b, bias, out)
     _dot_bias_act_row.shape(self, a, b, bias, out, act)

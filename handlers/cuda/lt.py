@@ -11,9 +11,8 @@ interleave on one descriptor.  The descriptors are freed with the handler.
 
 Where cuBLASLt gives no algorithm (a format or shape its epilogues do not
 take, a pointer not 16-byte aligned, an empty product, or no cuBLASLt at
-all), or its epilogue misses the contract's accuracy (the half formats,
-float64's GELU: see ``_TYPES`` and ``_INEXACT``), :meth:`plan` returns
-None and the handler runs the product and then the epilogue as a fused op
+all), or its epilogue misses the format's accuracy (float64's GELU: see
+``_INEXACT``), :meth:`plan` returns None and the handler runs the product and then the epilogue as a fused op
 (``Handler._dot_bias_act``).
 
 The row-major product out (m, n) = a (m, k) @ b (k, n) is the column-major
@@ -41,10 +40,8 @@ _PREF_MAX_WORKSPACE, _PREF_ALIGN = 1, (5, 6, 7, 8)          # A, B, C, D minimum
 #: ask the heuristic for algorithms that need no more)
 ALIGN = 16
 # format -> (cudaDataType_t of the matrices and bias, cublasComputeType_t,
-# cudaDataType_t of alpha and beta); TF32 is float32's compute 77.  Not the
-# half formats: their epilogues rounded twice on an H200 (CUDA 13), up to
-# an ulp off the single rounding the contract promises (the fused op runs)
-_TYPES = {"f32": (0, 68, 0), "f64": (1, 70, 1)}
+# cudaDataType_t of alpha and beta); TF32 is float32's compute 77
+_TYPES = {"f32": (0, 68, 0), "f64": (1, 70, 1), "bf16": (14, 68, 0), "f16": (2, 68, 0)}
 _TF32_COMPUTE = 77
 # (act, matrix type) whose epilogue misses the format's accuracy: float64's
 # GELU came out with relative errors near 1e-9 on an H200 (CUDA 13), a
