@@ -12,8 +12,8 @@ interleave on one descriptor.  The descriptors are freed with the handler.
 Where cuBLASLt gives no algorithm (a format or shape its epilogues do not
 take, a pointer not 16-byte aligned, an empty product, or no cuBLASLt at
 all), or its epilogue misses the format's accuracy (float64's GELU: see
-``_INEXACT``), :meth:`plan` returns None and the handler runs the product and then the epilogue as a fused op
-(``Handler._dot_bias_act``).
+``_INEXACT``), :meth:`plan` returns None and the handler runs the product
+and then the epilogue as a fused op (``Handler._dot_bias_act``).
 
 The row-major product out (m, n) = a (m, k) @ b (k, n) is the column-major
 out^T (n x m) = b^T (n x k) @ a^T (k x m) on the same memory, so cuBLASLt's
