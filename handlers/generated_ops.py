@@ -119,8 +119,9 @@ def dot_bias_act(self, a, b, bias, out, act=None):
     where cuBLASLt has one for the format and shapes
     (``handlers.cuda.lt``), else as the product and then one fused op;
     in a half format that second way rounds the product to the format
-    before the epilogue, so a result may be two roundings off the exact
-    value where NumpyHandler rounds once.  ``out`` must not overlap
+    before the epilogue, so the result carries the product's rounding
+    error too (relative to the product, which the bias may cancel),
+    where NumpyHandler rounds once.  ``out`` must not overlap
     ``a``, ``b`` or ``bias``.
     """
     check_arrays(self, "dot_bias_act", a, b, bias, out)
