@@ -140,8 +140,11 @@ MODELS = {
     "lstm": ({"T": 32, "B": 64, "F": 128, "H": 512, "classes": 10},
              {"T": 4, "B": 8, "F": 16, "H": 24, "classes": 10}),
 }
-#: op name -> category of the breakdown (anything else is "elementwise")
-CATEGORY = {"dot_mm": "gemm", "dot_add_mm": "gemm", "sum_t": "sum_t (bias, loss)"}
+#: op name -> category of the breakdown (anything else is "elementwise"); a
+#: product with its bias and activation in the epilogue (dot_bias_act, one
+#: cuBLASLt call on a GPU) counts as a gemm, as XLA's fused GEMMs would
+CATEGORY = {"dot_mm": "gemm", "dot_add_mm": "gemm", "dot_bias_act": "gemm",
+            "sum_t": "sum_t (bias, loss)"}
 #: ops that order or allocate rather than compute: not replayed
 NOT_COMPUTE = {"record_event", "wait_event", "wait_for", "synchronize",
                "synchronize_all_streams", "with_streams", "allocate", "zeros", "ones",

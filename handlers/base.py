@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import closed, dtypes, hooks
+from .activations import DOT_ACTS, FORMULAS, split
 from .checks import (
     check_arrays,
     check_shape_arg,
@@ -51,6 +52,7 @@ from .checks import (
     fail_type,
     fail_value,
 )
+from .fused import fused_op
 from .graphs import SHADOWED, CaptureError, Graph, own_methods
 from .optable import OPS, PUBLIC, _method
 from .shape_rules import reduced_size
@@ -672,6 +674,12 @@ class Handler(ABC):
     def _graph_free(self, exe):
         """Release a finished capture."""
 
+    def _dot_bias_act(self, a, b, bias, out, act):
+        """dot_bias_act's work: the product, then the bias and activation
+        (:data:`EPILOGUES`) in place."""
+        self._dot(a, b, out, False, False, 0.0)
+        self._fused(EPILOGUES[act], out, bias, out)
+
     def _mean_t(self, a, axis, out):
         """mean_t's work: the sum, then one scaling (NaN over an empty axis)."""
         self._sum_t(a, axis, out)
@@ -745,6 +753,19 @@ class Handler(ABC):
         # access); arrays with other strides (size-1 dimensions, say) take the
         # exact test.
         return a.strides == self._strides_of(a.shape) or a.flags.c_contiguous
+
+
+def _epilogue(act):
+    """The fused op (z, b, y) computing y = act(z + b), b a row (1, n)."""
+    if act is None:
+        return fused_op("dot_bias", inputs="z b:row", outputs="y", body="y = z + b\n")
+    statements, value = split(FORMULAS[act][0])
+    return fused_op(f"dot_bias_{act}", inputs="z b:row", outputs="y",
+                    body=f"s = z + b\n{statements}y = {value}\n")
+
+
+#: act -> the fused op of ``dot_bias_act``'s epilogue, run after a plain product
+EPILOGUES = {act: _epilogue(act) for act in DOT_ACTS}
 
 
 def _abstract_hook(name, doc):

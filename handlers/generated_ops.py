@@ -105,6 +105,38 @@ def dot_add_mm(self, a, b, out, transa=False, transb=False):
     self._dot(a, b, out, transa, transb, 1.0)
 
 
+_dot_bias_act_row = PUBLIC['dot_bias_act']
+
+
+def dot_bias_act(self, a, b, bias, out, act=None):
+    """out = act(a @ b + bias): a product with its bias and activation.
+
+    Shapes: a (m, k), b (k, n), bias (1, n) (a row, added to every row
+    of the product), out (m, n).  ``act`` is None (the bias alone),
+    ``"relu"`` or ``"gelu_tanh"`` (GELU's tanh approximation), the
+    formulas of ``handlers.activations.FORMULAS``.  PyCudaHandler runs
+    it as one cuBLASLt call with the bias and activation in its epilogue
+    where cuBLASLt has one for the format and shapes
+    (``handlers.cuda.lt``), else as the product and then one fused op;
+    in a half format that second way rounds the product to the format
+    before the epilogue, so the result carries the product's rounding
+    error too (relative to the product, which the bias may cancel),
+    where NumpyHandler rounds once.  ``out`` must not overlap
+    ``a``, ``b`` or ``bias``.
+    """
+    check_arrays(self, "dot_bias_act", a, b, bias, out)
+    _dot_bias_act_row.shape(self, a, b, bias, out, act)
+    if self._overlaps(out, a):
+        fail_value("dot_bias_act", "out must not overlap a")
+    if self._overlaps(out, b):
+        fail_value("dot_bias_act", "out must not overlap b")
+    if self._overlaps(out, bias):
+        fail_value("dot_bias_act", "out must not overlap bias")
+    if self.read_only_arrays and not (out.flags.writeable):
+        check_writable("dot_bias_act", ('out',), out)
+    self._dot_bias_act(a, b, bias, out, act)
+
+
 def axpby(self, alpha, x, beta, y):
     """y = alpha * x + beta * y, for x and y of any one shape.
 

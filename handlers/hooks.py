@@ -43,6 +43,8 @@ HOOKS = {
     "_copy_to": ("work", True, "copy_to's work."),
     "_cast_t": ("work", True, "cast_t's work: (src, dst), src of any format the class holds."),
     "_dot": ("work", True, "dot_mm (beta 0) and dot_add_mm (beta 1)."),
+    "_dot_bias_act": ("work", False, "dot_bias_act's work: by default the product (_dot), "
+                                     "then its epilogue, a fused op (_fused)."),
     "_axpby": ("work", True, "axpby's work."),
     "_sum_t": ("work", True, "sum_t's work, over a checked axis (None, an int or a sorted "
                              "tuple)."),

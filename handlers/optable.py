@@ -405,6 +405,22 @@ OPS = {op.name: op for op in [
     _op("dot_add_mm", "a b out+= ?transa ?transb", disjoint=("a", "b"),
         shape=rules.dot("dot_add_mm"), call="_dot(a, b, out, transa, transb, 1.0)",
         doc="out += op(a) @ op(b); shapes and aliasing as ``dot_mm``."),
+    _op("dot_bias_act", "a b bias out= @act:None", disjoint=("a", "b", "bias"),
+        shape=rules.dot_bias_act, call="_dot_bias_act(a, b, bias, out, act)",
+        doc="""out = act(a @ b + bias): a product with its bias and activation.
+
+        Shapes: a (m, k), b (k, n), bias (1, n) (a row, added to every row
+        of the product), out (m, n).  ``act`` is None (the bias alone),
+        ``"relu"`` or ``"gelu_tanh"`` (GELU's tanh approximation), the
+        formulas of ``handlers.activations.FORMULAS``.  PyCudaHandler runs
+        it as one cuBLASLt call with the bias and activation in its epilogue
+        where cuBLASLt has one for the format and shapes
+        (``handlers.cuda.lt``), else as the product and then one fused op;
+        in a half format that second way rounds the product to the format
+        before the epilogue, so the result carries the product's rounding
+        error too (relative to the product, which the bias may cancel),
+        where NumpyHandler rounds once.  ``out`` must not overlap
+        ``a``, ``b`` or ``bias``."""),
     _op("axpby", "$alpha x $beta y+=", unread_if={"y": lambda args: _is_zero(args.get("beta"))},
         kernel="axpby", shape="same", call="_axpby(alpha, x, beta, y)",
         doc="""y = alpha * x + beta * y, for x and y of any one shape.

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from . import dtypes
+from .activations import DOT_ACTS
 from .checks import check_ndim, check_same_shape, fail_type, fail_value, normalize_axis
 
 _UNSEEN = object()   # sum_t: a shape combination not validated yet
@@ -34,6 +35,19 @@ def dot(op):
             fail_value(op, f"shapes do not match: a {a.shape}{'.T' if transa else ''}, "
                            f"b {b.shape}{'.T' if transb else ''}, out {out.shape}")
     return rule
+
+
+def dot_bias_act(h, a, b, bias, out, act):
+    """``dot_bias_act``: a (m, k) @ b (k, n) + bias (1, n) -> out (m, n), act
+    one of ``handlers.activations.DOT_ACTS``."""
+    if act not in DOT_ACTS:
+        fail_value("dot_bias_act", f"act must be one of {DOT_ACTS}, got {act!r}")
+    for x, name in ((a, "a"), (b, "b"), (bias, "bias"), (out, "out")):
+        check_ndim("dot_bias_act", x, 2, name)
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or out.shape != (m, n) or bias.shape != (1, n):
+        fail_value("dot_bias_act", f"shapes do not match: a {a.shape}, b {b.shape}, "
+                                   f"bias {bias.shape} (must be (1, n)), out {out.shape}")
 
 
 def _batched_dot(op, a, b, out, transa, transb):

@@ -1,10 +1,16 @@
 """``FullyConnected``: y = x @ W + b."""
 import math
 
+from handlers.activations import DOT_ACTS
+
 from . import epilogues, init
 from .base import Layer
 from .params import view
 
+#: The activations whose layer runs its forward as one ``dot_bias_act``:
+#: None and those whose derivative reads the output (GELU's needs z + b,
+#: which the op does not keep).
+_ONE_OP = tuple(a for a in DOT_ACTS if a is None or not epilogues.keeps_input(a))
 
 class FullyConnected(Layer):
     """Affine layer y = x @ W + b, with W (n_in, n_out) and b (1, n_out).
@@ -17,7 +23,9 @@ class FullyConnected(Layer):
     "relu", "tanh", "sigmoid", "elu", "gelu", "gelu_tanh", "silu") makes the
     layer y = act(x @ W + b), the bias and the activation one op after the
     product (``layers.epilogues``); ``Sequential`` sets it for an activation
-    layer that follows.
+    layer that follows.  Without an activation, or with ReLU, the forward is
+    one ``dot_bias_act`` (on a GPU, one cuBLASLt product with the bias and
+    ReLU in its epilogue).
     """
 
     def __init__(self, n_in, n_out, activation=None):
@@ -54,12 +62,15 @@ class FullyConnected(Layer):
         n, y, y2, _, _ = self._bufs(x.shape)
         x2 = x if len(x.shape) == 2 else view(h, x, 0, (n, self.n_in))
         self._x2, self._y2 = x2, y2
+        if self.activation in _ONE_OP:
+            # y = act(x @ W + b) as one op: on a GPU one cuBLASLt product
+            # with the bias and activation in its epilogue
+            h.dot_bias_act(x2, self.params["W"], self.params["b"], y2, self.activation)
+            return y
         h.dot_mm(x2, self.params["W"], y2)
-        if self.activation is None:
-            h.add_mv(y2, self.params["b"], y2)
-        else:   # y = act(z + b), in place (and z + b kept where act' needs it)
-            self.run_fused(("forward", n), epilogues.OPS[self.activation][0], y2,
-                           self.params["b"], y2, *self._aux(n))
+        # y = act(z + b), in place, and z + b kept where act' reads it
+        self.run_fused(("forward", n), epilogues.OPS[self.activation][0], y2,
+                       self.params["b"], y2, *self._aux(n))
         return y
 
     def _aux(self, n):

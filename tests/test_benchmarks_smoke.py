@@ -92,8 +92,9 @@ def test_train_breakdown_records_every_compute_op():
     ops, _keep = train.record_step(h, "mlp", train.MODELS["mlp"][1])
     got = Counter((cat, args[0].name if name == "_run_fused" else name)
                   for cat, name, args, _ in ops)
-    assert got[("gemm", "dot_mm")] == 8
-    assert got[("elementwise", "bias_relu")] == 2
+    assert got[("gemm", "dot_mm")] == 5          # the backward's products
+    assert got[("gemm", "dot_bias_act")] == 3    # the forward's, bias and ReLU included
+    assert got[("elementwise", "bias_relu")] == 0
     assert got[("elementwise", "bias_relu_backward")] == 2
     assert got[("elementwise", "softmax_cross_entropy_labels_grad")] == 1
     assert got[("update", "sgd_momentum_step")] == 1
@@ -115,7 +116,8 @@ def test_train_breakdown_replays_a_captured_category():
     ops, _keep = train.record_step(h, "mlp", train.MODELS["mlp"][1])
     gemms = [op for op in ops if op[0] == "gemm"]
     assert train.replayed(h, gemms, gpu=False) is None
-    outs = [args[2] for _, name, args, _ in gemms]     # dot_mm(a, b, out, ...)
+    # dot_mm(a, b, out, ...), dot_bias_act(a, b, bias, out, act)
+    outs = [args[3 if name == "dot_bias_act" else 2] for _, name, args, _ in gemms]
     run = train.replayed(h, gemms, gpu=True)
     for out in outs:
         h.fill(out, np.nan)

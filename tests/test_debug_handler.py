@@ -83,7 +83,8 @@ def test_op_table_covers_every_public_op():
                        "gate", "factor", "interval", "max_scale",   # loss scaling
                    "state",  # set_random_state's dict (host values)
                    "into",   # prefetch's destinations: each counts as written when yielded
-                   "dtype"}  # twin's format
+                   "dtype",  # twin's format
+                   "act"}    # dot_bias_act's activation
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -143,6 +144,7 @@ RECIPES = {
     "cast_t": [A(S), A(S)],
     "dot_mm": [A((4, R)), A((C, 4)), A(S)],
     "dot_add_mm": [A((R, 4)), A((4, C)), A(S)],
+    "dot_bias_act": [A((R, 4)), A((4, C)), A((1, C)), A(S)],
     "axpby": [0.5, A(S), -1.5, A(S)],
     # step and v must be >= 0 (t = step + 1 >= 1, sqrt(v)): "pos" contents
     "adam_update": [A(S), 0.01, 0.9, 0.999, 1e-8, 0.1, A((1,), "pos"), A(S), A(S, "pos"),
@@ -177,7 +179,7 @@ RECIPES = {
     "avgpool2d_forward": [A(X4), A(POOLED), 2],
     "avgpool2d_backward": [A(POOLED), A(X4), 2],
 }
-RECIPE_KWARGS = {"dot_mm": {"transa": True, "transb": True}}
+RECIPE_KWARGS = {"dot_mm": {"transa": True, "transb": True}, "dot_bias_act": {"act": "relu"}}
 RANDOM_OPS = {"fill_gaussian", "generate_probability_mask"}
 
 

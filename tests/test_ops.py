@@ -181,6 +181,57 @@ def test_dot(handler, rng, op, transa, transb, mkn):
     assert_unchanged(handler, b, rb, "b")
 
 
+def _act_reference(act, z):
+    """act(z) in float64, from the formulas' definitions (not the handler's)."""
+    if act == "relu":
+        return np.maximum(z, 0.0)
+    if act == "gelu_tanh":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    return z
+
+
+# (m, k, n): a dense layer's shapes, odd ones (leading dimensions cuBLASLt
+# may refuse), and empty ones (k = 0: the bias alone)
+BIAS_ACT_SHAPES = [(1, 1, 1), (7, 13, 5), (64, 33, 10), (256, 784, 1024), (130, 257, 67),
+                   (0, 4, 3), (3, 0, 5)]
+
+
+@pytest.mark.parametrize("mkn", BIAS_ACT_SHAPES, ids=shape_id)
+@pytest.mark.parametrize("act", [None, "relu", "gelu_tanh"])
+def test_dot_bias_act(handler, rng, act, mkn):
+    """act(a @ b + bias) against float64 NumPy, on aligned arrays (the
+    cuBLASLt path on a GPU where it plans the shapes) and on views one
+    element in (never aligned for it: the product, then a fused op)."""
+    m, k, n = mkn
+    a, ra = rand_input(handler, (m, k), rng, -2, 2)
+    b, rb = rand_input(handler, (k, n), rng)
+    bias, r_bias = rand_input(handler, (1, n), rng)
+    product = ra @ rb
+    expected = _act_reference(act, product + r_bias)
+    rtol, atol = tolerance(handler, k + 1)
+    # A half format may round the product to the format before the epilogue
+    # (the op's doc): one more rounding of the product, which the bias can
+    # cancel down to a much smaller result (1.5: GELU's slope is below it).
+    slack = 1.5 * dtypes.unit_roundoff(handler.dtype) * np.abs(product) \
+        if dtypes.is_half(handler.dtype) else 0.0
+
+    def check(got, what):
+        got = handler.get_numpy_copy(got).astype(np.float64)
+        bound = atol + rtol * np.abs(expected) + slack
+        bad = ~(np.abs(got - expected) <= bound)
+        assert not bad.any(), (what, got[bad][:5], expected[bad][:5])
+
+    out = poisoned(handler, (m, n))
+    assert handler.dot_bias_act(a, b, bias, out, act) is None
+    check(out, "aligned")
+    assert_unchanged(handler, a, ra, "a")
+    assert_unchanged(handler, bias, r_bias, "bias")
+    spare, _ = rand_input(handler, (m * n + 1,), rng)
+    shifted = handler.view_t(spare, 1, (m, n))
+    handler.dot_bias_act(a, b, bias, shifted, act)
+    check(shifted, "one element in")
+
+
 def test_dot_positional_flags(handler, rng):
     a, ra = rand_input(handler, (4, 3), rng)
     b, rb = rand_input(handler, (5, 4), rng)

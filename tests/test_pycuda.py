@@ -125,6 +125,22 @@ def test_gpu_matches_numpy_handler(gpu, op):
                                err_msg=f"{op}: PyCudaHandler differs from NumpyHandler")
 
 
+@pytest.mark.parametrize("act", [None, "relu", "gelu_tanh"])
+def test_dot_bias_act_runs_on_cublaslt(gpu, act):
+    """A dense layer's product with its bias and activation is one cuBLASLt
+    call on the GPU (handlers.cuda.lt has a plan), not the product and a
+    fused op; tests/test_ops.py checks its values on every handler."""
+    h = type(gpu)(np.float32, seed=5)   # the fixture's float64 may have no epilogues
+    try:
+        assert h._lt.available, "cuBLASLt did not load"
+        for m, k, n in [(256, 784, 1024), (256, 1024, 1024), (256, 1024, 10)]:
+            assert h._lt.plan(m, n, k, act) is not None, (m, k, n, act)
+    finally:
+        h.close()
+    # float64's GELU epilogue is not float64-accurate: the fused op runs it
+    assert gpu._lt.plan(256, 1024, 784, "gelu_tanh") is None
+
+
 def test_torch_and_cupy_in_same_process(gpu):
     used = []
     try:

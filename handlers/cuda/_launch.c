@@ -419,6 +419,46 @@ static PyObject *py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLong(status);
 }
 
+/* cublasLtMatmul and cublasLtMatmulDescSetAttribute (cublasLt.h). */
+typedef int (*lt_matmul_fn)(void *, void *, const void *, const void *, void *, const void *,
+                            void *, const void *, const void *, void *, void *, void *,
+                            const void *, void *, size_t, void *);
+typedef int (*lt_set_fn)(void *, int, const void *, size_t);
+#define LT_DESC_BIAS_POINTER 8
+
+/* lt_matmul(matmul, set_attribute, handle, desc, bias, A, Adesc, B, Bdesc, D,
+ * Ddesc, algo, workspace, workspace_bytes, stream, double): set desc's bias
+ * pointer, then D = A B through desc's epilogue (alpha 1, beta 0, C is D),
+ * both under the GIL so no other thread's bias comes between; scalars are
+ * doubles for the float64 format, else floats.  Returns the cublasStatus_t
+ * (0 on success). */
+static PyObject *py_lt_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 16) {
+        PyErr_SetString(PyExc_TypeError, "lt_matmul takes 16 arguments");
+        return NULL;
+    }
+    void *p[15];
+    for (int i = 0; i < 15; ++i) p[i] = PyLong_AsVoidPtr(args[i]);
+    size_t ws_bytes = PyLong_AsSize_t(args[13]);
+    int f64 = PyObject_IsTrue(args[15]);
+    if (PyErr_Occurred()) return NULL;
+    if (!p[0] || !p[1] || !p[2] || !p[3]) {
+        PyErr_SetString(PyExc_ValueError, "lt_matmul: null function, handle or descriptor");
+        return NULL;
+    }
+    void *bias = p[4];
+    int status = ((lt_set_fn)p[1])(p[3], LT_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (status) return PyLong_FromLong(status);
+    static const float one = 1.0f, zero = 0.0f;
+    static const double one_d = 1.0, zero_d = 0.0;
+    const void *alpha = f64 ? (const void *)&one_d : (const void *)&one;
+    const void *beta = f64 ? (const void *)&zero_d : (const void *)&zero;
+    status = ((lt_matmul_fn)p[0])(p[2], p[3], alpha, p[5], p[6], p[7], p[8], beta, p[9], p[10],
+                                  p[9], p[10], p[11], p[12], ws_bytes, p[14]);
+    return PyLong_FromLong(status);
+}
+
 /* gemm_batched(symbol, handle, transa, transb, m, n, k, alpha, A, lda, strideA,
  * B, ldb, strideB, beta, C, ldc, strideC, batch, kind): call
  * cublas[SD]gemmStridedBatched (kind 0, 1) or cublasGemmStridedBatchedEx
@@ -597,6 +637,9 @@ static PyMethodDef methods[] = {
     {"gemm_batched", (PyCFunction)(void (*)(void))py_gemm_batched, METH_FASTCALL,
      "gemm_batched(symbol, handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, "
      "strideB, beta, C, ldc, strideC, batch, double) -> cublasStatus_t."},
+    {"lt_matmul", (PyCFunction)(void (*)(void))py_lt_matmul, METH_FASTCALL,
+     "lt_matmul(matmul, set_attribute, handle, desc, bias, A, Adesc, B, Bdesc, D, Ddesc, "
+     "algo, workspace, workspace_bytes, stream, double) -> cublasStatus_t."},
     {"event_new", py_event_new, METH_NOARGS,
      "event_new() -> int: a new CUevent without timing."},
     {"timing_event_new", py_timing_event_new, METH_NOARGS,

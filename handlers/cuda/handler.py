@@ -35,6 +35,7 @@ from . import convolution, elementwise, kernel_loader, launch, one_call, product
 from . import graph as cuda_graph
 from . import transfer as cuda_transfer
 from .blas import KINDS, make_gemm
+from .lt import LtProducts
 from .resources import ClosedGemm, GpuEvent, Resources, Stream, StreamSlot
 
 _BLOCK = launch.BLOCK
@@ -193,6 +194,11 @@ class PyCudaHandler(Handler):
         for s, gemm in zip(self._slots, self._gemms):
             gemm.set_workspace(int(s.blas_work), s.blas_bytes)
         self._resources.gemms += self._gemms
+        # cuBLASLt, for dot_bias_act: one handle per format (not bound to a
+        # stream), on each slot's cuBLAS workspace (ops of a slot run in turn)
+        self._lt = LtProducts(dtypes.short_name(self.dtype), self.tf32,
+                              self._slots[0].blas_bytes)
+        self._resources.gemms.append(self._lt)
         self._slot, self._gemm = self._slots[0], self._gemms[0]
         self._one_call = one_call.make(self, self._slot, self._gemm, _BLOCK)
 
@@ -442,6 +448,7 @@ class PyCudaHandler(Handler):
 
     # products: handlers.cuda.products
     _dot = products.dot
+    _dot_bias_act = products.dot_bias_act
 
     # elementwise, optimizers and layout: handlers.cuda.elementwise
     _axpby = elementwise.axpby

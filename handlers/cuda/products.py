@@ -18,7 +18,9 @@ from types import SimpleNamespace
 from typing import NamedTuple
 
 from .. import shape_rules
+from ..base import Handler
 from ..checks import fail_value
+from . import lt
 from .context import enter as _enter
 from .launch import BLOCK
 
@@ -200,6 +202,21 @@ def run_dot(h, plan, a, b, out, beta):
             add_half(h, out, lambda tmp: product(tmp, 0.0, True))
         else:
             product(out.gpudata, beta, False)
+
+
+def dot_bias_act(h, a, b, bias, out, act):
+    """PyCudaHandler's ``_dot_bias_act`` hook: one cuBLASLt call, the bias
+    and activation in its epilogue, where ``handlers.cuda.lt`` has a plan
+    for the shapes and every pointer is aligned for it; else the product,
+    then the epilogue as a fused op (``Handler._dot_bias_act``)."""
+    (m, k), n = a.shape, b.shape[1]
+    plan = h._lt.plan(m, n, k, act)   # None for an empty product: no memory to point at
+    pointers = plan and (int(a.gpudata), int(b.gpudata), int(bias.gpudata), int(out.gpudata))
+    if plan is None or not lt.aligned(*pointers):
+        Handler._dot_bias_act(h, a, b, bias, out, act)
+        return
+    _enter()
+    h._lt.run(plan, h._slot.handle, *pointers, int(h._slot.blas_work))
 
 
 def add_half(h, out, product):
