@@ -34,6 +34,7 @@ from pathlib import Path
 from benchmarks import peers as P
 from benchmarks import runs as saved
 from benchmarks.common import RESULTS_DIR, RUNS_DIR, med
+from benchmarks.peers import GEMM_RATIO  # train: MLP captured <= GEMM_RATIO x its gemms
 
 SUITES = ("ops", "reductions", "streams", "upload", "train", "mxb", "conv", "fusion", "half",
           "dp")
@@ -51,7 +52,6 @@ GRAPH_LSTM = 0.90           # train: LSTM captured <= 0.90 x PyTorch's graphed c
 CUDNN_LSTM = "torch.nn.LSTM (cuDNN)"   # train: issue 20's peer for the captured LSTM step
 FUSED_EAGER = 0.5           # train: fused LSTM eager <= 0.5 x the unfused layer's (same run)
 REPLAY_HOST_US = 10.0       # train: host time to replay a captured step <= 10 us
-GEMM_RATIO = 1.10           # train: MLP captured <= 1.10 x its gemms replayed alone
 UPLOAD_PINNED = 1.10        # upload: (b) <= 1.10 x the bound B
 UPLOAD_NUMPY = 1.25         # upload: (c) <= 1.25 x max(B, host copies into pinned memory)
 CONV_BIAS = 0.85            # conv: the bias gradient >= 85% of copy, faster than torch.sum

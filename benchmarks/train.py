@@ -127,8 +127,7 @@ from benchmarks.gpu import (
     our_captured,
     torch_graphed,
 )
-from benchmarks.peers import COMPILE, COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED
-from benchmarks.report import GEMM_RATIO
+from benchmarks.peers import COMPILE, COMPILE_GRAPHED, GEMM_RATIO, JAX_JIT, JAX_UNROLLED
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32

@@ -35,6 +35,16 @@ def split(text):
     return "".join(line + "\n" for line in statements), expr
 
 
+def bias_body(act, keep=False):
+    """The fused-op body y = act(z + b) (``act`` None: the bias alone), with
+    ``keep`` also aux = z + b: ``dot_bias_act``'s epilogue and the layers'
+    forward ops (``layers.epilogues``) are this one text."""
+    if act is None:
+        return "y = z + b\n"
+    statements, value = split(FORMULAS[act][0])
+    return f"s = z + b\n{statements}y = {value}\n" + ("aux = s\n" if keep else "")
+
+
 #: The activations ``dot_bias_act`` takes: None (the bias alone) and those
 #: cuBLASLt has an epilogue for (its GELU is the tanh approximation).
 DOT_ACTS = (None, "relu", "gelu_tanh")

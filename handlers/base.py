@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import closed, dtypes, hooks
-from .activations import DOT_ACTS, FORMULAS, split
+from .activations import DOT_ACTS, bias_body
 from .checks import (
     check_arrays,
     check_shape_arg,
@@ -755,17 +755,10 @@ class Handler(ABC):
         return a.strides == self._strides_of(a.shape) or a.flags.c_contiguous
 
 
-def _epilogue(act):
-    """The fused op (z, b, y) computing y = act(z + b), b a row (1, n)."""
-    if act is None:
-        return fused_op("dot_bias", inputs="z b:row", outputs="y", body="y = z + b\n")
-    statements, value = split(FORMULAS[act][0])
-    return fused_op(f"dot_bias_{act}", inputs="z b:row", outputs="y",
-                    body=f"s = z + b\n{statements}y = {value}\n")
-
-
-#: act -> the fused op of ``dot_bias_act``'s epilogue, run after a plain product
-EPILOGUES = {act: _epilogue(act) for act in DOT_ACTS}
+#: act -> the fused op (z, b, y) of ``dot_bias_act``'s epilogue, y = act(z + b)
+#: with b a row (1, n), run after a plain product
+EPILOGUES = {act: fused_op(f"dot_bias_{act}" if act else "dot_bias", inputs="z b:row",
+                           outputs="y", body=bias_body(act)) for act in DOT_ACTS}
 
 
 def _abstract_hook(name, doc):

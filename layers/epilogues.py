@@ -21,7 +21,7 @@ have no contract op: their layers run the same formulas as fused ops, and
 their derivatives read the input, which a fused layer keeps (``aux``).
 """
 from handlers import fused_op
-from handlers.activations import FORMULAS
+from handlers.activations import FORMULAS, bias_body
 from handlers.activations import split as _split
 
 
@@ -32,13 +32,11 @@ def _declare(act, bias):
     channel) plane a row); the backward sums the bias gradient the same way
     (over the rows, or along each row).  Where the derivative reads s, the
     forward op also writes s into ``aux`` and the backward reads it there."""
-    (vs, value), (ds, factor), reads = _split(FORMULAS[act][0]), _split(FORMULAS[act][1]), \
-        FORMULAS[act][2]
+    (ds, factor), reads = _split(FORMULAS[act][1]), FORMULAS[act][2]
     kind = "" if bias == "row" else "conv_"
     keep = reads == "s"
     forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}",
-                       outputs="y aux" if keep else "y",
-                       body=f"s = z + b\n{vs}y = {value}\n" + ("aux = s\n" if keep else ""))
+                       outputs="y aux" if keep else "y", body=bias_body(act, keep))
     backward = fused_op(f"{kind}bias_{act}_backward", inputs=f"dy {reads}",
                         outputs=f"g db:{bias}",
                         body=f"{ds}g = dy * ({factor})\n"

@@ -438,8 +438,8 @@ static PyObject *py_lt_matmul(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "lt_matmul takes 16 arguments");
         return NULL;
     }
-    void *p[15];
-    for (int i = 0; i < 15; ++i) p[i] = PyLong_AsVoidPtr(args[i]);
+    void *p[15];   /* every argument but workspace_bytes (13) and double (15) */
+    for (int i = 0; i < 15; ++i) p[i] = i == 13 ? NULL : PyLong_AsVoidPtr(args[i]);
     size_t ws_bytes = PyLong_AsSize_t(args[13]);
     int f64 = PyObject_IsTrue(args[15]);
     if (PyErr_Occurred()) return NULL;

@@ -94,9 +94,13 @@ class LtProducts:
                 self._lib.cublasLtCreate(ctypes.byref(self._handle)):
             self._lib = None
             return
+        # what every call passes, bound once: the C entry, the two functions
+        # it calls, and whether alpha and beta are doubles (float64)
+        self._call = kernel_loader.extension().lt_matmul
         self._matmul = ctypes.cast(self._lib.cublasLtMatmul, ctypes.c_void_p).value
         self._set_attribute = ctypes.cast(self._lib.cublasLtMatmulDescSetAttribute,
                                           ctypes.c_void_p).value
+        self._f64 = int(self._types[2] == 1)
 
     @property
     def available(self):
@@ -154,10 +158,10 @@ class LtProducts:
 
     def run(self, plan, stream, a, b, bias, out, workspace):
         """Issue ``plan`` on ``stream`` for device pointers a, b, bias, out."""
-        status = kernel_loader.extension().lt_matmul(
+        status = self._call(
             self._matmul, self._set_attribute, self._handle.value, plan.desc, bias, b, plan.a,
             a, plan.b, out, plan.d, plan.algo, workspace, self._workspace_bytes, stream,
-            int(self._types[2] == 1))
+            self._f64)
         if status:
             raise kernel_loader.CudaError(f"cublasLtMatmul failed with status {status}")
 
