@@ -680,6 +680,18 @@ class Handler(ABC):
         self._dot(a, b, out, False, False, 0.0)
         self._fused(EPILOGUES[act], out, bias, out)
 
+    def _conv2d_bias_act(self, x, w, bias, out, stride, padding, dilation, act):
+        """conv2d_bias_act's work: the convolution, then the bias and
+        activation (:data:`CONV_EPILOGUES`) in place, one image at a time
+        (each image's (K, P*Q) planes as rows, the bias a column)."""
+        self._conv2d("forward", x, w, out, stride, padding, dilation)
+        n, k = out.shape[:2]
+        plane = out.size // (n * k)
+        col = self._view(bias, 0, (k, 1))
+        for i in range(n):
+            rows = self._view(out, i * k * plane, (k, plane))
+            self._fused(CONV_EPILOGUES[act], rows, col, rows)
+
     def _mean_t(self, a, axis, out):
         """mean_t's work: the sum, then one scaling (NaN over an empty axis)."""
         self._sum_t(a, axis, out)
@@ -759,6 +771,11 @@ class Handler(ABC):
 #: with b a row (1, n), run after a plain product
 EPILOGUES = {act: fused_op(f"dot_bias_{act}" if act else "dot_bias", inputs="z b:row",
                            outputs="y", body=bias_body(act)) for act in DOT_ACTS}
+#: act -> the same for ``conv2d_bias_act``, over one image's (K, P*Q) planes
+#: with b one value per plane, (K, 1)
+CONV_EPILOGUES = {act: fused_op(f"conv2d_bias_{act}" if act else "conv2d_bias",
+                                inputs="z b:col", outputs="y", body=bias_body(act))
+                  for act in DOT_ACTS}
 
 
 def _abstract_hook(name, doc):

@@ -1172,6 +1172,42 @@ def conv2d_forward(self, x, w, out, stride=1, padding=0, dilation=1):
     self._conv2d("forward", x, w, out, stride, padding, dilation)
 
 
+_conv2d_bias_act_row = PUBLIC['conv2d_bias_act']
+
+
+def conv2d_bias_act(self, x, w, bias, out, stride=1, padding=0, dilation=1, act=None):
+    """out = act(conv2d_forward(x, w) + bias): a convolution with its
+    bias and activation.  bias (K,) holds one value per output channel;
+    ``act`` is None (the bias alone), ``"relu"`` or ``"gelu_tanh"``,
+    as ``dot_bias_act``'s.  PyCudaHandler runs None and ReLU as one cuDNN
+    graph (the convolution, then the bias and activation on its
+    unrounded sums) where cuDNN has an engine for it that the engine
+    policy allows, else as the convolution and then a fused op per
+    image; in a half format that second way rounds the convolution to
+    the format first, as ``dot_bias_act``'s does.
+
+    Layout NCHW: x (N, C, H, W), w (K, C, R, S) (K output channels, an R x S
+    kernel), out/dy (N, K, P, Q) with P = (H + 2*ph - dh*(R-1) - 1) // sh + 1
+    and Q likewise from W, S, pw, dw, sw.  ``stride`` (sh, sw), ``padding``
+    (ph, pw) and ``dilation`` (dh, dw) are each an int (both axes) or a pair
+    (height, width): stride and dilation >= 1, padding >= 0 (zeros), and P, Q
+    must be >= 1.  Nothing may be empty: a batch (N), channels (C), filters
+    (K), an image (H, W) or a kernel (R, S) of size 0 raises ValueError naming
+    it.  out must not overlap x, w or bias.
+    """
+    check_arrays(self, "conv2d_bias_act", x, w, bias, out)
+    stride, padding, dilation = _conv2d_bias_act_row.shape(self, x, w, bias, out, stride, padding, dilation, act)
+    if self._overlaps(out, x):
+        fail_value("conv2d_bias_act", "out must not overlap x")
+    if self._overlaps(out, w):
+        fail_value("conv2d_bias_act", "out must not overlap w")
+    if self._overlaps(out, bias):
+        fail_value("conv2d_bias_act", "out must not overlap bias")
+    if self.read_only_arrays and not (out.flags.writeable):
+        check_writable("conv2d_bias_act", ('out',), out)
+    self._conv2d_bias_act(x, w, bias, out, stride, padding, dilation, act)
+
+
 _conv2d_backward_data_row = PUBLIC['conv2d_backward_data']
 
 

@@ -45,6 +45,9 @@ HOOKS = {
     "_dot": ("work", True, "dot_mm (beta 0) and dot_add_mm (beta 1)."),
     "_dot_bias_act": ("work", False, "dot_bias_act's work: by default the product (_dot), "
                                      "then its epilogue, a fused op (_fused)."),
+    "_conv2d_bias_act": ("work", False, "conv2d_bias_act's work: by default the forward "
+                                        "convolution (_conv2d), then its epilogue, a fused "
+                                        "op (_fused) per image."),
     "_axpby": ("work", True, "axpby's work."),
     "_sum_t": ("work", True, "sum_t's work, over a checked axis (None, an int or a sorted "
                              "tuple)."),

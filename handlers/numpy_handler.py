@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from . import dtypes
-from .base import Handler
+from .base import CONV_EPILOGUES, Handler
 from .checks import fail_type, fail_value
 from .graphs import WORK_HOOKS
 from .prefetch import Transfer
@@ -359,6 +359,14 @@ class NumpyHandler(Handler):
         return np.isfinite(a).all()
 
     # convolution and pooling --------------------------------------------------
+    def _conv2d_bias_act(self, x, w, bias, out, stride, padding, dilation, act):
+        # Handler's way, but one epilogue over every (image, channel) plane:
+        # a host-side column of the bias per plane costs nothing here.
+        self._conv2d("forward", x, w, out, stride, padding, dilation)
+        n, k = out.shape[:2]
+        rows = out.reshape(n * k, -1)
+        self._fused(CONV_EPILOGUES[act], rows, np.tile(bias, n).reshape(n * k, 1), rows)
+
     # im2col tap by tap (_taps), then one BLAS product per pass; the adjoint
     # (_untap) adds each kernel tap's slice back, one strided add per tap, in
     # a fixed order (deterministic, no scatter).

@@ -704,6 +704,21 @@ OPS = {op.name: op for op in [
                  "with x zero outside its bounds (cuDNN's CROSS_CORRELATION mode,\n"
                  "PyTorch's conv2d).",
             alias="out must not overlap x or w.")),
+    _op("conv2d_bias_act", "x w bias out= @stride:1 @padding:0 @dilation:1 @act:None",
+        disjoint=("x", "w", "bias"), shape=rules.conv2d_bias_act,
+        gives="stride, padding, dilation",
+        call="_conv2d_bias_act(x, w, bias, out, stride, padding, dilation, act)",
+        doc=_CONV_DOC.format(
+            what="out = act(conv2d_forward(x, w) + bias): a convolution with its\n"
+                 "bias and activation.  bias (K,) holds one value per output channel;\n"
+                 "``act`` is None (the bias alone), ``\"relu\"`` or ``\"gelu_tanh\"``,\n"
+                 "as ``dot_bias_act``'s.  PyCudaHandler runs None and ReLU as one cuDNN\n"
+                 "graph (the convolution, then the bias and activation on its\n"
+                 "unrounded sums) where cuDNN has an engine for it that the engine\n"
+                 "policy allows, else as the convolution and then a fused op per\n"
+                 "image; in a half format that second way rounds the convolution to\n"
+                 "the format first, as ``dot_bias_act``'s does.",
+            alias="out must not overlap x, w or bias.")),
     _op("conv2d_backward_data", "dy w dx= @stride:1 @padding:0 @dilation:1",
         disjoint=("dy", "w"), shape=rules.conv2d("conv2d_backward_data"),
         gives="stride, padding, dilation",

@@ -380,7 +380,7 @@ def conv2d(op):
     pairs.  The arrays are (x, w, out), (dy, w, dx) or (x, dy, dw)."""
     def rule(h, a, b, out, stride, padding, dilation):
         params = _conv_params(op, stride, padding, dilation)
-        if op == "conv2d_forward":
+        if op in ("conv2d_forward", "conv2d_bias_act"):
             _conv_geometry(op, _nchw(op, "x", a), _nchw(op, "w", b), _nchw(op, "out", out),
                            params, ("x", "w", "out"))
         elif op == "conv2d_backward_data":
@@ -391,6 +391,20 @@ def conv2d(op):
                            params, ("x", "dw", "dy"))
         return params
     return rule
+
+
+def conv2d_bias_act(h, x, w, bias, out, stride, padding, dilation, act):
+    """``conv2d_bias_act``: conv2d_forward's rule, bias (K,) and ``act`` one
+    of ``handlers.activations.DOT_ACTS``; returns the pairs as it does."""
+    op = "conv2d_bias_act"
+    if act not in DOT_ACTS:
+        fail_value(op, f"act must be one of {DOT_ACTS}, got {act!r}")
+    params = conv2d(op)(h, x, w, out, stride, padding, dilation)
+    check_ndim(op, bias, 1, "bias")
+    if bias.shape != (w.shape[0],):
+        fail_value(op, f"bias must have shape {(w.shape[0],)} (one value per output "
+                       f"channel of w {w.shape}), got {bias.shape}")
+    return params
 
 
 def pool2d(op):

@@ -37,9 +37,10 @@ class Conv2D(Layer):
         kernel: R, or (R, S).
         stride, padding, dilation: an int or a pair (height, width).
         activation: None, or a name of ``layers.epilogues.FORMULAS``: y =
-            act(conv + b), the bias and the activation one op after the
-            convolution (``layers.epilogues``); ``Sequential`` sets it for an
-            activation layer that follows.
+            act(conv + b).  With None or ReLU the whole forward is one
+            ``conv2d_bias_act``; otherwise the bias and the activation are
+            one op after the convolution (``layers.epilogues``).
+            ``Sequential`` sets it for an activation layer that follows.
     """
 
     def __init__(self, c_in, c_out, kernel, stride=1, padding=0, dilation=1, activation=None):
@@ -85,22 +86,22 @@ class Conv2D(Layer):
                 raise ValueError(f"{self!r}: input {shape} is too small for the kernel "
                                  f"(output {out})")
             y = h.allocate(out)
+            bufs = dict(y=y, dx=h.allocate(shape))
             if self.activation is not None:
-                # (image, channel) planes as rows, b repeated per image as a column
-                planes, db = h.allocate((n, k)), h.allocate((n, k))
-                g = h.allocate(out)
-                return dict(y=y, rows=view(h, y, 0, (n * k, p * q)), planes=planes,
-                            b_planes=view(h, planes, 0, (n * k, 1)), db=db,
+                # (image, channel) planes as rows for the backward op
+                db, g = h.allocate((n, k)), h.allocate(out)
+                bufs.update(rows=view(h, y, 0, (n * k, p * q)), db=db,
                             db_planes=view(h, db, 0, (n * k, 1)),
-                            b_row=view(h, self.params["b"], 0, (1, k)),
-                            g=g, g_rows=view(h, g, 0, (n * k, p * q)), dx=h.allocate(shape),
+                            g=g, g_rows=view(h, g, 0, (n * k, p * q)),
                             # z + b, kept where the activation's derivative reads it
                             aux=(h.allocate((n * k, p * q)),)
                             if epilogues.keeps_input(self.activation) else ())
-            bias = h.allocate((k, p * q))          # b broadcast over the image
-            return dict(y=y, y2=view(h, y, 0, (n, k * p * q)), bias=bias,
-                        bias_row=view(h, bias, 0, (1, k * p * q)),
-                        b_col=view(h, self.params["b"], 0, (k, 1)), dx=h.allocate(shape))
+            if self.activation not in epilogues.ONE_OP:
+                # the forward's fused op: b repeated per image as a column
+                planes = h.allocate((n, k))
+                bufs.update(planes=planes, b_planes=view(h, planes, 0, (n * k, 1)),
+                            b_row=view(h, self.params["b"], 0, (1, k)))
+            return bufs
         return self.cached(shape, build)
 
     def forward(self, x, training=True):
@@ -109,15 +110,17 @@ class Conv2D(Layer):
             raise ValueError(f"{self!r}: x must have {self.c_in} channels, got shape {x.shape}")
         h, b = self.h, self._bufs(x.shape)
         self._x = x
-        h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
-        if self.activation is not None:   # y = act(z + b) over the planes, in place
-            h.broadcast_t(b["b_row"], 0, b["planes"])
-            self.run_fused(("forward", x.shape), epilogues.CONV_OPS[self.activation][0],
-                           b["rows"], b["b_planes"], b["rows"], *b["aux"])
+        if self.activation in epilogues.ONE_OP:
+            # y = act(conv + b) as one op: on a GPU one cuDNN graph where
+            # cuDNN has an engine for it
+            h.conv2d_bias_act(x, self.params["W"], self.params["b"], b["y"], self.stride,
+                              self.padding, self.dilation, self.activation)
             return b["y"]
-        # y += b over (n, p, q): b laid out once per step as a (1, K*P*Q) row
-        h.broadcast_t(b["b_col"], 1, b["bias"])
-        h.add_mv(b["y2"], b["bias_row"], b["y2"])
+        h.conv2d_forward(x, self.params["W"], b["y"], self.stride, self.padding, self.dilation)
+        # y = act(z + b) over the planes, in place
+        h.broadcast_t(b["b_row"], 0, b["planes"])
+        self.run_fused(("forward", x.shape), epilogues.CONV_OPS[self.activation][0],
+                       b["rows"], b["b_planes"], b["rows"], *b["aux"])
         return b["y"]
 
     def _rows_of(self, dy, shape):

@@ -1,16 +1,10 @@
 """``FullyConnected``: y = x @ W + b."""
 import math
 
-from handlers.activations import DOT_ACTS
-
 from . import epilogues, init
 from .base import Layer
 from .params import view
 
-#: The activations whose layer runs its forward as one ``dot_bias_act``:
-#: None and those whose derivative reads the output (GELU's needs z + b,
-#: which the op does not keep).
-_ONE_OP = tuple(a for a in DOT_ACTS if a is None or not epilogues.keeps_input(a))
 
 class FullyConnected(Layer):
     """Affine layer y = x @ W + b, with W (n_in, n_out) and b (1, n_out).
@@ -62,7 +56,7 @@ class FullyConnected(Layer):
         n, y, y2, _, _ = self._bufs(x.shape)
         x2 = x if len(x.shape) == 2 else view(h, x, 0, (n, self.n_in))
         self._x2, self._y2 = x2, y2
-        if self.activation in _ONE_OP:
+        if self.activation in epilogues.ONE_OP:
             # y = act(x @ W + b) as one op: on a GPU one cuBLASLt product
             # with the bias and activation in its epilogue
             h.dot_bias_act(x2, self.params["W"], self.params["b"], y2, self.activation)

@@ -2,7 +2,9 @@
 after its product, and the pairs of layers a network runs that way.
 
 ``FullyConnected`` with ``activation`` set computes ``y = act(x @ W + b)``
-as its product, then one fused op for ``act(z + b)``; its backward takes the
+as its product, then one fused op for ``act(z + b)`` (with no activation
+or ReLU, the whole forward is one ``dot_bias_act``, and ``Conv2D``'s one
+``conv2d_bias_act``: :data:`ONE_OP`); its backward takes the
 activation's derivative from ``y`` and reduces the bias gradient in one
 fused op (``g = dy * act'``, ``db`` the sum of ``g`` over the rows), then its
 two products.  Unfused, the same took three ops forward (product, bias,
@@ -21,7 +23,7 @@ have no contract op: their layers run the same formulas as fused ops, and
 their derivatives read the input, which a fused layer keeps (``aux``).
 """
 from handlers import fused_op
-from handlers.activations import FORMULAS, bias_body
+from handlers.activations import DOT_ACTS, FORMULAS, bias_body
 from handlers.activations import split as _split
 
 
@@ -75,6 +77,11 @@ def keeps_input(act):
     return FORMULAS[act][2] == "s"
 
 
+#: The activations whose dense or convolution layer runs its forward as one
+#: op (``dot_bias_act``, ``conv2d_bias_act``): None and those of the ops
+#: whose derivative reads the output (GELU's needs z + b, which the ops do
+#: not keep).
+ONE_OP = tuple(a for a in DOT_ACTS if a is None or not keeps_input(a))
 #: activation op -> (forward op (z, b, y[, aux]), backward op (dy, y or aux,
 #: g, db)) of a dense layer: b and db rows (1, n_out)
 OPS = {act: _declare(act, "row") for act in FORMULAS}

@@ -23,6 +23,16 @@ from handlers.testing import (  # noqa: F401
 )
 
 
+def act_reference(act, z):
+    """act(z) in float64 for the ops' activations (``dot_bias_act``,
+    ``conv2d_bias_act``), from the formulas' definitions (not the handler's)."""
+    if act == "relu":
+        return np.maximum(z, 0.0)
+    if act == "gelu_tanh":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    return z
+
+
 def other_dtype(dtype):
     """The other float dtype a handler may have."""
     return np.dtype(np.float64 if np.dtype(dtype) == np.float32 else np.float32)

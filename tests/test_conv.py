@@ -12,13 +12,16 @@ import math
 import numpy as np
 import pytest
 
+from handlers import dtypes
 from helpers import (
+    act_reference,
     assert_close,
     assert_unchanged,
     by_dtype,
     other_dtype,
     poisoned,
     rand,
+    tolerance,
     upload,
 )
 
@@ -149,6 +152,30 @@ def test_conv2d_forward(handler, conv_case):
     assert_close(handler, out, y_ref, n=int(np.prod(c["wv"].shape[1:])))
     assert_unchanged(handler, c["x"], c["xv"], "x")
     assert_unchanged(handler, c["w"], c["wv"], "w")
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu_tanh"])
+def test_conv2d_bias_act(handler, conv_case, rng, act):
+    """act(conv + bias) against float64 NumPy.  On a GPU, None and ReLU run
+    as one cuDNN graph where cuDNN plans it; else the convolution, then a
+    fused op, which in a half format rounds the convolution first (the
+    op's doc): one more rounding of it, which the bias can cancel."""
+    c = conv_case
+    y_ref, _, _ = ref_conv(c["xv"], c["wv"], None, c["stride"], c["padding"], c["dilation"])
+    k = y_ref.shape[1]
+    bias, bv = upload(handler, rand((k,), rng))
+    expected = act_reference(act, y_ref + bv.reshape(1, k, 1, 1))
+    rtol, atol = tolerance(handler, int(np.prod(c["wv"].shape[1:])) + 1)
+    slack = 1.5 * dtypes.unit_roundoff(handler.dtype) * np.abs(y_ref) \
+        if dtypes.is_half(handler.dtype) else 0.0
+    out = poisoned(handler, y_ref.shape)
+    assert handler.conv2d_bias_act(c["x"], c["w"], bias, out, c["stride"], c["padding"],
+                                   c["dilation"], act) is None
+    got = handler.get_numpy_copy(out).astype(np.float64)
+    bad = ~(np.abs(got - expected) <= atol + rtol * np.abs(expected) + slack)
+    assert not bad.any(), (got[bad][:5], expected[bad][:5])
+    assert_unchanged(handler, c["x"], c["xv"], "x")
+    assert_unchanged(handler, bias, bv, "bias")
 
 
 def test_conv2d_backward_data(handler, conv_case):
@@ -471,7 +498,11 @@ def _check_lenet_layer(h, rng, shapes):
     assert_close(h, dx, dx_ref, n=ws[0] * ws[2] * ws[3], err_msg="backward data")
     assert_close(h, dw, dw_ref, n=ys[0] * ys[2] * ys[3], err_msg="backward filter")
     if hasattr(h, "_conv_plans"):
-        from handlers.cuda.convolution import DENIED_ENGINES, cudnn_note_names, refused_notes
+        from handlers.cuda.convolution import (
+            DENIED_ENGINES,
+            cudnn_note_names,
+            refused_notes,
+        )
         for key, plan in h._conv_plans.items():
             refused = refused_notes(key[0] != 0, h._half, h.deterministic)
             assert not plan[3] & refused, (key, cudnn_note_names(plan[3] & refused))

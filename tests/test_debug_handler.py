@@ -84,7 +84,7 @@ def test_op_table_covers_every_public_op():
                    "state",  # set_random_state's dict (host values)
                    "into",   # prefetch's destinations: each counts as written when yielded
                    "dtype",  # twin's format
-                   "act"}    # dot_bias_act's activation
+                   "act"}    # dot_bias_act's and conv2d_bias_act's activation
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -172,6 +172,7 @@ RECIPES = {
     "generate_probability_mask": [A(S), 0.3],
     # NCHW: x (2, 3, 5, 6), w (4, 3, 3, 2), conv output (2, 4, 3, 5), 2x2 pools (2, 3, 2, 3)
     "conv2d_forward": [A(X4), A(W4), A(Y4)],
+    "conv2d_bias_act": [A(X4), A(W4), A((W4[0],)), A(Y4)],
     "conv2d_backward_data": [A(Y4), A(W4), A(X4)],
     "conv2d_backward_filter": [A(X4), A(Y4), A(W4)],
     "maxpool2d_forward": [A(X4), A(POOLED), A(POOLED), 2],
@@ -179,7 +180,8 @@ RECIPES = {
     "avgpool2d_forward": [A(X4), A(POOLED), 2],
     "avgpool2d_backward": [A(POOLED), A(X4), 2],
 }
-RECIPE_KWARGS = {"dot_mm": {"transa": True, "transb": True}, "dot_bias_act": {"act": "relu"}}
+RECIPE_KWARGS = {"dot_mm": {"transa": True, "transb": True}, "dot_bias_act": {"act": "relu"},
+                 "conv2d_bias_act": {"act": "relu"}}
 RANDOM_OPS = {"fill_gaussian", "generate_probability_mask"}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from handlers import Handler, NumpyHandler, dtypes
 from helpers import (
+    act_reference,
     as_handler_values,
     assert_close,
     assert_unchanged,
@@ -181,15 +182,6 @@ def test_dot(handler, rng, op, transa, transb, mkn):
     assert_unchanged(handler, b, rb, "b")
 
 
-def _act_reference(act, z):
-    """act(z) in float64, from the formulas' definitions (not the handler's)."""
-    if act == "relu":
-        return np.maximum(z, 0.0)
-    if act == "gelu_tanh":
-        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
-    return z
-
-
 # (m, k, n): a dense layer's shapes, odd ones (leading dimensions cuBLASLt
 # may refuse), and empty ones (k = 0: the bias alone)
 BIAS_ACT_SHAPES = [(1, 1, 1), (7, 13, 5), (64, 33, 10), (256, 784, 1024), (130, 257, 67),
@@ -207,7 +199,7 @@ def test_dot_bias_act(handler, rng, act, mkn):
     b, rb = rand_input(handler, (k, n), rng)
     bias, r_bias = rand_input(handler, (1, n), rng)
     product = ra @ rb
-    expected = _act_reference(act, product + r_bias)
+    expected = act_reference(act, product + r_bias)
     rtol, atol = tolerance(handler, k + 1)
     # A half format may round the product to the format before the epilogue
     # (the op's doc): one more rounding of the product, which the bias can

@@ -141,6 +141,30 @@ def test_dot_bias_act_runs_on_cublaslt(gpu, act):
     assert gpu._lt.plan(256, 1024, 784, "gelu_tanh") is None
 
 
+@pytest.mark.parametrize("act", [None, "relu"])
+def test_conv2d_bias_act_runs_on_one_cudnn_graph(gpu, act):
+    """The LeNet layers' convolution, bias and activation are one cuDNN
+    graph in float32 (a fused plan, not the fallback's three ops; an H200
+    offered engines 11 and 44 for both layers, November 2026);
+    tests/test_conv.py checks the op's values on every handler."""
+    from handlers.cuda import convolution
+    h = type(gpu)(np.float32, seed=5)
+    rng = np.random.default_rng(0)
+    try:
+        for xs, ws in [((64, 1, 28, 28), (6, 1, 5, 5)), ((64, 6, 12, 12), (16, 6, 5, 5))]:
+            x = h.create_from_numpy(rng.standard_normal(xs).astype(np.float32))
+            w = h.create_from_numpy(rng.standard_normal(ws).astype(np.float32))
+            b = h.create_from_numpy(rng.standard_normal(ws[0]).astype(np.float32))
+            y = h.allocate((xs[0], ws[0], xs[2] - 4, xs[3] - 4))
+            h.conv2d_bias_act(x, w, b, y, act=act)
+            code = convolution.FUSED_KINDS[act]
+            plans = [p for key, p in h._conv_plans.items()
+                     if key[0] == code and key[2] == xs]
+            assert plans and plans[0] is not convolution.NO_PLAN, (xs, act, h.conv_engines())
+    finally:
+        h.close()
+
+
 def test_torch_and_cupy_in_same_process(gpu):
     used = []
     try:

@@ -44,12 +44,14 @@ enum {
     SH_DESC_CONVOLUTION = 1, SH_DESC_ENGINE = 2, SH_DESC_ENGINECFG = 3, SH_DESC_ENGINEHEUR = 4,
     SH_DESC_EXECUTION_PLAN = 5, SH_DESC_OP_CONV_FORWARD = 10, SH_DESC_OP_CONV_BWD_FILTER = 11,
     SH_DESC_OP_CONV_BWD_DATA = 12, SH_DESC_OPERATIONGRAPH = 15, SH_DESC_VARIANT_PACK = 16,
-    SH_DESC_TENSOR = 17,
+    SH_DESC_TENSOR = 17, SH_DESC_POINTWISE = 0, SH_DESC_OP_POINTWISE = 13,
     /* cudnnBackendAttributeType_t */
-    SH_TYPE_HANDLE = 0, SH_TYPE_DATA_TYPE = 1, SH_TYPE_INT64 = 3, SH_TYPE_FLOAT = 4,
+    SH_TYPE_HANDLE = 0, SH_TYPE_DATA_TYPE = 1, SH_TYPE_BOOLEAN = 2, SH_TYPE_INT64 = 3,
+    SH_TYPE_FLOAT = 4, SH_TYPE_POINTWISE_MODE = 14,
     SH_TYPE_DOUBLE = 5, SH_TYPE_VOID_PTR = 6, SH_TYPE_CONVOLUTION_MODE = 7, SH_TYPE_HEUR_MODE = 8,
     SH_TYPE_NUMERICAL_NOTE = 11, SH_TYPE_BACKEND_DESCRIPTOR = 15, SH_TYPE_BEHAVIOR_NOTE = 19,
     /* cudnnBackendAttributeName_t */
+    SH_ATTR_POINTWISE_MODE = 0, SH_ATTR_POINTWISE_MATH_PREC = 1,
     SH_ATTR_CONVOLUTION_COMP_TYPE = 100, SH_ATTR_CONVOLUTION_CONV_MODE = 101,
     SH_ATTR_CONVOLUTION_DILATIONS = 102, SH_ATTR_CONVOLUTION_FILTER_STRIDES = 103,
     SH_ATTR_CONVOLUTION_POST_PADDINGS = 104, SH_ATTR_CONVOLUTION_PRE_PADDINGS = 105,
@@ -63,20 +65,24 @@ enum {
      * order forward (x w y), backward data (w dx dy), backward filter (dw x dy) */
     SH_ATTR_OP_CONV_FORWARD_ALPHA = 700, SH_ATTR_OP_CONV_BWD_DATA_ALPHA = 706,
     SH_ATTR_OP_CONV_BWD_FILTER_ALPHA = 712,
+    SH_ATTR_OP_POINTWISE_PW_DESCRIPTOR = 750, SH_ATTR_OP_POINTWISE_XDESC = 751,
+    SH_ATTR_OP_POINTWISE_BDESC = 752, SH_ATTR_OP_POINTWISE_YDESC = 753,
     SH_ATTR_OPERATIONGRAPH_HANDLE = 800, SH_ATTR_OPERATIONGRAPH_OPS = 801,
     SH_ATTR_TENSOR_BYTE_ALIGNMENT = 900, SH_ATTR_TENSOR_DATA_TYPE = 901,
     SH_ATTR_TENSOR_DIMENSIONS = 902, SH_ATTR_TENSOR_STRIDES = 903,
-    SH_ATTR_TENSOR_UNIQUE_ID = 906,
+    SH_ATTR_TENSOR_UNIQUE_ID = 906, SH_ATTR_TENSOR_IS_VIRTUAL = 907,
     SH_ATTR_VARIANT_PACK_UNIQUE_IDS = 1000, SH_ATTR_VARIANT_PACK_DATA_POINTERS = 1001,
     SH_ATTR_VARIANT_PACK_WORKSPACE = 1003,
     SH_ATTR_ENGINE_GLOBAL_INDEX = 1301, SH_ATTR_ENGINE_NUMERICAL_NOTE = 1303,
     SH_ATTR_ENGINE_BEHAVIOR_NOTE = 1305,
     SH_BEHAVIOR_RUNTIME_COMPILATION = 0,   /* cudnnBackendBehaviorNote_t */
     SH_HEUR_MODE_FALLBACK = 2, SH_HEUR_MODE_A = 3,   /* cudnnBackendHeurMode_t */
+    SH_POINTWISE_ADD = 0, SH_POINTWISE_RELU_FWD = 100,  /* cudnnPointwiseMode_t */
 };
 
-/* The three tensors' unique ids in a plan's variant pack. */
-enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+/* The tensors' unique ids: the variant pack's (x, w, y and a fused
+ * forward's bias), then the fused forward's virtual intermediates. */
+enum { UID_X = 1, UID_W = 2, UID_Y = 3, UID_B = 4, UID_Z = 5, UID_S = 6 };
 
 #define MAX_DENIED 16    /* engines a plan may deny by index */
 #define MAX_NOTES 32     /* more than CUDNN_NUMERICAL_NOTE_TYPE_COUNT (10); a note
@@ -106,7 +112,11 @@ static be_get_fn be_get;
 static be_execute_fn be_execute;
 
 /* kind: 0 forward (x, w -> y), 1 backward data (dy, w -> dx), 2 backward
- * filter (x, dy -> dw). */
+ * filter (x, dy -> dw); the fused forwards 3 (y = conv + b) and 4 (y =
+ * relu(conv + b)), b one value per output channel, are forward
+ * convolutions followed by pointwise operations in one graph. */
+#define N_KINDS 5
+#define FUSED(kind) ((kind) >= 3)
 static const int OP_DESC[3] = {SH_DESC_OP_CONV_FORWARD, SH_DESC_OP_CONV_BWD_DATA,
                                SH_DESC_OP_CONV_BWD_FILTER};
 static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_BWD_DATA_ALPHA,
@@ -126,8 +136,11 @@ typedef struct {
     long long notes;           /* and its numerical notes, a mask (for reports) */
     size_t workspace;
     void *x, *w, *y, *conv, *op, *graph, *cfg, *exec;
+    /* a fused forward's: the bias, the virtual conv (z) and z + b (s)
+     * tensors, and its pointwise descriptors and operations (add, relu) */
+    void *b, *z, *s, *pw[2], *pw_op[2];
     void *pack;                /* the variant pack of `ptrs`, or NULL */
-    void *ptrs[4];             /* x, w, y and workspace addresses of `pack` */
+    void *ptrs[5];             /* x, w, y, bias (or NULL) and workspace addresses of `pack` */
 } conv_plan;
 
 static PyObject *cudnn_error(const char *what, int status) {
@@ -285,15 +298,18 @@ static void plan_release_pack(conv_plan *p) {
 static void plan_free(conv_plan *p) {
     if (!p) return;
     plan_release_pack(p);
-    void *descs[] = {p->exec, p->cfg, p->graph, p->op, p->conv, p->x, p->w, p->y};
+    void *descs[] = {p->exec, p->cfg, p->graph, p->pw_op[1], p->pw_op[0], p->pw[1], p->pw[0],
+                     p->op, p->conv, p->s, p->z, p->b, p->x, p->w, p->y};
     for (size_t i = 0; i < sizeof descs / sizeof *descs; ++i)
         if (descs[i]) be_destroy(descs[i]);
     free(p);
 }
 
-/* A finalized NCHW tensor descriptor (dims d, packed strides) with id uid. */
+/* A finalized NCHW tensor descriptor (dims d, packed strides) with id uid;
+ * `virt`: an intermediate of the graph, in no variant pack. */
 static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, int64_t align,
-                       const char **call) {
+                       int virt, const char **call) {
+    const _Bool is_virtual = virt != 0;
     int64_t strides[4] = {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
     int st;
     *call = "cudnnBackendCreateDescriptor(TENSOR)";
@@ -303,10 +319,39 @@ static int make_tensor(void **desc, int type, const int64_t d[4], int64_t uid, i
         (st = be_set(*desc, SH_ATTR_TENSOR_DIMENSIONS, SH_TYPE_INT64, 4, d)) ||
         (st = be_set(*desc, SH_ATTR_TENSOR_STRIDES, SH_TYPE_INT64, 4, strides)) ||
         (st = be_set(*desc, SH_ATTR_TENSOR_UNIQUE_ID, SH_TYPE_INT64, 1, &uid)) ||
-        (st = be_set(*desc, SH_ATTR_TENSOR_BYTE_ALIGNMENT, SH_TYPE_INT64, 1, &align)))
+        (st = be_set(*desc, SH_ATTR_TENSOR_BYTE_ALIGNMENT, SH_TYPE_INT64, 1, &align)) ||
+        (virt && (st = be_set(*desc, SH_ATTR_TENSOR_IS_VIRTUAL, SH_TYPE_BOOLEAN, 1,
+                              &is_virtual))))
         return st;
     *call = "cudnnBackendFinalize(TENSOR)";
     return be_finalize(*desc);
+}
+
+/* A finalized pointwise operation y = mode(x) or mode(x, b) (b NULL: none),
+ * computing in `prec`, and its pointwise descriptor. */
+static int make_pointwise(void **pw, void **op, int mode, int prec, void *x, void *b, void *y,
+                          const char **call) {
+    int st;
+    *call = "cudnnBackendCreateDescriptor(POINTWISE)";
+    if ((st = be_create(SH_DESC_POINTWISE, pw))) return st;
+    *call = "cudnnBackendSetAttribute(POINTWISE)";
+    if ((st = be_set(*pw, SH_ATTR_POINTWISE_MODE, SH_TYPE_POINTWISE_MODE, 1, &mode)) ||
+        (st = be_set(*pw, SH_ATTR_POINTWISE_MATH_PREC, SH_TYPE_DATA_TYPE, 1, &prec)))
+        return st;
+    *call = "cudnnBackendFinalize(POINTWISE)";
+    if ((st = be_finalize(*pw))) return st;
+    *call = "cudnnBackendCreateDescriptor(OPERATION_POINTWISE)";
+    if ((st = be_create(SH_DESC_OP_POINTWISE, op))) return st;
+    *call = "cudnnBackendSetAttribute(OPERATION_POINTWISE)";
+    if ((st = be_set(*op, SH_ATTR_OP_POINTWISE_PW_DESCRIPTOR, SH_TYPE_BACKEND_DESCRIPTOR, 1,
+                     pw)) ||
+        (st = be_set(*op, SH_ATTR_OP_POINTWISE_XDESC, SH_TYPE_BACKEND_DESCRIPTOR, 1, &x)) ||
+        (b && (st = be_set(*op, SH_ATTR_OP_POINTWISE_BDESC, SH_TYPE_BACKEND_DESCRIPTOR, 1,
+                           &b))) ||
+        (st = be_set(*op, SH_ATTR_OP_POINTWISE_YDESC, SH_TYPE_BACKEND_DESCRIPTOR, 1, &y)))
+        return st;
+    *call = "cudnnBackendFinalize(OPERATION_POINTWISE)";
+    return be_finalize(*op);
 }
 
 /* Whether engine configuration cfg may run a plan under `policy`: its engine
@@ -416,7 +461,8 @@ out:
 
 /* cudnn_conv_plan(handle, kind, format, ws_limit, align, refused, denied, rtc,
  * n, c, h, w, k, r, s, p, q, sh, sw, ph, pw, dh, dw) -> (plan, engine, notes,
- * workspace bytes), or None when no engine qualifies.  `format`: 0 float, 1
+ * workspace bytes), or None when no engine qualifies.  `kind`: 0 to 4 (see
+ * OP_DESC; the fused forwards' n, c, ... are the forward's).  `format`: 0 float, 1
  * double, 2 bfloat16, 3 float16 (blas.KINDS' numbers); the caller's policy:
  * `refused`, the mask of numerical notes no engine may carry (bit `note` of
  * cudnnBackendNumericalNote_t), `denied`, a tuple of engine global indices
@@ -457,9 +503,9 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
     }
     if (!arg_int(what, "rtc", args[7], 0, &policy.rtc)) return NULL;
     policy.rtc = policy.rtc != 0;
-    if (kind > 2 || format > 3) {
-        PyErr_Format(PyExc_ValueError, "%s: kind must be 0, 1 or 2 and format 0 to 3, got %d, %d",
-                     what, kind, format);
+    if (kind >= N_KINDS || format > 3) {
+        PyErr_Format(PyExc_ValueError, "%s: kind must be 0 to %d and format 0 to 3, got %d, %d",
+                     what, N_KINDS - 1, kind, format);
         return NULL;
     }
     static const char *const names[] = {"n", "c", "h", "w", "k", "r", "s", "p", "q",
@@ -493,9 +539,16 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         call = name;                                                               \
         if ((st = (expr)) != SH_CUDNN_STATUS_SUCCESS) goto fail;                   \
     } while (0)
-    if ((st = make_tensor(&pl->x, type, xd, UID_X, al, &call)) ||
-        (st = make_tensor(&pl->w, type, wd, UID_W, al, &call)) ||
-        (st = make_tensor(&pl->y, type, yd, UID_Y, al, &call)))
+    const int fused = FUSED(kind), pass = fused ? 0 : kind;
+    const int64_t bd[4] = {1, dims[4], 1, 1};
+    /* a fused forward: the convolution into z (virtual, in the compute
+     * type), s = z + b (virtual too where the activation follows), y */
+    if ((st = make_tensor(&pl->x, type, xd, UID_X, al, 0, &call)) ||
+        (st = make_tensor(&pl->w, type, wd, UID_W, al, 0, &call)) ||
+        (st = make_tensor(&pl->y, type, yd, UID_Y, al, 0, &call)) ||
+        (fused && ((st = make_tensor(&pl->b, type, bd, UID_B, al, 0, &call)) ||
+                   (st = make_tensor(&pl->z, comp, yd, UID_Z, al, 1, &call)))) ||
+        (kind == 4 && (st = make_tensor(&pl->s, comp, yd, UID_S, al, 1, &call))))
         goto fail;
     TRY("cudnnBackendCreateDescriptor(CONVOLUTION)", be_create(SH_DESC_CONVOLUTION, &pl->conv));
     call = "cudnnBackendSetAttribute(CONVOLUTION)";
@@ -511,10 +564,10 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         (st = be_set(pl->conv, SH_ATTR_CONVOLUTION_DILATIONS, SH_TYPE_INT64, 2, dil)))
         goto fail;
     TRY("cudnnBackendFinalize(CONVOLUTION)", be_finalize(pl->conv));
-    TRY("cudnnBackendCreateDescriptor(OPERATION_CONVOLUTION)", be_create(OP_DESC[kind], &pl->op));
+    TRY("cudnnBackendCreateDescriptor(OPERATION_CONVOLUTION)", be_create(OP_DESC[pass], &pl->op));
     /* Each operation's attributes follow its alpha: beta, conv, then the
      * w-side, x-side and y-side tensors (cudnn_graph.h). */
-    const int base = OP_ALPHA[kind];
+    const int base = OP_ALPHA[pass];
     const float one_f = 1.0f, zero_f = 0.0f;
     const double one_d = 1.0, zero_d = 0.0;
     const int scalar = dbl ? SH_TYPE_DOUBLE : SH_TYPE_FLOAT;
@@ -525,15 +578,23 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         (st = be_set(pl->op, base + 2, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->conv)) ||
         (st = be_set(pl->op, base + 3, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->w)) ||
         (st = be_set(pl->op, base + 4, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->x)) ||
-        (st = be_set(pl->op, base + 5, SH_TYPE_BACKEND_DESCRIPTOR, 1, &pl->y)))
+        (st = be_set(pl->op, base + 5, SH_TYPE_BACKEND_DESCRIPTOR, 1, fused ? &pl->z : &pl->y)))
         goto fail;
     TRY("cudnnBackendFinalize(OPERATION_CONVOLUTION)", be_finalize(pl->op));
+    if (fused &&
+        ((st = make_pointwise(&pl->pw[0], &pl->pw_op[0], SH_POINTWISE_ADD, comp, pl->z, pl->b,
+                              kind == 4 ? pl->s : pl->y, &call)) ||
+         (kind == 4 && (st = make_pointwise(&pl->pw[1], &pl->pw_op[1], SH_POINTWISE_RELU_FWD,
+                                            comp, pl->s, NULL, pl->y, &call)))))
+        goto fail;
+    void *ops[3] = {pl->op, pl->pw_op[0], pl->pw_op[1]};
+    const int64_t n_ops = fused ? kind - 1 : 1;
     TRY("cudnnBackendCreateDescriptor(OPERATIONGRAPH)",
         be_create(SH_DESC_OPERATIONGRAPH, &pl->graph));
     call = "cudnnBackendSetAttribute(OPERATIONGRAPH)";
     if ((st = be_set(pl->graph, SH_ATTR_OPERATIONGRAPH_HANDLE, SH_TYPE_HANDLE, 1, &handle)) ||
-        (st = be_set(pl->graph, SH_ATTR_OPERATIONGRAPH_OPS, SH_TYPE_BACKEND_DESCRIPTOR, 1,
-                     &pl->op)))
+        (st = be_set(pl->graph, SH_ATTR_OPERATIONGRAPH_OPS, SH_TYPE_BACKEND_DESCRIPTOR, n_ops,
+                     ops)))
         goto fail;
     TRY("cudnnBackendFinalize(OPERATIONGRAPH)", be_finalize(pl->graph));
     int found = 0;
@@ -558,17 +619,24 @@ fail:
     return cudnn_error(call, st);
 }
 
-/* cudnn_conv_run(plan, handle, a, b, out, workspace): out = the plan's
- * convolution of a and b (alpha 1, beta 0: out is overwritten), on the
- * handle's stream.  (a, b, out) are (x, w, y) forward, (dy, w, dx) backward
- * data, (x, dy, dw) backward filter; `workspace` holds at least the plan's
- * workspace bytes (0 if it needs none).  The variant pack of the last
- * addresses is kept: a training loop passes the same arrays every step. */
+/* cudnn_conv_run(plan, handle, a, b, out, workspace[, bias]): out = the
+ * plan's convolution of a and b (alpha 1, beta 0: out is overwritten), on
+ * the handle's stream.  (a, b, out) are (x, w, y) forward, fused forward
+ * included, (dy, w, dx) backward data, (x, dy, dw) backward filter;
+ * `workspace` holds at least the plan's workspace bytes (0 if it needs
+ * none); `bias`, a fused forward's only (K values).  The variant pack of
+ * the last addresses is kept: a training loop passes the same arrays every
+ * step. */
 static PyObject *py_cudnn_conv_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     const char *what = "cudnn_conv_run";
-    void *plan, *handle, *a, *b, *out, *ws;
-    if (!nargs_is(what, nargs, 6) || !arg_pointer(what, "plan", args[0], &plan) ||
+    void *plan, *handle, *a, *b, *out, *ws, *bias = NULL;
+    if (nargs != 6 && nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "%s takes 6 or 7 arguments (%zd given)", what, nargs);
+        return NULL;
+    }
+    if ((nargs == 7 && !arg_pointer(what, "bias", args[6], &bias)) ||
+        !arg_pointer(what, "plan", args[0], &plan) ||
         !arg_pointer(what, "handle", args[1], &handle) ||
         !arg_pointer(what, "a", args[2], &a) || !arg_pointer(what, "b", args[3], &b) ||
         !arg_pointer(what, "out", args[4], &out) ||
@@ -579,27 +647,34 @@ static PyObject *py_cudnn_conv_run(PyObject *self, PyObject *const *args, Py_ssi
         return NULL;
     }
     conv_plan *p = plan;
+    if (FUSED(p->kind) != (bias != NULL)) {
+        PyErr_Format(PyExc_ValueError, "%s: a bias is %s for a plan of kind %d", what,
+                     FUSED(p->kind) ? "needed" : "not taken", p->kind);
+        return NULL;
+    }
     if (p->workspace && !ws) {
         PyErr_Format(PyExc_ValueError, "%s: the plan needs %zu bytes of workspace", what,
                      p->workspace);
         return NULL;
     }
     if (!cudnn_ready(what)) return NULL;
-    /* the addresses of the x, w and y tensors, by kind */
-    void *const ptrs[4] = {p->kind == 1 ? out : a, p->kind == 2 ? out : b,
-                           p->kind == 0 ? out : (p->kind == 1 ? a : b), ws};
+    /* the addresses of the x, w, y and bias tensors, by pass */
+    const int pass = FUSED(p->kind) ? 0 : p->kind;
+    void *const ptrs[5] = {pass == 1 ? out : a, pass == 2 ? out : b,
+                           pass == 0 ? out : (pass == 1 ? a : b), bias, ws};
     int st;
     const char *call = "cudnnBackendExecute";
     if (!p->pack || memcmp(ptrs, p->ptrs, sizeof ptrs) != 0) {
-        static const int64_t uids[3] = {UID_X, UID_W, UID_Y};
+        static const int64_t uids[4] = {UID_X, UID_W, UID_Y, UID_B};
+        const int64_t n = bias ? 4 : 3;
         plan_release_pack(p);
         void *pack = NULL;
         call = "cudnnBackendCreateDescriptor(VARIANT_PACK)";
         if ((st = be_create(SH_DESC_VARIANT_PACK, &pack))) return cudnn_error(call, st);
         call = "cudnnBackendSetAttribute(VARIANT_PACK)";
-        if ((st = be_set(pack, SH_ATTR_VARIANT_PACK_UNIQUE_IDS, SH_TYPE_INT64, 3, uids)) ||
-            (st = be_set(pack, SH_ATTR_VARIANT_PACK_DATA_POINTERS, SH_TYPE_VOID_PTR, 3, ptrs)) ||
-            (st = be_set(pack, SH_ATTR_VARIANT_PACK_WORKSPACE, SH_TYPE_VOID_PTR, 1, &ptrs[3])) ||
+        if ((st = be_set(pack, SH_ATTR_VARIANT_PACK_UNIQUE_IDS, SH_TYPE_INT64, n, uids)) ||
+            (st = be_set(pack, SH_ATTR_VARIANT_PACK_DATA_POINTERS, SH_TYPE_VOID_PTR, n, ptrs)) ||
+            (st = be_set(pack, SH_ATTR_VARIANT_PACK_WORKSPACE, SH_TYPE_VOID_PTR, 1, &ptrs[4])) ||
             (call = "cudnnBackendFinalize(VARIANT_PACK)", st = be_finalize(pack))) {
             be_destroy(pack);
             return cudnn_error(call, st);

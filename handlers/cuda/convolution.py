@@ -20,6 +20,7 @@ import math
 import os
 from typing import NamedTuple
 
+from ..base import Handler
 from . import context as cuda_context
 from . import graph as cuda_graph
 from . import kernel_loader
@@ -77,7 +78,7 @@ def refused_notes(backward, half, deterministic):
 # bfloat16, 2.2 times the tolerance tests/helpers.py derives from the format.
 # Read at each plan (a diagnostic replaces it: benchmarks/results/diagnostics/
 # conv_engines.py).
-DENIED_ENGINES = {0: (), 1: (), 2: (17,)}
+DENIED_ENGINES = {0: (), 1: (), 2: (17,), 3: (), 4: ()}
 
 
 def cudnn_note_names(mask):
@@ -122,6 +123,12 @@ def load_cudnn():
 # planning (no handler) ------------------------------------------------------------
 #: the cuDNN pass of each conv2d kind (the number _cudnn takes)
 CONV_KINDS = {"forward": 0, "backward_data": 1, "backward_filter": 2}
+#: conv2d_bias_act's activations that cuDNN runs in the convolution's graph,
+#: and their plans' numbers (a forward pass with pointwise operations after)
+FUSED_KINDS = {None: 3, "relu": 4}
+#: a plan cache's entry for a fused forward cuDNN has no engine for: the
+#: op falls back (``conv2d_bias_act``)
+NO_PLAN = (0, 0, None, 0)
 
 
 def conv_dims(code, a_shape, b_shape, out_shape, stride, padding, dilation):
@@ -131,7 +138,7 @@ def conv_dims(code, a_shape, b_shape, out_shape, stride, padding, dilation):
     # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
     # (a, out, b) backward filter.
     x, w, y = ((a_shape, b_shape, out_shape), (out_shape, b_shape, a_shape),
-               (a_shape, out_shape, b_shape))[code]
+               (a_shape, out_shape, b_shape))[code if code < 3 else 0]   # fused: forward's
     # A stride past the padded input changes nothing (one output row)
     # but could overflow cuDNN's int: clamp it.
     sh = min(stride[0], x[2] + 2 * padding[0])
@@ -144,7 +151,7 @@ def engines(plans):
     w, y, stride, padding, dilation, engine]`` per convolution, as plain
     values (the key's fields but its alignment, then the plan's engine)."""
     return [[key[0], key[1], *(list(k) for k in key[2:-1]), plan[2]]
-            for key, plan in list(plans.items())]
+            for key, plan in list(plans.items()) if plan is not NO_PLAN]
 
 
 def engine_pins(engines):
@@ -199,28 +206,51 @@ def pool_launch(kind, src_shape, dst_shape, window, stride, padding, max_blocks)
 
 # runners (functions of the handler) ---------------------------------------------
 def conv2d(h, kind, a, b, out, stride, padding, dilation):
-    """``_conv2d``: run one pass on cuDNN, planned at the first call of its
-    geometry (``plan_conv``) and kept in ``h._conv_plans``."""
+    """``_conv2d``: run one pass on cuDNN (``run_conv``)."""
+    run_conv(h, CONV_KINDS[kind], (a, b, out), stride, padding, dilation)
+
+
+def conv2d_bias_act(h, x, w, bias, out, stride, padding, dilation, act):
+    """``_conv2d_bias_act``: the convolution, bias and activation as one
+    cuDNN graph where ``act`` is one cuDNN runs there (``FUSED_KINDS``) and
+    cuDNN offers an engine the policy allows; else the convolution and
+    then the epilogue as fused ops (``Handler._conv2d_bias_act``)."""
+    code = FUSED_KINDS.get(act, -1)
+    if code < 0 or not run_conv(h, code, (x, w, out, bias), stride, padding, dilation):
+        Handler._conv2d_bias_act(h, x, w, bias, out, stride, padding, dilation, act)
+
+
+def run_conv(h, code, arrays, stride, padding, dilation):
+    """Run plan ``code`` (``CONV_KINDS``, ``FUSED_KINDS``) on ``arrays``
+    (a, b, out[, bias]), planned at the first call of its geometry
+    (``plan_conv``) and kept in ``h._conv_plans``; False, running nothing,
+    for a fused plan cuDNN has no engine for."""
     cuda_context.enter()
-    code = CONV_KINDS[kind]
     slot = h._slot
     handle = slot.cudnn or cudnn_handles(h)
+    a, b, out = arrays[:3]
     # the largest power of two up to 16 that divides every address: cuDNN
     # engines may rely on the alignment a plan declares
-    bits = int(a.gpudata) | int(b.gpudata) | int(out.gpudata) | 16
+    bits = 16
+    for arr in arrays:
+        bits |= int(arr.gpudata)
     align = bits & -bits
     key = (code, h._format, a.shape, b.shape, out.shape, stride, padding, dilation, align)
     plan = h._conv_plans.get(key)
     if plan is None:
         dims = conv_dims(code, a.shape, b.shape, out.shape, stride, padding, dilation)
-        plan = h._conv_plans[key] = plan_conv(h, code, align, dims, a, b, out, handle,
+        plan = h._conv_plans[key] = plan_conv(h, code, align, dims, arrays, handle,
                                               h._conv_pins.get(key[:-1]))
+    if plan is NO_PLAN:
+        return False
     ptr, nbytes = plan[:2]
     ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
-    _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata, ws)
+    _cudnn.cudnn_conv_run(ptr, handle, *(arr.gpudata for arr in arrays[:3]), ws,
+                          *(arr.gpudata for arr in arrays[3:]))
+    return True
 
 
-def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
+def plan_conv(h, code, align, dims, arrays, handle, pin=None):
     """(plan, workspace bytes, engine, its notes) of one convolution.
 
     The candidates: cuDNN's engines that the policy allows
@@ -238,9 +268,12 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
     (seconds at first use) are a last resort: only when no other engine
     qualifies, and then the first alone.  ``pin``: an engine to take
     without timing where it is among the candidates (the engine another
-    process chose: ``prefer_conv_engines``)."""
+    process chose: ``prefer_conv_engines``).  ``arrays``: (a, b, out[,
+    bias]), run while timing.  A fused forward (``FUSED_KINDS``) with no
+    engine gives ``NO_PLAN``; any other pass raises RuntimeError."""
     slot = h._slot
-    refused = refused_notes(code != 0, h._half, h.deterministic)
+    refused = refused_notes(code in (1, 2), h._half, h.deterministic)
+    pointers = [arr.gpudata for arr in arrays]
     denied, found = list(DENIED_ENGINES[code]), []
 
     def plan(rtc):
@@ -257,6 +290,8 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
         if engine == pin:
             break
     pinned = [cand for cand in found if pin is not None and cand[2] == pin]
+    if not found and code in FUSED_KINDS.values():
+        return NO_PLAN
     if not found:
         raise RuntimeError(
             f"PyCudaHandler: cuDNN offers no engine for this convolution (pass {code}, "
@@ -278,8 +313,7 @@ def plan_conv(h, code, align, dims, a, b, out, handle, pin=None):
                     for k in range(5):
                         if k == 2:
                             ext.record(start, slot.handle)
-                        _cudnn.cudnn_conv_run(ptr, handle, a.gpudata, b.gpudata, out.gpudata,
-                                              ws)
+                        _cudnn.cudnn_conv_run(ptr, handle, *pointers[:3], ws, *pointers[3:])
                     ext.record(end, slot.handle)
                     ext.event_sync(end)
                     times.append(ext.event_elapsed(start, end))

@@ -505,6 +505,7 @@ class PyCudaHandler(Handler):
 
     # convolution and pooling: handlers.cuda.convolution plans and runs them
     _conv2d = convolution.conv2d
+    _conv2d_bias_act = convolution.conv2d_bias_act
     _pool2d = convolution.pool2d
 
     def conv_engines(self):
