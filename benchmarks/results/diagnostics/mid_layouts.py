@@ -6,13 +6,14 @@ The reductions run at efb3aad (an H200, 2026-11-27) drew ``sum_t`` of
 columns a block of 1024 threads for its 254 packets.  The branch
 ``mid-short`` (b78574f) sent such short columns to ``sum_gen``
 instead: 34.3 us, 0.42x, so the general kernel is no cure either.  This
-times, ours only beside PyTorch, three plans of the same layouts in one
-process (a fresh handler per plan: plans are cached per handler):
+times, ours only beside PyTorch, four ways of the same layouts in one
+process (a fresh handler per way: plans are cached per handler):
 
 - ``mid``: ``plan_mid`` (the tree's plan for every such layout);
 - ``gen``: ``plan_gen`` over extents (A, M, I) reducing (0, 2);
-- ``passes``: no one-launch plan, so the handler reduces one merged axis
-  at a time (I first, as rows; then A, as columns).
+- ``I,A``: two ``sum_t`` calls on views, I first as rows of (A*M, I),
+  then A as columns of (A, M), through a scratch array;
+- ``A,I``: A first as columns of (A, M*I), then I as rows of (M, I).
 
 Each figure is the median of REPS samples of CALLS calls back to back
 between CUDA events, cycling inputs beyond the L2 so that every call reads
@@ -34,6 +35,7 @@ from benchmarks.ops import inputs_beyond_l2  # noqa: E402
 from handlers.cuda import reductions as R  # noqa: E402
 
 REPS, CALLS = 10, 10
+WAYS = ("mid", "gen", "I,A", "A,I")
 #: (shape, axes): short columns first, then the conv bias gradient's long ones
 CASES = [((127, 4096, 2, 4), (0, 2, 3)), ((1000, 4096, 4), (0, 2)), ((8, 4096, 4, 4), (0, 2, 3)),
          ((256, 512, 2, 2), (0, 2, 3)), ((64, 256, 7, 7), (0, 2, 3)),
@@ -54,11 +56,29 @@ def forced(how):
         if how == "mid":
             return R.plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix,
                               blocks_per_sm)
-        if how == "gen":
-            return R.plan_gen(dims, (0, 2), aligned, width, family, sms, sm_threads, div,
-                              kind, suffix, blocks_per_sm)
-        return None
+        return R.plan_gen(dims, (0, 2), aligned, width, family, sms, sm_threads, div,
+                          kind, suffix, blocks_per_sm)
     return plan
+
+
+def two_passes(h, how, x, dims, out):
+    """A call that sums (A, M, I) view ``x`` over A and I into ``out`` (M,)
+    in two ``sum_t`` calls, in the order ``how`` ("I,A" or "A,I")."""
+    A, M, inner = dims
+    if how == "I,A":
+        first, mid_shape, second = (A * M, inner), (A, M), 0
+    else:
+        first, mid_shape, second = (A, M * inner), (M, inner), 1
+    src = h.reshape_t(x, first)
+    tmp = h.allocate((first[0] if how == "I,A" else first[1],))
+    tmp2 = h.reshape_t(tmp, mid_shape)
+    flat = h.reshape_t(out, (M,))
+    axis1 = 1 if how == "I,A" else 0
+
+    def call():
+        h.sum_t(src, axis1, tmp)
+        h.sum_t(tmp2, second, flat)
+    return call
 
 
 def main():
@@ -72,8 +92,8 @@ def main():
     data = {case: rng.standard_normal(case[0]).astype(np.float32) for case in CASES}
     refs = {case: data[case].astype(np.float64).sum(axis=case[1]) for case in CASES}
     rows = {case: {} for case in CASES}
-    for how in ("mid", "gen", "passes"):
-        R.plan = forced(how)
+    for how in WAYS:
+        R.plan = forced(how) if how in ("mid", "gen") else tree
         h = cuda_handler("mid_layouts", np.float32, what="tool")
         if h is None:
             return
@@ -84,13 +104,17 @@ def main():
                 copies = inputs_beyond_l2(data[case].nbytes)
                 xs = [h.create_from_numpy(data[case]) for _ in range(copies)]
                 out = h.allocate(refs[case].shape)
-                ms = timer.time(lambda i: h.sum_t(xs[i % copies], axes, out), reps=REPS,
-                                warmup=2, inner=CALLS)
+                dims = R.layout(shape, axes)[1]
+                if how in ("mid", "gen"):
+                    calls = [lambda x=x: h.sum_t(x, axes, out) for x in xs]
+                else:
+                    calls = [two_passes(h, how, x, dims, out) for x in xs]
+                ms = timer.time(lambda i: calls[i % copies](), reps=REPS, warmup=2,
+                                inner=CALLS)
                 got = h.get_numpy_copy(out).astype(np.float64)
                 err = float(np.abs(got - refs[case]).max() / np.abs(refs[case]).max())
-                key = (shape, axes, True)
-                plan = h._sum_plans.get(key)
-                kernel = plan.launch.kernel if plan else "passes"
+                plan = h._sum_plans.get((shape, axes, True))
+                kernel = plan.launch.kernel if how in ("mid", "gen") and plan else how
                 rows[case][how] = (ms * 1e3, err, kernel)
         finally:
             h.close()
@@ -106,12 +130,12 @@ def main():
           f"of {CALLS} calls, inputs from DRAM); max error against float64 relative to the "
           f"largest result")
     print(f"{'shape':22s} {'axes':10s} {'(A, M, I)':18s} " + "  ".join(
-        f"{h:>22s}" for h in ("mid", "gen", "passes", "torch")))
+        f"{h:>22s}" for h in WAYS + ("torch",)))
     for case in CASES:
         shape, axes = case
         dims = R.layout(shape, axes)[1]
         cells = []
-        for how in ("mid", "gen", "passes", "torch"):
+        for how in WAYS + ("torch",):
             us, err, kernel = rows[case][how]
             cells.append(f"{us:8.2f} {kernel[:13]:13s}" + ("" if err < 1e-5 else " BAD"))
         print(f"{str(shape):22s} {str(axes):10s} {str(dims):18s} " + "  ".join(cells))
