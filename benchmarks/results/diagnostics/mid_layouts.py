@@ -119,7 +119,7 @@ def main():
         finally:
             h.close()
             R.plan = tree
-    ttimer = EventTimer("torch")
+    ttimer = EventTimer("torch", module=torch)
     for case in CASES:
         shape, axes = case
         copies = inputs_beyond_l2(data[case].nbytes)
