@@ -10,6 +10,8 @@ times, ours only beside PyTorch, four ways of the same layouts in one
 process (a fresh handler per way: plans are cached per handler):
 
 - ``mid``: ``plan_mid`` (the tree's plan for every such layout);
+- ``mid/B``: the same plan launched in blocks of B threads (the kernel is
+  correct for any multiple of 32 up to 1024);
 - ``gen``: ``plan_gen`` over extents (A, M, I) reducing (0, 2);
 - ``I,A``: two ``sum_t`` calls on views, I first as rows of (A*M, I),
   then A as columns of (A, M), through a scratch array;
@@ -35,7 +37,7 @@ from benchmarks.ops import inputs_beyond_l2  # noqa: E402
 from handlers.cuda import reductions as R  # noqa: E402
 
 REPS, CALLS = 10, 10
-WAYS = ("mid", "gen", "I,A", "A,I")
+WAYS = ("mid", "mid/256", "mid/128", "mid/64", "gen", "I,A", "A,I")
 #: (shape, axes): short columns first, then the conv bias gradient's long ones
 CASES = [((127, 4096, 2, 4), (0, 2, 3)), ((1000, 4096, 4), (0, 2)), ((8, 4096, 4, 4), (0, 2, 3)),
          ((256, 512, 2, 2), (0, 2, 3)), ((64, 256, 7, 7), (0, 2, 3)),
@@ -53,9 +55,12 @@ def forced(how):
         if form != "mid" or family != "sum" or suffix:
             return tree(shape, axes, aligned, width, family, sms, sm_threads, div, kind, suffix,
                         blocks_per_sm)
-        if how == "mid":
-            return R.plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix,
-                              blocks_per_sm)
+        if how.startswith("mid"):
+            got = R.plan_mid(*dims, aligned, width, sms, sm_threads, div, suffix,
+                             blocks_per_sm)
+            if got is None or how == "mid":
+                return got
+            return got._replace(launch=got.launch._replace(block=int(how[4:])))
         return R.plan_gen(dims, (0, 2), aligned, width, family, sms, sm_threads, div,
                           kind, suffix, blocks_per_sm)
     return plan
@@ -93,7 +98,7 @@ def main():
     refs = {case: data[case].astype(np.float64).sum(axis=case[1]) for case in CASES}
     rows = {case: {} for case in CASES}
     for how in WAYS:
-        R.plan = forced(how) if how in ("mid", "gen") else tree
+        R.plan = forced(how) if "," not in how else tree
         h = cuda_handler("mid_layouts", np.float32, what="tool")
         if h is None:
             return
@@ -105,7 +110,7 @@ def main():
                 xs = [h.create_from_numpy(data[case]) for _ in range(copies)]
                 out = h.allocate(refs[case].shape)
                 dims = R.layout(shape, axes)[1]
-                if how in ("mid", "gen"):
+                if "," not in how:
                     calls = [lambda x=x: h.sum_t(x, axes, out) for x in xs]
                 else:
                     calls = [two_passes(h, how, x, dims, out) for x in xs]
@@ -114,12 +119,12 @@ def main():
                 got = h.get_numpy_copy(out).astype(np.float64)
                 err = float(np.abs(got - refs[case]).max() / np.abs(refs[case]).max())
                 plan = h._sum_plans.get((shape, axes, True))
-                kernel = plan.launch.kernel if how in ("mid", "gen") and plan else how
+                kernel = plan.launch.kernel if "," not in how and plan else how
                 rows[case][how] = (ms * 1e3, err, kernel)
         finally:
             h.close()
             R.plan = tree
-    ttimer = EventTimer("torch")
+    ttimer = EventTimer("torch", module=torch)
     for case in CASES:
         shape, axes = case
         copies = inputs_beyond_l2(data[case].nbytes)
