@@ -37,11 +37,17 @@ def dot(op):
     return rule
 
 
+def _check_act(op, act):
+    """ValueError unless ``act`` is one of ``handlers.activations.DOT_ACTS``
+    (the activations of the ops with a bias and an activation)."""
+    if act not in DOT_ACTS:
+        fail_value(op, f"act must be one of {DOT_ACTS}, got {act!r}")
+
+
 def dot_bias_act(h, a, b, bias, out, act):
     """``dot_bias_act``: a (m, k) @ b (k, n) + bias (1, n) -> out (m, n), act
     one of ``handlers.activations.DOT_ACTS``."""
-    if act not in DOT_ACTS:
-        fail_value("dot_bias_act", f"act must be one of {DOT_ACTS}, got {act!r}")
+    _check_act("dot_bias_act", act)
     for x, name in ((a, "a"), (b, "b"), (bias, "bias"), (out, "out")):
         check_ndim("dot_bias_act", x, 2, name)
     (m, k), (k2, n) = a.shape, b.shape
@@ -397,8 +403,7 @@ def conv2d_bias_act(h, x, w, bias, out, stride, padding, dilation, act):
     """``conv2d_bias_act``: conv2d_forward's rule, bias (K,) and ``act`` one
     of ``handlers.activations.DOT_ACTS``; returns the pairs as it does."""
     op = "conv2d_bias_act"
-    if act not in DOT_ACTS:
-        fail_value(op, f"act must be one of {DOT_ACTS}, got {act!r}")
+    _check_act(op, act)
     params = conv2d(op)(h, x, w, out, stride, padding, dilation)
     check_ndim(op, bias, 1, "bias")
     if bias.shape != (w.shape[0],):

@@ -25,6 +25,7 @@ their derivatives read the input, which a fused layer keeps (``aux``).
 from handlers import fused_op
 from handlers.activations import DOT_ACTS, FORMULAS, bias_body
 from handlers.activations import split as _split
+from handlers.base import CONV_EPILOGUES, EPILOGUES
 
 
 def _declare(act, bias):
@@ -37,8 +38,11 @@ def _declare(act, bias):
     (ds, factor), reads = _split(FORMULAS[act][1]), FORMULAS[act][2]
     kind = "" if bias == "row" else "conv_"
     keep = reads == "s"
-    forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}",
-                       outputs="y aux" if keep else "y", body=bias_body(act, keep))
+    if act in DOT_ACTS and not keep:   # the ops' own epilogue: one program
+        forward = (EPILOGUES if bias == "row" else CONV_EPILOGUES)[act]
+    else:
+        forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}",
+                           outputs="y aux" if keep else "y", body=bias_body(act, keep))
     backward = fused_op(f"{kind}bias_{act}_backward", inputs=f"dy {reads}",
                         outputs=f"g db:{bias}",
                         body=f"{ds}g = dy * ({factor})\n"

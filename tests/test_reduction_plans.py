@@ -36,6 +36,7 @@ from handlers.cuda.launch import (
     BLOCK,
     LANE_UNROLL,
     MAX_BLOCKS_PER_SM,
+    MID_BLOCK,
     SHORT_ROW,
     THREAD_ROW,
     THREAD_UNROLL,
@@ -124,11 +125,17 @@ def _check(plan, n, width):
     launch = plan.launch
     assert launch.kernel in KERNELS, launch.kernel
     assert len(KERNELS[launch.kernel][1]) == 4 + len(launch.args)
-    assert launch.grid >= 1 and launch.block in (256, 1024)
-    if launch.kernel.startswith("sum_mid"):
+    mid = launch.kernel.startswith("sum_mid")
+    assert launch.grid >= 1 and (mid or launch.block in (256, 1024))
+    if mid:
         A, M, inner, chunk, chunks, _ = launch.args
         total = A * (inner // (width if "_vec" in launch.kernel else 1))
         assert chunk < 2**31 and (chunks - 1) * chunk < total <= chunks * chunk
+        # a power of 2 from a warp to MID_BLOCK (the kernel takes any multiple
+        # of 32); blocks under MID_BLOCK split a column only past 32-bit offsets
+        block = launch.block
+        assert 32 <= block <= MID_BLOCK and block & (block - 1) == 0
+        assert block == MID_BLOCK or chunks == -(-total // (2**31 - 1))
     elif launch.kernel.endswith("_one"):   # nothing to reduce: its elements
         assert n == 1 and len(launch.args) == 1
     elif "_cols" in launch.kernel or "_gen" in launch.kernel:
@@ -209,9 +216,15 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
                 (launch, target)
     elif kind == "mid":
         A, M, inner, chunk, chunks, _ = launch.args
-        per_sm = max(1, blocks(launch.kernel, launch.block) // 2)
+        block, threads = launch.block, sms * sm_threads
+        # the device's threads shared among the columns, a power of 2 from a warp
+        # to MID_BLOCK: no room for twice the block, unless at MID_BLOCK
+        assert block * M <= threads or block == 32, launch
+        assert 2 * block * M > threads or block == MID_BLOCK, launch
         packets = A * (inner // (width if "_vec" in launch.kernel else 1))
-        assert chunks <= max(1, round(sms * per_sm / M), -(-packets // (2**31 - 1))), launch
+        if block == MID_BLOCK:
+            per_sm = max(1, blocks(launch.kernel, block) // 2)
+            assert chunks <= max(1, round(sms * per_sm / M), -(-packets // (2**31 - 1))), launch
 
 
 def _columns(kernel, width):
@@ -257,6 +270,7 @@ def test_plans_hold_their_invariants(rng, family, width, suffix, occupancy):
         aligned = bool(rng.integers(2))
         blocks = _blocks(occupancy, threads)
         plan = R.plan(shape, axes, aligned, width, family, sms, threads, 1, 0, suffix, blocks)
+        asked = list(blocks.asked)   # by the planner (the checks below ask too)
         form, dims = R.layout(shape, axes)
         if plan is None:   # only where the general kernel declines
             assert form == "passes" and (family != "sum" or suffix), (shape, axes)
@@ -267,11 +281,15 @@ def test_plans_hold_their_invariants(rng, family, width, suffix, occupancy):
         assert plan.launch.kernel.startswith(family)
         assert ("_gen" in plan.launch.kernel) == (form == "passes")
         # the planner asks about its own kernels only, each in its block size
-        for kernel, block in blocks.asked:
-            assert kernel in KERNELS and block == (1024 if "_mid" in kernel else BLOCK)
+        for kernel, block in asked:
+            assert kernel in KERNELS and block == (MID_BLOCK if "_mid" in kernel else BLOCK)
             assert kernel.startswith(family) and kernel.endswith(suffix)
-        assert (plan.launch.kernel, plan.launch.block) in blocks.asked \
-            or plan.launch.kernel.endswith("_one")
+        # the launched kernel's occupancy is asked (here or by the checks),
+        # but for nothing to reduce and the mid kernel's smaller blocks
+        launch = plan.launch
+        small_mid = "_mid" in launch.kernel and launch.block < MID_BLOCK
+        assert (launch.kernel, launch.block) in blocks.asked \
+            or launch.kernel.endswith("_one") or small_mid
 
 
 @pytest.mark.parametrize("width", [4, 2, 8])

@@ -117,6 +117,7 @@ static be_execute_fn be_execute;
  * convolutions followed by pointwise operations in one graph. */
 #define N_KINDS 5
 #define FUSED(kind) ((kind) >= 3)
+#define PASS(kind) (FUSED(kind) ? 0 : (kind))   /* the pass a kind runs */
 static const int OP_DESC[3] = {SH_DESC_OP_CONV_FORWARD, SH_DESC_OP_CONV_BWD_DATA,
                                SH_DESC_OP_CONV_BWD_FILTER};
 static const int OP_ALPHA[3] = {SH_ATTR_OP_CONV_FORWARD_ALPHA, SH_ATTR_OP_CONV_BWD_DATA_ALPHA,
@@ -539,7 +540,7 @@ static PyObject *py_cudnn_conv_plan(PyObject *self, PyObject *const *args, Py_ss
         call = name;                                                               \
         if ((st = (expr)) != SH_CUDNN_STATUS_SUCCESS) goto fail;                   \
     } while (0)
-    const int fused = FUSED(kind), pass = fused ? 0 : kind;
+    const int fused = FUSED(kind), pass = PASS(kind);
     const int64_t bd[4] = {1, dims[4], 1, 1};
     /* a fused forward: the convolution into z (virtual, in the compute
      * type), s = z + b (virtual too where the activation follows), y */
@@ -659,7 +660,7 @@ static PyObject *py_cudnn_conv_run(PyObject *self, PyObject *const *args, Py_ssi
     }
     if (!cudnn_ready(what)) return NULL;
     /* the addresses of the x, w, y and bias tensors, by pass */
-    const int pass = FUSED(p->kind) ? 0 : p->kind;
+    const int pass = PASS(p->kind);
     void *const ptrs[5] = {pass == 1 ? out : a, pass == 2 ? out : b,
                            pass == 0 ? out : (pass == 1 ? a : b), bias, ws};
     int st;

@@ -131,6 +131,12 @@ FUSED_KINDS = {None: 3, "relu": 4}
 NO_PLAN = (0, 0, None, 0)
 
 
+def conv_pass(code):
+    """The pass (``CONV_KINDS``' number) plan ``code`` runs: a fused
+    forward's is the forward's."""
+    return code if code in (1, 2) else 0
+
+
 def conv_dims(code, a_shape, b_shape, out_shape, stride, padding, dilation):
     """The dimensions cuDNN plans pass ``code`` with, for arrays (a, b, out)
     of these shapes: x's four, w's K, R and S, y's P and Q, the two strides,
@@ -138,7 +144,7 @@ def conv_dims(code, a_shape, b_shape, out_shape, stride, padding, dilation):
     # (x, w, y) shapes: (a, b, out) forward, (out, b, a) backward data,
     # (a, out, b) backward filter.
     x, w, y = ((a_shape, b_shape, out_shape), (out_shape, b_shape, a_shape),
-               (a_shape, out_shape, b_shape))[code if code < 3 else 0]   # fused: forward's
+               (a_shape, out_shape, b_shape))[conv_pass(code)]
     # A stride past the padded input changes nothing (one output row)
     # but could overflow cuDNN's int: clamp it.
     sh = min(stride[0], x[2] + 2 * padding[0])
@@ -229,11 +235,12 @@ def run_conv(h, code, arrays, stride, padding, dilation):
     slot = h._slot
     handle = slot.cudnn or cudnn_handles(h)
     a, b, out = arrays[:3]
+    pointers = [int(arr.gpudata) for arr in arrays]
     # the largest power of two up to 16 that divides every address: cuDNN
     # engines may rely on the alignment a plan declares
     bits = 16
-    for arr in arrays:
-        bits |= int(arr.gpudata)
+    for p in pointers:
+        bits |= p
     align = bits & -bits
     key = (code, h._format, a.shape, b.shape, out.shape, stride, padding, dilation, align)
     plan = h._conv_plans.get(key)
@@ -245,8 +252,7 @@ def run_conv(h, code, arrays, stride, padding, dilation):
         return False
     ptr, nbytes = plan[:2]
     ws = int(slot.cudnn_workspace(nbytes)) if nbytes else 0
-    _cudnn.cudnn_conv_run(ptr, handle, *(arr.gpudata for arr in arrays[:3]), ws,
-                          *(arr.gpudata for arr in arrays[3:]))
+    _cudnn.cudnn_conv_run(ptr, handle, *pointers[:3], ws, *pointers[3:])
     return True
 
 
@@ -272,8 +278,8 @@ def plan_conv(h, code, align, dims, arrays, handle, pin=None):
     bias]), run while timing.  A fused forward (``FUSED_KINDS``) with no
     engine gives ``NO_PLAN``; any other pass raises RuntimeError."""
     slot = h._slot
-    refused = refused_notes(code in (1, 2), h._half, h.deterministic)
-    pointers = [arr.gpudata for arr in arrays]
+    refused = refused_notes(conv_pass(code) != 0, h._half, h.deterministic)
+    pointers = [int(arr.gpudata) for arr in arrays]
     denied, found = list(DENIED_ENGINES[code]), []
 
     def plan(rtc):

@@ -512,7 +512,8 @@ class PyCudaHandler(Handler):
         """The cuDNN engine chosen for each convolution planned so far, as
         plain values: ``[pass, format, x, w, y, stride, padding, dilation,
         engine]`` per convolution (pass 0 forward, 1 backward data, 2
-        backward filter; the arrays' shapes).  The choice is timed, so two
+        backward filter, 3 and 4 ``conv2d_bias_act``'s forward with its
+        bias, and ReLU for 4; the arrays' shapes).  The choice is timed, so two
         processes may choose differently, and differ in the last bits:
         ``prefer_conv_engines`` in another process makes it choose these
         (``Trainer.save`` keeps them, so that a resumed run repeats the

@@ -457,16 +457,18 @@ def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix="",
     kernel's 32-bit offsets (the caller then takes one axis at a time).
     Arguments as ``plan_cols``'s.
 
-    Blocks of 1024 threads, half the kernel's resident blocks per
-    multiprocessor (at least one): each column's A * I elements are split
-    into chunks only as far as M columns alone leave multiprocessors idle
-    (one block on an H200 either way: ``sum_mid`` takes 32 registers a
-    thread, 2 blocks, float64's packets 40, 1).  Few, large blocks
-    beat many small ones here because a chunked sum ends with a second stage
-    (partials, a fence, an atomic, a last block's reads) that a short call
-    cannot hide: on an H200, (64, 128, 32, 32) took 10.7 us in a graph as
-    128 blocks of 1024 against 11.4 us as 1024 blocks of 256 (8 per SM),
-    where a plain contiguous read of the same bytes took 10.0 us."""
+    A block per column, its size the device's threads shared among the M
+    columns (``mid_block``).  Few columns take blocks of 1024 threads,
+    half the kernel's resident blocks per multiprocessor (at least one):
+    each column's A * I elements are split into chunks only as far as M
+    columns alone leave multiprocessors idle (one block on an H200 either
+    way: ``sum_mid`` takes 32 registers a thread, 2 blocks, float64's
+    packets 40, 1).  Few, large blocks beat many small ones there because a
+    chunked sum ends with a second stage (partials, a fence, an atomic, a
+    last block's reads) that a short call cannot hide: on an H200, (64, 128,
+    32, 32) took 10.7 us in a graph as 128 blocks of 1024 against 11.4 us
+    as 1024 blocks of 256 (8 per SM), where a plain contiguous read of the
+    same bytes took 10.0 us."""
     vec = width if aligned and inner % width == 0 else 1
     packets = inner // vec
     if packets >= 2**31:
@@ -474,16 +476,34 @@ def plan_mid(A, M, inner, aligned, width, sms, sm_threads, div=1, suffix="",
     total = A * packets
     unroll = 8 if vec == 8 else 16 // vec
     kernel = f"sum_mid{'_vec' if vec > 1 else ''}{suffix}"
-    per_sm = max(1, _per_sm(blocks_per_sm, kernel, MID_BLOCK, sm_threads) // 2)
-    chunks = max(1, min(round(sms * per_sm / M), total // (MID_BLOCK * unroll)))
+    block = mid_block(M, sms, sm_threads)
+    chunks = 1
+    if block == MID_BLOCK:
+        per_sm = max(1, _per_sm(blocks_per_sm, kernel, MID_BLOCK, sm_threads) // 2)
+        chunks = max(1, min(round(sms * per_sm / M), total // (MID_BLOCK * unroll)))
     chunks = max(chunks, -(-total // (2**31 - 1)))
     chunk = -(-total // chunks)
     chunks = -(-total // chunk)
     launch = Launch(kernel, max(1, min(M * chunks, sms * 32)), (A, M, inner, chunk, chunks, div),
-                    MID_BLOCK)
+                    block)
     if chunks == 1:
         return Plan(launch, 0, 0)
     return Plan(launch, M * chunks * _state("sum", width), M)
+
+
+def mid_block(M, sms, sm_threads):
+    """Threads per block of ``sum_mid*`` for M columns: the device's
+    threads (``sms * sm_threads``) shared among the columns, rounded down to
+    a power of 2, from a warp to MID_BLOCK.  Many columns (the kernel's
+    block per column) fill the device with small blocks, so each thread
+    keeps several loads in flight and a block's join is short; 1024-thread
+    blocks there left most threads idle or waiting on the join.  On an H200
+    (``benchmarks/results/diagnostics/mid_layouts.py``), (127, 4096, 8)
+    took 39.9 us in blocks of 1024 and 11.5 in blocks of 64 (PyTorch 14.1);
+    (64, 256, 49), whose 256 columns take blocks of 1024 by this rule, 7.2
+    us against 9.5 in blocks of 256."""
+    share = max(1, sms * sm_threads // M)
+    return max(32, min(MID_BLOCK, 1 << (share.bit_length() - 1)))
 
 
 def _int32(x):
