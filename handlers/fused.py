@@ -400,8 +400,11 @@ class FusedOp:
         if not out_tokens:
             fail_value(name, "declares no output")
         arrays, rows, cols, scalars, device, params = [], [], [], [], [], []
+        any_format = []
         for tok in tokens:
             kind, n = ("scalar", tok[1:]) if tok[0] in "#$" else ("array", tok)
+            if kind == "array" and tok.endswith("^"):
+                tok = n = _any_format(name, tok, any_format)
             if kind == "array" and ":" in tok:
                 n, mode = tok.split(":", 1)
                 if mode not in ("row", "col"):
@@ -418,6 +421,8 @@ class FusedOp:
                     device.append(n)
         outputs, sums = [], []
         for tok in out_tokens:
+            if tok.endswith("^"):
+                tok = _any_format(name, tok, any_format)
             n = tok
             if ":" in tok:
                 n, mode = tok.split(":", 1)
@@ -432,6 +437,10 @@ class FusedOp:
         self.device_scalars, self.outputs = tuple(device), tuple(outputs)
         self.cols, self.sums = tuple(cols), tuple(sums)
         self.params = tuple(params)
+        self.any_format = tuple(n.split(":")[0] for n in any_format)
+        for n in set(self.any_format) & set(self.rows + self.sums):
+            fail_value(name, f"{n} is a row (':row') array: only full and per-row (':col') "
+                             f"arrays may be of any format ('^')")
         self.program = _Parser(name, arrays, scalars, self.outputs, cols, sums).parse(body)
         # The array whose shape the others follow: the first output of full
         # rows, else the first such input.  It gives the rows and their length.
@@ -488,10 +497,11 @@ class FusedOp:
         for p in self.params:
             if p in self.scalars:
                 tokens.append(("$" if p in self.device_scalars else "#") + p)
-            elif p in self.outputs:
-                tokens.append(p + ("+=" if p in self.program.reads_old else "="))
             else:
-                tokens.append(p)
+                mark = "^" if p in self.any_format else ""
+                if p in self.outputs:
+                    mark += "+=" if p in self.program.reads_old else "="
+                tokens.append(p + mark)
         ins = ", ".join(self._describe(p) for p in self.params if p not in self.outputs)
         if self.sums:
             outs = (", ".join(o + (" (per row)" if o in self.cols else " (a row: the sum over "
@@ -515,6 +525,11 @@ class FusedOp:
                           call=f"_fused(FUSED, {', '.join(self.params)})", doc=doc)
 
     def _describe(self, p):
+        if p in self.any_format:
+            return self._describe_format(p) + ", of any format the handler's class holds"
+        return self._describe_format(p)
+
+    def _describe_format(self, p):
         if p in self.rows:
             return f"{p} (a row: shape (n,) or (1, n), broadcast over the last axis)"
         if p in self.cols:
@@ -561,6 +576,15 @@ class FusedOp:
                                      f"per row of {first} {shape}), got {s}")
             elif s != shape:
                 fail_value(name, f"shapes differ: {p} {s}, {first} {shape}")
+        for o in self.outputs if self.any_format else ():
+            # Of another format, an element sits at another offset: an
+            # output over an input's memory would overwrite elements that
+            # other threads have yet to read.
+            for p in self.inputs:
+                if named[o].dtype != named[p].dtype and h._overlaps(named[o], named[p]):
+                    fail_value(name, f"the output {o} ({named[o].dtype}) must not overlap the "
+                                     f"input {p} ({named[p].dtype}): an output may be an "
+                                     f"input's memory only in the same format")
         for o in self.sums:
             # A summed output is written after every row has been read (by
             # the GPU's last block): not even an input's very memory may be
@@ -622,6 +646,8 @@ class FusedOp:
                 slot, value = f"old:{p}", a
             else:
                 slot, value = f"in:{p}", a.reshape(-1) if p in self.rows else a
+            if p in self.any_format:   # computed in the handler's format
+                value = value.astype(t)
             env[slot] = value
             given.add(id(value))
         with np.errstate(all="ignore"):
@@ -636,7 +662,8 @@ class FusedOp:
             # output is written, in case that output is the argument's memory.
             values = [v.copy() if id(v) in given else v for v in values]
         for o, v in zip(self.outputs, values):
-            np.copyto(args[self.params.index(o)], v)
+            # An output of another format is rounded once, to nearest even.
+            np.copyto(args[self.params.index(o)], v, casting="unsafe")
 
 
 def _depth(expr):
@@ -753,6 +780,16 @@ def _tokens(op, what, spec):
     if isinstance(spec, (list, tuple)) and all(isinstance(s, str) for s in spec):
         return [t for s in spec for t in s.replace(",", " ").split()]
     fail_value(op, f"{what} must be a str of names (or a list of them), got {spec!r}")
+
+
+def _any_format(op, tok, seen):
+    """``tok`` without its trailing ``^`` (an array of any format), noted
+    in ``seen``."""
+    bare = tok[:-1]
+    if not bare or bare.endswith("^"):
+        fail_value(op, f"{tok!r}: '^' follows an array's name (or its mode) once")
+    seen.append(bare)
+    return bare
 
 
 def _check_declared(op, name, seen):

@@ -22,7 +22,8 @@ Parameter tokens (the ``params`` string of a row), in signature order: ``a`` an
 array the op reads; ``out=`` an array it writes; ``out+=`` one it reads and
 writes (accumulating and masked ops); ``x~`` an array it checks but never
 reads; ``src^`` an array it reads that may be of another format than the
-handler's (``cast_t``: an array of a twin, see ``Handler.twin``); ``#s`` a real
+handler's (``cast_t``: an array of a twin, see ``Handler.twin``), and
+``out^=`` one it writes (a fused op's output declared ``^``); ``#s`` a real
 scalar; ``$s`` a real scalar or a device scalar (a one-element array of the
 handler, read when the op runs); ``?f`` a bool flag, False by default;
 ``@axis`` a parameter left to the shape rule (an axis, a stride), and
@@ -115,9 +116,10 @@ class Op:
                 continue
             arg = token.rstrip("=+~^")
             self.params.append(arg)
+            if "^" in token:   # src^ (read) or out^= (written): of any format
+                any_format.append(arg)
             if token.endswith("^"):
                 reads.append(arg)
-                any_format.append(arg)
             elif token.endswith("+="):
                 reads.append(arg)
                 writes.append(arg)

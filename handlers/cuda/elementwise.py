@@ -135,13 +135,14 @@ def _sum_arguments(h, op, grid, cols):
     return ws, h._slot.counters(counters), group
 
 
-def _loaded(h, op, key, name, bound):
+def _loaded(h, op, key, name, bound, formats=None):
     """The kernel of fused op ``op`` kept under ``key`` in h._k: generated,
-    compiled and loaded at its first use."""
+    compiled and loaded at its first use (``formats``: the arrays of another
+    format, ``fused_source.array_formats``)."""
     kernel = h._k.get(key)
     if kernel is None:
         kernel = h._k[key] = kernel_loader.source_function(
-            fused_source.kernel_source(op, h.dtype, bound), name,
+            fused_source.kernel_source(op, h.dtype, bound, formats), name,
             fused_source.kernel_format(op, h.dtype))
     return kernel
 
@@ -158,7 +159,10 @@ def fused_arguments(h, op, args):
     generated, compiled and loaded at the first call that computes (once per
     process; pycuda's disk cache skips nvcc in later processes), and each
     kernel kept under (op, strategy) in _k."""
-    name = fused_source.kernel_name(op, h.dtype)
+    formats = fused_source.array_formats(op, h.dtype, args)
+    name = fused_source.kernel_name(op, h.dtype, formats)
+    # A kernel per combination of formats: the handler's own keeps the plain key.
+    special = (tuple((p, str(d)) for p, d in formats.items()),) if formats else ()
     if op.row_wise:
         full = args[op.params.index(op.full)]
         cols = full.shape[-1]
@@ -167,10 +171,10 @@ def fused_arguments(h, op, args):
         block = fused_source.row_block(cols, held)
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
         way = fused_source.STRATEGIES[fused_source.strategy(cols, held, block)]
-        key, name = (op, way), f"{name}_{way}"
+        key, name = (op, way) + special, f"{name}_{way}"
         per_sm = None
         if op.sums and rows:   # the grid is the resident blocks: the kernel's occupancy
-            per_sm = h._resident(_loaded(h, op, key, name, bound), block)
+            per_sm = h._resident(_loaded(h, op, key, name, bound, formats), block)
         grid, block = fused_source.plan_rows(
             rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
             h._l2_bytes, per_sm)
@@ -179,8 +183,8 @@ def fused_arguments(h, op, args):
         n = out.size
         grid, block = (h._grid(n) if n else 0), _BLOCK
         sizes, bound = (n, out.shape[-1] if out.shape else 1), _BLOCK
-        key = op
-    kernel = _loaded(h, op, key, name, bound) if grid else None
+        key = (op,) + special if special else op
+    kernel = _loaded(h, op, key, name, bound, formats) if grid else None
     values = []
     for p, a in zip(op.params, args):
         if p not in op.scalars:

@@ -198,6 +198,35 @@ __device__ __forceinline__ bool is_aligned16(const void* p) {
     return misalignment16(p) == 0;
 }
 
+// A fused op's array of another format A than the handler's T moves in T's
+// packets of N = kVec<T> elements: one access of N * sizeof(A) bytes
+// (4 bfloat16 in 8 bytes beside float32's 16-byte packets), aligned to
+// that size (is_aligned_to), widened to A's compute format as it is
+// loaded and rounded once to A as it is stored.
+template <int N, typename A>
+struct alignas(N * sizeof(A)) RawLanes { A v[N]; };
+
+__device__ __forceinline__ bool is_aligned_to(const void* p, unsigned bytes) {
+    return (reinterpret_cast<uintptr_t>(p) & (bytes - 1u)) == 0;
+}
+
+template <int N, typename A>
+__device__ __forceinline__ Lanes<compute_t<A>, N> load_lanes(const A* p, long long i) {
+    const RawLanes<N, A> raw = reinterpret_cast<const RawLanes<N, A>*>(p)[i];
+    Lanes<compute_t<A>, N> r;
+#pragma unroll
+    for (int k = 0; k < N; ++k) r.v[k] = ld(raw.v[k]);
+    return r;
+}
+
+template <int N, typename A, typename V>
+__device__ __forceinline__ void store_lanes(A* p, long long i, const Lanes<V, N>& v) {
+    RawLanes<N, A> raw;
+#pragma unroll
+    for (int k = 0; k < N; ++k) raw.v[k] = st<A>(v.v[k]);
+    reinterpret_cast<RawLanes<N, A>*>(p)[i] = raw;
+}
+
 // Packet i of p, i.e. elements [i * kVec, (i + 1) * kVec); p must be
 // 16-byte aligned.  One 128-bit access each (LDG.E.128 / STG.E.128).
 __device__ __forceinline__ Packet<float> load_packet(const float* p, long long i) {
