@@ -6,8 +6,9 @@ dL/dy.  The value stays on the device: reading it is a host round trip, which
 the trainer does only every few steps.
 
 A loss bound to a half-format handler (float16, bfloat16) computes in float32:
-its ``h`` is the float32 twin (``Handler.twin``), ``y`` is cast into it (exact),
-the loss and dL/dy are rounded once back into ``y``'s format, and the targets
+its ``h`` is the float32 twin (``Handler.twin``), ``y`` is widened into it
+(exact: a ``cast_t``, or in ``SoftmaxCrossEntropy``'s fused program as it is
+loaded), the loss and dL/dy are rounded once back into ``y``'s format, and the targets
 are float32 arrays of ``h``.  Class labels above all: a half format holds
 whole numbers exactly only up to 256 (bfloat16) or 2048 (float16), so labels
 held there would name other classes; float32 holds them up to 2^24.
@@ -94,9 +95,12 @@ def _cross_entropy(targets, gradient):
         t = "t"
     body = "m = max(y)\n" + first + "e = exp(y - m)\ns = sum(e)\n" + loss
     body += grad if gradient else ""
+    # The logits and dL/dy in any format (a half network's), the rest in the
+    # loss's float32: the logits widened as they are loaded, dL/dy rounded
+    # once as it is stored, in the same pass.
     return fused_op(f"softmax_cross_entropy_{targets}{'_grad' if gradient else ''}",
-                    inputs=f"y {t} #inv_n" + (" #classes" if targets == "labels" else ""),
-                    outputs="loss:col dy" if gradient else "loss:col",
+                    inputs=f"y^ {t} #inv_n" + (" #classes" if targets == "labels" else ""),
+                    outputs="loss:col dy^" if gradient else "loss:col",
                     body=body)
 
 
@@ -119,7 +123,9 @@ class SoftmaxCrossEntropy(Loss):
     ``forward`` is one fused kernel on a GPU (``handlers.fused``), which
     reads the logits once and, while training, writes dL/dy in the same pass
     (``backward`` then returns it; after ``training=False`` it computes it
-    then), plus the sum of the rows' losses.
+    then), plus the sum of the rows' losses.  Logits of a half format are
+    read as they are (widened to float32 as they are loaded) and dL/dy is
+    written in their format, rounded once: no cast either way.
 
     Class indices must be exact in the format they come in and in
     ``self.h``'s, where they are read: ValueError, before any work, where c
@@ -144,16 +150,15 @@ class SoftmaxCrossEntropy(Loss):
         labels = targets.shape == (n, 1) and c != 1
         if labels:
             self._check_labels(targets.dtype, c)
-        h = self.h
-        b = self.buffers(y.shape, y=(n, c), dy=(n, c), rows=(n, 1), loss=(1,))
+        b = self.buffers(y.shape, rows=(n, 1), loss=(1,))
         self._y, targets = y, self.own("targets", targets)
-        if y.dtype != h.dtype:
-            h.cast_t(y, b.y)       # the logits in float32
-            y = b.y
+        # dL/dy in y's format (the program rounds it once as it stores it)
+        self._dy = self.cached(("dy", y.shape, y.dtype.name),
+                               lambda: self.h.twin(y.dtype).allocate(y.shape))
         self._logits, self._targets, self._b = y, targets, b
         self._labels = "labels" if labels else "distributions"
         self._run(training)
-        h.sum_t(b.rows, None, b.loss)
+        self.h.sum_t(b.rows, None, b.loss)
         return self.in_format_of("loss", b.loss, self._y)
 
     def _run(self, gradient):
@@ -164,7 +169,7 @@ class SoftmaxCrossEntropy(Loss):
         n, c = y.shape
         classes = (float(c),) if self._labels == "labels" else ()
         self.run_fused((self._labels, bool(gradient), y.shape), program, y, t, 1.0 / n,
-                       *classes, b.rows, *((b.dy,) if gradient else ()))
+                       *classes, b.rows, *((self._dy,) if gradient else ()))
         self._trained = bool(gradient)
 
     @property
@@ -173,8 +178,9 @@ class SoftmaxCrossEntropy(Loss):
         ``self.h``, the same array at each read for a shape)."""
         if self._trained is None:
             raise RuntimeError("SoftmaxCrossEntropy.probabilities: no forward yet")
-        p = self.cached(("p", self._b.dy.shape), lambda: self.h.allocate(self._b.dy.shape))
-        self.h.softmax_m(self._logits, p)
+        shape = self._logits.shape
+        p = self.cached(("p", shape), lambda: self.h.allocate(shape))
+        self.h.softmax_m(self.own("logits", self._logits), p)
         return p
 
     def backward(self, dy=None):
@@ -182,7 +188,7 @@ class SoftmaxCrossEntropy(Loss):
             raise RuntimeError("SoftmaxCrossEntropy.backward: no forward yet")
         if not self._trained:   # the forward computed no gradient (training=False)
             self._run(True)
-        return self.in_format_of("dy", self._b.dy, self._y)
+        return self._dy
 
     def _check_labels(self, dtype, c):
         """ValueError unless class indices 0 .. c-1 are all exact in ``dtype``,
