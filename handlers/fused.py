@@ -86,6 +86,25 @@ backward pass, reading ``dy`` and ``x`` once::
         "xhat = (x - mu) * r; gy = dy * g; "
         "dx = r * (gy - mean(gy) - xhat * mean(gy * xhat)); dg = dy * xhat; db = dy")
 
+Arrays of any format: a full or per-row array declared with a trailing ``^``
+(``x^``, ``dy^``, ``t:col^``) may be of any format the handler's class holds,
+an array of a twin (``Handler.twin``), where the others are of the handler's.
+The body computes in the handler's format: such an input is converted as it
+is loaded, such an output rounded once as it is stored, in the same pass
+(no ``cast_t`` either way).  Mixed precision's loss reads half logits and
+writes the half gradient so::
+
+    xent = fused_op("xent", "y^ t:col", "loss:col dy^",
+                    "m = max(y); e = exp(y - m); s = sum(e); hit = col == t; "
+                    "loss = log(s) + m - sum(where(hit, y, 0)); dy = e / s - hit")
+    xent(h32, y_bf16, labels, loss, dy_bf16)   # h32: the float32 twin
+
+Such an output may be an input's memory only where both have one format
+(ValueError otherwise); ``:row`` arrays take no ``^``.  On the GPU each
+combination of formats is its own kernel, which moves a ``^`` array in the
+handler's packets of W elements (4 bfloat16 in 8 bytes beside float32's
+16-byte packets).
+
 Errors in a declaration raise ``ValueError`` naming the op and, for the body,
 the line and column.  A statement's expression may nest at most
 :data:`MAX_DEPTH` operations (a chain ``a + b + c`` nests two, as does
@@ -815,11 +834,17 @@ def fused_op(name, inputs, outputs, body):
             (a class target, a per-row scale), ``#s`` a real number
             (fixed when a capture records the call) and ``$s`` a real number
             or a device scalar (a one-element array of the handler, read when
-            the op runs, so a replayed graph sees its current value).
+            the op runs, so a replayed graph sees its current value).  A
+            trailing ``^`` (``x^``, ``t:col^``) lets a full or per-row array
+            be of any format the handler's class holds (an array of a twin,
+            ``Handler.twin``): the op computes in the handler's format and
+            widens or rounds its values as it loads them.
         outputs: the output names, after the inputs in the call: ``y`` of
             full rows, ``loss:col`` one value per row, shape (..., 1),
             ``db:row`` a row of shape (n,) or (1, n) holding the sum over
             all rows of the value assigned (a gain's or a bias's gradient).
+            ``y^`` (or ``loss:col^``): of any format, the value rounded once
+            into it as it is stored.
         body: assignments computing every output (see the module docstring
             for the language, reductions along the last axis included).
 
@@ -832,7 +857,8 @@ def fused_op(name, inputs, outputs, body):
 
     The op computes on NumPy with ufuncs (and ``numpy.sum``, ``mean``,
     ``max``, ``min`` along the last axis) in the handler's dtype and on a GPU
-    with one generated kernel per declaration and dtype, compiled once per
+    with one generated kernel per declaration and dtype (and per format of
+    each ``^`` array that differs from the handler's), compiled once per
     process (and cached on disk by pycuda).
     """
     return FusedOp(name, inputs, outputs, body)
