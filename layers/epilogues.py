@@ -38,7 +38,7 @@ def _declare(act, bias):
     (ds, factor), reads = _split(FORMULAS[act][1]), FORMULAS[act][2]
     kind = "" if bias == "row" else "conv_"
     keep = reads == "s"
-    if act in DOT_ACTS and not keep:   # the ops' own epilogue: one program
+    if act in ONE_OP:   # the ops' own epilogue: one program
         forward = (EPILOGUES if bias == "row" else CONV_EPILOGUES)[act]
     else:
         forward = fused_op(f"{kind}bias_{act}", inputs=f"z b:{bias}",

@@ -9,6 +9,7 @@ alone use.
 """
 import numpy as np
 
+from handlers import dtypes
 from handlers.testing import (  # noqa: F401
     as_handler_values,
     assert_close,
@@ -31,6 +32,20 @@ def act_reference(act, z):
     if act == "gelu_tanh":
         return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
     return z
+
+
+def assert_epilogue_close(handler, out, expected, product, n, what=""):
+    """``out`` (an op's act(product + bias)) against the float64
+    ``expected``: the handler's tolerance for sums of ``n`` terms, plus, in
+    a half format, one more rounding of ``product`` (an op may round it to
+    the format before its epilogue, which the bias can cancel down to a
+    much smaller result; 1.5: GELU's slope is below it)."""
+    rtol, atol = tolerance(handler, n)
+    slack = 1.5 * dtypes.unit_roundoff(handler.dtype) * np.abs(product) \
+        if dtypes.is_half(handler.dtype) else 0.0
+    got = handler.get_numpy_copy(out).astype(np.float64)
+    bad = ~(np.abs(got - expected) <= atol + rtol * np.abs(expected) + slack)
+    assert not bad.any(), (what, got[bad][:5], expected[bad][:5])
 
 
 def other_dtype(dtype):

@@ -12,16 +12,15 @@ import math
 import numpy as np
 import pytest
 
-from handlers import dtypes
 from helpers import (
     act_reference,
     assert_close,
+    assert_epilogue_close,
     assert_unchanged,
     by_dtype,
     other_dtype,
     poisoned,
     rand,
-    tolerance,
     upload,
 )
 
@@ -165,15 +164,10 @@ def test_conv2d_bias_act(handler, conv_case, rng, act):
     k = y_ref.shape[1]
     bias, bv = upload(handler, rand((k,), rng))
     expected = act_reference(act, y_ref + bv.reshape(1, k, 1, 1))
-    rtol, atol = tolerance(handler, int(np.prod(c["wv"].shape[1:])) + 1)
-    slack = 1.5 * dtypes.unit_roundoff(handler.dtype) * np.abs(y_ref) \
-        if dtypes.is_half(handler.dtype) else 0.0
     out = poisoned(handler, y_ref.shape)
     assert handler.conv2d_bias_act(c["x"], c["w"], bias, out, c["stride"], c["padding"],
                                    c["dilation"], act) is None
-    got = handler.get_numpy_copy(out).astype(np.float64)
-    bad = ~(np.abs(got - expected) <= atol + rtol * np.abs(expected) + slack)
-    assert not bad.any(), (got[bad][:5], expected[bad][:5])
+    assert_epilogue_close(handler, out, expected, y_ref, int(np.prod(c["wv"].shape[1:])) + 1)
     assert_unchanged(handler, c["x"], c["xv"], "x")
     assert_unchanged(handler, bias, bv, "bias")
 

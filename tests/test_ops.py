@@ -16,6 +16,7 @@ from helpers import (
     act_reference,
     as_handler_values,
     assert_close,
+    assert_epilogue_close,
     assert_unchanged,
     by_dtype,
     poisoned,
@@ -200,28 +201,15 @@ def test_dot_bias_act(handler, rng, act, mkn):
     bias, r_bias = rand_input(handler, (1, n), rng)
     product = ra @ rb
     expected = act_reference(act, product + r_bias)
-    rtol, atol = tolerance(handler, k + 1)
-    # A half format may round the product to the format before the epilogue
-    # (the op's doc): one more rounding of the product, which the bias can
-    # cancel down to a much smaller result (1.5: GELU's slope is below it).
-    slack = 1.5 * dtypes.unit_roundoff(handler.dtype) * np.abs(product) \
-        if dtypes.is_half(handler.dtype) else 0.0
-
-    def check(got, what):
-        got = handler.get_numpy_copy(got).astype(np.float64)
-        bound = atol + rtol * np.abs(expected) + slack
-        bad = ~(np.abs(got - expected) <= bound)
-        assert not bad.any(), (what, got[bad][:5], expected[bad][:5])
-
     out = poisoned(handler, (m, n))
     assert handler.dot_bias_act(a, b, bias, out, act) is None
-    check(out, "aligned")
+    assert_epilogue_close(handler, out, expected, product, k + 1, "aligned")
     assert_unchanged(handler, a, ra, "a")
     assert_unchanged(handler, bias, r_bias, "bias")
     spare, _ = rand_input(handler, (m * n + 1,), rng)
     shifted = handler.view_t(spare, 1, (m, n))
     handler.dot_bias_act(a, b, bias, shifted, act)
-    check(shifted, "one element in")
+    assert_epilogue_close(handler, shifted, expected, product, k + 1, "one element in")
 
 
 def test_dot_positional_flags(handler, rng):
