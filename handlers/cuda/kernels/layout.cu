@@ -16,7 +16,7 @@
 //               float32 or float64 one rounding at most; into a half format
 //               one rounding from float32 or a half, and from float64 through
 //               float32 (two, as NumPy's reference path does).  Grid-stride
-//               over n elements.
+//               over n elements, eight at a time where aligned.
 //
 // transpose and copy2d move elements without arithmetic, so they copy T as
 // stored in every format (2-byte elements for the halves).
@@ -58,9 +58,25 @@ __device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long
 
 // S -> D through D's compute format: the cast to it rounds (float64 into
 // float32, or into a half's float), then st<D> rounds into a half format.
+// Eight elements a trip where both ends are aligned to eight of theirs: a
+// half moved 2 bytes at a time kept the mixed-precision master casts at
+// about two thirds of copy bandwidth.
 template <typename S, typename D>
 __device__ void cast_impl(const S* __restrict__ src, D* __restrict__ dst, long long n) {
-    for (long long e = grid_thread(); e < n; e += grid_stride())
+    constexpr int N = 8;
+    long long done = 0;
+    if (is_aligned_to(src, N * sizeof(S)) && is_aligned_to(dst, N * sizeof(D))) {
+        const long long packets = n / N;
+        for (long long p = grid_thread(); p < packets; p += grid_stride()) {
+            const Lanes<compute_t<S>, N> a = load_lanes<N>(src, p);
+            Lanes<compute_t<D>, N> b;
+#pragma unroll
+            for (int k = 0; k < N; ++k) b.v[k] = static_cast<compute_t<D>>(a.v[k]);
+            store_lanes<N>(dst, p, b);
+        }
+        done = packets * N;
+    }
+    for (long long e = done + grid_thread(); e < n; e += grid_stride())
         dst[e] = st<D>(static_cast<compute_t<D>>(ld(src[e])));
 }
 
