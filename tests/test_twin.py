@@ -97,6 +97,30 @@ def test_cast_t_rounds_once_from_every_format(handler, rng, src_name):
     _same(handler.get_numpy_copy(dst), want)
 
 
+@pytest.mark.parametrize("src_name", ["bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("src_off,dst_off", [(0, 0), (1, 0), (0, 3), (8, 8), (5, 2)])
+def test_cast_t_between_views_at_any_offset(handler, rng, src_name, src_off, dst_off):
+    """Views that start off a packet boundary (one end, the other or both)
+    and a length that is no multiple of eight: every element converted, the
+    elements around the destination view untouched."""
+    src_dt = dtypes.resolve(src_name)
+    if src_dt.name not in handler.supported_dtypes:
+        pytest.skip(f"{type(handler).__name__} does not hold {src_name}")
+    src_h = _twin_or_skip(handler, src_dt)
+    n = 1003
+    values = rand((n + 16,), rng, -3.0, 3.0)
+    src_all = src_h.create_from_numpy(values)
+    before = rand((n + 16,), rng, -3.0, 3.0)
+    dst_all = handler.create_from_numpy(before)
+    kept = handler.get_numpy_copy(dst_all)
+    handler.cast_t(src_h.view_t(src_all, src_off, (n,)), handler.view_t(dst_all, dst_off, (n,)))
+    got = handler.get_numpy_copy(dst_all)
+    held = src_h.get_numpy_copy(src_all)[src_off:src_off + n]
+    _same(got[dst_off:dst_off + n], _reference(held.astype(np.float64), src_dt, handler.dtype))
+    _same(np.concatenate([got[:dst_off], got[dst_off + n:]]),
+          np.concatenate([kept[:dst_off], kept[dst_off + n:]]))
+
+
 def test_cast_t_on_another_group_is_ordered_by_the_group(handler, rng):
     others = [dt for dt in _formats(handler) if dt != handler.dtype]
     src_h = _twin_or_skip(handler, others[0]).with_streams(1 % handler.num_stream_groups)
