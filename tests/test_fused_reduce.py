@@ -696,6 +696,11 @@ def test_plan_rows():
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 8
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float64) == 2
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float16) == 8
+    # two arrays and two summed outputs: 4 within the budget in float32; a
+    # half format holds its whole packet even so
+    assert fused_source.held_elements(LN_BACKWARD, np.float32) == 4
+    assert fused_source.held_elements(LN_BACKWARD, np.float16) == 8
+    assert fused_source.held_elements(LN_BACKWARD, dtypes.resolve("bfloat16")) == 8
     # Summed outputs: one block at least (zeros over no rows), and no more
     # blocks than keep their partial rows within SUM_WORKSPACE.
     assert plan(0, 100, 8, 132, 2048, 8) == (1, block)

@@ -381,7 +381,8 @@ def held_elements(op, dtype):
     kernel's held strategies (at most 8; fewer when the body reads several
     full arrays per element or sums outputs over the rows, within
     :data:`HELD_VALUES`, rounded down to
-    whole 16-byte packets where that leaves at least one).  ``:row`` inputs
+    whole 16-byte packets where that leaves at least one; a half format's
+    whole packet, 8, always).  ``:row`` inputs
     are not held: the kernel reads them where the body uses them (the same
     few columns for every row, from cache)."""
     budget = HELD_VALUES[_ctype(dtype)[1]]
@@ -390,8 +391,14 @@ def held_elements(op, dtype):
     arrays = sum(1 for _, _, is_row in _element_arrays(op) if not is_row) + len(op.sums)
     held = max(1, min(8, budget // max(1, arrays)))
     # A multiple of the 16-byte packet's elements where it holds one: then
-    # the kernel loads and stores the row by packets.
+    # the kernel loads and stores the row by packets.  A half format holds
+    # its whole packet of 8 past the budget: element by element, 2 bytes a
+    # load, cost more than the registers (on an H200 the bfloat16 bias-and-
+    # ReLU backward over 4096x4096 took 88.7 us holding 5, 62.5 holding 8;
+    # diagnostics/half_rows_held).
     width = 16 // np.dtype(dtype).itemsize
+    if dtypes.is_half(dtype):
+        return width
     return held - held % width if held >= width else held
 
 
