@@ -81,8 +81,9 @@ class Sequential(checkpoint.NoCopies):
         stay the master copy, in float32 say, which the optimizer updates.
         Each forward pass first rounds the master parameters into the
         working copy (one ``cast_t``); ``train_step`` ends by carrying the
-        half gradients into the master gradients (one ``cast_t``), so the
-        optimizer, its state and its update run in the master format.  In
+        half gradients into the master gradients (one ``cast_t``; none with
+        ``master_grads=False``, for an optimizer that reads them itself), so
+        the optimizer, its state and its update run in the master format.  In
         float16 a ``LossScaler`` (``self.loss_scaler``, its defaults) scales
         the loss gradient and unscales the master gradients, and the
         optimizer's step must go through it (``Trainer`` does).  Once per network: ValueError if
@@ -200,17 +201,26 @@ class Sequential(checkpoint.NoCopies):
                 hook(i)
         return dy
 
-    def train_step(self, x, targets):
+    def train_step(self, x, targets, master_grads=True):
         """Forward, loss and backward for one batch; the gradients are written
         into ``grads``.  ``x`` is an array of ``input_h``, ``targets`` of
         ``target_h``.  Returns the mean loss as a (1,) array of ``h`` (still
-        on the device: nothing here waits for the device)."""
+        on the device: nothing here waits for the device).
+
+        ``master_grads=False``, under mixed precision: the gradients stay in
+        the working copy (``compute[1]``), ``grads`` is not written (a pass
+        over memory saved where the optimizer reads the half gradients
+        itself: ``SGD.step(grads=...)``).  ValueError with a loss scaler,
+        which unscales the master gradients."""
+        if not master_grads and self.loss_scaler is not None:
+            raise ValueError("train_step: master_grads=False leaves nothing for the loss "
+                             "scaler to unscale")
         loss = self.loss.forward(self.forward(x, training=True), targets)
         dy = self.loss.backward()
         if self.loss_scaler is not None:
             self.loss_scaler.scale(dy)
         self.backward(dy)
-        if self.compute is not None:   # the gradients, into the master format
+        if self.compute is not None and master_grads:   # into the master format
             self.parameters.h.cast_t(self.compute[1], self.parameters.grads)
         if self.loss_scaler is not None:
             self.loss_scaler.unscale(self.parameters.grads)

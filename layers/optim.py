@@ -47,7 +47,9 @@ def _check_kind(checker, name):
 #: v = beta * v + alpha * g, then p = p + gate * v (alpha = -lr, beta =
 #: momentum and gate = 1 for the plain step; a loss scaler's gated values
 #: otherwise), all three device scalars, so a captured step sees new values.
-_SGD_STEP = fused_op("sgd_momentum_step", inputs="g $alpha $beta $gate", outputs="v p",
+#: g may be of another format than p (``^``): a mixed-precision network's
+#: half gradients, widened as they are read (``SGD.step(grads=...)``).
+_SGD_STEP = fused_op("sgd_momentum_step", inputs="g^ $alpha $beta $gate", outputs="v p",
                      body="""
 v = beta * v + alpha * g
 p = p + gate * v
@@ -84,6 +86,9 @@ class SGD(NoCopies):
     ``ParameterSet``) and ValueError for a value out of range, NaN or
     infinite, before anything is allocated or written; the setters too.
     """
+
+    #: ``step`` takes ``grads`` of another format (``Trainer`` asks)
+    takes_grads = True
 
     def __init__(self, parameters, lr=0.1, momentum=0.9):
         self.parameters = _parameter_set("SGD", parameters)
@@ -154,7 +159,7 @@ class SGD(NoCopies):
         (see ``loader``); nothing is written unless all of it fits."""
         self.loader(state, cast)()
 
-    def step(self, gate=None):
+    def step(self, gate=None, grads=None):
         """Update every parameter from the gradients of the last backward.
 
         ``gate`` (a one-element array of the handler, e.g. a
@@ -165,21 +170,36 @@ class SGD(NoCopies):
         gate, each exact for a gate of 0 or 1, for the same one-op step.  A
         Ctrl-C during the step is raised after it (``layers.interrupts``):
         the velocity and the parameters never disagree.
-        """
-        with interrupts.deferred():
-            self._step(gate)
 
-    def _step(self, gate):
+        ``grads`` (default: the parameter set's own, ``parameters.grads``):
+        the gradients to step by, an array of the same shape in any format
+        of the handler's class, read in its own format in the step's one
+        pass.  A mixed-precision network's half gradients (``net.compute[1]``)
+        need no cast into the master format first (``Trainer`` passes them
+        where nothing else reads the master gradients).  ValueError for
+        another shape, before anything is written.
+        """
+        p = self.parameters
+        if grads is None:
+            grads = p.grads
+        elif tuple(grads.shape) != tuple(p.grads.shape):
+            raise ValueError(f"SGD.step: grads must have the parameters' shape "
+                             f"{tuple(p.grads.shape)}, got {tuple(grads.shape)}")
+        with interrupts.deferred():
+            self._step(gate, grads)
+
+    def _step(self, gate, grads):
         h, p = self.parameters.h, self.parameters
+        own = grads is p.grads   # a separate binding each: neither rebinds the other
         if gate is None:   # -lr, momentum and 1
-            run_bound(self._bound, "step", h, _SGD_STEP, p.grads, self._neg_lr, self._momentum,
-                      self._one, self.velocity, p.params)
+            run_bound(self._bound, ("step", own), h, _SGD_STEP, grads, self._neg_lr,
+                      self._momentum, self._one, self.velocity, p.params)
             return
         alpha, beta, g = self._gated_views
         h.copy_to(self._unit, self._gated)
         h.axpby(-1.0, gate, 1.0, beta)                 # 1 - gate
         h.axpby(gate, self._scalars, 1.0, self._gated)
-        run_bound(self._bound, "gated step", h, _SGD_STEP, p.grads, alpha, beta, g,
+        run_bound(self._bound, ("gated step", own), h, _SGD_STEP, grads, alpha, beta, g,
                   self.velocity, p.params)
 
 
@@ -305,7 +325,7 @@ class Adam(NoCopies):
         (see ``loader``); nothing is written unless all of it fits."""
         self.loader(state, cast)()
 
-    def step(self, gate=None):
+    def step(self, gate=None, grads=None):
         """Update every parameter from the gradients of the last backward.
 
         ``gate`` (a one-element array of the handler, e.g. a

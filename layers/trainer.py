@@ -238,6 +238,9 @@ class Trainer(checkpoint.NoCopies):
             uploaded in float32 (a bfloat16 label past 256 would name
             another class), as are an ``Embedding``'s ids.  A captured
             step records the work of both formats (twins share a capture).
+            With ``SGD`` in one process and no skip check, the update reads
+            the bfloat16 gradients directly (``SGD.step(grads=...)``), with
+            no cast into ``net.grads``, which these steps leave unwritten.
             "fp16" (or "float16") likewise in float16, with dynamic loss
             scaling decided on the device (``net.loss_scaler``, a
             ``LossScaler``): a step whose gradients overflow is skipped
@@ -313,7 +316,22 @@ class Trainer(checkpoint.NoCopies):
         # A collective: every rank builds its trainer at the same point.
         self._dp = data_parallel_for(self, data_parallel)
         self._step = _Step(net if self._dp is None else self._dp, optimizer, self.graph,
-                           self.skip_nonfinite)
+                           self.skip_nonfinite, self._half_grads())
+
+    def _half_grads(self):
+        """The half gradients the optimizer steps by directly, or None.
+
+        Under mixed precision with no loss scaler (bfloat16), in one process,
+        with an optimizer that takes them (``takes_grads``: ``SGD``) and no
+        skip check (which reads the master gradients), the step skips the
+        cast of the gradients into the master format: on an H200 that cast
+        took 118 us of the bfloat16 MLP step's 2.08 ms.  ``net.grads`` is
+        then not written by the Trainer's steps."""
+        net = self.net
+        if (net.compute is None or net.loss_scaler is not None or self._dp is not None
+                or self.skip_nonfinite or not getattr(self.optimizer, "takes_grads", False)):
+            return None
+        return net.compute[1]
 
     def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
@@ -883,10 +901,11 @@ class _Step:
     #: prefetch's depth, and so the number of (x, y) pairs and graphs
     DEPTH = 2
 
-    def __init__(self, net, optimizer, graph, skip_nonfinite=False):
+    def __init__(self, net, optimizer, graph, skip_nonfinite=False, half_grads=None):
         self.net, self.optimizer, self.h = net, optimizer, net.h
         self.graph = graph
         self.skip_nonfinite = skip_nonfinite
+        self.half_grads = half_grads   # Trainer._half_grads
         self._sets = []             # [x, y, loss, Graph or None] per destination
         self._warm = False
 
@@ -918,7 +937,8 @@ class _Step:
     def _eager(self, xb, yb, out):
         """One step without a capture; False if it was skipped."""
         h = self.h
-        loss = self.net.train_step(xb, yb)
+        half = self.half_grads
+        loss = self.net.train_step(xb, yb, master_grads=half is None)
         h.copy_to(loss, out)
         # skip mode: two host reads per step, the price of deciding on the host
         master = self.net.parameters.h   # the gradients' handler (a twin in mixed precision)
@@ -926,7 +946,9 @@ class _Step:
                                         and master.is_fully_finite(self.net.grads)):
             return False
         scaler = self.net.loss_scaler   # through a DataParallel too (its __getattr__)
-        if scaler is None:
+        if half is not None:
+            self.optimizer.step(grads=half)
+        elif scaler is None:
             self.optimizer.step()
         else:   # float16: the update gated on the device (a skip is not seen here)
             scaler.step(self.optimizer)

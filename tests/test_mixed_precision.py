@@ -195,3 +195,90 @@ def test_a_captured_mixed_precision_step_matches_the_eager_one_bit_for_bit():
         assert len(tr._step.captured) == (2 if graph else 0)
         params[graph] = h.get_numpy_copy(net.params)
     np.testing.assert_array_equal(params[True], params[False])
+
+
+def _bf16_twin(handler):
+    """``handler``'s bfloat16 twin, for a float32 handler that has one."""
+    if handler.dtype != np.float32:
+        pytest.skip("a float32 master and its bfloat16 twin")
+    try:
+        return handler.twin("bfloat16")
+    except TypeError as e:
+        pytest.skip(f"no bfloat16 twin: {e}")
+
+
+def test_sgd_steps_by_half_gradients_read_as_they_are(handler, rng):
+    """``SGD.step(grads=...)`` with bfloat16 gradients: two momentum steps
+    against float64 NumPy on the gradients as bfloat16 holds them."""
+    h16 = _bf16_twin(handler)
+    net = _mlp(handler)
+    opt = SGD(net.parameters, lr=0.1, momentum=0.9)
+    n = net.params.shape
+    p = handler.get_numpy_copy(net.params).astype(np.float64)
+    v = np.zeros(n)
+    for _ in range(2):
+        g16 = h16.create_from_numpy(rng.normal(0.0, 1.0, n))
+        opt.step(grads=g16)
+        v = 0.9 * v - 0.1 * h16.get_numpy_copy(g16).astype(np.float64)
+        p = p + v
+    np.testing.assert_allclose(handler.get_numpy_copy(net.params), p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(handler.get_numpy_copy(opt.velocity), v, rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_refuses_gradients_of_another_shape_and_writes_nothing(handler):
+    net = _mlp(handler)
+    opt = SGD(net.parameters, lr=0.1)
+    before = handler.get_numpy_copy(net.params).copy()
+    with pytest.raises(ValueError, match="grads must have the parameters' shape"):
+        opt.step(grads=handler.zeros((net.params.shape[0] - 1,)))
+    np.testing.assert_array_equal(handler.get_numpy_copy(net.params), before)
+
+
+def test_train_step_without_master_gradients_leaves_them_alone():
+    rng = np.random.default_rng(9)
+    h = NumpyHandler(np.float32, seed=0)
+    net = _mlp(h)
+    net.mixed_precision("bf16")
+    h.fill(net.grads, 7.0)
+    x, y = _blobs(8, rng)
+    net.train_step(net.h.create_from_numpy(x), net.target_h.create_from_numpy(y),
+                   master_grads=False)
+    assert np.all(h.get_numpy_copy(net.grads) == 7.0)
+    assert np.any(net.h.get_numpy_copy(net.compute[1]) != 0)
+    fp16 = _mlp(NumpyHandler(np.float32))
+    fp16.mixed_precision("fp16")
+    with pytest.raises(ValueError, match="nothing for the loss scaler"):
+        fp16.train_step(fp16.h.create_from_numpy(x), fp16.target_h.create_from_numpy(y),
+                        master_grads=False)
+
+
+def test_trainer_steps_by_the_half_gradients_only_where_nothing_reads_the_master_ones():
+    def half(precision="bf16", opt=SGD, **kw):
+        net = _mlp(NumpyHandler(np.float32))
+        tr = Trainer(net, opt(net.parameters), progress=False, precision=precision, **kw)
+        return tr._step.half_grads is not None and tr._step.half_grads is net.compute[1]
+    assert half()
+    assert not half(precision=None) and not half(precision="fp16") and not half(opt=Adam)
+    assert not half(on_nonfinite="skip", graph=False)
+
+
+def test_trainer_with_half_gradients_matches_the_cast_path_bit_for_bit(handler, make_handler,
+                                                                       handler_id, rng):
+    """bfloat16 widens into float32 exactly, so stepping by the half
+    gradients directly changes no bit against casting them first (the
+    path checked above against NumPy)."""
+    _bf16_twin(handler)
+    x, y = _blobs(120, rng)
+    params = []
+    for direct in (True, False):
+        net = _mlp(make_handler(handler_id, seed=0))
+        tr = Trainer(net, SGD(net.parameters, lr=0.1), batch_size=20, seed=1, progress=False,
+                     precision="bf16")
+        assert tr._step.half_grads is net.compute[1]
+        if not direct:
+            tr._step.half_grads = None
+        tr.fit(x, y, 2)
+        params.append(net.h.get_numpy_copy(net.compute[0]).view(np.uint16).copy())
+        params.append(net.parameters.h.get_numpy_copy(net.params))
+    np.testing.assert_array_equal(params[0], params[2])
+    np.testing.assert_array_equal(params[1], params[3])
