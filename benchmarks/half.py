@@ -213,6 +213,7 @@ def _mlp_net(h, precision=None, mlp=MLP):
     in mixed precision with ``precision`` ("bfloat16" or "float16") if
     given."""
     from layers import SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
+    from layers.trainer import half_grads, update
     w, n = mlp["width"], mlp["batch"]
     layers = []
     for _ in range(mlp["layers"]):
@@ -228,14 +229,11 @@ def _mlp_net(h, precision=None, mlp=MLP):
     # the whole numbers bfloat16 (256) and float16 (2048) hold exactly
     hy = rng.integers(0, w, (n, 1)).astype(np.float64)
     x, y = net.input_h.create_from_numpy(hx), net.target_h.create_from_numpy(hy)
-    scaler = net.loss_scaler
+    half = half_grads(net, opt)   # the Trainer's choice: bf16 steps by the half gradients
 
     def step(i):
-        loss = net.train_step(x, y)
-        if scaler is None:
-            opt.step()
-        else:
-            scaler.step(opt)
+        loss = net.train_step(x, y, master_grads=half is None)
+        update(net, opt, half)
         return loss
     return net, step, (hx, hy)
 

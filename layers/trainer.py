@@ -319,19 +319,8 @@ class Trainer(checkpoint.NoCopies):
                            self.skip_nonfinite, self._half_grads())
 
     def _half_grads(self):
-        """The half gradients the optimizer steps by directly, or None.
-
-        Under mixed precision with no loss scaler (bfloat16), in one process,
-        with an optimizer that takes them (``takes_grads``: ``SGD``) and no
-        skip check (which reads the master gradients), the step skips the
-        cast of the gradients into the master format: on an H200 that cast
-        took 118 us of the bfloat16 MLP step's 2.08 ms.  ``net.grads`` is
-        then not written by the Trainer's steps."""
-        net = self.net
-        if (net.compute is None or net.loss_scaler is not None or self._dp is not None
-                or self.skip_nonfinite or not getattr(self.optimizer, "takes_grads", False)):
-            return None
-        return net.compute[1]
+        """``half_grads`` for this trainer's network and optimizer."""
+        return half_grads(self.net, self.optimizer, self._dp is not None, self.skip_nonfinite)
 
     def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
@@ -887,6 +876,35 @@ def _conv_engines(h):
     return engines() if engines is not None else []
 
 
+def half_grads(net, optimizer, data_parallel=False, skip_nonfinite=False):
+    """The half gradients ``optimizer`` steps by directly, or None.
+
+    Under mixed precision with no loss scaler (bfloat16), in one process
+    (not ``data_parallel``), with an optimizer that takes them
+    (``takes_grads``: ``SGD``) and no skip check (which reads the master
+    gradients), a step need not cast the gradients into the master format:
+    on an H200 that cast took 118 us of the bfloat16 MLP step's 2.08 ms.
+    ``net.grads`` is then not written by such steps."""
+    if (net.compute is None or net.loss_scaler is not None or data_parallel
+            or skip_nonfinite or not getattr(optimizer, "takes_grads", False)):
+        return None
+    return net.compute[1]
+
+
+def update(net, optimizer, half):
+    """The optimizer's step after ``net.train_step(..., master_grads=half is
+    None)``: by the half gradients ``half`` (:func:`half_grads`), else by the
+    master gradients, through the loss scaler where there is one (float16:
+    the update gated on the device, a skip not seen here)."""
+    scaler = net.loss_scaler   # through a DataParallel too (its __getattr__)
+    if half is not None:
+        optimizer.step(grads=half)
+    elif scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+
+
 class _Step:
     """One training step on a batch, eager or replayed from a capture.
 
@@ -945,13 +963,7 @@ class _Step:
         if self.skip_nonfinite and not (h.is_fully_finite(loss)
                                         and master.is_fully_finite(self.net.grads)):
             return False
-        scaler = self.net.loss_scaler   # through a DataParallel too (its __getattr__)
-        if half is not None:
-            self.optimizer.step(grads=half)
-        elif scaler is None:
-            self.optimizer.step()
-        else:   # float16: the update gated on the device (a skip is not seen here)
-            scaler.step(self.optimizer)
+        update(self.net, self.optimizer, half)
         return True
 
     def __call__(self, xb, yb, out):
