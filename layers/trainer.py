@@ -956,7 +956,9 @@ class _Step:
         """One step without a capture; False if it was skipped."""
         h = self.h
         half = self.half_grads
-        loss = self.net.train_step(xb, yb, master_grads=half is None)
+        # the keyword only where it is used: a DataParallel's train_step has none
+        loss = (self.net.train_step(xb, yb) if half is None
+                else self.net.train_step(xb, yb, master_grads=False))
         h.copy_to(loss, out)
         # skip mode: two host reads per step, the price of deciding on the host
         master = self.net.parameters.h   # the gradients' handler (a twin in mixed precision)
