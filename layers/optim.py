@@ -325,7 +325,7 @@ class Adam(NoCopies):
         (see ``loader``); nothing is written unless all of it fits."""
         self.loader(state, cast)()
 
-    def step(self, gate=None, grads=None):
+    def step(self, gate=None):
         """Update every parameter from the gradients of the last backward.
 
         ``gate`` (a one-element array of the handler, e.g. a
