@@ -316,11 +316,8 @@ class Trainer(checkpoint.NoCopies):
         # A collective: every rank builds its trainer at the same point.
         self._dp = data_parallel_for(self, data_parallel)
         self._step = _Step(net if self._dp is None else self._dp, optimizer, self.graph,
-                           self.skip_nonfinite, self._half_grads())
-
-    def _half_grads(self):
-        """``half_grads`` for this trainer's network and optimizer."""
-        return half_grads(self.net, self.optimizer, self._dp is not None, self.skip_nonfinite)
+                           self.skip_nonfinite,
+                           half_grads(net, optimizer, self._dp is not None, self.skip_nonfinite))
 
     def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
@@ -923,7 +920,7 @@ class _Step:
         self.net, self.optimizer, self.h = net, optimizer, net.h
         self.graph = graph
         self.skip_nonfinite = skip_nonfinite
-        self.half_grads = half_grads   # Trainer._half_grads
+        self.half_grads = half_grads   # the module's half_grads for this step
         self._sets = []             # [x, y, loss, Graph or None] per destination
         self._warm = False
 

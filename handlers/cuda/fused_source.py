@@ -112,12 +112,35 @@ def _array_type(p, formats):
     return f"A_{p}" if p in formats else "T"
 
 
+def _other(ptr, formats):
+    """Whether pointer ``ptr`` (``in_<p>`` or ``out_<p>``) is an array of
+    another format (``formats``)."""
+    return ptr.split("_", 1)[1] in formats
+
+
 def _load(c, widen, formats, ptr, index):
     """The expression loading element ``index`` of pointer ``ptr`` (``in_<p>``
     or ``out_<p>``) in compute format ``c``."""
-    if ptr.split("_", 1)[1] in formats:
+    if _other(ptr, formats):
         return f"{c}(ld({ptr}[{index}]))"
     return widen.format(f"{ptr}[{index}]")
+
+
+def _load_packet(formats, var, ptr, index):
+    """The line loading packet ``index`` of ``ptr`` into ``var``: W elements
+    in the compute format (``load_lanes`` for an array of another format)."""
+    if _other(ptr, formats):
+        return f"const auto {var} = load_lanes<W>({ptr}, {index});"
+    return f"const Packet<T> {var} = load_packet({ptr}, {index});"
+
+
+def _store_packet(c, formats, o, index, values):
+    """The statement storing output ``o`` of the W results ``values``
+    (``Lanes`` of ``Values``) as packet ``index`` of ``out_<o>``."""
+    lanes, store = (f"Lanes<{c}, W>", "store_lanes<W>") if o in formats \
+        else ("Packet<T>", "store_packet")
+    return (f"{{ {lanes} pk; for (int k = 0; k < W; ++k) pk.v[k] = {values}.v[k].{o}; "
+            f"{store}(out_{o}, {index}, pk); }}")
 
 
 def _store(store, formats, o, value):
@@ -128,9 +151,9 @@ def _store(store, formats, o, value):
 def _aligned(ptr, formats):
     """The test that ``ptr`` moves by packets: 16 bytes, or for an array of
     another format its N = W elements (``load_lanes``)."""
-    name = ptr.split("_", 1)[1]
-    return f"is_aligned_to({ptr}, W * sizeof(A_{name}))" if name in formats \
-        else f"is_aligned16({ptr})"
+    if _other(ptr, formats):
+        return f"is_aligned_to({ptr}, W * sizeof(A_{ptr.split('_', 1)[1]}))"
+    return f"is_aligned16({ptr})"
 
 
 def kernel_format(op, dtype):
@@ -282,16 +305,9 @@ def kernel_source(op, dtype, block, formats=None):
                "return r;"]
     store = " ".join(f"out_{o}[e] = {_store('st<T>({})' if half else '{}', formats, o, f'r.{o}')};"
                      for o in op.outputs)
-    store_packets = " ".join(
-        f"{{ Lanes<{c}, W> q; for (int k = 0; k < W; ++k) q.v[k] = r.v[k].{o}; "
-        f"store_lanes<W>(out_{o}, p, q); }}" if o in formats else
-        f"{{ Packet<T> q; for (int k = 0; k < W; ++k) q.v[k] = r.v[k].{o}; "
-        f"store_packet(out_{o}, p, q); }}" for o in op.outputs)
-    packet_loads = [
-        f"const auto {ptr}_p = load_lanes<W>({ptr}, {'c.d0' if row else 'p'});"
-        if ptr.split("_", 1)[1] in formats else
-        f"const Packet<T> {ptr}_p = load_packet({ptr}, {'c.d0' if row else 'p'});"
-        for ptr, _, row in arrays]
+    store_packets = " ".join(_store_packet(c, formats, o, "p", "r") for o in op.outputs)
+    packet_loads = [_load_packet(formats, f"{ptr}_p", ptr, "c.d0" if row else "p")
+                    for ptr, _, row in arrays]
     lines = [
         *_preamble(op, dtype, block, params, formats=formats),
         *_scalars(op, dtype),
@@ -710,9 +726,7 @@ def _row_memory(rc):
     lines += ["    return v;", "};",
               "const auto load_packets = [&](const long long q) {",
               "    (void)q;", "    Lanes<In, W> v;"]
-    lines += [f"    const auto p{i} = load_lanes<W>({ptr}, q);"
-              if ptr.split("_", 1)[1] in rc.formats else
-              f"    const Packet<T> p{i} = load_packet({ptr}, q);"
+    lines += ["    " + _load_packet(rc.formats, f"p{i}", ptr, "q")
               for i, (ptr, _, _) in enumerate(elements)]
     lines += ["#pragma unroll", "    for (int k = 0; k < W; ++k) {"]
     lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
@@ -733,10 +747,7 @@ def _row_memory(rc):
         lines += ["};", "const auto store_packets = [&](const long long q, "
                   "const Lanes<Values, W>& o) {"]
         lines += ["    (void)q;", "    (void)o;"] if idle else []
-        lines += [f"    {{ Lanes<{c}, W> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
-                  f"store_lanes<W>(out_{o}, q, v); }}" if o in rc.formats else
-                  f"    {{ Packet<T> v; for (int k = 0; k < W; ++k) v.v[k] = o.v[k].{o}; "
-                  f"store_packet(out_{o}, q, v); }}" for o in rc.full_outs]
+        lines += ["    " + _store_packet(c, rc.formats, o, "q", "o") for o in rc.full_outs]
         lines += ["};"]
     # Packets where every array allows them (the strategy adds its own test
     # of the row length: kernels/fused.cuh).
