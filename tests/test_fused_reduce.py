@@ -256,14 +256,18 @@ def test_any_number_of_axes_and_no_rows(handler, rng, shape):
     close(handler, dz, (np.exp(z64 - lse) - onehot) * 0.5)
 
 
-def test_in_place(handler, rng):
-    """Softmax over its own input, and an output over a per-row input."""
+@pytest.mark.parametrize("cols", [9, 3000, 40000])
+def test_in_place(handler, rng, cols):
+    """Softmax over its own input, and an output over a per-row input, in
+    rows of lane groups (9), of a block holding them (3000: on the GPU the
+    per-row store follows the reductions' barriers with none of its own)
+    and streamed (40000)."""
     x, x64 = upload(handler, rand((4, 300), rng, -3, 3))
     SOFTMAX(handler, x, x)
     close(handler, x, softmax64(x64))
     op = fused_op("shift", "x s:col", "y m:col", "y = x - s; m = max(x) + s")
-    (x, x64), (s, s64) = upload(handler, rand((4, 9), rng)), upload(handler, rand((4, 1), rng))
-    y = poisoned(handler, (4, 9))
+    (x, x64), (s, s64) = upload(handler, rand((4, cols), rng)), upload(handler, rand((4, 1), rng))
+    y = poisoned(handler, (4, cols))
     op(handler, x, s, y, s)                  # m is s's memory: s read before m is written
     close(handler, y, x64 - s64, scale=2)
     close(handler, s, x64.max(axis=-1, keepdims=True) + s64, scale=2)
@@ -690,8 +694,18 @@ def test_plan_rows():
     way = fused_source.strategy   # the kernel: lane groups, a block holding, streaming
     assert [way(c, 8, b) for c, b in ((1, 256), (256, 256), (257, 64), (512, 64), (513, 64),
                                       (8192, 1024), (8193, 1024))] == [0, 0, 1, 1, 2, 1, 2]
-    assert fused_source.held_elements(SOFTMAX, np.float32) == 8
+    # a block's thread holds up to 16 where a lane group's holds 8: past 32 * 8
+    # columns, a block of as few threads as hold the row 16 each
+    assert plan(10, 300, 16, 132, 2048) == (10, 32)
+    assert plan(10, 5000, 16, 132, 2048) == (10, 320)
+    assert plan(1000, 200, 16, 132, 2048) == (125, block)   # groups of 32 lanes, 8 each
+    assert plan(3, 16384, 16, 132, 2048) == (3, fused_source.ROW_BLOCK)
+    assert [way(c, 16, fused_source.row_block(c, 16)) for c in (256, 257, 16384, 16385)] \
+        == [0, 1, 1, 2]
+    assert [fused_source.lane_held(h) for h in (1, 4, 8, 16)] == [1, 4, 8, 8]
+    assert fused_source.held_elements(SOFTMAX, np.float32) == 16
     assert fused_source.held_elements(SOFTMAX, np.float64) == 4
+    assert fused_source.held_elements(SOFTMAX, np.float16) == 16
     # x and dy held (g, a row input, is read where used); whole packets
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float32) == 8
     assert fused_source.held_elements(LAYER_NORM_BACK, np.float64) == 2

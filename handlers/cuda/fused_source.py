@@ -373,6 +373,18 @@ ROW_BLOCK = 1024
 #: cross-entropy and LayerNorm at these budgets (double math takes many more
 #: registers than float: cross-entropy spilled 164 bytes at 8 doubles).
 HELD_VALUES = {"float": 16, "double": 4}
+#: The most elements of a row one thread holds in a block's row (a half
+#: format: at least its packet of 8, whatever the budget).  16, not 8: a
+#: multiprocessor's resident rows then keep more bytes in flight, which
+#: outweighs the registers they take (on an H200, float32 over 8192x4096:
+#: softmax 78.2 us holding 8, 75.0 holding 16; cross-entropy with its
+#: gradient 117.1 and 96.8; LayerNorm's forward 82.3 and 78.8;
+#: diagnostics/held_counts).
+HELD_MOST = 16
+#: The most a lane group's thread holds (:func:`lane_held`): a lane row's
+#: kernel, which many rows share a block of, recomputes rather than keeps,
+#: and at 16 cross-entropy's spilled 140 bytes (nvcc 13, sm_90).
+LANE_HELD_MOST = 8
 
 
 def _element_arrays(op):
@@ -393,19 +405,20 @@ def _element_arrays(op):
 
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def held_elements(op, dtype):
-    """R, the elements of a row each thread holds in registers in the row
-    kernel's held strategies (at most 8; fewer when the body reads several
+    """R, the elements of a row each thread holds in registers in a block's
+    row (at most :data:`HELD_MOST`; fewer when the body reads several
     full arrays per element or sums outputs over the rows, within
     :data:`HELD_VALUES`, rounded down to
     whole 16-byte packets where that leaves at least one; a half format's
-    whole packet, 8, always).  ``:row`` inputs
+    whole packet, 8, always); a lane group's thread holds
+    ``lane_held(R)``.  ``:row`` inputs
     are not held: the kernel reads them where the body uses them (the same
     few columns for every row, from cache)."""
     budget = HELD_VALUES[_ctype(dtype)[1]]
     # Each held element takes a register per full array read and one per
     # summed output (its column's running sum).
     arrays = sum(1 for _, _, is_row in _element_arrays(op) if not is_row) + len(op.sums)
-    held = max(1, min(8, budget // max(1, arrays)))
+    held = max(1, min(HELD_MOST, budget // max(1, arrays)))
     # A multiple of the 16-byte packet's elements where it holds one: then
     # the kernel loads and stores the row by packets.  A half format holds
     # its whole packet of 8 past the budget: element by element, 2 bytes a
@@ -414,8 +427,15 @@ def held_elements(op, dtype):
     # diagnostics/half_rows_held).
     width = 16 // np.dtype(dtype).itemsize
     if dtypes.is_half(dtype):
-        return width
+        return max(width, held - held % width)
     return held - held % width if held >= width else held
+
+
+def lane_held(held):
+    """The elements a lane group's thread holds where a block's thread holds
+    ``held`` (:func:`held_elements`): at most :data:`LANE_HELD_MOST`, a
+    whole number of packets as ``held`` is."""
+    return min(held, LANE_HELD_MOST)
 
 
 #: The most bytes of partial rows a launch with summed (``:row``) outputs
@@ -440,18 +460,19 @@ STRATEGIES = ("lane", "block", "stream")
 
 def strategy(cols, held, block):
     """The strategy (an index into :data:`STRATEGIES`) of a row kernel over
-    rows of ``cols`` elements, ``held`` per thread, in blocks of ``block``
-    threads (``plan_rows``'s): lane groups up to 32 * held columns, a block
-    holding the row up to block * held, else streaming."""
-    if cols <= 32 * held:
+    rows of ``cols`` elements, ``held`` per thread of a block
+    (:func:`held_elements`), in blocks of ``block`` threads
+    (``plan_rows``'s): lane groups up to 32 * lane_held(held) columns, a
+    block holding the row up to block * held, else streaming."""
+    if cols <= 32 * lane_held(held):
         return 0
     return 1 if cols <= block * held else 2
 
 
 def row_block(cols, held):
     """The block of a row kernel over rows of ``cols`` elements, ``held`` per
-    thread (:func:`plan_rows`'s)."""
-    if cols <= 32 * held:
+    thread of a block (:func:`plan_rows`'s)."""
+    if cols <= 32 * lane_held(held):
         return BLOCK
     return min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
 
@@ -459,7 +480,7 @@ def row_block(cols, held):
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
-    rows of ``cols`` elements, ``held`` elements per thread
+    rows of ``cols`` elements, ``held`` elements per thread of a block
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
     ``sm_threads`` threads each; grid 0 when there is no row.  ``sum_bytes``
     (:func:`sum_bytes`), nonzero for an op with summed outputs, gives at
@@ -472,9 +493,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     most one for every :data:`SUM_ROWS` rows.
 
     The strategy follows from cols and the block (:func:`strategy`, which
-    picks the kernel): rows of up to 32 * held
+    picks the kernel): rows of up to 32 * lane_held(held)
     go to lane groups in blocks of BLOCK threads (block / width rows a block,
-    width the group's lanes); a longer row gets a block of its own, of as
+    width the group's lanes, each holding lane_held(held)); a longer row gets a block of its own, of as
     few threads as hold it (a multiple of 32, at most ROW_BLOCK, which then
     streams rows longer than ROW_BLOCK * held): every thread then holds
     ``held`` elements, the most loads in flight a thread can have.
@@ -484,7 +505,7 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     multiprocessor finish theirs (a softmax on an H200 ran 5-15% faster so
     than with a resident grid striding over the rows), and the block and
     streamed kernels then keep no loop (ValueError past 2**31 - 1 rows, a
-    grid's limit, which rows of over 32 * held elements cannot reach in any
+    grid's limit, which rows longer than a lane group's cannot reach in any
     GPU's memory); with summed outputs, at most the resident blocks, as
     each block adds a partial row to combine.
     A streamed row (longer than ROW_BLOCK * held) adds its terms into its
@@ -495,9 +516,10 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     on an H200: 1398 us on the 78 blocks within L2, 1177 us on 132).
     """
     block = row_block(cols, held)
-    if cols <= 32 * held:
+    lane = lane_held(held)
+    if cols <= 32 * lane:
         width = 1
-        while width * held < cols:
+        while width * lane < cols:
             width *= 2
         needed = -(-rows // (block // width))
     else:
@@ -797,7 +819,9 @@ def row_kernel_source(op, dtype, block, formats=None):
         params += ["C* sum_partials", "unsigned int* sum_counters", "long long sum_group"]
     lines = [
         *_preamble(op, dtype, block, params, row=True, formats=formats),
-        f"    constexpr int R = {held_elements(op, dtype)};   // elements held per thread",
+        "    // Elements held per thread: a lane group's, or a block's.",
+        f"    constexpr int R = STRATEGY == 0 ? {lane_held(held_elements(op, dtype))} : "
+        f"{held_elements(op, dtype)};",
         *_scalars(op, dtype),
         "    // One element's values read from memory, in the compute format.",
         "    struct In { " + " ".join(f"{c} {_cname(slot)};" for _, slot, _ in rc.elements)

@@ -83,28 +83,38 @@ def main():
         workspace scaled to match), or ``p`` where it is not chunked."""
         args = list(p.launch.args)
         n, chunks, tx = args[1], args[4], args[6]
-        if chunks == 1:
-            return p
         rows = R.BLOCK // tx
+        base = p.counters
+        if chunks == 1:   # unchunked: every tile a task, the workspace as plan_cols sizes it
+            outer, inner = args[0], args[2]
+            per = 4 if "_vec" in p.launch.kernel else R.scalar_cols(4)
+            base = outer * -(-(-(-inner // per)) // tx)
+            family = p.launch.kernel.split("_")[0]
+            p = p._replace(workspace=outer * inner * R._state(family, 4), counters=base)
         chunk = -(-n // want)
         chunk += -chunk % rows
         new = -(-n // chunk)
         args[3], args[4] = chunk, new
-        tasks = p.counters * new
+        tasks = base * new
         launch = p.launch._replace(args=tuple(args), grid=max(1, min(tasks, h._sms * 32)))
         return p._replace(launch=launch, workspace=p.workspace // chunks * new)
 
     R._tile, R.plan_cols = forced_tile, forced_cols
+    # Cases named on the command line (op:extents:axis, e.g. argmax_t:547,2467,2:1)
+    # replace the list above.
+    cases = [(op, tuple(map(int, ext.split(","))), int(ax))
+             for op, ext, ax in (a.split(":") for a in sys.argv[1:])] or CASES
     rng = np.random.default_rng(7)
     print(f"column tiles: {h._sms} SMs; us per call, median of {REPS} samples of {CALLS} "
           f"calls, inputs from DRAM")
-    for op, shape, axis in CASES:
+    for op, shape, axis in cases:
         if op == "argmax_t":
             host = rng.standard_normal(shape).astype(np.float32)
             want = np.argmax(host, axis=axis)
         else:
             host = rng.standard_normal(shape).astype(np.float32)
-            want = getattr(np, {"min_t": "min", "mean_t": "mean", "sum_t": "sum"}[op])(
+            want = getattr(np, {"min_t": "min", "mean_t": "mean", "sum_t": "sum",
+                                "max_t": "max"}[op])(
                 host.astype(np.float64), axis=axis)
         k = inputs_beyond_l2(host.nbytes)
         xs = [h.create_from_numpy(host) for _ in range(k)]
@@ -113,7 +123,7 @@ def main():
         line = f"\n{op} {shape} axis {axis}: {host.nbytes / 1e6:.1f} MB, {k} inputs cycled"
         if torch is not None:
             fn = {"min_t": torch.amin, "mean_t": torch.mean, "sum_t": torch.sum,
-                  "argmax_t": torch.argmax}[op]
+                  "argmax_t": torch.argmax, "max_t": torch.amax}[op]
             ts = [torch.from_numpy(host).cuda() for _ in range(k)]
             tt = EventTimer("torch", module=torch)
             us = tt.measure(lambda i: fn(ts[i % k], axis), reps=REPS, warmup=2,
@@ -122,7 +132,7 @@ def main():
         print(line)
         variants = [(tx, per_sm, None) for tx in TILES for per_sm in GRIDS
                     if tx is None or per_sm is None]   # forced tiles on the planner's grid
-        variants += [(None, None, c) for c in CHUNKS[1:]]
+        variants += [(None, None, c) for c in CHUNKS[1:] + [2, 4, 8]]
         variants += [(tx, None, "noshort") for tx in TILES]   # *_cols where *_short plans
         short_tile = R.SHORT_TILE
         for tx, per_sm, chunks in variants:

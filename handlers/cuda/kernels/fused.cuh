@@ -84,7 +84,9 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                             the inputs; by 16-byte packets where the rows
 //                             allow.
 // R (elements held per thread) is the generator's, from the number of arrays
-// read per element; the host plans blocks and grids with the same rule
+// read per element, and each strategy's own: a lane group's thread holds at
+// most 8, a block's 16 (fused_source.lane_held, held_elements); the host
+// plans blocks and grids with the same rule
 // (fused_source.plan_rows).  A strategy s gives the row function:
 //   s.each(f)           f(const In& e, long long j, bool ok) for each
 //                       element j of the row that this thread holds (or
@@ -100,7 +102,8 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       element, stored (streaming: read, computed, stored
 //                       per packet);
 //   s.sync()            orders every read of the row before a per-row store
-//                       (an output may be an input's memory);
+//                       (an output may be an input's memory; a held block
+//                       row's reductions already have);
 //   s.leader()          the thread that stores the row's per-row outputs.
 // In place (an output over an input) is safe: held rows are read whole
 // before any store, and streaming passes read and write an element in the
@@ -409,15 +412,24 @@ template <typename In, int R, typename C, int S, int W>
 struct BlockRow : HeldRow<In, R, C, S, W, true> {
     C* scratch;  // 2 x 64 values (block_reduce)
     int parity = 0;
+    // Whether a reduction's barrier has passed: every read of a held row
+    // (its elements and its per-row inputs) comes before the first, so a
+    // per-row store after it needs no barrier of its own (a constant once
+    // the row function is inlined).
+    bool reduced = false;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
+        reduced = true;
         return block_reduce(v, op, scratch, parity);
     }
     template <typename OpA, typename OpB>
     __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
+        reduced = true;
         block_reduce_pair(a, opa, b, opb, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
-    __device__ __forceinline__ void sync() const { __syncthreads(); }
+    __device__ __forceinline__ void sync() const {
+        if (!reduced) __syncthreads();
+    }
 };
 
 // Row r read from memory at each pass.  Where every array is 16-byte aligned
