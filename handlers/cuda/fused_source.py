@@ -495,8 +495,8 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * lane_held(held)
     go to lane groups in blocks of BLOCK threads (block / width rows a block,
-    width the group's lanes, each holding lane_held(held)); a longer row gets a block of its own, of as
-    few threads as hold it (a multiple of 32, at most ROW_BLOCK, which then
+    width the group's lanes, each holding lane_held(held)); a longer row
+    gets a block of its own, of as few threads as hold it (a multiple of 32, at most ROW_BLOCK, which then
     streams rows longer than ROW_BLOCK * held): every thread then holds
     ``held`` elements, the most loads in flight a thread can have.
 
