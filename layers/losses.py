@@ -86,15 +86,18 @@ def _cross_entropy(targets, gradient):
         first = "hit = col <= t and t < col + 1\npicked = sum(where(hit, y, 0))\n"
         loss = ("loss = (log(s) - (picked - m) + sqrt(where(0 <= t and t < classes, 0, -1)))"
                 " * inv_n\n")
-        grad = "dy = (e / s - hit) * inv_n\n"
+        grad = "dy = e * q - where(hit, inv_n, 0)\n"
         t = "t:col"
     else:   # -sum(t * log p), log p = (y - m) - log(s), finite for finite y
         first = "mass = sum(t)\n"
         loss = "loss = (log(s) * mass - sum(t * (y - m))) * inv_n\n"
-        grad = "dy = (e / s - t) * inv_n\n"
+        grad = "dy = e * q - t * inv_n\n"
         t = "t"
     body = "m = max(y)\n" + first + "e = exp(y - m)\ns = sum(e)\n" + loss
-    body += grad if gradient else ""
+    # dL/dy = (e / s - target) * inv_n, with one division a row (q), not one
+    # an element: on an H200 the labels program over 8192x4096 took 85.5 us
+    # so, 98.9 dividing each element (diagnostics/fused_terms).
+    body += "q = inv_n / s\n" + grad if gradient else ""
     # The logits and dL/dy in any format (a half network's), the rest in the
     # loss's float32: the logits widened as they are loaded, dL/dy rounded
     # once as it is stored, in the same pass.

@@ -259,9 +259,8 @@ def test_any_number_of_axes_and_no_rows(handler, rng, shape):
 @pytest.mark.parametrize("cols", [9, 3000, 40000])
 def test_in_place(handler, rng, cols):
     """Softmax over its own input, and an output over a per-row input, in
-    rows of lane groups (9), of a block holding them (3000: on the GPU the
-    per-row store follows the reductions' barriers with none of its own)
-    and streamed (40000)."""
+    rows of lane groups (9), of a block holding them (3000) and streamed
+    (40000) on the GPU."""
     x, x64 = upload(handler, rand((4, 300), rng, -3, 3))
     SOFTMAX(handler, x, x)
     close(handler, x, softmax64(x64))
@@ -777,6 +776,10 @@ def test_generated_row_source():
     assert "rd1 = s.reduce(rd1, fx::Sum{});" in src
     assert "const T j_col = T(j);" in src
     assert "out_loss[r] = t4_loss;" in src and "fx::rows_loop<T, R, In, STRATEGY>(" in src
+    # a per-row value that only per-row outputs need: the leader computes it,
+    # after the outputs' pass; the max, which the outputs need, every thread
+    lead = src.index("if (live && s.leader()) {")
+    assert src.index("const T t4_loss = ") > lead and src.index("const T t0_m = rd0;") < lead
     half = fused_source.kernel_source(LAYER_NORM, np.float16, fused_source.ROW_BLOCK)
     assert "using C = float;" in half and "rd0 = s.reduce(rd0, fx::Sum{});" in half
     assert "rd0 = rd0 / C(cols);" in half and "const C v_g = ok ? ld(in_g[j]) : C(0);" in half

@@ -496,8 +496,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     picks the kernel): rows of up to 32 * lane_held(held)
     go to lane groups in blocks of BLOCK threads (block / width rows a block,
     width the group's lanes, each holding lane_held(held)); a longer row
-    gets a block of its own, of as few threads as hold it (a multiple of 32, at most ROW_BLOCK, which then
-    streams rows longer than ROW_BLOCK * held): every thread then holds
+    gets a block of its own, of as few threads as hold it (a multiple of
+    32, at most ROW_BLOCK, which then streams rows longer than ROW_BLOCK *
+    held): every thread then holds
     ``held`` elements, the most loads in flight a thread can have.
 
     The grid: a block for every row group, as the hardware's block
@@ -633,6 +634,28 @@ class _RowContext:
         self.full_outs = [o for o in op.outputs if o not in op.cols + op.sums]
         self.row_outs = [o for o in op.outputs if o in op.cols]
         self.sums = list(op.sums)   # summed (':row') outputs, Values::sums[i] in order
+        self.leader_only = self._leader_only()
+
+    def _leader_only(self):
+        """The per-row values that only per-row outputs need (no reduction's
+        argument, full or summed output): the row's leader computes them,
+        after the outputs' pass, where they hold no register of every
+        thread through it."""
+        prog, stmts = self.prog, dict(self.prog.statements)
+        roots = [e[2] for e in self.found]
+        roots += [("ref", prog.results[o]) for o in self.full_outs + self.sums]
+        shared, stack = set(), list(roots)
+        while stack:
+            e = stack.pop()
+            if e[0] == "ref" and e[1] in stmts:
+                if e[1] not in shared:
+                    shared.add(e[1])
+                    stack.append(stmts[e[1]])
+            elif e[0] == "ipow":
+                stack.append(e[1])
+            elif e[0] not in ("num", "col", "ref", "reduce"):
+                stack.extend(e[1:])
+        return frozenset(prog.per_row) - shared
 
     def expr(self, e):
         return _expr(e, self.dtype, self.reductions)
@@ -665,12 +688,15 @@ class _RowContext:
         return ([f"[&](const In& e, const long long j, const bool ok){returns} {{"]
                 + [f"    {line}" for line in body] + ["}"])
 
-    def per_row_statements(self, level):
-        """The per-row statements computable once the reductions of
-        ``level`` are done (level 0: at the row's start)."""
+    def per_row_statements(self, level=None):
+        """The per-row statements every thread computes once the reductions
+        of ``level`` are done (level 0: at the row's start); None: those
+        the leader alone computes (:meth:`_leader_only`), in program order."""
         return [f"const {self.c} {_cname(slot)} = {self.expr(expr)};"
                 for slot, expr in self.prog.statements
-                if slot in self.prog.per_row and self.depth[slot] == level]
+                if slot in self.prog.per_row
+                and (slot in self.leader_only if level is None
+                     else slot not in self.leader_only and self.depth[slot] == level)]
 
 
 #: The combining function of each reduction in kernels/fused.cuh.
@@ -727,6 +753,7 @@ def _row_function(rc):
     if rc.row_outs:
         lines += ["// The per-row outputs, once every read of the row is done.", "s.sync();",
                   "if (live && s.leader()) {"]
+        lines += [f"    {line}" for line in rc.per_row_statements()]
         lines += [f"    out_{o}[r] = {rc.store_to(o, _cname(prog.results[o]))};"
                   for o in rc.row_outs]
         lines += ["}"]

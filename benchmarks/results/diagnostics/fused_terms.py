@@ -10,10 +10,9 @@ taken out, so that the difference says what that part costs:
 
 * cross-entropy over labels: the layer (forward and backward, as the suite
   times it: the program, then ``sum_t`` of the rows' losses); the program;
-  the program with a barrier before its per-row loss store in a held block
-  row (as before 2026-11-27's second session); the program with its
-  gradient as ``e * (inv_n / s) - where(hit, inv_n, 0)``, a division a
-  row in place of one an element;
+  the program with its
+  gradient as ``(e / s - hit) * inv_n``, a division an element (the layer
+  takes ``e * (inv_n / s) - where(hit, inv_n, 0)``, one a row);
   without its labels check (``sqrt(sum(hit) - 1)``); without the loss (the
   gradient alone); softmax alone;
 * LayerNorm's backward: the layer; the program (dx and the summed dgain
@@ -39,26 +38,11 @@ LN_SHAPES = [(8192, 4096), (32768, 1000), (4096, 50257)]
 EPS = 1e-5
 
 
-#: The layer's cross-entropy program over labels, its gradient as written
-#: there (layers/losses.py), for the variants below.
+#: The layer's cross-entropy program over labels (layers/losses.py) but its
+#: gradient, for the variants below.
 CE_LABELS = ("m = max(y)\nhit = col <= t and t < col + 1\npicked = sum(where(hit, y, 0))\n"
              "e = exp(y - m)\ns = sum(e)\nloss = (log(s) - (picked - m) + "
              "sqrt(where(0 <= t and t < classes, 0, -1))) * inv_n\n")
-CE_GRAD = "dy = (e / s - hit) * inv_n\n"
-
-
-def _old_sync():
-    """Generated row kernels of ops named ``*_old_sync`` with a barrier
-    before their per-row stores in every strategy (as before a held block
-    row skipped it after its reductions' barriers)."""
-    from handlers.cuda import fused_source
-    source = fused_source.row_kernel_source
-
-    def patched(op, dtype, block, formats=None):
-        text = source(op, dtype, block, formats)
-        return text.replace("s.sync();", "__syncthreads();") if op.name.endswith(
-            "_old_sync") else text
-    fused_source.row_kernel_source = patched
 
 
 def _ce_variants():
@@ -71,11 +55,8 @@ def _ce_variants():
     args = dict(inputs="y t:col #inv_n #classes", outputs="loss:col dy")
     return {
         "program": (_CROSS_ENTROPY[("labels", True)], "loss dy"),
-        "program, barrier before loss": (fused_op("ce_old_sync", **args,
-                                                  body=CE_LABELS + CE_GRAD), "loss dy"),
-        "program, dy = e * q - hit": (fused_op(
-            "ce_reciprocal", **args, body=CE_LABELS + "q = inv_n / s\n"
-                                      "dy = e * q - where(hit, inv_n, 0)\n"), "loss dy"),
+        "program, dy = (e / s - hit) * n": (fused_op(
+            "ce_divide", **args, body=CE_LABELS + "dy = (e / s - hit) * inv_n\n"), "loss dy"),
         "no labels check": (fused_op(
             "ce_no_check", inputs="y t:col #inv_n", outputs="loss:col dy",
             body=head + "loss = (log(s) - sum(where(hit, y - m, 0))) * inv_n\n" + grad),
@@ -217,7 +198,6 @@ def main():
     print(f"fused terms: copy {copy_Bps / 1e12:.3f} TB/s; median of {REPS} samples of "
           f"{CALLS} calls; check: max |error| / max |reference| against float64")
     rng = np.random.default_rng(41)
-    _old_sync()
     cross_entropy(h, timer, copy_Bps, rng)
     layer_norm_backward(h, timer, copy_Bps, rng)
 

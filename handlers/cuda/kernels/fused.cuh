@@ -102,8 +102,7 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       element, stored (streaming: read, computed, stored
 //                       per packet);
 //   s.sync()            orders every read of the row before a per-row store
-//                       (an output may be an input's memory; a held block
-//                       row's reductions already have);
+//                       (an output may be an input's memory);
 //   s.leader()          the thread that stores the row's per-row outputs.
 // In place (an output over an input) is safe: held rows are read whole
 // before any store, and streaming passes read and write an element in the
@@ -412,24 +411,15 @@ template <typename In, int R, typename C, int S, int W>
 struct BlockRow : HeldRow<In, R, C, S, W, true> {
     C* scratch;  // 2 x 64 values (block_reduce)
     int parity = 0;
-    // Whether a reduction's barrier has passed: every read of a held row
-    // (its elements and its per-row inputs) comes before the first, so a
-    // per-row store after it needs no barrier of its own (a constant once
-    // the row function is inlined).
-    bool reduced = false;
     template <typename Op> __device__ __forceinline__ C reduce(C v, Op op) {
-        reduced = true;
         return block_reduce(v, op, scratch, parity);
     }
     template <typename OpA, typename OpB>
     __device__ __forceinline__ void reduce_pair(C& a, OpA opa, C& b, OpB opb) {
-        reduced = true;
         block_reduce_pair(a, opa, b, opb, scratch, parity);
     }
     __device__ __forceinline__ bool leader() const { return threadIdx.x == 0; }
-    __device__ __forceinline__ void sync() const {
-        if (!reduced) __syncthreads();
-    }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
 };
 
 // Row r read from memory at each pass.  Where every array is 16-byte aligned
