@@ -17,10 +17,16 @@ level: the last block adds every partial row), and checks every variant's
 outputs against float64 NumPy (max |error| / max |reference|).  Nothing is
 changed in the library: the process wraps ``plan_rows`` and ``sum_groups``.
 
+With ``--dtype bfloat16`` (or float16), the large shapes only, in that
+format, on grids up to 32 blocks a multiprocessor (more than are resident:
+the blocks that wait for a slot start when others finish), inputs
+rounded to the format first.
+
 Run by hand from the project root on a GPU machine, on a tree whose
 kernels take any grid for summed outputs (every tree since the row
 kernels' loops over rows with sums, 2026-11):
-``python benchmarks/results/diagnostics/summed_rows_grid.py [--quick]``.
+``python benchmarks/results/diagnostics/summed_rows_grid.py [--quick]
+[--dtype bfloat16]``.
 """
 import argparse
 import pathlib
@@ -67,10 +73,25 @@ def _cases():
                                                           (4096, 256), (1024, 50257)])]
 
 
+def _references(inputs):
+    """float64 references of the two builders' formulas on ``inputs``
+    (the format's rounded values)."""
+    if len(inputs) == 2:   # the dense layer's bias-and-ReLU backward
+        dy, y = inputs
+        g = dy * (y > 0)
+        return [g, g.sum(axis=0, keepdims=True)]
+    dy, x, gain, mu, r = inputs
+    xhat = (x - mu) * r
+    g = dy * gain
+    dx = r * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
+    return [dx, (dy * xhat).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)]
+
+
 def main(argv=None):
     """Print, per case, us per call and the check of each grid and combine."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the first shape of each op only")
+    p.add_argument("--dtype", default="float32", help="the handler's format")
     args = p.parse_args(argv)
 
     from benchmarks.gpu import EventTimer
@@ -90,20 +111,32 @@ def main(argv=None):
 
     fused_source.plan_rows, fused_source.sum_groups = forced_plan, forced_groups
 
-    h = PyCudaHandler(np.float32)
+    from handlers import dtypes
+    dt = dtypes.resolve(args.dtype)
+    half = dtypes.is_half(dt)
+    tol = 2e-2 if half else TOL
+    h = PyCudaHandler(dt)
     timer = EventTimer("pycuda", h.stream)
     rng = np.random.default_rng(0)
     print(f"summed rows: {h._sms} SMs; us per call, median of {REPS} samples of "
-          f"{CALLS} calls; check: max |error| / max |reference| against float64 (tol {TOL})")
+          f"{CALLS} calls; {dt}; check: max |error| / max |reference| against float64 "
+          f"(tol {tol})")
     for name, op, build, shapes in _cases():
+        if half:
+            shapes = [s for s in shapes if s[0] * s[1] >= 2 ** 24]
         for rows, cols in shapes[:1] if args.quick else shapes:
             inputs, out_shapes, refs = build(rng, rows, cols)
-            dev_in = [h.create_from_numpy(a.astype(np.float32)) for a in inputs]
+            if half:   # the references of the rounded inputs
+                inputs = [a.astype(dt).astype(np.float64) for a in inputs]
+                refs = _references(inputs)
+            dev_in = [h.create_from_numpy(a.astype(dt)) for a in inputs]
             dev_out = [h.zeros(s) for s in out_shapes]
             force["grid"], force["one_level"] = None, False
             op(h, *dev_in, *dev_out)        # compiles, and records the planned grid
             planned = force["planned"]
             grids = sorted({planned, 1, 8, 32, 66, 132, 264, 528, rows} - {0})
+            if half:
+                grids = sorted({planned} | {h._sms * k for k in (1, 2, 4, 8, 16, 32)})
             grids = [g for g in grids if g <= max(rows, 1)]
             print(f"\n{name} ({rows}, {cols}), planned grid {planned}")
             print(f"{'grid':>6} {'groups':>10} {'us':>9} {'check':>9}")
@@ -113,13 +146,13 @@ def main(argv=None):
                     for o in dev_out:
                         h.fill(o, np.nan)
                     op(h, *dev_in, *dev_out)
-                    err = max(float(np.max(np.abs(h.get_numpy_copy(o) - r)) / np.max(np.abs(r)))
-                              for o, r in zip(dev_out, refs))
+                    err = max(float(np.max(np.abs(h.get_numpy_copy(o).astype(np.float64) - r))
+                                    / np.max(np.abs(r))) for o, r in zip(dev_out, refs))
                     samples = [timer.sample(lambda i: op(h, *dev_in, *dev_out), 0, CALLS)
                                for _ in range(REPS)]
                     us = statistics.median(samples) * 1e3
                     groups = "one level" if one else f"{sum_groups(grid)[0]} a group"
-                    ok = "ok" if err <= TOL else "FAILED"
+                    ok = "ok" if err <= tol else "FAILED"
                     print(f"{grid:>6} {groups:>10} {us:>9.2f} {err:>9.1e} {ok}")
             force["grid"], force["one_level"] = None, False
     fused_source.plan_rows, fused_source.sum_groups = plan_rows, sum_groups
