@@ -681,7 +681,7 @@ def test_plan_rows():
     to 32 * held columns, then a block per row of as few threads as hold it
     (or streaming past ROW_BLOCK * held); a block for every row group, but
     with summed outputs at most one wave of blocks, and past a block a
-    multiprocessor, SUM_ROWS rows a block at least."""
+    multiprocessor, about sms * sqrt(rows / (SUM_SPREAD * cols)) blocks."""
     plan, block = fused_source.plan_rows, fused_source.BLOCK
     assert plan(0, 100, 8, 132, 2048) == (0, block)
     assert plan(1000, 32, 8, 132, 2048) == (16, block)    # groups of 4 lanes: 64 rows a block
@@ -733,17 +733,21 @@ def test_plan_rows():
     assert plan(2 ** 40, 8, 8, 132, 2048) == (2 ** 31 - 1, block)  # lane groups stride
     assert [fused_source.row_block(c, 8) for c in (1, 256, 257, 5000, 10 ** 6)] == [
         block, block, 64, 640, fused_source.ROW_BLOCK]
-    # past a block a multiprocessor, SUM_ROWS rows a block at least
-    rows = fused_source.SUM_ROWS
-    assert plan(300 * rows, 5000, 8, 132, 2048, 8) == (300, 640)
-    assert plan(300 * rows + 1, 5000, 8, 132, 2048, 8) == (301, 640)
-    assert plan(50 * rows, 5000, 8, 132, 2048, 8) == (132, 640)      # one an SM
+    # past a block a multiprocessor, sms * sqrt(rows / (2 cols)) blocks: more
+    # rows a block where rows are long against their count
+    assert fused_source.SUM_SPREAD == 2
+    assert plan(4 * 2 * 5000, 5000, 8, 132, 2048, 8) == (264, 640)   # sqrt(4): 2 an SM
+    assert plan(9 * 2 * 5000, 5000, 8, 132, 2048, 8) == (396, 640)   # 3 an SM
+    assert plan(4096, 4096, 8, 132, 2048, 8, 0, 4) == (132, 512)     # one an SM
+    assert plan(32768, 1000, 4, 132, 2048, 8, 0, 4) == (528, 256)    # the resident ones
     assert plan(100, 5000, 8, 132, 2048, 8) == (100, 640)            # a row each
-    assert plan(10 ** 4, 256, 8, 132, 2048, 8, 0, 18) == (10 ** 4 // rows, block)
+    assert plan(10 ** 4, 256, 8, 132, 2048, 8, 0, 18) == (round(132 * (10 ** 4 / 512) ** 0.5),
+                                                          block)
     # streamed rows: the partial rows within half of a 50 MiB L2 (held rows
     # ignore it), but a block a multiprocessor at least
     assert plan(10 ** 4, 50257, 8, 132, 2048, 8, 50 << 20) == (132, fused_source.ROW_BLOCK)
-    assert plan(10 ** 4, 50257, 8, 40, 2048, 8, 50 << 20) == (
+    assert plan(10 ** 4, 50257, 8, 40, 2048, 8, 50 << 20) == (40, fused_source.ROW_BLOCK)
+    assert plan(10 ** 6, 50257, 8, 40, 2048, 8, 50 << 20) == (
         (25 << 20) // (8 * 50257), fused_source.ROW_BLOCK)
     assert plan(10 ** 6, 5000, 8, 132, 2048, 8, 50 << 20) == (132 * 3, 640)
     assert plan(10 ** 4, 10 ** 6, 8, 132, 2048, 8) == (

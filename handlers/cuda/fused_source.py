@@ -443,13 +443,18 @@ def lane_held(held):
 SUM_WORKSPACE = 64 << 20
 
 
-#: The fewest rows a block of a row kernel with summed outputs takes once
-#: every multiprocessor has a block: on an H200, LayerNorm's backward over
-#: 4096x256 took 72 us on 2376 blocks (the resident ones, under 2 rows
-#: each), 35 us on 264 (16 rows each), 39 us on 132; over 32768x1000 and
-#: 8192x4096 the resident blocks (62 rows each) stayed fastest
-#: (benchmarks/results/diagnostics/summed_rows_grid-NVIDIA-H200.log).
-SUM_ROWS = 16
+#: How a row kernel with summed outputs spreads its rows past a block a
+#: multiprocessor: each block takes rows / grid rows one after another, and
+#: adds a partial row of cols values that the launch's combine then reads,
+#: so time goes as a * rows / grid + b * grid * cols, least at a grid
+#: proportional to sqrt(rows / cols): about sms * sqrt(rows / (SUM_SPREAD *
+#: cols)) blocks.  On an H200 this gave the fastest grid tried, or one
+#: within 3%, for LayerNorm's backward over 8192x4096, 32768x1000, 4096x256
+#: and 1024x50257 in float32 and the large ones in bfloat16, and for the
+#: dense layer's bias-and-ReLU backward over 4096x4096 (bfloat16: 52.0 us
+#: on its 132 blocks, 62.9 on the 256 of the rule before, 16 rows a
+#: block at least) (benchmarks/results/diagnostics/summed_rows_grid*).
+SUM_SPREAD = 2
 
 
 #: The row kernels' strategies, one kernel each (``rows_impl`` in
@@ -489,8 +494,8 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     :data:`SUM_WORKSPACE` (fewer blocks only for rows of megabytes), and at
     most the blocks resident at once: ``per_sm`` a multiprocessor, the
     compiled kernel's occupancy (its registers may allow fewer than the
-    threads do; None: ``sm_threads // block``), and past ``sms`` blocks at
-    most one for every :data:`SUM_ROWS` rows.
+    threads do; None: ``sm_threads // block``), and past ``sms`` blocks
+    about sms * sqrt(rows / (SUM_SPREAD * cols)) (:data:`SUM_SPREAD`).
 
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * lane_held(held)
@@ -533,8 +538,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
         row_bytes = sum_bytes * max(1, cols)
         resident = sms * (max(1, sm_threads // block) if per_sm is None else per_sm)
         # Each block's partial row is written and combined: past one block
-        # a multiprocessor, give each at least SUM_ROWS rows to amortise it.
-        grid = min(grid, resident, max(sms, -(-rows // SUM_ROWS)))
+        # a multiprocessor, weigh that against the rows a block takes in turn.
+        spread = round(sms * math.sqrt(rows / (SUM_SPREAD * max(1, cols))))
+        grid = min(grid, resident, max(sms, spread))
         if l2_bytes and cols > ROW_BLOCK * held:
             grid = min(grid, max(sms, l2_bytes // 2 // row_bytes))
         grid = max(1, min(grid, SUM_WORKSPACE // row_bytes))
