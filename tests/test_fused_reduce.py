@@ -6,7 +6,7 @@ References are float64 NumPy formulas written here, independently of the
 evaluator in handlers/fused.py, on fresh random inputs; outputs are poisoned
 with NaN first.  Row lengths cover every strategy of the GPU's row kernel
 (``fused_source.plan_rows``): lane groups (1, 3, 32), a block holding the
-row (1000, 5000) and streaming passes (40000); the summed outputs' shapes
+row (257, 1000, 5000, 16384) and streaming passes (40000); the summed outputs' shapes
 add grids of many blocks (two levels of partial rows on a GPU).  The CUDA
 source of every declaration here compiles with nvcc where it is installed.
 """
@@ -26,7 +26,9 @@ from helpers import as_handler_values, poisoned, rand, shape_id, upload
 #: these ops run on the float16 and bfloat16 NumpyHandler too (conftest)
 HALF_FORMATS = True
 
-COLS = [1, 3, 32, 1000, 5000, 40000]
+#: 257 and 16384: the fewest and the most columns a block holds (one warp and
+#: 1024 threads of 16 elements each, fused_source.plan_rows) on the GPU
+COLS = [1, 3, 32, 257, 1000, 5000, 16384, 40000]
 ROWS = [1, 6]
 
 SOFTMAX = fused_op("softmax", "x", "y", "m = max(x); e = exp(x - m); s = sum(e); y = e / s")
