@@ -29,9 +29,9 @@ import numpy as np
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 
-from benchmarks.gpu import EventTimer, cuda_handler  # noqa: E402
-from benchmarks.ops import inputs_beyond_l2  # noqa: E402
-from handlers import dtypes  # noqa: E402
+import variants  # noqa: E402  (this folder's, beside the script)
+
+from benchmarks.gpu import EventTimer  # noqa: E402
 from handlers.cuda import fused_source  # noqa: E402
 from layers import epilogues  # noqa: E402
 from layers.layernorm import _BACKWARD as LN_BACKWARD  # noqa: E402
@@ -69,39 +69,23 @@ def case_data(name, shape, dt, rng):
 def run(fmt, held, rng_seed=0):
     """{case: (us, max error relative to the largest reference, held, block)}
     on a fresh handler of ``fmt`` with held_elements forced to ``held``."""
-    tree = fused_source.held_elements
-    if held is not None:
-        fused_source.held_elements = lambda op, dtype: held
-    dt = dtypes.resolve(fmt)
-    h = cuda_handler("half_rows_held", dt, what="tool")
-    if h is None:
-        fused_source.held_elements = tree
-        return None
-    rows = {}
-    try:
+    with variants.held_handler("half_rows_held", fmt, held) as h:
+        if h is None:
+            return None
+        dt = h.dtype
         timer = EventTimer("pycuda", h.stream)
         rng = np.random.default_rng(rng_seed)
         ops = {"bias_relu_backward": epilogues.OPS["relu"][1],
                "layer_norm_backward": LN_BACKWARD}
+        rows = {}
         for name, shape in CASES:
             hosts, out_shapes, refs = case_data(name, shape, dt, rng)
-            nbytes = sum(a.nbytes for a in hosts)
-            copies = inputs_beyond_l2(nbytes)
-            ins = [[h.create_from_numpy(a) for a in hosts] for _ in range(copies)]
-            outs = [h.allocate(s) for s in out_shapes]
             op = ops[name]
-            calls = [lambda a=a: op(h, *a, *outs) for a in ins]
-            ms = timer.time(lambda i: calls[i % copies](), reps=REPS, warmup=2, inner=CALLS)
-            calls[0]()
-            err = max(float(np.abs(h.get_numpy_copy(o).astype(np.float64) - ref).max()
-                            / max(1e-30, np.abs(ref).max())) for o, ref in zip(outs, refs))
+            ms, err = variants.time_op(h, timer, op, hosts, out_shapes, refs, (), REPS, CALLS)
             used = fused_source.held_elements(op, dt)
             rows[(name, shape)] = (ms * 1e3, err, used,
                                    fused_source.row_block(shape[1], used))
-    finally:
-        h.close()
-        fused_source.held_elements = tree
-    return rows
+        return rows
 
 
 def main():

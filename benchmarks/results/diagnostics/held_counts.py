@@ -28,9 +28,9 @@ import numpy as np
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 
-from benchmarks.gpu import EventTimer, cuda_handler  # noqa: E402
-from benchmarks.ops import inputs_beyond_l2  # noqa: E402
-from handlers import dtypes  # noqa: E402
+import variants  # noqa: E402  (this folder's, beside the script)
+
+from benchmarks.gpu import EventTimer  # noqa: E402
 from handlers.cuda import fused_source  # noqa: E402
 from handlers.fused_rows import SOFTMAX  # noqa: E402
 from layers import epilogues  # noqa: E402
@@ -95,16 +95,10 @@ def run(fmt, held):
     """{(op, shape): (us, error, held, block, fraction of copy)} on a fresh
     handler of ``fmt`` with held_elements forced to ``held`` (None: the
     tree's)."""
-    tree = fused_source.held_elements
-    if held is not None:
-        fused_source.held_elements = lambda op, dtype: held
-    dt = dtypes.resolve(fmt)
-    h = cuda_handler("held_counts", dt, what="tool")
-    if h is None:
-        fused_source.held_elements = tree
-        return None
-    rows = {}
-    try:
+    with variants.held_handler("held_counts", fmt, held) as h:
+        if h is None:
+            return None
+        dt = h.dtype
         timer = EventTimer("pycuda", h.stream)
         rng = np.random.default_rng(0)
         src = h.allocate((32 << 20,))
@@ -112,12 +106,12 @@ def run(fmt, held):
         copy = timer.measure(lambda i: h.copy_to(src, dst), reps=REPS, warmup=2,
                              inner=CALLS)["median"]
         copy_Bps = 2 * src.nbytes / (copy * 1e-3)
+        rows = {}
         for name, op in OPS.items():
             for shape in SHAPES[fmt]:
                 hosts, out_shapes, refs, scalars = case_data(name, shape, dt, rng)
-                nbytes = sum(a.nbytes for a in hosts)
-                moved = nbytes + sum(np.prod(s) * np.dtype(dt).itemsize for s in out_shapes)
-                copies = inputs_beyond_l2(nbytes)
+                moved = sum(a.nbytes for a in hosts) + sum(
+                    np.prod(s) * np.dtype(dt).itemsize for s in out_shapes)
                 # The labels stay float32 arrays of a float32 handler's format
                 # only where the handler is float32; a bf16 handler takes them
                 # in its own format (exact below 257 classes only): skip.
@@ -125,22 +119,13 @@ def run(fmt, held):
                     hosts[1] = hosts[1].astype(dt)
                     if shape[1] > 256:
                         continue
-                ins = [[h.create_from_numpy(a) for a in hosts] for _ in range(copies)]
-                outs = [h.allocate(s) for s in out_shapes]
-                calls = [lambda a=a: op(h, *a, *scalars, *outs) for a in ins]
-                ms = timer.measure(lambda i: calls[i % copies](), reps=REPS, warmup=2,
-                                   inner=CALLS)["median"]
-                calls[0]()
-                err = max(float(np.abs(h.get_numpy_copy(o).astype(np.float64) - ref).max()
-                                / max(1e-30, np.abs(ref).max())) for o, ref in zip(outs, refs))
+                ms, err = variants.time_op(h, timer, op, hosts, out_shapes, refs, scalars,
+                                           REPS, CALLS)
                 used = fused_source.held_elements(op, dt)
                 rows[(name, shape)] = (ms * 1e3, err, used,
                                        fused_source.row_block(shape[1], used),
                                        moved / (ms * 1e-3) / copy_Bps)
-    finally:
-        h.close()
-        fused_source.held_elements = tree
-    return rows
+        return rows
 
 
 def main():

@@ -116,15 +116,6 @@ __device__ void per_output(const float* x, float* out, long long outputs, int n,
     }
 }
 
-extern "C" __global__ void per_output_max(const float* x, float* out, long long outputs,
-                                          int n, int inner) {
-    per_output<false>(x, out, outputs, n, inner);
-}
-extern "C" __global__ void per_output_argmax(const float* x, float* out, long long outputs,
-                                             int n, int inner) {
-    per_output<true>(x, out, outputs, n, inner);
-}
-
 // Block b = o * chunks + k reduces rows [k * chunk, min(n, (k + 1) * chunk))
 // of outer slab o (elements o * n * I onwards, contiguous) into I states,
 // written to states[(o * chunks + k) * I + c], or, with one chunk, into out.
@@ -217,28 +208,30 @@ __device__ void finish(const State* states, float* out, long long outputs, int c
         out[t] = ARG ? (float)s.i : s.v;
     }
 }
-
-extern "C" __global__ void finish_max(const State* states, float* out, long long outputs,
-                                      int chunks, int inner) {
-    finish<false>(states, out, outputs, chunks, inner);
-}
-extern "C" __global__ void finish_argmax(const State* states, float* out, long long outputs,
-                                         int chunks, int inner) {
-    finish<true>(states, out, outputs, chunks, inner);
-}
 """
 
 
+def _entry(name, template, params):
+    """An ``extern "C"`` kernel ``name`` calling ``template`` on ``params``
+    (a C parameter list)."""
+    args = ", ".join(p.rsplit(" ", 1)[1].lstrip("*") for p in params.split(", "))
+    return f'extern "C" __global__ void {name}({params}) {{ {template}({args}); }}'
+
+
 def _packets_source():
-    """The ``packets_{max,argmax}_<I>`` entry points, I = 1 to 8."""
-    lines = []
-    for i in INNERS:
-        for kind, arg in (("max", "false"), ("argmax", "true")):
-            lines.append(
-                f'extern "C" __global__ void packets_{kind}_{i}(const float* x, float* out, '
-                f"State* states, long long outer, long long n, long long chunk, int chunks) "
-                f"{{ packets<{i}, {arg}>(x, out, states, outer, n, chunk, chunks); }}")
-    return SOURCE.replace("__U__", str(U)) + "\n".join(lines) + "\n"
+    """SOURCE and its entry points: ``per_output_<kind>``, ``finish_<kind>``
+    and ``packets_<kind>_<I>`` (I = 1 to 8), kind max or argmax."""
+    lines = [SOURCE.replace("__U__", str(U))]
+    for kind, arg in (("max", "false"), ("argmax", "true")):
+        lines.append(_entry(f"per_output_{kind}", f"per_output<{arg}>",
+                            "const float* x, float* out, long long outputs, int n, int inner"))
+        lines.append(_entry(f"finish_{kind}", f"finish<{arg}>",
+                            "const State* states, float* out, long long outputs, int chunks, "
+                            "int inner"))
+        lines += [_entry(f"packets_{kind}_{i}", f"packets<{i}, {arg}>",
+                         "const float* x, float* out, State* states, long long outer, "
+                         "long long n, long long chunk, int chunks") for i in INNERS]
+    return "\n".join(lines) + "\n"
 
 
 def _view(shape, axis):

@@ -1,8 +1,14 @@
-"""What the diagnostics that time kernel variants share (``register_caps``,
-``summed_rows_prefetch``): a process builds its kernels once, so each
-variant runs in a process of its own (the script again, ``--run ARG``),
-times the same cases on a fresh float32 ``PyCudaHandler`` and prints one
-``RESULT`` line of JSON, which the parent collects."""
+"""What the diagnostics that time kernel variants share.
+
+``register_caps`` and ``summed_rows_prefetch``: a process builds its kernels
+once, so each variant runs in a process of its own (the script again,
+``--run ARG``), times the same cases on a fresh float32 ``PyCudaHandler``
+and prints one ``RESULT`` line of JSON, which the parent collects.
+
+``half_rows_held`` and ``held_counts``: each held count on a fresh handler
+of one process (``held_handler``), each fused op timed and checked alike
+(``time_op``)."""
+import contextlib
 import json
 import subprocess
 import sys
@@ -43,3 +49,46 @@ def collect(script, variants):
             continue
         results[variant] = json.loads(lines[-1][7:])
     return results
+
+
+@contextlib.contextmanager
+def held_handler(name, fmt, held):
+    """A fresh ``PyCudaHandler`` of format ``fmt`` (None without a GPU, after
+    saying that the diagnostic ``name`` skipped) whose row kernels hold ``held`` elements a thread
+    (``fused_source.held_elements`` forced; None: the tree's), closed and
+    the tree's count restored on leaving (kernels are built per handler)."""
+    from benchmarks.gpu import cuda_handler
+    from handlers import dtypes
+    from handlers.cuda import fused_source
+    tree = fused_source.held_elements
+    if held is not None:
+        fused_source.held_elements = lambda op, dtype: held
+    h = None
+    try:
+        h = cuda_handler(name, dtypes.resolve(fmt), what="tool")
+        yield h
+    finally:
+        if h is not None:
+            h.close()
+        fused_source.held_elements = tree
+
+
+def time_op(h, timer, op, hosts, out_shapes, refs, scalars, reps, calls):
+    """(ms per call, max |error| / max |reference|) of fused op ``op`` on
+    ``h``: the host arrays ``hosts`` copied beyond the L2 and cycled, the
+    scalars after them, new outputs of ``out_shapes``; the median of
+    ``reps`` samples of ``calls`` calls, then one more call checked against
+    the float64 ``refs``."""
+    import numpy as np
+
+    from benchmarks.ops import inputs_beyond_l2
+    copies = inputs_beyond_l2(sum(a.nbytes for a in hosts))
+    ins = [[h.create_from_numpy(a) for a in hosts] for _ in range(copies)]
+    outs = [h.allocate(s) for s in out_shapes]
+    runs = [lambda a=a: op(h, *a, *scalars, *outs) for a in ins]
+    ms = timer.measure(lambda i: runs[i % copies](), reps=reps, warmup=2,
+                       inner=calls)["median"]
+    runs[0]()
+    err = max(float(np.abs(h.get_numpy_copy(o).astype(np.float64) - ref).max()
+                    / max(1e-30, np.abs(ref).max())) for o, ref in zip(outs, refs))
+    return ms, err
