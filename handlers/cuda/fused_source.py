@@ -565,6 +565,16 @@ def sum_groups(grid):
     return group, -(-grid // group) + 1
 
 
+def _operands(e):
+    """The sub-expressions of expression ``e`` that its walks enter: none of
+    a number, ``col``, a reference or a reduction (a reduction's argument is
+    walked where the reduction is), else its arguments."""
+    kind = e[0]
+    if kind in ("num", "col", "ref", "reduce"):
+        return ()
+    return (e[1],) if kind == "ipow" else e[1:]
+
+
 def _levels(prog):
     """(slot -> its level, reductions -> their level): a reduction's level is
     one more than the deepest reduction its argument depends on, a value's
@@ -573,18 +583,13 @@ def _levels(prog):
     depth, found = {}, {}
 
     def level(e):
-        kind = e[0]
-        if kind in ("num", "col"):
-            return 0
-        if kind == "ref":
+        if e[0] == "ref":
             return depth.get(e[1], 0)
-        if kind == "reduce":
+        if e[0] == "reduce":
             lv = 1 + level(e[2])
             found.setdefault(e, lv)
             return lv
-        if kind == "ipow":
-            return level(e[1])
-        return max(level(a) for a in e[1:])
+        return max((level(a) for a in _operands(e)), default=0)
     for slot, expr in prog.statements:
         depth[slot] = level(expr)
     return depth, found
@@ -599,12 +604,9 @@ def _element_slice(prog, roots):
     need, leaves, stack = set(), set(), list(roots)
     while stack:
         e = stack.pop()
-        kind = e[0]
-        if kind in ("num", "reduce"):
-            continue
-        if kind == "col":
+        if e[0] == "col":
             leaves.add("col")
-        elif kind == "ref":
+        elif e[0] == "ref":
             slot = e[1]
             if slot in prog.per_row or slot in need:
                 continue
@@ -613,10 +615,7 @@ def _element_slice(prog, roots):
                 stack.append(stmts[slot])
             else:
                 leaves.add(slot)
-        elif kind == "ipow":
-            stack.append(e[1])
-        else:
-            stack.extend(e[1:])
+        stack.extend(_operands(e))
     return [(slot, expr) for slot, expr in prog.statements if slot in need], leaves
 
 
@@ -653,14 +652,10 @@ class _RowContext:
         shared, stack = set(), list(roots)
         while stack:
             e = stack.pop()
-            if e[0] == "ref" and e[1] in stmts:
-                if e[1] not in shared:
-                    shared.add(e[1])
-                    stack.append(stmts[e[1]])
-            elif e[0] == "ipow":
-                stack.append(e[1])
-            elif e[0] not in ("num", "col", "ref", "reduce"):
-                stack.extend(e[1:])
+            if e[0] == "ref" and e[1] in stmts and e[1] not in shared:
+                shared.add(e[1])
+                stack.append(stmts[e[1]])
+            stack.extend(_operands(e))
         return frozenset(prog.per_row) - shared
 
     def expr(self, e):
