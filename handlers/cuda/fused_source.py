@@ -823,7 +823,8 @@ def row_kernel_source(op, dtype, block, formats=None):
     row's elements, computing what the reductions' arguments need and
     folding them into per-thread partials, and one ``s.reduce`` per
     reduction; then the per-row values of that level; last, the full outputs
-    per element and the per-row outputs by one thread.  Summed (``:row``)
+    per element and the per-row outputs by one thread, which alone computes
+    the per-row values that only they need.  Summed (``:row``)
     outputs: the outputs' pass also gives each element's terms
     (``Values::sums``), which the strategy adds to its columns' running sums,
     and ``fx::rows_loop_sums`` ends the launch by adding the blocks' partial
