@@ -230,9 +230,10 @@ def _mlp_net(h, precision=None, mlp=MLP):
     hy = rng.integers(0, w, (n, 1)).astype(np.float64)
     x, y = net.input_h.create_from_numpy(hx), net.target_h.create_from_numpy(hy)
     half = half_grads(net, opt)   # the Trainer's choice: bf16 steps by the half gradients
+    net.refresh_working()         # the half steps' forward passes skip it (update writes it)
 
     def step(i):
-        loss = net.train_step(x, y, master_grads=half is None)
+        loss = net.train_step(x, y, master_grads=half is None, refresh=half is None)
         update(net, opt, half)
         return loss
     return net, step, (hx, hy)

@@ -183,10 +183,24 @@ class Sequential(checkpoint.NoCopies):
         """The flat gradient buffer, same layout as ``params``."""
         return self.parameters.grads
 
-    def forward(self, x, training=False):
-        """Output of the last layer for input ``x`` (no loss)."""
-        if self.compute is not None:   # the working copy of the master parameters
+    def refresh_working(self):
+        """Under mixed precision, round the master parameters into the
+        working copy (one ``cast_t``); nothing otherwise.  ``forward`` does
+        so first unless told the copy is current."""
+        if self.compute is not None:
             self.h.cast_t(self.parameters.params, self.compute[0])
+
+    def forward(self, x, training=False, refresh=True):
+        """Output of the last layer for input ``x`` (no loss).
+
+        ``refresh=False``, under mixed precision: the working copy already
+        holds the master parameters rounded (the last optimizer step wrote
+        it: ``SGD.step(working=...)``), and the pass skips its cast.  Only
+        a caller that knows nothing else changed the master parameters since
+        may say so (``Trainer``: its steps' updates write the copy, and it
+        refreshes it where anything else may have)."""
+        if refresh:
+            self.refresh_working()
         for layer in self.layers:
             x = layer.forward(x, training)
         return x
@@ -201,7 +215,7 @@ class Sequential(checkpoint.NoCopies):
                 hook(i)
         return dy
 
-    def train_step(self, x, targets, master_grads=True):
+    def train_step(self, x, targets, master_grads=True, refresh=True):
         """Forward, loss and backward for one batch; the gradients are written
         into ``grads``.  ``x`` is an array of ``input_h``, ``targets`` of
         ``target_h``.  Returns the mean loss as a (1,) array of ``h`` (still
@@ -211,11 +225,11 @@ class Sequential(checkpoint.NoCopies):
         the working copy (``compute[1]``), ``grads`` is not written (a pass
         over memory saved where the optimizer reads the half gradients
         itself: ``SGD.step(grads=...)``).  ValueError with a loss scaler,
-        which unscales the master gradients."""
+        which unscales the master gradients.  ``refresh`` as ``forward``'s."""
         if not master_grads and self.loss_scaler is not None:
             raise ValueError("train_step: master_grads=False leaves nothing for the loss "
                              "scaler to unscale")
-        loss = self.loss.forward(self.forward(x, training=True), targets)
+        loss = self.loss.forward(self.forward(x, training=True, refresh=refresh), targets)
         dy = self.loss.backward()
         if self.loss_scaler is not None:
             self.loss_scaler.scale(dy)

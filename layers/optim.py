@@ -54,6 +54,16 @@ _SGD_STEP = fused_op("sgd_momentum_step", inputs="g^ $alpha $beta $gate", output
 v = beta * v + alpha * g
 p = p + gate * v
 """)
+#: The same step that also writes the new parameters into ``w``, of any
+#: format: a mixed-precision network's working copy, rounded once, in the
+#: same pass (``SGD.step(working=...)``), which spares the next forward pass
+#: its cast of the master parameters.
+_SGD_STEP_WORKING = fused_op("sgd_momentum_step_working", inputs="g^ $alpha $beta $gate",
+                             outputs="v p w^", body="""
+v = beta * v + alpha * g
+p = p + gate * v
+w = p
+""")
 
 
 def _momentum(value):
@@ -159,7 +169,7 @@ class SGD(NoCopies):
         (see ``loader``); nothing is written unless all of it fits."""
         self.loader(state, cast)()
 
-    def step(self, gate=None, grads=None):
+    def step(self, gate=None, grads=None, working=None):
         """Update every parameter from the gradients of the last backward.
 
         ``gate`` (a one-element array of the handler, e.g. a
@@ -176,31 +186,43 @@ class SGD(NoCopies):
         of the handler's class, read in its own format in the step's one
         pass.  A mixed-precision network's half gradients (``net.compute[1]``)
         need no cast into the master format first (``Trainer`` passes them
-        where nothing else reads the master gradients).  ValueError for
-        another shape, before anything is written.
+        where nothing else reads the master gradients).
+
+        ``working`` (default: none): an array of the parameters' shape in any
+        format of the handler's class, into which the step also writes the
+        new parameters, rounded once, in the same pass: a mixed-precision
+        network's working copy (``net.compute[0]``), which its next forward
+        pass then need not cast from the master parameters
+        (``Sequential.forward(refresh=False)``; ``Trainer`` does so).
+
+        ValueError for ``grads`` or ``working`` of another shape, before
+        anything is written.
         """
         p = self.parameters
         if grads is None:
             grads = p.grads
-        elif tuple(grads.shape) != tuple(p.grads.shape):
-            raise ValueError(f"SGD.step: grads must have the parameters' shape "
-                             f"{tuple(p.grads.shape)}, got {tuple(grads.shape)}")
+        for name, a in (("grads", grads), ("working", working)):
+            if a is not None and tuple(a.shape) != tuple(p.grads.shape):
+                raise ValueError(f"SGD.step: {name} must have the parameters' shape "
+                                 f"{tuple(p.grads.shape)}, got {tuple(a.shape)}")
         with interrupts.deferred():
-            self._step(gate, grads)
+            self._step(gate, grads, working)
 
-    def _step(self, gate, grads):
+    def _step(self, gate, grads, working):
         h, p = self.parameters.h, self.parameters
         own = grads is p.grads   # a separate binding each: neither rebinds the other
+        op, out = (_SGD_STEP, ()) if working is None else (_SGD_STEP_WORKING, (working,))
+        key = (own, working is None)
         if gate is None:   # -lr, momentum and 1
-            run_bound(self._bound, ("step", own), h, _SGD_STEP, grads, self._neg_lr,
-                      self._momentum, self._one, self.velocity, p.params)
+            run_bound(self._bound, ("step",) + key, h, op, grads, self._neg_lr,
+                      self._momentum, self._one, self.velocity, p.params, *out)
             return
         alpha, beta, g = self._gated_views
         h.copy_to(self._unit, self._gated)
         h.axpby(-1.0, gate, 1.0, beta)                 # 1 - gate
         h.axpby(gate, self._scalars, 1.0, self._gated)
-        run_bound(self._bound, ("gated step", own), h, _SGD_STEP, grads, alpha, beta, g,
-                  self.velocity, p.params)
+        run_bound(self._bound, ("gated step",) + key, h, op, grads, alpha, beta, g,
+                  self.velocity, p.params, *out)
 
 
 class Adam(NoCopies):

@@ -510,6 +510,11 @@ class Trainer(checkpoint.NoCopies):
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
             for epoch in range(self.epoch + 1, epochs + 1):
+                if self._step.half_grads is not None:
+                    # the steps' forward passes skip the working copy's cast
+                    # (their updates write it): a load, an on_epoch callback
+                    # or the user may have changed the master parameters
+                    self.net.refresh_working()
                 pending, checked, skipped = None, first, []
                 if first:   # a resumed epoch: what its first steps recorded
                     losses, skipped, _ = self._partial
@@ -881,7 +886,12 @@ def half_grads(net, optimizer, data_parallel=False, skip_nonfinite=False):
     (``takes_grads``: ``SGD``) and no skip check (which reads the master
     gradients), a step need not cast the gradients into the master format:
     on an H200 that cast took 118 us of the bfloat16 MLP step's 2.08 ms.
-    ``net.grads`` is then not written by such steps."""
+    ``net.grads`` is then not written by such steps.  Their updates also
+    write the working copy (``SGD.step(working=...)``: :func:`update`), so
+    their forward passes skip its cast (``train_step(refresh=False)``), and
+    whoever runs them refreshes the copy (``net.refresh_working()``) before
+    the first and wherever else the master parameters may have changed
+    (``Trainer``: at the start of every epoch)."""
     if (net.compute is None or net.loss_scaler is not None or data_parallel
             or skip_nonfinite or not getattr(optimizer, "takes_grads", False)):
         return None
@@ -890,12 +900,13 @@ def half_grads(net, optimizer, data_parallel=False, skip_nonfinite=False):
 
 def update(net, optimizer, half):
     """The optimizer's step after ``net.train_step(..., master_grads=half is
-    None)``: by the half gradients ``half`` (:func:`half_grads`), else by the
-    master gradients, through the loss scaler where there is one (float16:
-    the update gated on the device, a skip not seen here)."""
+    None, refresh=half is None)``: by the half gradients ``half``
+    (:func:`half_grads`), writing the working copy too, else by the master
+    gradients, through the loss scaler where there is one (float16: the
+    update gated on the device, a skip not seen here)."""
     scaler = net.loss_scaler   # through a DataParallel too (its __getattr__)
     if half is not None:
-        optimizer.step(grads=half)
+        optimizer.step(grads=half, working=net.compute[0])
     elif scaler is None:
         optimizer.step()
     else:
@@ -955,7 +966,7 @@ class _Step:
         half = self.half_grads
         # the keyword only where it is used: a DataParallel's train_step has none
         loss = (self.net.train_step(xb, yb) if half is None
-                else self.net.train_step(xb, yb, master_grads=False))
+                else self.net.train_step(xb, yb, master_grads=False, refresh=False))
         h.copy_to(loss, out)
         # skip mode: two host reads per step, the price of deciding on the host
         master = self.net.parameters.h   # the gradients' handler (a twin in mixed precision)

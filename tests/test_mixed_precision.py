@@ -225,13 +225,39 @@ def test_sgd_steps_by_half_gradients_read_as_they_are(handler, rng):
     np.testing.assert_allclose(handler.get_numpy_copy(opt.velocity), v, rtol=1e-5, atol=1e-6)
 
 
+def test_sgd_writes_the_working_copy_rounded_from_the_new_parameters(handler, rng):
+    """``SGD.step(working=...)``: two momentum steps by bfloat16 gradients
+    against float64 NumPy, and the bfloat16 working copy holds the new
+    float32 parameters as NumPy rounds them to bfloat16, bit for bit."""
+    h16 = _bf16_twin(handler)
+    net = _mlp(handler)
+    opt = SGD(net.parameters, lr=0.1, momentum=0.9)
+    n = net.params.shape
+    working = h16.zeros(n)
+    p = handler.get_numpy_copy(net.params).astype(np.float64)
+    v = np.zeros(n)
+    for _ in range(2):
+        g16 = h16.create_from_numpy(rng.normal(0.0, 1.0, n))
+        opt.step(grads=g16, working=working)
+        v = 0.9 * v - 0.1 * h16.get_numpy_copy(g16).astype(np.float64)
+        p = p + v
+    got = handler.get_numpy_copy(net.params)
+    np.testing.assert_allclose(got, p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(h16.get_numpy_copy(working).view(np.uint16),
+                                  got.astype(BF16).view(np.uint16))
+
+
 def test_sgd_refuses_gradients_of_another_shape_and_writes_nothing(handler):
     net = _mlp(handler)
     opt = SGD(net.parameters, lr=0.1)
     before = handler.get_numpy_copy(net.params).copy()
     with pytest.raises(ValueError, match="grads must have the parameters' shape"):
         opt.step(grads=handler.zeros((net.params.shape[0] - 1,)))
+    working = handler.zeros((net.params.shape[0] + 1,))
+    with pytest.raises(ValueError, match="working must have the parameters' shape"):
+        opt.step(working=working)
     np.testing.assert_array_equal(handler.get_numpy_copy(net.params), before)
+    assert not np.any(handler.get_numpy_copy(working))
 
 
 def test_train_step_without_master_gradients_leaves_them_alone():
@@ -265,11 +291,18 @@ def test_trainer_steps_by_the_half_gradients_only_where_nothing_reads_the_master
 def test_trainer_with_half_gradients_matches_the_cast_path_bit_for_bit(handler, make_handler,
                                                                        handler_id, rng):
     """bfloat16 widens into float32 exactly, so stepping by the half
-    gradients directly changes no bit against casting them first (the
-    path checked above against NumPy)."""
+    gradients directly, with the updates writing the working copy that the
+    forward passes then take as it is, changes no bit against casting both
+    ways (the paths checked above against NumPy).  An ``on_epoch`` callback
+    that changes the master parameters is seen by the next epoch's steps
+    (the trainer refreshes the working copy at every epoch's start)."""
     _bf16_twin(handler)
     x, y = _blobs(120, rng)
     params = []
+
+    def shrink(record):   # a change of the master parameters between epochs
+        h = net.parameters.h
+        h.mult_st(0.5, net.params, net.params)
     for direct in (True, False):
         net = _mlp(make_handler(handler_id, seed=0))
         tr = Trainer(net, SGD(net.parameters, lr=0.1), batch_size=20, seed=1, progress=False,
@@ -277,8 +310,14 @@ def test_trainer_with_half_gradients_matches_the_cast_path_bit_for_bit(handler, 
         assert tr._step.half_grads is net.compute[1]
         if not direct:
             tr._step.half_grads = None
-        tr.fit(x, y, 2)
-        params.append(net.h.get_numpy_copy(net.compute[0]).view(np.uint16).copy())
-        params.append(net.parameters.h.get_numpy_copy(net.params))
+        tr.fit(x, y, 3, on_epoch=shrink)
+        working = net.h.get_numpy_copy(net.compute[0]).view(np.uint16).copy()
+        net.refresh_working()
+        current = net.h.get_numpy_copy(net.compute[0]).view(np.uint16)
+        if direct:   # the last update wrote it: the master parameters rounded, shrunk
+            halved = net.parameters.h.get_numpy_copy(net.params) * 2
+            np.testing.assert_array_equal(
+                working, halved.astype(BF16).view(np.uint16))
+        params += [current.copy(), net.parameters.h.get_numpy_copy(net.params)]
     np.testing.assert_array_equal(params[0], params[2])
     np.testing.assert_array_equal(params[1], params[3])
