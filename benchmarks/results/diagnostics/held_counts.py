@@ -18,7 +18,10 @@ held count on a fresh handler (kernels are built per handler), with
 cycled beyond the L2, each result checked against float64 NumPy on the
 same rounded inputs.  Run on the GPU machine from the project root::
 
-    python benchmarks/results/diagnostics/held_counts.py
+    python benchmarks/results/diagnostics/held_counts.py [--tree]
+
+``--tree``: only the tree's held counts, over the dense layers' shapes
+(256x1024, 4096x4096) too, to compare two trees (.ci/gpu-ab).
 """
 import pathlib
 import sys
@@ -129,6 +132,11 @@ def run(fmt, held):
 
 
 def main():
+    if "--tree" in sys.argv[1:]:
+        SHAPES["float32"] += [(4096, 4096), (256, 1024)]
+        SHAPES["bfloat16"] += [(4096, 4096)]
+        for fmt in HELD:
+            HELD[fmt] = (None,)
     print(f"fused row programs by elements held a thread; us per call, median of {REPS} "
           f"samples of {CALLS} calls, inputs from DRAM; of copy: minimal bytes over a "
           f"device copy's bandwidth; error: max |ours - float64| / max |float64|; * the tree's")
