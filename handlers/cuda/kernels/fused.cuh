@@ -288,22 +288,20 @@ struct HeldRow {
         return P && packets ? (first + (k / W) * step) * W + k % W : first + k * step;
     }
 
-    // Row `row`'s elements that this thread holds into dst, or zeros where
-    // !ok (slots past the row hold zeros too: each() computes on them, masked).
+    // Slots past the row hold zeros (each() computes on them, masked).
     template <typename Load, typename LoadPackets>
-    __device__ __forceinline__ void load_row(In (&dst)[R], long long row, bool ok, Load load,
-                                             LoadPackets load_packets) const {
+    __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
         if (P && packets) {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
-                if (ok && p * W < cols) {
-                    const auto e = load_packets(row * (cols / W) + p);
+                if (live && p * W < cols) {
+                    const auto e = load_packets(r * (cols / W) + p);
 #pragma unroll
-                    for (int i = 0; i < W; ++i) dst[q * W + i] = e.v[i];
+                    for (int i = 0; i < W; ++i) v[q * W + i] = e.v[i];
                 } else {
 #pragma unroll
-                    for (int i = 0; i < W; ++i) dst[q * W + i] = In{};
+                    for (int i = 0; i < W; ++i) v[q * W + i] = In{};
                 }
             }
             return;
@@ -311,14 +309,8 @@ struct HeldRow {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            dst[k] = ok && j < cols ? load(row, j) : In{};
+            v[k] = live && j < cols ? load(r, j) : In{};
         }
-    }
-
-    // Row r's elements (live: r is a row).
-    template <typename Load, typename LoadPackets>
-    __device__ __forceinline__ void load(Load load, LoadPackets load_packets) {
-        load_row(v, r, live, load, load_packets);
     }
 
     // With summed outputs a block or lane group loops over rows, each row's
@@ -689,10 +681,6 @@ __device__ __forceinline__ void finish_sums(const GridSums<C>& sums, long long c
     }
 }
 
-// The most bytes of registers a thread of a block row with summed outputs
-// spends on holding the next row's elements ahead (rows_impl).
-constexpr int AHEAD_BYTES = 32;
-
 // The strategies, one kernel each (the host picks: fused_source.strategy).
 constexpr int LANE_ROWS = 0;    // cols <= 32 * R
 constexpr int BLOCK_ROWS = 1;   // cols <= blockDim.x * R
@@ -806,31 +794,11 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool a
                 row(s, s.r, true);
             }
         } else {
-            // Where they take at most AHEAD_BYTES of registers a thread, the
-            // next row's elements are loaded before this row's reductions
-            // start, so that their loads are in flight through this row's
-            // barriers (else a multiprocessor has one row in flight: its
-            // loads, its reductions, its stores, then the next row's loads).
-            // Past that (the half formats' 8 elements a thread) they spilled.
-            // The L2 is asked for the row after the loaded one.
-            constexpr bool ahead = R * sizeof(In) <= AHEAD_BYTES;
-            In next_v[ahead ? R : 1];
-            if constexpr (ahead) s.load_row(s.v, blockIdx.x, blockIdx.x < rows, load, load_packets);
             for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
                 s.r = r;
-                const long long next = r + gridDim.x;
-                if constexpr (ahead) {
-                    s.load_row(next_v, next, next < rows, load, load_packets);
-                    s.prefetch(prefetch, next + gridDim.x, next + gridDim.x < rows);
-                } else {
-                    s.load(load, load_packets);
-                    s.prefetch(prefetch, next, next < rows);
-                }
+                s.load(load, load_packets);
+                s.prefetch(prefetch, r + gridDim.x, r + gridDim.x < rows);
                 row(s, r, true);
-                if constexpr (ahead) {
-#pragma unroll
-                    for (int k = 0; k < R; ++k) s.v[k] = next_v[k];
-                }
             }
         }
         if constexpr (S > 0) {
