@@ -423,6 +423,26 @@ def test_strongest_peer_verdicts_of_conv_and_half():
     assert peers.strongest({"ours, captured": 0.1, "torch.compile": 0.1}) == {}
 
 
+def test_fused_rows_judged_on_copy_and_both_peers():
+    """Issue 41's fused target: a row holds only at >= 85% of copy and
+    faster than both PyTorch eager and torch.compile; softmax_m alone and
+    rows without both peers are not judged."""
+    def row(op, frac, eager, compiled):
+        return {"op": op, "shape": [8192, 4096], "fraction_of_copy": {"ours": frac},
+                "speed_vs_torch": eager, "speed_vs_compiled": compiled}
+    fused = [row("softmax_m", 0.5, 0.5, 0.5),
+             row("LayerNorm forward", 0.86, 1.2, 1.01),       # holds
+             row("LayerNorm backward", 0.86, 1.2, 0.99),      # slower than compiled
+             row("softmax + cross-entropy, forward + gradient", 0.84, 2.0, 1.3),   # copy
+             {**row("LayerNorm forward", 0.9, 1.1, 1.1), "speed_vs_compiled": None}]
+    got = [v for v in report.reductions_verdicts({"fused": fused}) if "fused" in v["target"]]
+    assert len(got) == 1 and (got[0]["met"], got[0]["total"]) == (1, 3)
+    assert "LayerNorm backward (8192, 4096) 86.0% (1.20x eager, 0.99x compiled)" \
+        in got[0]["result"]
+    assert "softmax_m" not in got[0]["result"]
+    assert report.reductions_verdicts({"fused": fused[:1]}) == []
+
+
 def test_mlp_gemm_ratio_judged_on_graph_replays_alone(tmp_path):
     """Issue 42's MLP-against-its-gemms target is judged only from a run
     whose breakdown replayed the gemms from a graph (earlier runs re-issued
