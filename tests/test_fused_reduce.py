@@ -800,11 +800,19 @@ def test_generated_row_source():
     assert "rows, cols, aligned, load, load_packets, prefetch, row," in src
     # packets counted from the arrays' starts, as the streamed rows' aligned
     # middles need; every array's alignment decides, not the row length
-    assert "const auto load_packets = [&](const long long q) {" in src
+    assert "const auto load_packets = [&](const long long q, const long long c) {" in src
     assert "const Packet<T> p0 = load_packet(in_dy, q);" in src
+    # its row input g, one over 4 elements a thread, is held with them: by
+    # packets of the row's columns, never read at use, never prefetched
+    assert fused_source.holds_row_inputs(LN_BACKWARD, np.float32)
+    assert "struct In { T v_dy; T v_x; T v_g; };" in src and "v.v_g = in_g[j];" in src
+    assert "const Packet<T> p2 = load_row_packet(in_g, c);" in src
+    assert "const T v_g = e.v_g;" in src and "in_g[j] :" not in src
     assert "const bool aligned = is_aligned16(in_dy) && is_aligned16(in_x) && " \
-        "is_aligned16(out_dx);" in src
-    assert "fx::prefetch_l2(in_dy + r * cols + j);" in src
+        "is_aligned16(in_g) && is_aligned16(out_dx);" in src
+    assert "fx::prefetch_l2(in_dy + r * cols + j);" in src and "prefetch_l2(in_g" not in src
+    # two row inputs over 16 elements a thread would take 32 registers: read at use
+    assert not fused_source.holds_row_inputs(LAYER_NORM, np.float32)
     half = fused_source.kernel_source(ROW_TOTALS, np.float16, fused_source.ROW_BLOCK)
     assert "if (i == 1) out_n[j] = st<T>(v);" in half and "struct Values { C sums[2]; };" in half
 

@@ -412,8 +412,10 @@ def held_elements(op, dtype):
     whole 16-byte packets where that leaves at least one; a half format's
     whole packet, 8, always); a lane group's thread holds
     ``lane_held(R)``.  ``:row`` inputs
-    are not held: the kernel reads them where the body uses them (the same
-    few columns for every row, from cache)."""
+    take no share of the budget: a thread holds them beside the rest only
+    where they take few registers (:func:`holds_row_inputs`), else the
+    kernel reads them where the body uses them (the same few columns for
+    every row, from cache)."""
     budget = HELD_VALUES[_ctype(dtype)[1]]
     # Each held element takes a register per full array read and one per
     # summed output (its column's running sum).
@@ -429,6 +431,26 @@ def held_elements(op, dtype):
     if dtypes.is_half(dtype):
         return max(width, held - held % width)
     return held - held % width if held >= width else held
+
+
+#: The registers a thread's held ``:row`` inputs may take (their count times
+#: its held elements; :func:`holds_row_inputs`).  Held, a row input comes by
+#: packets with the row's other arrays, once a pass; read at use, it costs a
+#: scalar load per element in each pass (behind a test of the slot), which
+#: is where LayerNorm's backward, one row input over 4 elements a thread,
+#: lost time against a standalone kernel of its structure
+#: (diagnostics/summed_rows_pipeline).  A few: LayerNorm's forward, two row
+#: inputs over 16 elements, would hold 32 more values a thread.
+ROW_INPUT_REGISTERS = 4
+
+
+def holds_row_inputs(op, dtype):
+    """Whether a row kernel of ``op`` holds its ``:row`` inputs with the
+    elements (loaded with them, fields of ``In``): where their count times
+    the elements a thread holds (:func:`held_elements`) is at most
+    :data:`ROW_INPUT_REGISTERS`."""
+    rows = sum(1 for _, _, is_row in _element_arrays(op) if is_row)
+    return 0 < rows * held_elements(op, dtype) <= ROW_INPUT_REGISTERS
 
 
 def lane_held(held):
@@ -633,9 +655,13 @@ class _RowContext:
         self.store = "st<T>({})" if half else "{}"
         self.depth, self.found = _levels(self.prog)
         self.reductions = {e: f"rd{i}" for i, e in enumerate(self.found)}
-        # The arrays held per element (In), and the row inputs, read at use.
-        self.elements = [e for e in _element_arrays(op) if not e[2]]
-        self.row_inputs = [(ptr, slot) for ptr, slot, is_row in _element_arrays(op) if is_row]
+        # The arrays held per element (In; row inputs too where they fit and
+        # are of the handler's format), and the row inputs read at use.
+        hold = holds_row_inputs(op, dtype)
+        self.elements = [e for e in _element_arrays(op)
+                         if not e[2] or hold and not _other(e[0], formats)]
+        self.row_inputs = [(ptr, slot) for ptr, slot, is_row in _element_arrays(op)
+                           if is_row and (ptr, slot, is_row) not in self.elements]
         self.full_outs = [o for o in op.outputs if o not in op.cols + op.sums]
         self.row_outs = [o for o in op.outputs if o in op.cols]
         self.sums = list(op.sums)   # summed (':row') outputs, Values::sums[i] in order
@@ -771,13 +797,15 @@ def _row_memory(rc):
     lines += [f"    v.{_cname(slot)} = {rc.load(ptr, index)};"
               for ptr, slot, is_row in elements
               for index in ["j" if is_row else "r * cols + j"]]
-    # Packet q of every array, counted from the arrays' starts (the strategy
-    # gives row r's as r * (cols / W) + p, or a streamed row's aligned middle).
+    # Packet q of every full array, counted from the arrays' starts (the
+    # strategy gives row r's as r * (cols / W) + p, or a streamed row's
+    # aligned middle), and columns c .. c + W - 1 of the held row inputs.
     lines += ["    return v;", "};",
-              "const auto load_packets = [&](const long long q) {",
-              "    (void)q;", "    Lanes<In, W> v;"]
-    lines += ["    " + _load_packet(rc.formats, f"p{i}", ptr, "q")
-              for i, (ptr, _, _) in enumerate(elements)]
+              "const auto load_packets = [&](const long long q, const long long c) {",
+              "    (void)q;", "    (void)c;", "    Lanes<In, W> v;"]
+    lines += ["    " + (f"const Packet<T> p{i} = load_row_packet({ptr}, c);" if is_row
+                         else _load_packet(rc.formats, f"p{i}", ptr, "q"))
+              for i, (ptr, _, is_row) in enumerate(elements)]
     lines += ["#pragma unroll", "    for (int k = 0; k < W; ++k) {"]
     lines += [f"        v.v[k].{_cname(slot)} = p{i}.v[k];"
               for i, (_, slot, _) in enumerate(elements)]
@@ -884,12 +912,13 @@ def _sums_tail(rc):
     """The end of a row kernel with summed outputs: the lambda that stores
     summed output i's column j, and rows_loop_sums, whose blocks sum their
     rows' terms and then combine them in block order (kernels/fused.cuh)."""
-    # rc.elements: the full arrays a row holds (row inputs are read at use).
+    # rc.elements: the arrays a row holds (a held row input is in cache).
     lines = ["// Asks the L2 for element j of row r of every full array a row loads",
              "// (the loop over rows asks for the next row while it reduces this one).",
              "const auto prefetch = [&](const long long r, const long long j) {",
              "    (void)r;", "    (void)j;"]
-    lines += [f"    fx::prefetch_l2({ptr} + r * cols + j);" for ptr, _, _ in rc.elements]
+    lines += [f"    fx::prefetch_l2({ptr} + r * cols + j);" for ptr, _, is_row in rc.elements
+              if not is_row]
     lines += ["};",
               "// Summed output i's column j (i a constant where finish_sums calls it).",
               "const auto store_sum = [&](const int i, const long long j, const C v) {"]

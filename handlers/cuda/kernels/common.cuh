@@ -307,6 +307,20 @@ __device__ __forceinline__ Packet<T> splat(compute_t<T> x) {
     return r;
 }
 
+// Columns [c, c + kVec<T>) of a row array p (a fused op's `:row` input,
+// one value a column), widened: one packet load where c starts a packet
+// (always in a held row, whose packets start at multiples of kVec), else
+// element by element (a streamed row's packets start where its full
+// arrays' 16-byte boundary falls).  p must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ Packet<T> load_row_packet(const T* p, long long c) {
+    if (c % kVec<T> == 0) return load_packet(p, c / kVec<T>);
+    Packet<T> v;
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) v.v[k] = ld(p[c + k]);
+    return v;
+}
+
 // ------------------------------------------------------------- math
 // Explicit float/double overloads: a template body calls dm::exp(x) and gets
 // expf for float, never a silent promotion to double.

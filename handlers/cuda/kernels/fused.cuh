@@ -296,7 +296,7 @@ struct HeldRow {
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
                 if (live && p * W < cols) {
-                    const auto e = load_packets(r * (cols / W) + p);
+                    const auto e = load_packets(r * (cols / W) + p, p * W);
 #pragma unroll
                     for (int i = 0; i < W; ++i) v[q * W + i] = e.v[i];
                 } else {
@@ -445,7 +445,7 @@ struct StreamRow {
     using C = compute_t<T>;
     static constexpr int W = kVec<T>;
     Load load;
-    LoadPackets load_packets;  // load_packets(q): packet q of every array (16-byte aligned)
+    LoadPackets load_packets;  // load_packets(q, c): as rows_impl's
     C* scratch;  // 2 x 64 values (block_reduce)
     long long r, cols;
     bool aligned;
@@ -491,7 +491,8 @@ struct StreamRow {
             for (; p + (U - 1) * step < n; p += U * step) {
                 Lanes<In, W> e[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
+                for (int u = 0; u < U; ++u)
+                    e[u] = load_packets(s.q0 + p + u * step, s.lo + (p + u * step) * W);
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -499,7 +500,7 @@ struct StreamRow {
                 }
             }
             for (; p < n; p += step) {
-                const Lanes<In, W> e = load_packets(s.q0 + p);
+                const Lanes<In, W> e = load_packets(s.q0 + p, s.lo + p * W);
 #pragma unroll
                 for (int k = 0; k < W; ++k) f(e.v[k], s.lo + p * W + k, true);
             }
@@ -557,14 +558,16 @@ struct StreamRow {
             for (; p + (U - 1) * step < n; p += U * step) {
                 Lanes<In, W> e[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) e[u] = load_packets(s.q0 + p + u * step);
+                for (int u = 0; u < U; ++u)
+                    e[u] = load_packets(s.q0 + p + u * step, s.lo + (p + u * step) * W);
 #pragma unroll
                 for (int u = 0; u < U; ++u)
                     packet_out(f, store_packets, s.q0 + p + u * step, s.lo + (p + u * step) * W,
                                e[u]);
             }
             for (; p < n; p += step)
-                packet_out(f, store_packets, s.q0 + p, s.lo + p * W, load_packets(s.q0 + p));
+                packet_out(f, store_packets, s.q0 + p, s.lo + p * W,
+                           load_packets(s.q0 + p, s.lo + p * W));
             if (t < s.lo) element_out(f, store, t, load(r, t));
             if (s.hi + t < cols) element_out(f, store, s.hi + t, load(r, s.hi + t));
             return;
@@ -689,9 +692,10 @@ constexpr int STREAM_ROWS = 2;  // longer rows
 // Runs row(s, r, live) for every row of a (rows, cols) problem that this
 // thread's lane group or block takes, with strategy STRATEGY, which the
 // host chose for cols and the block (see above).  load(r, j) gives element
-// j of row r's inputs (In), load_packets(q) the W of packet q of the arrays
-// (16-byte packets from their starts; only called when `aligned`: every
-// array 16-byte aligned).  Held rows go by packets where cols % W == 0 too;
+// j of row r's inputs (In), load_packets(q, c) the W elements of packet q
+// of the full arrays (16-byte packets from their starts) with columns c ..
+// c + W - 1 of the `:row` inputs that In holds (only called when `aligned`:
+// every array 16-byte aligned).  Held rows go by packets where cols % W == 0 too;
 // streamed rows, by packets over each row's aligned middle whatever cols.
 // Lane groups stride over the rows on any grid; a block or streamed row
 // takes row blockIdx.x alone without summed outputs (the grid must cover
