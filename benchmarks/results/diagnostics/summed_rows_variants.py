@@ -1,0 +1,174 @@
+"""LayerNorm's backward: which part of the generated row kernel costs the
+gap to a standalone kernel of its structure?
+
+``summed_rows_pipeline`` (H200, 2026-11-28) timed a standalone float32
+kernel of LayerNorm's backward, one row a block's trip with an L2 prefetch
+of the next (the library's structure), at 122.9 us over 8192x4096, where
+the library's program took 167.8 (and 156-159 since its row kernels hold
+the gain beside the elements, 55c5ca8).  The two differ in how they
+compute, not in what they load: the generated kernel rounds every product
+on its own (``fx::mul``: no fused multiply-add, as NumPy rounds), pins each
+reduction's terms (``s.keep``) so that the outputs' pass reuses them,
+folds a term only on the row's own slots (``ok ? ... : ...``), divides
+each mean by ``cols``, and asks the L2 for the next row.
+
+This times the layer's program (``layers.layernorm._BACKWARD``) with its
+generated source changed one way at a time, each variant in a process of
+its own (kernels are built once a process), every result checked against
+float64 NumPy, beside the tree's source, and prints each variant's block
+kernel's registers and spills (nvcc, sm_90):
+
+* ``fma``: products as plain ``*`` (the compiler may contract them into
+  multiply-adds, as the standalone kernel's were);
+* ``nokeep``: terms not pinned;
+* ``unmasked``: every slot folded (exact here: a slot past the row holds
+  zeros, whose terms are zero);
+* ``noprefetch``: no L2 prefetch of the next row;
+* ``all``: the four together.
+
+Run on the GPU machine from the project root::
+
+    python benchmarks/results/diagnostics/summed_rows_variants.py
+"""
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+# Run as a script, this file's directory is on sys.path, not the project root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
+
+REPS, CALLS = 10, 10
+SHAPES = [(8192, 4096), (32768, 1000), (4096, 4096)]
+EPS = 1e-5
+VARIANTS = ["tree", "fma", "nokeep", "unmasked", "noprefetch", "all"]
+# A product that the compiler may contract (the tree's fx::mul rounds it alone).
+_MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(float a, "
+         "float b) { return a * b; } } }\n")
+
+
+def patched(text, variant):
+    """The generated source ``text`` changed as ``variant`` says."""
+    ways = {"all": ["fma", "nokeep", "unmasked", "noprefetch"]}.get(variant, [variant])
+    for way in ways:
+        if way == "fma":
+            text = text.replace('#include "fused.cuh"\n', '#include "fused.cuh"\n' + _MULC, 1)
+            text = text.replace("fx::mul(", "fx::mulc(")
+        elif way == "nokeep":
+            text = text.replace("s.keep(", "(")
+        elif way == "unmasked":
+            text = re.sub(r"(rd\d+) = ok \? (fx::\w+\{\}\(\1, k\d+\)) : \1;", r"\1 = \2;", text)
+        elif way == "noprefetch":
+            text = "\n".join(ln for ln in text.split("\n") if "fx::prefetch_l2(" not in ln)
+    return text
+
+
+def _patch(variant):
+    from handlers.cuda import fused_source
+    from layers.layernorm import _BACKWARD
+    source = fused_source.row_kernel_source
+
+    def changed(op, dtype, block, formats=None):
+        text = source(op, dtype, block, formats)
+        return patched(text, variant) if op is _BACKWARD else text
+    fused_source.row_kernel_source = changed
+
+
+def registers(variant):
+    """'<registers> regs, <bytes> B spilled' of the float32 block kernel of
+    ``variant`` (nvcc, sm_90), or '?' without nvcc."""
+    from handlers.cuda import fused_source
+    from layers.layernorm import _BACKWARD
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return "?"
+    text = patched(fused_source.row_kernel_source(_BACKWARD, np.float32,
+                                                  fused_source.ROW_BLOCK), variant)
+    name = fused_source.kernel_name(_BACKWARD, np.float32) + "_block"
+    kernels = pathlib.Path(fused_source.__file__).parent / "kernels"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / "k.cu"
+        src.write_text(text)
+        done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-I", str(kernels),
+                               "-Xptxas", "-v", "-o", str(src.with_suffix(".cubin")), str(src)],
+                              capture_output=True, text=True)
+    out = done.stderr.split(f"Compiling entry function '{name}'", 1)
+    if len(out) < 2:
+        return "?"
+    regs = re.search(r"Used (\d+) registers", out[1])
+    spill = re.search(r"(\d+) bytes spill stores", out[1])
+    return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
+
+
+def _cases(h, rng, n, c):
+    """[(name, call(i), check())] of LayerNorm's backward over (n, c)."""
+    from benchmarks.ops import inputs_beyond_l2
+    from layers.layernorm import _BACKWARD
+    x = rng.standard_normal((n, c))
+    gain = 1 + 0.1 * rng.standard_normal((1, c))
+    dy = rng.standard_normal((n, c))
+    x32, g32, dy32 = (a.astype(np.float32) for a in (x, gain, dy))
+    x64, g64, d64 = (a.astype(np.float64) for a in (x32, g32, dy32))
+    mu = x64.mean(axis=1, keepdims=True)
+    r = 1 / np.sqrt(x64.var(axis=1, keepdims=True) + EPS)
+    mu32, r32 = mu.astype(np.float32), r.astype(np.float32)
+    m64, r64 = mu32.astype(np.float64), r32.astype(np.float64)
+    xhat = (x64 - m64) * r64
+    g = d64 * g64
+    want = [r64 * (g - g.mean(axis=1, keepdims=True)
+                   - xhat * (g * xhat).mean(axis=1, keepdims=True)),
+            (d64 * xhat).sum(axis=0, keepdims=True), d64.sum(axis=0, keepdims=True)]
+    k = inputs_beyond_l2(dy32.nbytes)
+    dys = [h.create_from_numpy(dy32) for _ in range(k)]
+    hx, hg = h.create_from_numpy(x32), h.create_from_numpy(g32)
+    hmu, hr = h.create_from_numpy(mu32), h.create_from_numpy(r32)
+    outs = [h.allocate((n, c)), h.allocate((1, c)), h.allocate((1, c))]
+
+    def check():
+        return max(float(np.abs(h.get_numpy_copy(o) - w).max() / np.abs(w).max())
+                   for o, w in zip(outs, want))
+    return [("LayerNorm backward",
+             lambda i: _BACKWARD(h, dys[i % k], hx, hg, hmu, hr, *outs), check)]
+
+
+def run_variant(variant):
+    """Time every case with ``variant``'s source; one JSON line."""
+    if variant != "tree":
+        _patch(variant)
+    variants.time_cases("summed_rows_variants", _cases, SHAPES, 7, REPS, CALLS)
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--run":
+        return run_variant(sys.argv[2])
+    regs = {v: registers(v) for v in VARIANTS}
+    results = variants.collect(__file__, [(v, v) for v in VARIANTS])
+    print(f"LayerNorm's backward, float32, its generated source changed one way at a time; "
+          f"us per call (median of {REPS} samples of {CALLS} calls, inputs from DRAM); "
+          f"check: max |error| / max |reference| against float64")
+    for v in VARIANTS:
+        print(f"  {v:11s} block kernel: {regs[v]}")
+    if not results:
+        return
+    print(f"{'shape':14s}" + "".join(f" {v:>17s}" for v in results))
+    first = next(iter(results.values()))
+    for i, row in enumerate(first):
+        cells = []
+        for v in results:
+            x = results[v][i]
+            cells.append(f" {x['us']:8.2f} ({'ok' if x['err'] < 1e-4 else 'BAD'} "
+                         f"{x['err']:.0e})"[:17].rjust(17))
+        print(f"{str(tuple(row['shape'])):14s}" + "".join(cells))
+    for v in results:
+        print(f"{v}: median {statistics.median(x['us'] for x in results[v]):.2f} us")
+
+
+if __name__ == "__main__":
+    main()
