@@ -10,7 +10,8 @@ compute, not in what they load: the generated kernel rounds every product
 on its own (``fx::mul``: no fused multiply-add, as NumPy rounds), pins each
 reduction's terms (``s.keep``) so that the outputs' pass reuses them,
 folds a term only on the row's own slots (``ok ? ... : ...``), divides
-each mean by ``cols``, and asks the L2 for the next row.
+each mean by ``cols`` (two IEEE divisions a row), and asks the L2 for the
+next row.
 
 This times the layer's program (``layers.layernorm._BACKWARD``) with its
 generated source changed one way at a time, each variant in a process of
@@ -24,7 +25,15 @@ kernel's registers and spills (nvcc, sm_90):
 * ``unmasked``: every slot folded (exact here: a slot past the row holds
   zeros, whose terms are zero);
 * ``noprefetch``: no L2 prefetch of the next row;
-* ``all``: the four together.
+* ``nodiv``: each mean as its sum times 1/cols (rounded differently from
+  NumPy's sum / n where cols is no power of two);
+* ``exact``: ``nokeep`` and ``unmasked``, the two that keep the results
+  bit for bit;
+* ``lean``: ``fma``, ``nokeep``, ``unmasked`` and ``nodiv`` (the prefetch
+  kept), as near the standalone kernel's arithmetic as the source goes.
+
+The log beside this script is the run (2026-11-28) of its first version,
+whose only combination, ``all``, also took out the prefetch.
 
 Run on the GPU machine from the project root::
 
@@ -48,7 +57,10 @@ import variants  # noqa: E402  (this folder's, beside the script)
 REPS, CALLS = 10, 10
 SHAPES = [(8192, 4096), (32768, 1000), (4096, 4096)]
 EPS = 1e-5
-VARIANTS = ["tree", "fma", "nokeep", "unmasked", "noprefetch", "all"]
+#: variant -> the changes it makes (``patched``)
+VARIANTS = {"tree": [], "fma": ["fma"], "nokeep": ["nokeep"], "unmasked": ["unmasked"],
+            "noprefetch": ["noprefetch"], "nodiv": ["nodiv"],
+            "exact": ["nokeep", "unmasked"], "lean": ["fma", "nokeep", "unmasked", "nodiv"]}
 # A product that the compiler may contract (the tree's fx::mul rounds it alone).
 _MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(float a, "
          "float b) { return a * b; } } }\n")
@@ -56,8 +68,7 @@ _MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(fl
 
 def patched(text, variant):
     """The generated source ``text`` changed as ``variant`` says."""
-    ways = {"all": ["fma", "nokeep", "unmasked", "noprefetch"]}.get(variant, [variant])
-    for way in ways:
+    for way in VARIANTS[variant]:
         if way == "fma":
             text = text.replace('#include "fused.cuh"\n', '#include "fused.cuh"\n' + _MULC, 1)
             text = text.replace("fx::mul(", "fx::mulc(")
@@ -65,6 +76,8 @@ def patched(text, variant):
             text = text.replace("s.keep(", "(")
         elif way == "unmasked":
             text = re.sub(r"(rd\d+) = ok \? (fx::\w+\{\}\(\1, k\d+\)) : \1;", r"\1 = \2;", text)
+        elif way == "nodiv":
+            text = re.sub(r"(rd\d+) = \1 / T\(cols\);", r"\1 = \1 * (T(1) / T(cols));", text)
         elif way == "noprefetch":
             text = "\n".join(ln for ln in text.split("\n") if "fx::prefetch_l2(" not in ln)
     return text
