@@ -13,7 +13,6 @@ NumPy.  Run on the GPU machine from the project root::
     python benchmarks/results/diagnostics/register_caps.py
 """
 import pathlib
-import statistics
 import sys
 
 import numpy as np
@@ -110,19 +109,7 @@ def main():
     heads = [f"cap {c}" if c else "tree" for c in results]
     print(f"row programs under register caps, us per call (median of {REPS} samples of "
           f"{CALLS} calls, inputs from DRAM); check: max |error| / max |reference| vs float64")
-    print(f"{'op':20s} {'shape':14s}" + "".join(f" {h:>16s}" for h in heads))
-    first = next(iter(results.values()))
-    for i, row in enumerate(first):
-        cells = []
-        for cap in results:
-            x = results[cap][i]
-            cells.append(f" {x['us']:8.2f} ({'ok' if x['err'] < 1e-4 else 'BAD'} "
-                         f"{x['err']:.0e})"[:17].rjust(17))
-        print(f"{row['op']:20s} {str(tuple(row['shape'])):14s}" + "".join(cells))
-    for cap in results:
-        print(f"{'tree' if cap is None else f'cap {cap}'}: median "
-              f"{statistics.median(x['us'] for x in results[cap]):.2f} us")
-
+    variants.print_results(results, heads)
 
 if __name__ == "__main__":
     main()

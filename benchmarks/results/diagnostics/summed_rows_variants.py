@@ -42,7 +42,6 @@ Run on the GPU machine from the project root::
 import pathlib
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,18 +169,7 @@ def main():
         print(f"  {v:11s} block kernel: {regs[v]}")
     if not results:
         return
-    print(f"{'shape':14s}" + "".join(f" {v:>17s}" for v in results))
-    first = next(iter(results.values()))
-    for i, row in enumerate(first):
-        cells = []
-        for v in results:
-            x = results[v][i]
-            cells.append(f" {x['us']:8.2f} ({'ok' if x['err'] < 1e-4 else 'BAD'} "
-                         f"{x['err']:.0e})"[:17].rjust(17))
-        print(f"{str(tuple(row['shape'])):14s}" + "".join(cells))
-    for v in results:
-        print(f"{v}: median {statistics.median(x['us'] for x in results[v]):.2f} us")
-
+    variants.print_results(results, list(results))
 
 if __name__ == "__main__":
     main()

@@ -1,15 +1,17 @@
 """What the diagnostics that time kernel variants share.
 
-``register_caps`` and ``summed_rows_prefetch``: a process builds its kernels
-once, so each variant runs in a process of its own (the script again,
-``--run ARG``), times the same cases on a fresh float32 ``PyCudaHandler``
-and prints one ``RESULT`` line of JSON, which the parent collects.
+``register_caps``, ``summed_rows_prefetch`` and ``summed_rows_variants``: a
+process builds its kernels once, so each variant runs in a process of its
+own (the script again, ``--run ARG``), times the same cases on a fresh
+float32 ``PyCudaHandler`` and prints one ``RESULT`` line of JSON, which the
+parent collects (``collect``) and prints (``print_results``).
 
 ``half_rows_held`` and ``held_counts``: each held count on a fresh handler
 of one process (``held_handler``), each fused op timed and checked alike
 (``time_op``)."""
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 
@@ -49,6 +51,23 @@ def collect(script, variants):
             continue
         results[variant] = json.loads(lines[-1][7:])
     return results
+
+
+def print_results(results, heads):
+    """The table of ``collect``'s results: a line per case (op, shape), a
+    column per variant headed ``heads[i]`` (its us and check), then each
+    variant's median."""
+    print(f"{'op':20s} {'shape':14s}" + "".join(f" {h:>16s}" for h in heads))
+    first = next(iter(results.values()))
+    for i, row in enumerate(first):
+        cells = []
+        for v in results:
+            x = results[v][i]
+            cells.append(f" {x['us']:8.2f} ({'ok' if x['err'] < 1e-4 else 'BAD'} "
+                         f"{x['err']:.0e})"[:17].rjust(17))
+        print(f"{row['op']:20s} {str(tuple(row['shape'])):14s}" + "".join(cells))
+    for v, head in zip(results, heads):
+        print(f"{head}: median {statistics.median(x['us'] for x in results[v]):.2f} us")
 
 
 @contextlib.contextmanager
