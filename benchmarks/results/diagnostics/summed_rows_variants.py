@@ -30,14 +30,24 @@ kernel's registers and spills (nvcc, sm_90):
 * ``exact``: ``nokeep`` and ``unmasked``, the two that keep the results
   bit for bit;
 * ``lean``: ``fma``, ``nokeep``, ``unmasked`` and ``nodiv`` (the prefetch
-  kept), as near the standalone kernel's arithmetic as the source goes.
+  kept), as near the standalone kernel's arithmetic as the source goes;
+* ``held8``: 8 elements a thread (``fused_source.held_elements`` forced;
+  blocks of 512 over 4096 columns), on the planner's grid;
+* ``held8res``: 8 elements a thread on a grid of every resident block
+  (``fused_source.SUM_SPREAD`` forced near 0): at 64 registers (nvcc 13)
+  two blocks of 512 share a multiprocessor, two rows in flight where the
+  tree has one (``held_counts`` forced 8 on the planner's grid, whose
+  square-root rule gave one block a multiprocessor: 191 us);
+* ``held8res_exact``: ``held8res`` with ``exact``'s changes.
 
 The log beside this script is the run (2026-11-28) of its first version,
 whose only combination, ``all``, also took out the prefetch.
 
 Run on the GPU machine from the project root::
 
-    python benchmarks/results/diagnostics/summed_rows_variants.py
+    python benchmarks/results/diagnostics/summed_rows_variants.py [--all]
+
+(``--all``: every variant above; else ``DEFAULT``'s.)
 """
 import pathlib
 import re
@@ -59,7 +69,14 @@ EPS = 1e-5
 #: variant -> the changes it makes (``patched``)
 VARIANTS = {"tree": [], "fma": ["fma"], "nokeep": ["nokeep"], "unmasked": ["unmasked"],
             "noprefetch": ["noprefetch"], "nodiv": ["nodiv"],
-            "exact": ["nokeep", "unmasked"], "lean": ["fma", "nokeep", "unmasked", "nodiv"]}
+            "exact": ["nokeep", "unmasked"], "lean": ["fma", "nokeep", "unmasked", "nodiv"],
+            "held8": ["held8"], "held8res": ["held8", "resident"],
+            "held8res_exact": ["held8", "resident", "nokeep", "unmasked"]}
+#: the variants run without ``--all`` (the single changes of the first run's
+#: log are left out: measured)
+DEFAULT = ["tree", "nodiv", "exact", "lean", "held8", "held8res", "held8res_exact"]
+#: the changes made to the planner, not to the source
+KNOBS = ("held8", "resident")
 # A product that the compiler may contract (the tree's fx::mul rounds it alone).
 _MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(float a, "
          "float b) { return a * b; } } }\n")
@@ -67,7 +84,7 @@ _MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(fl
 
 def patched(text, variant):
     """The generated source ``text`` changed as ``variant`` says."""
-    for way in VARIANTS[variant]:
+    for way in VARIANTS[variant]:   # KNOBS are no change to the text
         if way == "fma":
             text = text.replace('#include "fused.cuh"\n', '#include "fused.cuh"\n' + _MULC, 1)
             text = text.replace("fx::mul(", "fx::mulc(")
@@ -82,9 +99,28 @@ def patched(text, variant):
     return text
 
 
+def _knobs(variant):
+    """Set ``variant``'s planner changes (``KNOBS``) in ``fused_source``;
+    returns a function that restores the tree's."""
+    from handlers.cuda import fused_source
+    from layers.layernorm import _BACKWARD
+    held, spread = fused_source.held_elements, fused_source.SUM_SPREAD
+    if "held8" in VARIANTS[variant]:
+        fused_source.held_elements = lambda op, dtype: 8 if op is _BACKWARD else held(op, dtype)
+    if "resident" in VARIANTS[variant]:
+        fused_source.SUM_SPREAD = 1e-12
+        fused_source.plan_rows.cache_clear()
+
+    def restore():
+        fused_source.held_elements, fused_source.SUM_SPREAD = held, spread
+        fused_source.plan_rows.cache_clear()
+    return restore
+
+
 def _patch(variant):
     from handlers.cuda import fused_source
     from layers.layernorm import _BACKWARD
+    _knobs(variant)
     source = fused_source.row_kernel_source
 
     def changed(op, dtype, block, formats=None):
@@ -101,8 +137,10 @@ def registers(variant):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return "?"
+    restore = _knobs(variant)
     text = patched(fused_source.row_kernel_source(_BACKWARD, np.float32,
                                                   fused_source.ROW_BLOCK), variant)
+    restore()
     name = fused_source.kernel_name(_BACKWARD, np.float32) + "_block"
     kernels = pathlib.Path(fused_source.__file__).parent / "kernels"
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,13 +198,14 @@ def run_variant(variant):
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--run":
         return run_variant(sys.argv[2])
-    regs = {v: registers(v) for v in VARIANTS}
-    results = variants.collect(__file__, [(v, v) for v in VARIANTS])
+    run = list(VARIANTS) if "--all" in sys.argv[1:] else DEFAULT
+    regs = {v: registers(v) for v in run}
+    results = variants.collect(__file__, [(v, v) for v in run])
     print(f"LayerNorm's backward, float32, its generated source changed one way at a time; "
           f"us per call (median of {REPS} samples of {CALLS} calls, inputs from DRAM); "
           f"check: max |error| / max |reference| against float64")
-    for v in VARIANTS:
-        print(f"  {v:11s} block kernel: {regs[v]}")
+    for v in run:
+        print(f"  {v:14s} block kernel: {regs[v]}")
     if not results:
         return
     variants.print_results(results, list(results))
