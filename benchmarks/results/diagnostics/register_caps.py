@@ -42,7 +42,7 @@ def _patch(cap):
     fused_source.row_kernel_source = capped
 
 
-def _cases(h, rng, n, c):
+def row_cases(h, rng, n, c):
     """[(name, call(i), k inputs, check())] of the programs over (n, c)."""
     from benchmarks.ops import inputs_beyond_l2
     from handlers.fused_rows import SOFTMAX
@@ -97,7 +97,7 @@ def run_variant(cap):
     the tree's); print one JSON line (``variants.time_cases``)."""
     if cap is not None:
         _patch(cap)
-    variants.time_cases("register_caps", _cases, SHAPES, 5, REPS, CALLS)
+    variants.time_cases("register_caps", row_cases, SHAPES, 5, REPS, CALLS)
 
 
 def main():

@@ -50,11 +50,7 @@ Run on the GPU machine from the project root::
 (``--all``: every variant above; else ``DEFAULT``'s.)
 """
 import pathlib
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
@@ -66,7 +62,7 @@ import variants  # noqa: E402  (this folder's, beside the script)
 REPS, CALLS = 10, 10
 SHAPES = [(8192, 4096), (32768, 1000), (4096, 4096)]
 EPS = 1e-5
-#: variant -> the changes it makes (``patched``)
+#: variant -> the changes it makes (``variants.CHANGES``, or ``KNOBS``)
 VARIANTS = {"tree": [], "fma": ["fma"], "nokeep": ["nokeep"], "unmasked": ["unmasked"],
             "noprefetch": ["noprefetch"], "nodiv": ["nodiv"],
             "exact": ["nokeep", "unmasked"], "lean": ["fma", "nokeep", "unmasked", "nodiv"],
@@ -77,28 +73,6 @@ VARIANTS = {"tree": [], "fma": ["fma"], "nokeep": ["nokeep"], "unmasked": ["unma
 DEFAULT = ["tree", "nodiv", "exact", "lean", "held8", "held8res", "held8res_exact"]
 #: the changes made to the planner, not to the source
 KNOBS = ("held8", "resident")
-# A product that the compiler may contract (the tree's fx::mul rounds it alone).
-_MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(float a, "
-         "float b) { return a * b; } } }\n")
-
-
-def patched(text, variant):
-    """The generated source ``text`` changed as ``variant`` says."""
-    for way in VARIANTS[variant]:   # KNOBS are no change to the text
-        if way == "fma":
-            text = text.replace('#include "fused.cuh"\n', '#include "fused.cuh"\n' + _MULC, 1)
-            text = text.replace("fx::mul(", "fx::mulc(")
-        elif way == "nokeep":
-            text = text.replace("s.keep(", "(")
-        elif way == "unmasked":
-            text = re.sub(r"(rd\d+) = ok \? (fx::\w+\{\}\(\1, k\d+\)) : \1;", r"\1 = \2;", text)
-        elif way == "nodiv":
-            text = re.sub(r"(rd\d+) = \1 / T\(cols\);", r"\1 = \1 * (T(1) / T(cols));", text)
-        elif way == "noprefetch":
-            text = "\n".join(ln for ln in text.split("\n") if "fx::prefetch_l2(" not in ln)
-    return text
-
-
 def _knobs(variant):
     """Set ``variant``'s planner changes (``KNOBS``) in ``fused_source``;
     returns a function that restores the tree's."""
@@ -118,43 +92,19 @@ def _knobs(variant):
 
 
 def _patch(variant):
-    from handlers.cuda import fused_source
     from layers.layernorm import _BACKWARD
     _knobs(variant)
-    source = fused_source.row_kernel_source
-
-    def changed(op, dtype, block, formats=None):
-        text = source(op, dtype, block, formats)
-        return patched(text, variant) if op is _BACKWARD else text
-    fused_source.row_kernel_source = changed
+    variants.patch_sources((_BACKWARD,), VARIANTS[variant])
 
 
 def registers(variant):
-    """'<registers> regs, <bytes> B spilled' of the float32 block kernel of
-    ``variant`` (nvcc, sm_90), or '?' without nvcc."""
-    from handlers.cuda import fused_source
+    """The registers of ``variant``'s float32 block kernel (``variants.block_registers``)."""
     from layers.layernorm import _BACKWARD
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return "?"
     restore = _knobs(variant)
-    text = patched(fused_source.row_kernel_source(_BACKWARD, np.float32,
-                                                  fused_source.ROW_BLOCK), variant)
-    restore()
-    name = fused_source.kernel_name(_BACKWARD, np.float32) + "_block"
-    kernels = pathlib.Path(fused_source.__file__).parent / "kernels"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / "k.cu"
-        src.write_text(text)
-        done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-I", str(kernels),
-                               "-Xptxas", "-v", "-o", str(src.with_suffix(".cubin")), str(src)],
-                              capture_output=True, text=True)
-    out = done.stderr.split(f"Compiling entry function '{name}'", 1)
-    if len(out) < 2:
-        return "?"
-    regs = re.search(r"Used (\d+) registers", out[1])
-    spill = re.search(r"(\d+) bytes spill stores", out[1])
-    return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
+    try:
+        return variants.block_registers(_BACKWARD, VARIANTS[variant])
+    finally:
+        restore()
 
 
 def _cases(h, rng, n, c):

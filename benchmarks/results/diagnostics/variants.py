@@ -6,14 +6,22 @@ own (the script again, ``--run ARG``), times the same cases on a fresh
 float32 ``PyCudaHandler`` and prints one ``RESULT`` line of JSON, which the
 parent collects (``collect``) and prints (``print_results``).
 
+``summed_rows_variants`` and ``full_rows_variants`` change a row kernel's
+generated source as text (``change_source``, ``patch_sources``) and read
+its registers (``block_registers``).
+
 ``half_rows_held`` and ``held_counts``: each held count on a fresh handler
 of one process (``held_handler``), each fused op timed and checked alike
 (``time_op``)."""
 import contextlib
 import json
+import pathlib
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 
 def time_cases(what, cases, shapes, seed, reps, calls):
@@ -111,3 +119,74 @@ def time_op(h, timer, op, hosts, out_shapes, refs, scalars, reps, calls):
     err = max(float(np.abs(h.get_numpy_copy(o).astype(np.float64) - ref).max()
                     / max(1e-30, np.abs(ref).max())) for o, ref in zip(outs, refs))
     return ms, err
+
+
+# A product that the compiler may contract (the tree's fx::mul rounds it alone).
+_MULC = ("namespace sh { namespace fx { __device__ __forceinline__ float mulc(float a, "
+         "float b) { return a * b; } } }\n")
+#: The changes ``change_source`` makes to a generated row kernel's text.
+CHANGES = {
+    # products as plain *, which the compiler may contract into multiply-adds
+    "fma": lambda t: t.replace('#include "fused.cuh"\n', '#include "fused.cuh"\n' + _MULC,
+                               1).replace("fx::mul(", "fx::mulc("),
+    # reductions' terms not pinned (fx::keep)
+    "nokeep": lambda t: t.replace("s.keep(", "("),
+    # every slot folded, the row's own or not: exact only where a block's
+    # slots all fall in the row, or where a slot past it gives a zero term
+    "unmasked": lambda t: re.sub(r"(rd\d+) = ok \? (fx::\w+\{\}\(\1, k\d+\)) : \1;",
+                                 r"\1 = \2;", t),
+    # each mean as its sum times 1/cols
+    "nodiv": lambda t: re.sub(r"(rd\d+) = \1 / T\(cols\);", r"\1 = \1 * (T(1) / T(cols));", t),
+    # no L2 prefetch of the next row (summed outputs)
+    "noprefetch": lambda t: "\n".join(ln for ln in t.split("\n")
+                                      if "fx::prefetch_l2(" not in ln),
+}
+
+
+def change_source(text, changes):
+    """The generated source ``text`` with each of ``changes`` (names in
+    ``CHANGES``; others are ignored: a caller's planner changes) made."""
+    for c in changes:
+        if c in CHANGES:
+            text = CHANGES[c](text)
+    return text
+
+
+def patch_sources(ops, changes):
+    """From now on in this process, the row kernels of the fused ops ``ops``
+    are generated with ``changes`` made (``change_source``)."""
+    from handlers.cuda import fused_source
+    source = fused_source.row_kernel_source
+
+    def changed(op, dtype, block, formats=None):
+        text = source(op, dtype, block, formats)
+        return change_source(text, changes) if op in ops else text
+    fused_source.row_kernel_source = changed
+
+
+def block_registers(op, changes):
+    """'<registers> regs, <bytes> B spilled' of the float32 block kernel of
+    fused op ``op`` generated with ``changes`` (nvcc, sm_90), or '?' without
+    nvcc."""
+    import numpy as np
+
+    from handlers.cuda import fused_source
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return "?"
+    text = change_source(fused_source.row_kernel_source(op, np.float32,
+                                                        fused_source.ROW_BLOCK), changes)
+    name = fused_source.kernel_name(op, np.float32) + "_block"
+    kernels = pathlib.Path(fused_source.__file__).parent / "kernels"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / "k.cu"
+        src.write_text(text)
+        done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-I", str(kernels),
+                               "-Xptxas", "-v", "-o", str(src.with_suffix(".cubin")), str(src)],
+                              capture_output=True, text=True)
+    out = done.stderr.split(f"Compiling entry function '{name}'", 1)
+    if len(out) < 2:
+        return "?"
+    regs = re.search(r"Used (\d+) registers", out[1])
+    spill = re.search(r"(\d+) bytes spill stores", out[1])
+    return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
