@@ -7,10 +7,11 @@ reduction's term only where its slot is in the row (``ok ? op(rd, k) :
 rd``); each term is pinned (``s.keep``) so that the outputs' pass reuses
 it.  nvcc 13 (sm_90) gives their block kernels 58, 59 and 51 registers, so
 4 blocks of 256 threads share a multiprocessor (registers go to a warp 256
-at a time); without the slot test 46, 47 and 34 (5, 5 and 6 blocks).  Where the block's slots are all
-in the row (cols = block * R: 4096, 2048 and 1024 columns here), folding
-every slot gives the same bits.  ``summed_rows_variants`` found the same
-two changes worth 4-6 us each on LayerNorm's backward.
+at a time); without the slot test 46, 47 and 34 (5, 5 and 6 blocks).
+Where the block's slots are all in the row (cols = block * R: 4096, 2048
+and 1024 columns here), folding every slot gives the same bits.
+``summed_rows_variants`` found the same two changes worth 4-6 us each on
+LayerNorm's backward.
 
 This times softmax, the cross-entropy with its gradient, LayerNorm's
 forward and backward (``register_caps.row_cases``) over such shapes, with
