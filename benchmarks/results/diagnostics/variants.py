@@ -10,6 +10,10 @@ parent collects (``collect``) and prints (``print_results``).
 generated source as text (``change_source``, ``patch_sources``) and read
 its registers (``block_registers``).
 
+``layer_norm_stats`` and ``layer_norm_backward64``: LayerNorm's kept
+statistics and its backward's float64 reference, which the LayerNorm
+diagnostics check against.
+
 ``half_rows_held`` and ``held_counts``: each held count on a fresh handler
 of one process (``held_handler``), each fused op timed and checked alike
 (``time_op``)."""
@@ -190,3 +194,24 @@ def block_registers(op, changes):
     regs = re.search(r"Used (\d+) registers", out[1])
     spill = re.search(r"(\d+) bytes spill stores", out[1])
     return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
+
+
+def layer_norm_stats(x, eps):
+    """(mean, 1/std) of each row of float32 ``x``, computed in float64 and
+    kept in float32, as LayerNorm's forward keeps them for its backward."""
+    import numpy as np
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=1, keepdims=True)
+    r = 1 / np.sqrt(x64.var(axis=1, keepdims=True) + eps)
+    return mu.astype(np.float32), r.astype(np.float32)
+
+
+def layer_norm_backward64(dy, x, gain, mu, r):
+    """[dx, dgain, dbias] of LayerNorm's backward in float64, from its
+    inputs as they are (mu and r the per-row statistics it was given)."""
+    import numpy as np
+    dy, x, gain, mu, r = (np.asarray(a, np.float64) for a in (dy, x, gain, mu, r))
+    xhat = (x - mu) * r
+    g = dy * gain
+    dx = r * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
+    return [dx, (dy * xhat).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)]
