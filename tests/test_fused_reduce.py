@@ -6,7 +6,8 @@ References are float64 NumPy formulas written here, independently of the
 evaluator in handlers/fused.py, on fresh random inputs; outputs are poisoned
 with NaN first.  Row lengths cover every strategy of the GPU's row kernel
 (``fused_source.plan_rows``): lane groups (1, 3, 32), a block holding the
-row (257, 1000, 5000, 16384) and streaming passes (40000); the summed outputs' shapes
+row (257, 5000; 512 and 16384 in every slot of the block's threads) and
+streaming passes (40000); the summed outputs' shapes
 add grids of many blocks (two levels of partial rows on a GPU).  The CUDA
 source of every declaration here compiles with nvcc where it is installed.
 """
@@ -27,8 +28,10 @@ from helpers import as_handler_values, poisoned, rand, shape_id, upload
 HALF_FORMATS = True
 
 #: 257 and 16384: the fewest and the most columns a block holds (one warp and
-#: 1024 threads of 16 elements each, fused_source.plan_rows) on the GPU
-COLS = [1, 3, 32, 257, 1000, 5000, 16384, 40000]
+#: 1024 threads of 16 elements each, fused_source.plan_rows) on the GPU; 512
+#: and 16384 fill every slot of the block's threads (the ``full`` kernel),
+#: 512 whatever the count a thread holds (2 to 16)
+COLS = [1, 3, 32, 257, 512, 5000, 16384, 40000]
 ROWS = [1, 6]
 
 SOFTMAX = fused_op("softmax", "x", "y", "m = max(x); e = exp(x - m); s = sum(e); y = e / s")
@@ -74,9 +77,10 @@ ROW_TOTALS = fused_op("row_totals", "x t:col", "s:row n:row", "s = t * 2 + max(x
 EPS = 1e-5
 #: Shapes of the summed outputs' tests: lane groups (1, 5, 17, 40, 64 columns;
 #: 5000 rows make hundreds of blocks), a block per row (300, 1000; 1500 rows
-#: fill the GPU) and streaming (20000, with 16-byte packets; 20001 without).
+#: fill the GPU; 512 in every slot of its threads) and streaming (20000, with
+#: 16-byte packets; 20001 without).
 SUM_SHAPES = [(1, 1), (1, 1000), (7, 5), (33, 17), (64, 300), (4, 3, 40), (5000, 64),
-              (1500, 300), (3, 20000), (2, 20001), (40, 20000)]
+              (1500, 300), (600, 512), (3, 20000), (2, 20001), (40, 20000)]
 
 
 def close(h, arr, ref, rtol=2e-5, scale=None):
@@ -692,17 +696,19 @@ def test_plan_rows():
     assert plan(10, 5000, 8, 132, 2048) == (10, 640)                         # 625 threads hold it
     assert plan(10 ** 6, 5000, 8, 132, 2048) == (10 ** 6, 640)               # a block a row
     assert plan(3, 40000, 8, 132, 2048) == (3, fused_source.ROW_BLOCK)       # streams
-    way = fused_source.strategy   # the kernel: lane groups, a block holding, streaming
-    assert [way(c, 8, b) for c, b in ((1, 256), (256, 256), (257, 64), (512, 64), (513, 64),
-                                      (8192, 1024), (8193, 1024))] == [0, 0, 1, 1, 2, 1, 2]
+    # the kernel: lane groups, a block holding, streaming, a block holding in every slot
+    way = fused_source.strategy
+    assert [way(c, 8, b) for c, b in ((1, 256), (256, 256), (257, 64), (500, 64), (512, 64),
+                                      (513, 64), (8192, 1024), (8193, 1024))] \
+        == [0, 0, 1, 1, 3, 2, 3, 2]
     # a block's thread holds up to 16 where a lane group's holds 8: past 32 * 8
     # columns, a block of as few threads as hold the row 16 each
     assert plan(10, 300, 16, 132, 2048) == (10, 32)
     assert plan(10, 5000, 16, 132, 2048) == (10, 320)
     assert plan(1000, 200, 16, 132, 2048) == (125, block)   # groups of 32 lanes, 8 each
     assert plan(3, 16384, 16, 132, 2048) == (3, fused_source.ROW_BLOCK)
-    assert [way(c, 16, fused_source.row_block(c, 16)) for c in (256, 257, 16384, 16385)] \
-        == [0, 1, 1, 2]
+    assert [way(c, 16, fused_source.row_block(c, 16)) for c in (256, 257, 4096, 16384, 16385)] \
+        == [0, 1, 3, 3, 2]
     assert [fused_source.lane_held(h) for h in (1, 4, 8, 16)] == [1, 4, 8, 8]
     assert fused_source.held_elements(SOFTMAX, np.float32) == 16
     assert fused_source.held_elements(SOFTMAX, np.float64) == 4

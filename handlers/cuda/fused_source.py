@@ -481,8 +481,8 @@ SUM_SPREAD = 2
 
 #: The row kernels' strategies, one kernel each (``rows_impl`` in
 #: kernels/fused.cuh): lane groups, a block holding the row, a block
-#: streaming it.
-STRATEGIES = ("lane", "block", "stream")
+#: streaming it, a block holding the row in every slot.
+STRATEGIES = ("lane", "block", "stream", "full")
 
 
 def strategy(cols, held, block):
@@ -490,10 +490,13 @@ def strategy(cols, held, block):
     rows of ``cols`` elements, ``held`` per thread of a block
     (:func:`held_elements`), in blocks of ``block`` threads
     (``plan_rows``'s): lane groups up to 32 * lane_held(held) columns, a
-    block holding the row up to block * held, else streaming."""
+    block holding the row up to block * held (``full`` at exactly block *
+    held: no slot past the row, so no test of one), else streaming."""
     if cols <= 32 * lane_held(held):
         return 0
-    return 1 if cols <= block * held else 2
+    if cols == block * held:
+        return 3
+    return 1 if cols < block * held else 2
 
 
 def row_block(cols, held):
@@ -896,7 +899,7 @@ def row_kernel_source(op, dtype, block, formats=None):
         "",
     ]
     # One kernel per strategy (the host picks it: strategy()): a kernel
-    # holding all three took the registers of the hungriest (52 for softmax
+    # holding them all took the registers of the hungriest (52 for softmax
     # in float32, where its block path alone needs 43), and so fewer threads.
     names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
     for i, what in enumerate(STRATEGIES):
