@@ -40,8 +40,8 @@ kernel's registers and spills (nvcc, sm_90):
   square-root rule gave one block a multiprocessor: 191 us);
 * ``held8res_exact``: ``held8res`` with ``exact``'s changes.
 
-The log beside this script is the run (2026-11-28) of its first version,
-whose only combination, ``all``, also took out the prefetch.
+The log beside this script is its run of ``DEFAULT`` at 5975c92
+(2026-11-28); the diagnostics README has the first version's figures too.
 
 Run on the GPU machine from the project root::
 
