@@ -1,0 +1,160 @@
+"""Do column reductions of a long axis over few columns lose their chunks
+to rounding?  The reductions suite's random sets of 2026-11-28 each had one
+case below 0.95x torch, both an ``argmax_t`` over axis 0 with few columns:
+(22229, 13) at 0.86x and (1173013, 4, 1) at 0.63x (40.0 us against 25.0,
+17.9 MB: 12% of copy).  ``_chunking`` (reductions.py) splits the rows of
+too few tiles into up to a wave of chunks, then rounds each chunk *up* to
+whole trips of the block (ty * trip rows), which can halve the chunks:
+(22229, 13) asks for 86 chunks of 259 rows, rounds them to 512 and runs 44
+blocks on 132 multiprocessors; (1173013, 4) 286 chunks of 4102 rows, to
+8192, 144 blocks.
+
+``fit`` keeps whole trips but takes the fewest trips a chunk that keep the
+chunks within the wave: chunk = ceil(n / (cap * ty * trip)) * ty * trip,
+cap = ceil(target / tiles) (87 and 287 blocks for the two above).  Over
+the random sets of seeds 0-59 (2880 cases, ``--scan``), 187 plans change,
+nearly all to about twice the blocks.
+
+This times ours on the tree's rule and on ``fit`` (a fresh handler each:
+plans are cached per handler) beside torch, every input read from DRAM
+(inputs cycled, ``inputs_beyond_l2``): us per call, fraction of copy,
+torch's time over ours; each result checked against NumPy (float64 for
+sums, exact for the extremes and argmax).  Nothing in the library changes:
+the process swaps ``reductions._chunking``.
+
+Run from the project root: ``python
+benchmarks/results/diagnostics/cols_chunk_rounding.py`` on a GPU machine
+with torch; ``--scan`` (no GPU) lists the random sets' changed plans.
+"""
+import pathlib
+import statistics
+import sys
+
+import numpy as np
+
+# Run as a script, this file's directory is on sys.path, not the project root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+REPS, CALLS = 15, 10
+#: (op, shape, axis): the two slow cases, random-set cases whose plan
+#: ``fit`` changes (``--scan``, seeds 0-59), and tuned shapes it leaves alone
+CASES = [("argmax_t", (1173013, 4, 1), 0), ("argmax_t", (22229, 13), 0),
+         ("max_t", (1173013, 4, 1), 0), ("sum_t", (22229, 13), 0),
+         ("argmax_t", (3433, 149, 2), 0), ("argmax_t", (2998, 173), 0),
+         ("argmax_t", (245281, 3), 0), ("argmax_t", (106087, 2, 2, 3), 0),
+         ("argmax_t", (28388, 2), 0), ("mean_t", (397027, 3), 0),
+         ("mean_t", (5501, 282), 0), ("mean_t", (48912, 2, 4), (0, 1)),
+         ("max_t", (3, 439, 293), 1), ("min_t", (29, 6726, 7), 1),
+         ("sum_t", (887, 1806), 0), ("sum_t", (127, 1, 4, 4049), (0, 1, 2)),
+         ("max_t", (54728, 4), 0), ("min_t", (4691, 47), 0),
+         ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0),
+         ("sum_t", (42, 322763), 0)]
+FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
+PEER = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin", "argmax_t": "argmax"}
+
+
+def fit(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
+    """``_chunking`` with the fewest whole trips a chunk that keep the
+    chunks within the wave (the tree's rounds each chunk up instead)."""
+    from handlers.cuda import reductions as R
+    target = sms * min(per_sm, sm_threads // R.BLOCK // 2)
+    if base >= target or not deep:
+        return n, 1
+    step = ty * trip
+    chunk = -(-n // (-(-target // base) * step)) * step
+    return chunk, -(-n // chunk)
+
+
+def scan(seeds=range(60)):
+    """Print how many of the random sets' plans ``fit`` changes (4 blocks
+    a multiprocessor assumed, 132 multiprocessors) and the first 30."""
+    from benchmarks.reductions import RANDOM_BYTES, draw_cases
+    from handlers.cuda import reductions as R
+    tree, changed, total = R._chunking, {}, 0
+    for seed in seeds:
+        for c in draw_cases(seed, 48, RANDOM_BYTES):
+            shape, axis = tuple(c["shape"]), c["axis"]
+            axes = R._axes(len(shape), tuple(axis) if isinstance(axis, list) else axis)
+            plans = []
+            for rule in (tree, fit):
+                R._chunking = rule
+                plans.append(R.plan(shape, axes, True, 4, FAMILY[c["op"]], 132, 2048,
+                                    blocks_per_sm=lambda kernel, block: 4))
+            total += 1
+            if plans[0] != plans[1]:
+                changed[(c["op"], shape, axes)] = (plans[0].launch.kernel, plans[0].launch.grid,
+                                                   plans[1].launch.grid)
+    R._chunking = tree
+    print(f"{total} cases, {len(changed)} plans change (kernel, tree's grid, fit's grid):")
+    for case, grids in list(changed.items())[:30]:
+        print(" ", case, grids)
+
+
+def reference(op, host, axis):
+    x = host.astype(np.float64)
+    if op == "argmax_t":
+        return np.argmax(host, axis=axis)
+    return {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.min}[op](
+        x, axis=axis)
+
+
+def main():
+    if "--scan" in sys.argv[1:]:
+        return scan()
+    from benchmarks.gpu import EventTimer, optional_peers
+    from benchmarks.ops import copy_bandwidth, inputs_beyond_l2
+    from handlers.cuda import reductions as R
+    from handlers.cuda.handler import PyCudaHandler
+
+    tree = R._chunking
+    torch = optional_peers().get("torch")
+    rng = np.random.default_rng(0)
+    h0 = PyCudaHandler(np.float32)
+    copy = copy_bandwidth(h0, (128 << 20) // 4)
+    print(f"column reductions, the tree's chunking against fit's: copy {copy / 1e12:.3f} "
+          f"TB/s; us per call, median of {REPS} samples of {CALLS} calls, inputs from DRAM")
+    print(f"{'op':9s} {'shape':20s} {'axis':10s} {'MB':>6s} {'torch':>8s} "
+          f"{'tree':>8s} {'grid':>5s} {'fit':>8s} {'grid':>5s} {'copy':>6s} "
+          f"{'t/tree':>6s} {'t/fit':>6s}  check")
+    for op, shape, axis in CASES:
+        host = rng.standard_normal(shape).astype(np.float32)
+        k = inputs_beyond_l2(host.nbytes)
+        ref = reference(op, host, axis)
+        t_us = float("nan")
+        if torch is not None:
+            ts = [torch.from_numpy(host).cuda() for _ in range(k)]
+            fn = getattr(torch, PEER[op])
+            o = torch.empty(ref.shape, device="cuda",
+                            dtype=torch.int64 if op == "argmax_t" else torch.float32)
+            tt = EventTimer("torch", module=torch)
+            t_us = statistics.median(
+                tt.sample(lambda i: fn(ts[i % k], dim=axis, out=o), 0, CALLS)
+                for _ in range(REPS)) * 1e3
+        cells, checks = [], []
+        for rule in (tree, fit):
+            R._chunking = rule
+            h = PyCudaHandler(np.float32)
+            xs = [h.create_from_numpy(host) for _ in range(k)]
+            out = h.allocate(ref.shape if ref.ndim else (1,))
+            red = getattr(h, op)
+            red(xs[0], axis, out)
+            got = h.get_numpy_copy(out).astype(np.float64).reshape(ref.shape)
+            err = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+            checks.append(f"{err:.0e}")
+            plan = R.plan(shape, R._axes(len(shape), axis), True, 4, FAMILY[op], h._sms,
+                          h._sm_threads, blocks_per_sm=h._blocks_per_sm("TT"))
+            timer = EventTimer("pycuda", h.stream)
+            us = statistics.median(
+                timer.sample(lambda i: red(xs[i % k], axis, out), 0, CALLS)
+                for _ in range(REPS)) * 1e3
+            cells.append((us, plan.launch.grid if plan else 0))
+            h.close()
+        R._chunking = tree
+        (tu, tg), (fu, fg) = cells
+        print(f"{op:9s} {str(shape):20s} {str(axis):10s} {host.nbytes / 1e6:6.2f} {t_us:8.2f} "
+              f"{tu:8.2f} {tg:5d} {fu:8.2f} {fg:5d} {host.nbytes / (fu * 1e-6) / copy:6.1%} "
+              f"{t_us / tu:6.3f} {t_us / fu:6.3f}  {' '.join(checks)}")
+
+
+if __name__ == "__main__":
+    main()
