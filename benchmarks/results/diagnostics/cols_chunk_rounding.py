@@ -37,7 +37,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 
 REPS, CALLS = 15, 10
 #: (op, shape, axis): the two slow cases, random-set cases whose plan
-#: ``fit`` changes (``--scan``, seeds 0-59), and tuned shapes it leaves alone
+#: ``fit`` changes (``--scan``, seeds 0-59), the pinned plan it moves
+#: (tests/test_reduction_plans.py), and tuned shapes it leaves alone
 CASES = [("argmax_t", (1173013, 4, 1), 0), ("argmax_t", (22229, 13), 0),
          ("max_t", (1173013, 4, 1), 0), ("sum_t", (22229, 13), 0),
          ("argmax_t", (3433, 149, 2), 0), ("argmax_t", (2998, 173), 0),
@@ -46,6 +47,7 @@ CASES = [("argmax_t", (1173013, 4, 1), 0), ("argmax_t", (22229, 13), 0),
          ("mean_t", (5501, 282), 0), ("mean_t", (48912, 2, 4), (0, 1)),
          ("max_t", (3, 439, 293), 1), ("min_t", (29, 6726, 7), 1),
          ("sum_t", (887, 1806), 0), ("sum_t", (127, 1, 4, 4049), (0, 1, 2)),
+         ("mean_t", (593, 4, 11, 11), (0, 2)),
          ("max_t", (54728, 4), 0), ("min_t", (4691, 47), 0),
          ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0),
          ("sum_t", (42, 322763), 0)]
