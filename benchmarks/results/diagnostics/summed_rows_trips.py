@@ -4,7 +4,7 @@ should it hold its ``:row`` inputs?
 
 The patch gives the full rows' kernel (cols = block * held) of an op with
 summed outputs two rows a trip (``fused_source.trip_rows``) and leaves the
-kernel that tests each slot at one: there, two rows a trip spilled 160
+kernel that tests each slot at one: there, two rows a trip spilled 88
 bytes (nvcc 13, sm_90) for LayerNorm's backward in float32.  Not holding
 the gain beside the elements (read where used, from cache) keeps that
 kernel at 64 registers with no spill at two rows a trip, but the held gain
@@ -21,7 +21,7 @@ these, so this times LayerNorm's backward in float32 (the cases of
 * ``all2``: two rows a trip in both, the gain held (the block kernel
   spills);
 * ``full4free``: four rows a trip in the full kernel, the gain read where
-  used (spills 96 bytes);
+  used (spills 84 bytes);
 
 each in a process of its own, and prints each variant's block and full
 kernels' registers.  Run on the GPU machine from the root of a snapshot
@@ -92,7 +92,9 @@ def _print_registers(variant):
 
 
 def _regs(text, name):
-    """'<registers> regs, <bytes> B spilled' of kernel ``name`` in ``text``."""
+    """'<registers> regs, <bytes> B stack, <bytes> B spilled' of kernel ``name``
+    in ``text`` (a stack frame without spills is an array indexed at run time:
+    in local memory, not registers)."""
     import shutil
     import subprocess
     import tempfile
@@ -112,8 +114,10 @@ def _regs(text, name):
     if len(out) < 2:
         return "?"
     regs = re.search(r"Used (\d+) registers", out[1])
+    stack = re.search(r"(\d+) bytes stack frame", out[1])
     spill = re.search(r"(\d+) bytes spill stores", out[1])
-    return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
+    return (f"{regs.group(1) if regs else '?'} regs, {stack.group(1) if stack else '?'} B "
+            f"stack, {spill.group(1) if spill else '?'} B spilled")
 
 
 def run_variant(variant):
