@@ -93,31 +93,11 @@ def _print_registers(variant):
 
 def _regs(text, name):
     """'<registers> regs, <bytes> B stack, <bytes> B spilled' of kernel ``name``
-    in ``text`` (a stack frame without spills is an array indexed at run time:
-    in local memory, not registers)."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    from handlers.cuda import fused_source as fs
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
+    in ``text`` (``variants.kernel_resources``), or '?'."""
+    found = variants.kernel_resources(text, name)
+    if found is None:
         return "?"
-    kernels = pathlib.Path(fs.__file__).parent / "kernels"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / "k.cu"
-        src.write_text(text)
-        done = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-I", str(kernels),
-                               "-Xptxas", "-v", "-o", str(src.with_suffix(".cubin")), str(src)],
-                              capture_output=True, text=True)
-    out = done.stderr.split(f"Compiling entry function '{name}'", 1)
-    if len(out) < 2:
-        return "?"
-    regs = re.search(r"Used (\d+) registers", out[1])
-    stack = re.search(r"(\d+) bytes stack frame", out[1])
-    spill = re.search(r"(\d+) bytes spill stores", out[1])
-    return (f"{regs.group(1) if regs else '?'} regs, {stack.group(1) if stack else '?'} B "
-            f"stack, {spill.group(1) if spill else '?'} B spilled")
+    return f"{found['registers']} regs, {found['stack']} B stack, {found['spilled']} B spilled"
 
 
 def run_variant(variant):

@@ -8,7 +8,8 @@ parent collects (``collect``) and prints (``print_results``).
 
 ``summed_rows_variants`` and ``full_rows_variants`` change a row kernel's
 generated source as text (``change_source``, ``patch_sources``) and read
-its registers (``block_registers``).
+its registers (``block_registers``; ``kernel_resources`` for any kernel of
+a source, as ``summed_rows_trips`` reads them).
 
 ``layer_norm_stats`` and ``layer_norm_backward64``: LayerNorm's kept
 statistics and its backward's float64 reference, which the LayerNorm
@@ -175,12 +176,23 @@ def block_registers(op, changes):
     import numpy as np
 
     from handlers.cuda import fused_source
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return "?"
     text = change_source(fused_source.row_kernel_source(op, np.float32,
                                                         fused_source.ROW_BLOCK), changes)
-    name = fused_source.kernel_name(op, np.float32) + "_block"
+    found = kernel_resources(text, fused_source.kernel_name(op, np.float32) + "_block")
+    if found is None:
+        return "?"
+    return f"{found['registers']} regs, {found['spilled']} B spilled"
+
+
+def kernel_resources(text, name):
+    """{'registers', 'stack', 'spilled'} (ptxas's figures, '?' where it gave
+    none) of kernel ``name`` in the CUDA source ``text`` of a row kernel
+    (nvcc, sm_90), or None without nvcc or without that kernel.  A stack
+    frame without spills is an array indexed at run time: in local memory."""
+    from handlers.cuda import fused_source
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
     kernels = pathlib.Path(fused_source.__file__).parent / "kernels"
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / "k.cu"
@@ -190,10 +202,14 @@ def block_registers(op, changes):
                               capture_output=True, text=True)
     out = done.stderr.split(f"Compiling entry function '{name}'", 1)
     if len(out) < 2:
-        return "?"
-    regs = re.search(r"Used (\d+) registers", out[1])
-    spill = re.search(r"(\d+) bytes spill stores", out[1])
-    return f"{regs.group(1) if regs else '?'} regs, {spill.group(1) if spill else '?'} B spilled"
+        return None
+    found = {}
+    for key, pattern in (("registers", r"Used (\d+) registers"),
+                         ("stack", r"(\d+) bytes stack frame"),
+                         ("spilled", r"(\d+) bytes spill stores")):
+        m = re.search(pattern, out[1])
+        found[key] = m.group(1) if m else "?"
+    return found
 
 
 def layer_norm_stats(x, eps):
