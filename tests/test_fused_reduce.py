@@ -766,6 +766,18 @@ def test_plan_rows():
     assert fused_source.sum_bytes(LN_BACKWARD, np.float64) == 16
     assert fused_source.sum_bytes(LN_BACKWARD, dtypes.resolve("bf16")) == 8
     assert fused_source.sum_bytes(SOFTMAX, np.float32) == 0
+    # a block holding rows in every slot, with summed outputs, takes trip
+    # rows a trip: a block per trip at most; other blocks take one
+    assert plan(100, 5120, 8, 132, 2048, 8, 0, None, 2) == (50, 640)
+    assert plan(101, 5120, 8, 132, 2048, 8, 0, None, 2) == (51, 640)
+    assert plan(100, 5000, 8, 132, 2048, 8, 0, None, 2) == (100, 640)    # a slot past the row
+    assert plan(100, 5120, 8, 132, 2048, 0, 0, None, 2) == (100, 640)    # no sums: a row each
+    assert plan(100, 40000, 8, 132, 2048, 8, 0, None, 2) == (100, fused_source.ROW_BLOCK)
+    assert plan(10 ** 6, 5120, 8, 132, 2048, 8, 0, None, 2) == (132 * 3, 640)
+    assert fused_source.trip_rows(SOFTMAX, np.float32) == 1                  # no sums
+    assert fused_source.trip_rows(BIAS_BACKWARD, np.float32) == 2            # 8 values a row
+    assert fused_source.trip_rows(LN_BACKWARD, np.float64) == 2
+    assert fused_source.trip_rows(LN_BACKWARD, dtypes.resolve("bf16")) == 1  # a half: one
 
 
 def test_generated_row_source():
@@ -802,7 +814,11 @@ def test_generated_row_source():
     assert fused_source.kernel_format(LN_BACKWARD, np.float32) == "PPPPPPPPqqPPq"
     assert "struct Values { T dx; T sums[2]; };" in src
     assert "o.sums[0] = t3_dg;" in src and "o.sums[1] = t4_db;" in src
-    assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY>(" in src and "fx::rows_loop<" not in src
+    # two rows a trip in the full kernel: 4 elements a thread of three held
+    # arrays (dy, x, g), 12 values a row within the trip's 24
+    assert fused_source.trip_rows(LN_BACKWARD, np.float32) == 2
+    assert "fx::rows_loop_sums<T, R, In, 2, STRATEGY, STRATEGY == 3 ? 2 : 1>(" in src
+    assert "fx::rows_loop<" not in src
     assert "rows, cols, aligned, load, load_packets, prefetch, row," in src
     # packets counted from the arrays' starts, as the streamed rows' aligned
     # middles need; every array's alignment decides, not the row length

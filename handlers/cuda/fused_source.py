@@ -444,6 +444,33 @@ def held_elements(op, dtype):
 ROW_INPUT_REGISTERS = 4
 
 
+#: Values of a trip's rows one thread holds in a block looping over rows (an
+#: op with summed outputs), by compute format, at most :data:`TRIP_MOST`
+#: rows (:func:`trip_rows`).  nvcc 13 (sm_90) compiles every summed op of
+#: tests/test_fused_reduce.py within 64 registers, no spill, on these; four
+#: rows a trip, or two in the kernel that tests each slot, spilled.
+TRIP_VALUES = {"float": 24, "double": 6}
+TRIP_MOST = 2
+
+
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
+def trip_rows(op, dtype):
+    """The rows a trip of a block holding rows in every slot (the ``full``
+    kernel) takes in a row kernel with summed outputs (1 without, and in
+    a half format, which holds its packet of 8 past the budget already):
+    as many as keep the values a thread holds for them
+    (:func:`held_elements` times the arrays it holds, held ``:row`` inputs
+    included) within :data:`TRIP_VALUES`, at most :data:`TRIP_MOST`.
+    Their loads go out together, so that a multiprocessor's one block keeps
+    several rows' bytes in flight."""
+    if not op.sums or dtypes.is_half(dtype):
+        return 1
+    hold = holds_row_inputs(op, dtype)
+    arrays = sum(1 for _, _, is_row in _element_arrays(op) if not is_row or hold)
+    per_row = held_elements(op, dtype) * max(1, arrays)
+    return max(1, min(TRIP_MOST, TRIP_VALUES[_ctype(dtype)[1]] // per_row))
+
+
 def holds_row_inputs(op, dtype):
     """Whether a row kernel of ``op`` holds its ``:row`` inputs with the
     elements (loaded with them, fields of ``In``): where their count times
@@ -508,7 +535,8 @@ def row_block(cols, held):
 
 
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
-def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None):
+def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None,
+              trip=1):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread of a block
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
@@ -520,7 +548,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     most the blocks resident at once: ``per_sm`` a multiprocessor, the
     compiled kernel's occupancy (its registers may allow fewer than the
     threads do; None: ``sm_threads // block``), and past ``sms`` blocks
-    about sms * sqrt(rows / (SUM_SPREAD * cols)) (:data:`SUM_SPREAD`).
+    about sms * sqrt(rows / (SUM_SPREAD * cols)) (:data:`SUM_SPREAD`); a
+    block holding rows in every slot then takes ``trip`` rows a trip
+    (:func:`trip_rows`), so at most one block per trip.
 
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * lane_held(held)
@@ -554,7 +584,7 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
             width *= 2
         needed = -(-rows // (block // width))
     else:
-        needed = rows
+        needed = -(-rows // trip) if sum_bytes and cols == block * held else rows
         if rows > 2**31 - 1 and not sum_bytes:
             raise ValueError(f"a row kernel takes at most 2**31 - 1 rows of {cols} "
                              f"elements, got {rows}")
@@ -928,7 +958,8 @@ def _sums_tail(rc):
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
     lines += ["};",
-              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY>(",
+              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY, "
+              f"STRATEGY == 3 ? {trip_rows(rc.op, rc.dtype)} : 1>(",
               "    rows, cols, aligned, load, load_packets, prefetch, row,",
               "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
     return lines
