@@ -611,11 +611,12 @@ struct GenIx {
 // y, y + ty, ...: V adjacent ones read as one 16-byte packet (VEC), or V
 // columns tx apart read as scalars (every load of a warp is then 32
 // consecutive elements, and a thread keeps V times the bytes of one column
-// in flight).  The ty states of each column are then combined in a tree,
-// and part[cc] holds column col0 + cc's state for every cc below tx * V
-// (the last step's barrier done: any thread may read it).  STAGE2: the rows are the
-// workspace's states (the chunks' partials of a column, laid out (outer,
-// chunks, inner)), read from L2.
+// in flight).  The ty states of each column are then combined (a tree down
+// to 8 rows, then in turn), and part[cc] holds column col0 + cc's state for
+// the columns cc = threadIdx.x, threadIdx.x + blockDim.x, ... below tx * V
+// (a thread reads only its own: no barrier needed before it does).
+// STAGE2: the rows are the workspace's states (the chunks' partials of a
+// column, laid out (outer, chunks, inner)), read from L2.
 template <class R, class Ix, typename T, int V, bool VEC, int U, bool STAGE2>
 __device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __restrict__ states,
                             const Ix& ix, long long inner, long long col0, long long r_begin,
@@ -737,16 +738,25 @@ __device__ void tile_reduce(const T* __restrict__ src, const typename R::S* __re
         part[y * tile_cols + (VEC ? x * V + j : x + j * tx)] = acc[j];
     __syncthreads();
     // The ty states of each column halved in a tree, row k joined with row
-    // k + h: a column's combine is log2(ty) joins deep, where one thread
-    // joining its column's ty states in turn was ty deep (an argmax's join
-    // is a dozen dependent instructions: 255 of them took longer than the
-    // reads of (1173013, 4) over axis 0).  The order is fixed by ty alone.
-    for (int rows = ty; rows > 1;) {
+    // k + h, down to 8 rows, which one thread a column then joins in turn:
+    // a column's combine is at most log2(ty / 8) + 7 joins deep, where
+    // joining all ty in turn was ty deep (an argmax's join is a dozen
+    // dependent instructions: 255 of them outlasted the reads of (1173013,
+    // 4) over axis 0), and a shallow tile pays no barrier for it (ty = 8:
+    // three barriers cost 4-6% on (887, 1806) over axis 0).  The order is
+    // fixed by ty alone.
+    int rows = ty;
+    while (rows > 8) {
         const int h = (rows + 1) / 2;
         for (int i = threadIdx.x; i < (rows - h) * tile_cols; i += blockDim.x)
             part[i] = R::join(part[i], part[i + h * tile_cols], kind);
         __syncthreads();
         rows = h;
+    }
+    for (int cc = threadIdx.x; cc < tile_cols; cc += blockDim.x) {
+        S s = part[cc];
+        for (int k = 1; k < rows; ++k) s = R::join(s, part[k * tile_cols + cc], kind);
+        part[cc] = s;   // row 0 of column cc: only this thread reads or writes it now
     }
 }
 
