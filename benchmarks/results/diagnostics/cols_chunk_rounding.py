@@ -27,13 +27,14 @@ benchmarks/results/diagnostics/cols_chunk_rounding.py`` on a GPU machine
 with torch; ``--scan`` (no GPU) lists the random sets' changed plans.
 """
 import pathlib
-import statistics
 import sys
 
 import numpy as np
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
 
 REPS, CALLS = 15, 10
 #: (op, shape, axis): the two slow cases, random-set cases whose plan
@@ -51,8 +52,6 @@ CASES = [("argmax_t", (1173013, 4, 1), 0), ("argmax_t", (22229, 13), 0),
          ("max_t", (54728, 4), 0), ("min_t", (4691, 47), 0),
          ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0),
          ("sum_t", (42, 322763), 0)]
-FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
-PEER = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin", "argmax_t": "argmax"}
 
 
 def fit(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
@@ -80,7 +79,8 @@ def scan(seeds=range(60)):
             plans = []
             for rule in (tree, fit):
                 R._chunking = rule
-                plans.append(R.plan(shape, axes, True, 4, FAMILY[c["op"]], 132, 2048,
+                family = variants.REDUCTION_FAMILY[c["op"]]
+                plans.append(R.plan(shape, axes, True, 4, family, 132, 2048,
                                     blocks_per_sm=lambda kernel, block: 4))
             total += 1
             if plans[0] != plans[1]:
@@ -92,18 +92,10 @@ def scan(seeds=range(60)):
         print(" ", case, grids)
 
 
-def reference(op, host, axis):
-    x = host.astype(np.float64)
-    if op == "argmax_t":
-        return np.argmax(host, axis=axis)
-    return {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.min}[op](
-        x, axis=axis)
-
-
 def main():
     if "--scan" in sys.argv[1:]:
         return scan()
-    from benchmarks.gpu import EventTimer, optional_peers
+    from benchmarks.gpu import optional_peers
     from benchmarks.ops import copy_bandwidth, inputs_beyond_l2
     from handlers.cuda import reductions as R
     from handlers.cuda.handler import PyCudaHandler
@@ -121,42 +113,19 @@ def main():
     for op, shape, axis in CASES:
         host = rng.standard_normal(shape).astype(np.float32)
         k = inputs_beyond_l2(host.nbytes)
-        ref = reference(op, host, axis)
-        t_us = float("nan")
-        if torch is not None:
-            ts = [torch.from_numpy(host).cuda() for _ in range(k)]
-            fn = getattr(torch, PEER[op])
-            o = torch.empty(ref.shape, device="cuda",
-                            dtype=torch.int64 if op == "argmax_t" else torch.float32)
-            tt = EventTimer("torch", module=torch)
-            t_us = statistics.median(
-                tt.sample(lambda i: fn(ts[i % k], dim=axis, out=o), 0, CALLS)
-                for _ in range(REPS)) * 1e3
+        ref = variants.reduction_reference(op, host, axis)
+        t_us = variants.torch_reduction_us(torch, op, host, axis, ref, k, REPS, CALLS)
         cells, checks = [], []
         for rule in (tree, fit):
             R._chunking = rule
-            h = PyCudaHandler(np.float32)
-            xs = [h.create_from_numpy(host) for _ in range(k)]
-            out = h.allocate(ref.shape if ref.ndim else (1,))
-            red = getattr(h, op)
-            red(xs[0], axis, out)
-            got = h.get_numpy_copy(out).astype(np.float64).reshape(ref.shape)
-            err = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+            us, err, plan = variants.ours_reduction(op, host, axis, ref, k, REPS, CALLS)
             checks.append(f"{err:.0e}")
-            plan = R.plan(shape, R._axes(len(shape), axis), True, 4, FAMILY[op], h._sms,
-                          h._sm_threads, blocks_per_sm=h._blocks_per_sm("TT"))
-            timer = EventTimer("pycuda", h.stream)
-            us = statistics.median(
-                timer.sample(lambda i: red(xs[i % k], axis, out), 0, CALLS)
-                for _ in range(REPS)) * 1e3
             cells.append((us, plan.launch.grid if plan else 0))
-            h.close()
         R._chunking = tree
         (tu, tg), (fu, fg) = cells
         print(f"{op:9s} {str(shape):20s} {str(axis):10s} {host.nbytes / 1e6:6.2f} {t_us:8.2f} "
               f"{tu:8.2f} {tg:5d} {fu:8.2f} {fg:5d} {host.nbytes / (fu * 1e-6) / copy:6.1%} "
               f"{t_us / tu:6.3f} {t_us / fu:6.3f}  {' '.join(checks)}")
-
 
 if __name__ == "__main__":
     main()

@@ -27,13 +27,12 @@ benchmarks/results/diagnostics/gen_families.patch``): ``python
 benchmarks/results/diagnostics/middle_axis_gen.py``.
 """
 import pathlib
-import statistics
 import sys
-
-import numpy as np
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
 
 REPS, CALLS = 15, 10
 #: (op, shape, axis): short_slabs' slow cases, cols layouts of the random
@@ -52,16 +51,6 @@ CASES = [("sum_t", (20000, 40, 30), 1), ("max_t", (20000, 40, 30), 1),
          ("min_t", (4, 8192, 256, 2), 2), ("sum_t", (12, 11135, 344), 1),
          ("sum_t", (64, 4096, 64), 1), ("argmax_t", (64, 4096, 64), 1),
          ("max_t", (16, 8192, 1024), 1), ("sum_t", (512, 512, 8), 1)]
-FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
-PEER = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin", "argmax_t": "argmax"}
-
-
-def reference(op, host, axis):
-    x = host.astype(np.float64)
-    if op == "argmax_t":
-        return np.argmax(host, axis=axis)
-    return {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.min}[op](
-        x, axis=axis)
 
 
 def gen_rule(tree_cols):
@@ -81,60 +70,16 @@ def gen_rule(tree_cols):
 
 
 def main():
-    from benchmarks.gpu import EventTimer, optional_peers
-    from benchmarks.ops import copy_bandwidth, inputs_beyond_l2
     from handlers.cuda import reductions as R
-    from handlers.cuda.handler import PyCudaHandler
+    tree, gen = R.plan_cols, gen_rule(R.plan_cols)
 
-    rules = {"tree": R.plan_cols, "gen": gen_rule(R.plan_cols)}
-    torch = optional_peers().get("torch")
-    rng = np.random.default_rng(0)
-    h0 = PyCudaHandler(np.float32)
-    copy = copy_bandwidth(h0, (128 << 20) // 4)
-    print(f"middle axes through the general kernel: the tree's plans against gen; copy "
-          f"{copy / 1e12:.3f} TB/s; us per call, median of {REPS} samples of {CALLS} calls, "
-          f"inputs from DRAM; each plan's kernel and grid; t/x: torch's time over x's")
-    print(f"{'op':9s} {'shape':20s} {'axis':6s} {'MB':>7s} {'torch':>7s} "
-          + " ".join(f"{name:>22s}" for name in rules) + "  t/tree   t/gen  check")
-    for op, shape, axis in CASES:
-        host = rng.standard_normal(shape).astype(np.float32)
-        k = inputs_beyond_l2(host.nbytes)
-        ref = reference(op, host, axis)
-        t_us = float("nan")
-        if torch is not None:
-            ts = [torch.from_numpy(host).cuda() for _ in range(k)]
-            fn = getattr(torch, PEER[op])
-            o = torch.empty(ref.shape, device="cuda",
-                            dtype=torch.int64 if op == "argmax_t" else torch.float32)
-            tt = EventTimer("torch", module=torch)
-            t_us = statistics.median(
-                tt.sample(lambda i: fn(ts[i % k], dim=axis, out=o), 0, CALLS)
-                for _ in range(REPS)) * 1e3
-        cells, times, checks = [], [], []
-        for rule in rules.values():
+    def use(rule):
+        def apply():
             R.plan_cols = rule
-            h = PyCudaHandler(np.float32)
-            xs = [h.create_from_numpy(host) for _ in range(k)]
-            out = h.allocate(ref.shape if ref.ndim else (1,))
-            red = getattr(h, op)
-            red(xs[0], axis, out)
-            got = h.get_numpy_copy(out).astype(np.float64).reshape(ref.shape)
-            err = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-            checks.append(f"{err:.0e}")
-            plan = R.plan(shape, R._axes(len(shape), axis), True, 4, FAMILY[op], h._sms,
-                          h._sm_threads, blocks_per_sm=h._blocks_per_sm("TT"))
-            timer = EventTimer("pycuda", h.stream)
-            us = statistics.median(
-                timer.sample(lambda i: red(xs[i % k], axis, out), 0, CALLS)
-                for _ in range(REPS)) * 1e3
-            name = plan.launch.kernel if plan else "-"
-            cells.append(f"{us:8.2f} {name:>8s} {plan.launch.grid if plan else 0:5d}")
-            times.append(us)
-            h.close()
-        R.plan_cols = rules["tree"]
-        print(f"{op:9s} {str(shape):20s} {str(axis):6s} {host.nbytes / 1e6:7.2f} {t_us:7.2f} "
-              + " ".join(f"{c:>22s}" for c in cells)
-              + f"  {t_us / times[0]:6.3f}  {t_us / times[1]:6.3f}  {' '.join(checks)}")
+        return apply
+    variants.compare_rules("middle axes through the general kernel: the tree's plans against "
+                           "gen", CASES, {"tree": use(tree), "gen": use(gen)}, use(tree), REPS,
+                           CALLS)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,12 @@ benchmarks/results/diagnostics/short_slabs.py``; ``--scan`` (no GPU)
 counts the random sets' cases (seeds 0-59) each threshold moves.
 """
 import pathlib
-import statistics
 import sys
-
-import numpy as np
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
 
 REPS, CALLS = 15, 10
 #: tile thresholds: the most elements of a slab that goes to ``*_short``
@@ -47,8 +46,6 @@ CASES = [("mean_t", (2048, 2, 809), 1), ("sum_t", (2048, 2, 809), 1),
          ("sum_t", (300, 1700, 1), 0), ("mean_t", (64, 7, 7, 200), (1, 2)),
          ("min_t", (4451, 2, 673), 1), ("sum_t", (5501, 997, 1, 2), 1),
          ("max_t", (1492, 864, 1, 2), 1), ("min_t", (3251, 4, 1024, 2), 2)]
-FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min", "argmax_t": "pick"}
-PEER = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin", "argmax_t": "argmax"}
 
 
 def scan(seeds=range(60)):
@@ -66,7 +63,7 @@ def scan(seeds=range(60)):
             kernels = {}
             for name, tile in RULES.items():
                 R.SHORT_TILE = tile
-                p = R.plan(shape, axes, True, 4, FAMILY[c["op"]], 132, 2048,
+                p = R.plan(shape, axes, True, 4, variants.REDUCTION_FAMILY[c["op"]], 132, 2048,
                            blocks_per_sm=lambda kernel, block: 4)
                 kernels[name] = p.launch.kernel if p else None
             for name in RULES:
@@ -77,70 +74,18 @@ def scan(seeds=range(60)):
         print(f"{name}: {len(cases)} of {total} plans move; first: {cases[:8]}")
 
 
-def reference(op, host, axis):
-    x = host.astype(np.float64)
-    if op == "argmax_t":
-        return np.argmax(host, axis=axis)
-    return {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.min}[op](
-        x, axis=axis)
-
-
 def main():
     if "--scan" in sys.argv[1:]:
         return scan()
-    from benchmarks.gpu import EventTimer, optional_peers
-    from benchmarks.ops import copy_bandwidth, inputs_beyond_l2
     from handlers.cuda import reductions as R
-    from handlers.cuda.handler import PyCudaHandler
 
-    torch = optional_peers().get("torch")
-    rng = np.random.default_rng(0)
-    h0 = PyCudaHandler(np.float32)
-    copy = copy_bandwidth(h0, (128 << 20) // 4)
-    print(f"slabs of a short tile: the tree's threshold against two and four slabs a tile; "
-          f"copy {copy / 1e12:.3f} TB/s; us per call, median of {REPS} samples of {CALLS} "
-          f"calls, inputs from DRAM; kernel and grid of each plan")
-    print(f"{'op':9s} {'shape':18s} {'axis':7s} {'MB':>6s} {'torch':>7s} "
-          + " ".join(f"{name:>20s}" for name in RULES) + "  t/best  check")
-    for op, shape, axis in CASES:
-        host = rng.standard_normal(shape).astype(np.float32)
-        k = inputs_beyond_l2(host.nbytes)
-        ref = reference(op, host, axis)
-        t_us = float("nan")
-        if torch is not None:
-            ts = [torch.from_numpy(host).cuda() for _ in range(k)]
-            fn = getattr(torch, PEER[op])
-            o = torch.empty(ref.shape, device="cuda",
-                            dtype=torch.int64 if op == "argmax_t" else torch.float32)
-            tt = EventTimer("torch", module=torch)
-            t_us = statistics.median(
-                tt.sample(lambda i: fn(ts[i % k], dim=axis, out=o), 0, CALLS)
-                for _ in range(REPS)) * 1e3
-        cells, checks = [], []
-        for tile in RULES.values():
-            R.SHORT_TILE = tile
-            h = PyCudaHandler(np.float32)
-            xs = [h.create_from_numpy(host) for _ in range(k)]
-            out = h.allocate(ref.shape if ref.ndim else (1,))
-            red = getattr(h, op)
-            red(xs[0], axis, out)
-            got = h.get_numpy_copy(out).astype(np.float64).reshape(ref.shape)
-            err = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-            checks.append(f"{err:.0e}")
-            plan = R.plan(shape, R._axes(len(shape), axis), True, 4, FAMILY[op], h._sms,
-                          h._sm_threads, blocks_per_sm=h._blocks_per_sm("TT"))
-            timer = EventTimer("pycuda", h.stream)
-            us = statistics.median(
-                timer.sample(lambda i: red(xs[i % k], axis, out), 0, CALLS)
-                for _ in range(REPS)) * 1e3
-            name = plan.launch.kernel.split("_")[1] if plan else "-"
-            cells.append(f"{us:8.2f} {name:>6s} {plan.launch.grid if plan else 0:5d}")
-            times = [float(c.split()[0]) for c in cells]
-            h.close()
-        R.SHORT_TILE = RULES["tree"]
-        print(f"{op:9s} {str(shape):18s} {str(axis):7s} {host.nbytes / 1e6:6.2f} {t_us:7.2f} "
-              + " ".join(f"{c:>20s}" for c in cells)
-              + f"  {t_us / min(times):6.3f}  {' '.join(checks)}")
+    def tile(n):
+        def apply():
+            R.SHORT_TILE = n
+        return apply
+    variants.compare_rules("slabs of a short tile: the tree's threshold against two and four "
+                           "slabs a tile", CASES, {name: tile(n) for name, n in RULES.items()},
+                           tile(RULES["tree"]), REPS, CALLS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,13 @@ diagnostics check against.
 
 ``half_rows_held`` and ``held_counts``: each held count on a fresh handler
 of one process (``held_handler``), each fused op timed and checked alike
-(``time_op``)."""
+(``time_op``).
+
+``cols_chunk_rounding``, ``short_slabs`` and ``middle_axis_gen``: one
+reduction timed beside torch under several planning rules swapped in the
+process (``torch_reduction_us``, ``ours_reduction``, against
+``reduction_reference``; ``REDUCTION_FAMILY`` and ``TORCH_REDUCTION``
+name each op's kernel family and torch's function)."""
 import contextlib
 import json
 import pathlib
@@ -231,3 +237,107 @@ def layer_norm_backward64(dy, x, gain, mu, r):
     g = dy * gain
     dx = r * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
     return [dx, (dy * xhat).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)]
+
+
+#: each reduction op's kernel family (``reductions.plan``'s) and torch's
+#: function for it
+REDUCTION_FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "min",
+                    "argmax_t": "pick"}
+TORCH_REDUCTION = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin",
+                   "argmax_t": "argmax"}
+
+
+def reduction_reference(op, host, axis):
+    """NumPy's result of reduction ``op`` of float32 ``host`` over ``axis``:
+    float64 sums and means, the extremes and argmax exact."""
+    import numpy as np
+    if op == "argmax_t":
+        return np.argmax(host, axis=axis)
+    return {"sum_t": np.sum, "mean_t": np.mean, "max_t": np.max, "min_t": np.min}[op](
+        host.astype(np.float64), axis=axis)
+
+
+def torch_reduction_us(torch, op, host, axis, ref, copies, reps, calls):
+    """torch's us per call of ``op`` over ``axis`` of ``host``, cycling
+    ``copies`` copies on the GPU (inputs from DRAM): the median of ``reps``
+    samples of ``calls`` calls; NaN without torch."""
+    if torch is None:
+        return float("nan")
+    from benchmarks.gpu import EventTimer
+    ts = [torch.from_numpy(host).cuda() for _ in range(copies)]
+    fn = getattr(torch, TORCH_REDUCTION[op])
+    o = torch.empty(ref.shape, device="cuda",
+                    dtype=torch.int64 if op == "argmax_t" else torch.float32)
+    timer = EventTimer("torch", module=torch)
+    return statistics.median(timer.sample(lambda i: fn(ts[i % copies], dim=axis, out=o), 0, calls)
+                             for _ in range(reps)) * 1e3
+
+
+def ours_reduction(op, host, axis, ref, copies, reps, calls):
+    """(us per call, max |error| / max |reference|, plan) of ``op`` over
+    ``axis`` of float32 ``host`` on a fresh ``PyCudaHandler`` (plans are
+    cached per handler: a rule swapped in since an earlier handler takes
+    effect), timed as :func:`torch_reduction_us`, checked after one call."""
+    import numpy as np
+
+    from benchmarks.gpu import EventTimer
+    from handlers.cuda import reductions as R
+    from handlers.cuda.handler import PyCudaHandler
+    h = PyCudaHandler(np.float32)
+    try:
+        xs = [h.create_from_numpy(host) for _ in range(copies)]
+        out = h.allocate(ref.shape if ref.ndim else (1,))
+        red = getattr(h, op)
+        red(xs[0], axis, out)
+        got = h.get_numpy_copy(out).astype(np.float64).reshape(ref.shape)
+        err = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+        plan = R.plan(host.shape, R._axes(host.ndim, axis), True, 4, REDUCTION_FAMILY[op],
+                      h._sms, h._sm_threads, blocks_per_sm=h._blocks_per_sm("TT"))
+        timer = EventTimer("pycuda", h.stream)
+        us = statistics.median(timer.sample(lambda i: red(xs[i % copies], axis, out), 0, calls)
+                               for _ in range(reps)) * 1e3
+    finally:
+        h.close()
+    return us, err, plan
+
+
+def compare_rules(title, cases, rules, restore, reps, calls):
+    """Print ``title`` (after the device copy's bandwidth), then a row per
+    (op, shape, axis) of ``cases``: torch's us per call, ours under each
+    rule of ``rules`` ({name: apply()}, applied before that rule's run;
+    ``restore()`` after each case) with its plan's kernel and grid,
+    torch's time over each rule's, and each rule's check
+    (:func:`ours_reduction`); every input read from DRAM."""
+    import numpy as np
+
+    from benchmarks.gpu import optional_peers
+    from benchmarks.ops import copy_bandwidth, inputs_beyond_l2
+    from handlers.cuda.handler import PyCudaHandler
+    torch = optional_peers().get("torch")
+    rng = np.random.default_rng(0)
+    h0 = PyCudaHandler(np.float32)
+    copy = copy_bandwidth(h0, (128 << 20) // 4)
+    h0.close()
+    print(f"{title}; copy {copy / 1e12:.3f} TB/s; us per call, median of {reps} samples of "
+          f"{calls} calls, inputs from DRAM; each plan's kernel and grid; t/x: torch's time "
+          f"over x's")
+    print(f"{'op':9s} {'shape':20s} {'axis':7s} {'MB':>7s} {'torch':>7s} "
+          + " ".join(f"{name:>24s}" for name in rules)
+          + " ".join(f"{'t/' + name:>8s}" for name in rules) + "  check")
+    for op, shape, axis in cases:
+        host = rng.standard_normal(shape).astype(np.float32)
+        k = inputs_beyond_l2(host.nbytes)
+        ref = reduction_reference(op, host, axis)
+        t_us = torch_reduction_us(torch, op, host, axis, ref, k, reps, calls)
+        cells, ratios, checks = [], [], []
+        for apply in rules.values():
+            apply()
+            us, err, plan = ours_reduction(op, host, axis, ref, k, reps, calls)
+            name = plan.launch.kernel if plan else "-"
+            cells.append(f"{us:8.2f} {name:>10s} {plan.launch.grid if plan else 0:5d}")
+            ratios.append(f"{t_us / us:8.3f}")
+            checks.append(f"{err:.0e}")
+        restore()
+        print(f"{op:9s} {str(shape):20s} {str(axis):7s} {host.nbytes / 1e6:7.2f} {t_us:7.2f} "
+              + " ".join(f"{c:>24s}" for c in cells) + " ".join(ratios)
+              + "  " + " ".join(checks))
