@@ -9,22 +9,26 @@ as one row of columns: a warp's lanes take 32 consecutive outputs, each
 thread walks its output's n rows, and a block's tile spans slabs, as
 torch's reduction does for this layout.
 
-This times each case with the tree's plan and with ``gen``, which sends
+This times each case with the tree's plan, with ``gen``, which sends
 every ``cols`` layout of more than one slab (outer > 1) to ``plan_gen``
-where it accepts (swapping ``reductions.plan_cols`` in the process; a
-fresh handler each: plans are cached per handler), beside torch, inputs
-read from DRAM; us per call, the plan's kernel and grid, torch's time over
-each, each result checked against NumPy (float64 for sums, exact for the
-extremes and argmax).  ``plan_gen`` takes max, min and argmax only with
+where it accepts, and with ``narrow``, which sends only those of fewer
+than 32 thread columns (a warp of the column kernel cannot span them),
+swapping ``reductions.plan_cols`` in the process (a fresh handler each:
+plans are cached per handler), beside torch, inputs read from DRAM; us
+per call, the plan's kernel and grid, torch's time over each, each result
+checked against NumPy (float64 for sums, exact for the extremes and
+argmax).  ``plan_gen`` takes max, min and argmax only with
 ``gen_families.patch`` applied (the kernels ``max_gen*``, ``min_gen*``,
-``pick_gen*``); without it their ``gen`` column repeats the tree's plan.
+``pick_gen*``); without it their columns repeat the tree's plan.
 The general kernel has more arguments than the one-call path takes, so
 its calls go through Python: the times include that host cost.
 
 Run on a GPU machine with torch from the root of a snapshot with the
 patch applied (``git apply
 benchmarks/results/diagnostics/gen_families.patch``): ``python
-benchmarks/results/diagnostics/middle_axis_gen.py``.
+benchmarks/results/diagnostics/middle_axis_gen.py``; ``--scan`` (no GPU;
+the patch applied, or the non-sums stay on the tree's plans) counts the
+random sets' plans each rule moves.
 """
 import pathlib
 import sys
@@ -53,13 +57,18 @@ CASES = [("sum_t", (20000, 40, 30), 1), ("max_t", (20000, 40, 30), 1),
          ("max_t", (16, 8192, 1024), 1), ("sum_t", (512, 512, 8), 1)]
 
 
-def gen_rule(tree_cols):
-    """``plan_cols`` sending layouts of more than one slab to ``plan_gen``."""
+def gen_rule(tree_cols, narrow=False):
+    """``plan_cols`` sending layouts of more than one slab to ``plan_gen``;
+    with ``narrow`` only those whose columns are fewer than a warp's lanes
+    in the column kernel (fewer than 32 thread columns: packets, or
+    ``scalar_cols`` columns a thread)."""
     from handlers.cuda import reductions as R
 
     def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, kind=0,
                   suffix="", blocks_per_sm=None):
-        if outer > 1:
+        vec = aligned and inner % width == 0
+        per = width if vec else R.scalar_cols(width)
+        if outer > 1 and (not narrow or -(-inner // per) < 32):
             p = R.plan_gen((outer, n, inner), (1,), aligned, width, family, sms, sm_threads,
                            div, kind, suffix, blocks_per_sm)
             if p is not None:
@@ -71,15 +80,49 @@ def gen_rule(tree_cols):
 
 def main():
     from handlers.cuda import reductions as R
-    tree, gen = R.plan_cols, gen_rule(R.plan_cols)
+    if "--scan" in sys.argv[1:]:
+        return scan()
+    tree = R.plan_cols
 
     def use(rule):
         def apply():
             R.plan_cols = rule
         return apply
     variants.compare_rules("middle axes through the general kernel: the tree's plans against "
-                           "gen", CASES, {"tree": use(tree), "gen": use(gen)}, use(tree), REPS,
-                           CALLS)
+                           "gen and narrow", CASES,
+                           {"tree": use(tree), "gen": use(gen_rule(tree)),
+                            "narrow": use(gen_rule(tree, narrow=True))}, use(tree), REPS, CALLS)
+
+
+def scan(seeds=range(60)):
+    """Print how many of the random sets' plans (seeds 0-59; 132
+    multiprocessors, 4 blocks each assumed) ``gen`` and ``narrow`` move, by
+    the kernel they leave and take."""
+    from benchmarks.reductions import RANDOM_BYTES, draw_cases
+    from handlers.cuda import reductions as R
+    tree = R.plan_cols
+    rules = {"gen": gen_rule(tree), "narrow": gen_rule(tree, narrow=True)}
+    moved = {name: {} for name in rules}
+    total = 0
+    for seed in seeds:
+        for c in draw_cases(seed, 48, RANDOM_BYTES):
+            shape, axis = tuple(c["shape"]), c["axis"]
+            axes = R._axes(len(shape), tuple(axis) if isinstance(axis, list) else axis)
+            family = variants.REDUCTION_FAMILY[c["op"]]
+            total += 1
+            kernels = {}
+            for name, rule in (("tree", tree), *rules.items()):
+                R.plan_cols = rule
+                p = R.plan(shape, axes, True, 4, family, 132, 2048,
+                           blocks_per_sm=lambda kernel, block: 4)
+                kernels[name] = p.launch.kernel.split("_")[1] if p else None
+            R.plan_cols = tree
+            for name in rules:
+                if kernels[name] != kernels["tree"]:
+                    key = f"{kernels['tree']} -> {kernels[name]}"
+                    moved[name][key] = moved[name].get(key, 0) + 1
+    for name, kinds in moved.items():
+        print(f"{name}: {sum(kinds.values())} of {total} plans move: {kinds}")
 
 
 if __name__ == "__main__":
