@@ -322,7 +322,7 @@ def compare_rules(title, cases, rules, restore, reps, calls):
           f"{calls} calls, inputs from DRAM; each plan's kernel and grid; t/x: torch's time "
           f"over x's")
     print(f"{'op':9s} {'shape':20s} {'axis':7s} {'MB':>7s} {'torch':>7s} "
-          + " ".join(f"{name:>24s}" for name in rules)
+          + " ".join(f"{name:>29s}" for name in rules)
           + " ".join(f"{'t/' + name:>8s}" for name in rules) + "  check")
     for op, shape, axis in cases:
         host = rng.standard_normal(shape).astype(np.float32)
@@ -334,10 +334,10 @@ def compare_rules(title, cases, rules, restore, reps, calls):
             apply()
             us, err, plan = ours_reduction(op, host, axis, ref, k, reps, calls)
             name = plan.launch.kernel if plan else "-"
-            cells.append(f"{us:8.2f} {name:>10s} {plan.launch.grid if plan else 0:5d}")
+            cells.append(f"{us:8.2f} {name:>14s} {plan.launch.grid if plan else 0:5d}")
             ratios.append(f"{t_us / us:8.3f}")
             checks.append(f"{err:.0e}")
         restore()
         print(f"{op:9s} {str(shape):20s} {str(axis):7s} {host.nbytes / 1e6:7.2f} {t_us:7.2f} "
-              + " ".join(f"{c:>24s}" for c in cells) + " ".join(ratios)
+              + " ".join(f"{c:>29s}" for c in cells) + " ".join(ratios)
               + "  " + " ".join(checks))
