@@ -165,7 +165,7 @@ def _source():
 
 def main():
     from benchmarks.gpu import EventTimer, cuda_handler
-    from benchmarks.ops import copy_spread, inputs_beyond_l2
+    from benchmarks.ops import copy_spread
     from handlers.cuda import kernel_loader
     from layers.layernorm import _BACKWARD
     h = cuda_handler("summed_rows_pipeline", np.float32, what="tool")
@@ -187,18 +187,10 @@ def main():
         dy = rng.standard_normal((n, d)).astype(np.float32)
         x = rng.standard_normal((n, d)).astype(np.float32)
         gain = (1 + 0.1 * rng.standard_normal((1, d))).astype(np.float32)
-        mu, r = variants.layer_norm_stats(x, EPS)
-        want = variants.layer_norm_backward64(dy, x, gain, mu, r)
-        k = inputs_beyond_l2(dy.nbytes)
-        dys = [h.create_from_numpy(dy) for _ in range(k)]
-        hx, hg = h.create_from_numpy(x), h.create_from_numpy(gain)
-        hmu, hr = h.create_from_numpy(mu), h.create_from_numpy(r)
-        outs = [h.allocate((n, d)), h.allocate((1, d)), h.allocate((1, d))]
+        t = variants.layer_norm_backward_case(h, dy, x, gain, EPS)
+        k, dys, outs, check = t.k, t.dys, t.outs, t.check
+        hx, hg, hmu, hr = t.args
         nbytes = (3 * n * d + 3 * d + 2 * n) * 4
-
-        def check():
-            return max(float(np.max(np.abs(h.get_numpy_copy(o).astype(np.float64) - w))
-                             / np.max(np.abs(w))) for o, w in zip(outs, want))
 
         def line(name, us, err):
             print(f"  {name:34s} {us:9.2f} ({nbytes / (us * 1e-6) / copy_Bps:6.1%})  {err:.1e} "

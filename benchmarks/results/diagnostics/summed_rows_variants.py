@@ -109,25 +109,14 @@ def registers(variant):
 
 def _cases(h, rng, n, c):
     """[(name, call(i), check())] of LayerNorm's backward over (n, c)."""
-    from benchmarks.ops import inputs_beyond_l2
     from layers.layernorm import _BACKWARD
     x = rng.standard_normal((n, c))
     gain = 1 + 0.1 * rng.standard_normal((1, c))
     dy = rng.standard_normal((n, c))
     x32, g32, dy32 = (a.astype(np.float32) for a in (x, gain, dy))
-    mu32, r32 = variants.layer_norm_stats(x32, EPS)
-    want = variants.layer_norm_backward64(dy32, x32, g32, mu32, r32)
-    k = inputs_beyond_l2(dy32.nbytes)
-    dys = [h.create_from_numpy(dy32) for _ in range(k)]
-    hx, hg = h.create_from_numpy(x32), h.create_from_numpy(g32)
-    hmu, hr = h.create_from_numpy(mu32), h.create_from_numpy(r32)
-    outs = [h.allocate((n, c)), h.allocate((1, c)), h.allocate((1, c))]
-
-    def check():
-        return max(float(np.abs(h.get_numpy_copy(o) - w).max() / np.abs(w).max())
-                   for o, w in zip(outs, want))
+    t = variants.layer_norm_backward_case(h, dy32, x32, g32, EPS)
     return [("LayerNorm backward",
-             lambda i: _BACKWARD(h, dys[i % k], hx, hg, hmu, hr, *outs), check)]
+             lambda i: _BACKWARD(h, t.dys[i % t.k], *t.args, *t.outs), t.check)]
 
 
 def run_variant(variant):

@@ -13,7 +13,8 @@ a source, as ``summed_rows_trips`` reads them).
 
 ``layer_norm_stats`` and ``layer_norm_backward64``: LayerNorm's kept
 statistics and its backward's float64 reference, which the LayerNorm
-diagnostics check against.
+diagnostics check against; ``layer_norm_backward_case`` sets up a case of
+its backward on a handler with them.
 
 ``half_rows_held`` and ``held_counts``: each held count on a fresh handler
 of one process (``held_handler``), each fused op timed and checked alike
@@ -237,6 +238,33 @@ def layer_norm_backward64(dy, x, gain, mu, r):
     g = dy * gain
     dx = r * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
     return [dx, (dy * xhat).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)]
+
+
+def layer_norm_backward_case(h, dy, x, gain, eps):
+    """LayerNorm's backward on ``h`` over float32 host ``dy``, ``x`` and
+    ``gain``: ``SimpleNamespace(k, dys, args, outs, want, check)``, ``dys``
+    ``k`` device copies of dy (inputs from DRAM when cycled), ``args`` the
+    op's other inputs (x, gain, mean, 1/std) on ``h``, ``outs`` (dx, dgain,
+    dbias), ``want`` their float64 reference and ``check()`` the largest
+    max |error| / max |reference| of the outputs as they stand."""
+    import types
+
+    import numpy as np
+
+    from benchmarks.ops import inputs_beyond_l2
+    n, c = dy.shape
+    mu, r = layer_norm_stats(x, eps)
+    want = layer_norm_backward64(dy, x, gain, mu, r)
+    k = inputs_beyond_l2(dy.nbytes)
+    outs = [h.allocate((n, c)), h.allocate((1, c)), h.allocate((1, c))]
+
+    def check():
+        return max(float(np.max(np.abs(h.get_numpy_copy(o).astype(np.float64) - w))
+                         / np.max(np.abs(w))) for o, w in zip(outs, want))
+    return types.SimpleNamespace(
+        k=k, dys=[h.create_from_numpy(dy) for _ in range(k)],
+        args=[h.create_from_numpy(a) for a in (x, gain, mu, r)], outs=outs, want=want,
+        check=check)
 
 
 #: each reduction op's kernel family (``reductions.plan``'s) and torch's
