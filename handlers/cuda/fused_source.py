@@ -584,7 +584,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
             width *= 2
         needed = -(-rows // (block // width))
     else:
-        needed = -(-rows // trip) if sum_bytes and cols == block * held else rows
+        # only a full block with summed outputs loops over rows by trips
+        full = STRATEGIES[strategy(cols, held, block)] == "full"
+        needed = -(-rows // trip) if sum_bytes and full else rows
         if rows > 2**31 - 1 and not sum_bytes:
             raise ValueError(f"a row kernel takes at most 2**31 - 1 rows of {cols} "
                              f"elements, got {rows}")

@@ -307,7 +307,10 @@ struct HeldRow {
     // it at run time whatever FULL: loads known to happen were hoisted, and
     // LayerNorm's forward, whose row inputs are read at use, took 52
     // registers where 40 did.
-    __device__ __forceinline__ bool holds(int j) const { return FULL || (live && j < cols); }
+    __device__ __forceinline__ bool holds(int j) const { return FULL || (live && in_row(j)); }
+    // Whether column j is within a row at all, whichever row (a row past
+    // the last included): FULL's every slot is.
+    __device__ __forceinline__ bool in_row(int j) const { return FULL || j < cols; }
 
     // Slots past the row hold zeros (each() computes on them, masked).
     template <int U = 0, typename Load, typename LoadPackets>
@@ -346,14 +349,14 @@ struct HeldRow {
 #pragma unroll
             for (int q = 0; q < P; ++q) {
                 const int p = first + q * step;
-                if (FULL || p * W < cols) pf(next, (long long)p * W);
+                if (in_row(p * W)) pf(next, (long long)p * W);
             }
             return;
         }
 #pragma unroll
         for (int k = 0; k < R; ++k) {
             const int j = first + k * step;
-            if (FULL || j < cols) pf(next, j);
+            if (in_row(j)) pf(next, j);
         }
     }
 
@@ -883,14 +886,13 @@ __device__ __forceinline__ void rows_impl(long long rows, long long cols, bool a
                     }
                 });
             }
-            s.live = true;
         }
         if constexpr (S > 0) {
             // Each column of the block is one thread's: its sums are the block's.
 #pragma unroll
             for (int k = 0; k < R; ++k) {
                 const int j = s.col(k);
-                if (s.holds(j)) {
+                if (s.in_row(j)) {
 #pragma unroll
                     for (int i = 0; i < S; ++i) partial[i * cols + j] = s.acc[k].v[i];
                 }
