@@ -388,8 +388,8 @@ def _chunking(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
     threads' blocks (4 of 256 on an H200): each thread's loads keep enough
     bytes in flight, fewer chunks keep the second stage small, and 4 blocks
     a multiprocessor beat 8 on the tuned shapes (``plan_cols``); the column
-    kernels are bound to 4 resident blocks (3 for an argmax's packets of
-    halves), so that is their wave."""
+    kernels are bound to 4 resident blocks (3 for packets of halves), so
+    that is their wave."""
     target = sms * min(per_sm, sm_threads // BLOCK // 2)
     chunks = 1
     if base < target and deep:

@@ -86,12 +86,13 @@ constexpr int ROW_UNROLL = 4;
 constexpr int SCALAR_COLS = 4;
 template <typename T>
 constexpr int kScalarCols = kVec<T> <= 2 ? 1 : kVec<T> < SCALAR_COLS ? kVec<T> : SCALAR_COLS;
-// Resident blocks per multiprocessor that *_cols_vec of argmax is bound to:
-// a packet of halves is 8 columns, 8 (value, index) states beside
-// PICK_UNROLL packets, which spill at 64 registers (4 blocks) and fit in 80
+// Resident blocks per multiprocessor that *_cols_vec is bound to: a packet
+// of halves is 8 columns, 8 states (an argmax's (value, index) pairs, or a
+// sum's, max's or min's floats) beside 16 packets in flight, which spill at
+// 64 registers (4 blocks: 24 bytes for a sum, nvcc 13, sm_90) and fit in 80
 // (3 blocks, still 12K loads of 16 bytes in flight per multiprocessor).
 template <typename T>
-constexpr int kPickVecBlocks = kVec<T> == 8 ? 3 : 4;
+constexpr int kVecColsBlocks = kVec<T> == 8 ? 3 : 4;
 // Rows a trip in the general kernels (GEN_UNROLL in reductions.py): each
 // load's offset comes from the walk's digits and is held until the load
 // issues; 7 is the most that fit the 64 registers of 4 resident blocks
@@ -1019,9 +1020,9 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
 // The column kernels are bound to 4 resident blocks per multiprocessor (64
 // registers a thread, as many as the earlier sum_cols used): unbounded, the
 // compiler kept every load of a trip in its own registers (156 a thread for
-// float) and one block fit per multiprocessor.  An argmax's packets of
-// halves hold 8 (value, index) pairs, so they are bound to 3
-// (kPickVecBlocks).  *_cols read kScalarCols<T> columns a thread (the
+// float) and one block fit per multiprocessor.  Packets of halves hold 8
+// columns' states, so *_cols_vec of the halves are bound to 3
+// (kVecColsBlocks).  *_cols read kScalarCols<T> columns a thread (the
 // strided scalar path), *_cols_vec one packet's; max and min keep one value
 // a column, as a sum does, and so get SUM_UNROLL loads in flight.
 // Every sum kernel of format T (suffix SUF, packets of V elements), output
@@ -1030,7 +1031,8 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     SH_EXPORT_ROW_KINDS(Sum<T>, T, O, sum, W##_##SUF)                                \
     SH_EXPORT_COLS(Sum<T>, T, kScalarCols<T>, false, SUM_UNROLL / kScalarCols<T>, O,          \
                    sum_cols##W##_##SUF, 4)                                           \
-    SH_EXPORT_COLS(Sum<T>, T, V, true, SUM_UNROLL, O, sum_cols_vec##W##_##SUF, 4)      \
+    SH_EXPORT_COLS(Sum<T>, T, V, true, SUM_UNROLL, O, sum_cols_vec##W##_##SUF,          \
+                   kVecColsBlocks<T>)                                                \
     SH_EXPORT_MID(T, 1, O, sum_mid##W##_##SUF)                                       \
     SH_EXPORT_MID(T, V, O, sum_mid_vec##W##_##SUF)
 // max_t or min_t (R: Max<T> or Min<T>, kernel names PRE_...).
@@ -1038,14 +1040,14 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     SH_EXPORT_ROW_KINDS(R, T, T, PRE, _##SUF)                                        \
     SH_EXPORT_COLS(R, T, kScalarCols<T>, false, SUM_UNROLL / kScalarCols<T>, T,               \
                    PRE##_cols_##SUF, 4)                                              \
-    SH_EXPORT_COLS(R, T, V, true, SUM_UNROLL, T, PRE##_cols_vec_##SUF, 4)
+    SH_EXPORT_COLS(R, T, V, true, SUM_UNROLL, T, PRE##_cols_vec_##SUF, kVecColsBlocks<T>)
 // argmax_t (R: Pick32<T>, or Pick64<T> beyond 32-bit indices): the column
 // kernels as max's, a state of a value and an index a column.
 #define SH_EXPORT_PICKS(R, T, V, SUF, PRE)                                           \
     SH_EXPORT_ROW_KINDS(R, T, T, PRE, _##SUF)                                        \
     SH_EXPORT_COLS(R, T, kScalarCols<T>, false, PICK_UNROLL / kScalarCols<T>, T,              \
                    PRE##_cols_##SUF, 4)                                              \
-    SH_EXPORT_COLS(R, T, V, true, PICK_UNROLL, T, PRE##_cols_vec_##SUF, kPickVecBlocks<T>)
+    SH_EXPORT_COLS(R, T, V, true, PICK_UNROLL, T, PRE##_cols_vec_##SUF, kVecColsBlocks<T>)
 // A reduction with nothing to reduce (one_impl, its MODE): PRE_one_SUF;
 // n is the element count.
 #define SH_EXPORT_UNIT(T, SUF, PRE, MODE)                                            \
