@@ -335,7 +335,7 @@ def mlp_step(hb, h32, torch, reps, checks=None, peers=None, notes=None, compile_
     rows = [[k, v, v / med[ours], P.note(k, peers) if k in compiled else ""]
             for k, v in med.items()]
     rows += [[k, float("nan"), float("nan"), notes[k]]
-             for k in (P.COMPILE, P.COMPILE_GRAPHED, P.JAX_JIT) if k in notes and k not in med]
+             for k in P.LABELS if k in notes and k not in med]
     headers = ["library", "ms", f"its time / {ours}", "notes"]
     if not any(r[-1] for r in rows):       # no compiled peers: the table as it was
         headers, rows = headers[:-1], [r[:-1] for r in rows]
@@ -350,8 +350,7 @@ def mlp_step(hb, h32, torch, reps, checks=None, peers=None, notes=None, compile_
     if compiled:
         out["strongest"] = P.judge_strongest("MLP mixed bf16 step", med[captured], med)
     if compiled or notes:
-        out["peers"] = {k: dict(ms=ms[k], compile_s=peers[P.COMPILE if k == P.COMPILE_GRAPHED
-                                                          else k].compile_s)
+        out["peers"] = {k: dict(ms=ms[k], compile_s=peers[P.compiled_of(k)].compile_s)
                         for k in compiled}
         out["peer_notes"] = dict(notes)
     return out

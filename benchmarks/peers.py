@@ -7,8 +7,12 @@ momentum).  Both are written functionally, one function per step:
 * :func:`torch_step_fn`: ``torch.func.grad_and_value`` of the loss, then the
   momentum buffers and parameters updated in place (``buf = momentum * buf +
   g``; ``p -= lr * buf``, ``torch.optim.SGD``'s rule), compiled whole with
-  ``torch.compile`` (default mode, ``dynamic=False``, ``fullgraph=True``, so
-  a graph break is an error rather than a silently split step);
+  ``torch.compile`` (``dynamic=False``, ``fullgraph=True``, so a graph break
+  is an error rather than a silently split step), in its default mode or,
+  with ``--peers autotune`` (opt-in: minutes of compiling a model),
+  ``max-autotune-no-cudagraphs`` (Inductor's autotuned kernels and GEMM
+  templates; the suites capture either step whole in a CUDA graph
+  themselves);
 * :func:`jax_step_fn`: ``jax.value_and_grad`` of the loss and the same update,
   in one ``jax.jit`` with the parameters and buffers donated
   (``donate_argnums``); the LSTM's time loop is ``jax.lax.scan``, rolled or
@@ -221,10 +225,10 @@ def torch_forward(torch, model, cfg):
     return lstm
 
 
-def torch_step_fn(torch, model, cfg, lr, momentum, compile=True):
+def torch_step_fn(torch, model, cfg, lr, momentum, compile=True, mode="default"):
     """step(params, bufs, x, y) -> loss: one functional training step of
     ``model``, the parameters and momentum buffers (lists in the peer layout)
-    updated in place; compiled with ``torch.compile`` (default mode,
+    updated in place; compiled with ``torch.compile`` (``mode``,
     ``dynamic=False``, ``fullgraph=True``) unless ``compile`` is False (eager,
     for the tests).  Compiling happens on the first call.
 
@@ -257,12 +261,13 @@ def torch_step_fn(torch, model, cfg, lr, momentum, compile=True):
 
     if not compile:
         return step
-    return torch.compile(step, dynamic=False, fullgraph=True)
+    return torch.compile(step, dynamic=False, fullgraph=True, mode=mode)
 
 
-def torch_compile_peer(torch, model, cfg, lr, momentum, device):
-    """The :class:`PeerStep` of ``torch.compile`` on ``device``."""
-    return PeerStep("torch", torch, model, torch_step_fn(torch, model, cfg, lr, momentum),
+def torch_compile_peer(torch, model, cfg, lr, momentum, device, mode="default"):
+    """The :class:`PeerStep` of ``torch.compile`` in ``mode`` on ``device``."""
+    return PeerStep("torch", torch, model,
+                    torch_step_fn(torch, model, cfg, lr, momentum, mode=mode),
                     torch.device(device))
 
 
@@ -396,9 +401,18 @@ class HostClockTimer:
 #: the rows of the compiled peers (the train suite's labels)
 COMPILE = "torch.compile"
 COMPILE_GRAPHED = "torch.compile, graphed"
+AUTOTUNE = "torch.compile max-autotune"
+AUTOTUNE_GRAPHED = "torch.compile max-autotune, graphed"
 JAX_JIT = "JAX jit"
 #: the LSTM's second JAX row: its time loop unrolled (a model with a scan)
 JAX_UNROLLED = "JAX jit, scan unrolled"
+#: every compiled peer's row, in the tables' order
+LABELS = (COMPILE, COMPILE_GRAPHED, AUTOTUNE, AUTOTUNE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+#: torch.compile's rows: the ``--peers`` name and the mode of each, and the
+#: row of the same step captured whole in a CUDA graph
+TORCH_MODES = {COMPILE: ("compile", "default"),
+               AUTOTUNE: ("autotune", "max-autotune-no-cudagraphs")}
+GRAPHED = {COMPILE: COMPILE_GRAPHED, AUTOTUNE: AUTOTUNE_GRAPHED}
 #: steps JAX issues back to back per timed sample (host clock)
 JAX_STEPS = 10
 #: Issue 42's target: our captured step at <= this times the fastest of its
@@ -408,7 +422,13 @@ STRONGEST_TARGET = 1.0
 #: Issue 42's target: the MLP's captured step at <= this times its gemms
 #: replayed alone (the train suite's breakdown)
 GEMM_RATIO = 1.10
-STRONGEST = (COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+STRONGEST = (COMPILE_GRAPHED, AUTOTUNE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+
+
+def compiled_of(label):
+    """The :class:`PeerStep` label behind row ``label``: a graphed row's
+    compiled step, else the row itself."""
+    return next((k for k, g in GRAPHED.items() if g == label), label)
 
 
 def strongest(ms):
@@ -444,8 +464,9 @@ def add_options(parser):
     """``--peers`` and ``--compile-limit`` on a suite's ``parser``."""
     parser.add_argument("--peers", default="compile,jax",
                         help="compiled peers, comma separated (GPU only): compile "
-                             "(torch.compile, and graphed), jax (JAX jit); 'none' for neither; "
-                             "default: compile,jax")
+                             "(torch.compile, and graphed), autotune (torch.compile "
+                             "max-autotune, and graphed: minutes of compiling a model), jax "
+                             "(JAX jit); 'none' for none; default: compile,jax")
     parser.add_argument("--compile-limit", type=float, default=600.0,
                         help="seconds a compiled peer's first step (its compile) may take; a "
                              "peer over it is left out of the timing, noted (the compile itself "
@@ -455,8 +476,9 @@ def add_options(parser):
 def chosen(parser, args):
     """The set of peers ``--peers`` names (``parser.error`` on an unknown one)."""
     which = {w.strip() for w in args.peers.split(",") if w.strip()} - {"none"}
-    if which - {"compile", "jax"}:
-        parser.error(f"--peers: unknown {', '.join(sorted(which - {'compile', 'jax'}))}")
+    known = {"compile", "autotune", "jax"}
+    if which - known:
+        parser.error(f"--peers: unknown {', '.join(sorted(which - known))}")
     return which
 
 
@@ -464,9 +486,10 @@ def describe(which, torch, jax):
     """One line on the compiled peers a suite runs (``jax``: the triple of
     :func:`import_jax`, or None)."""
     parts = []
-    if "compile" in which:
-        parts.append("torch.compile (default mode, dynamic=False), whole step"
-                     + ("" if torch else ": PyTorch not available"))
+    for name, mode in TORCH_MODES.values():
+        if name in which:
+            parts.append(f"torch.compile ({mode} mode, dynamic=False), whole step"
+                         + ("" if torch else ": PyTorch not available"))
     if "jax" in which:
         parts.append(f"JAX jit {jax[0].__version__} on {jax[1]} (host clock, {JAX_STEPS} steps "
                      f"back to back per sample)" if jax and jax[0] else
@@ -475,20 +498,23 @@ def describe(which, torch, jax):
 
 
 def make_peers(model, cfg, which, lr, momentum, torch=None, jax=None, device="cuda"):
-    """``({label: PeerStep}, {label: why not run})``: "torch.compile" (whose
-    step also gives the "torch.compile, graphed" row) on the torch
-    ``device`` and "JAX jit" on ``jax`` (the triple of :func:`import_jax`;
-    for the LSTM, whose time loop is a scan, also "JAX jit, scan unrolled"),
-    those of ``which`` (``"compile"``, ``"jax"``).  Nothing compiles here: a
-    step compiles on its first call (:func:`first_two_losses`)."""
+    """``({label: PeerStep}, {label: why not run})``: "torch.compile" and
+    "torch.compile max-autotune" (whose steps also give the graphed rows) on
+    the torch ``device`` and "JAX jit" on ``jax`` (the triple of
+    :func:`import_jax`; for the LSTM, whose time loop is a scan, also "JAX
+    jit, scan unrolled"), those of ``which`` (``"compile"``,
+    ``"autotune"``, ``"jax"``).  Nothing compiles here: a step compiles on
+    its first call (:func:`first_two_losses`)."""
     peers, notes = {}, {}
-    if "compile" in which:
+    for label, (name, mode) in TORCH_MODES.items():
+        if name not in which:
+            continue
         if torch is None:
-            notes[COMPILE] = "not run: PyTorch not available"
+            notes[label] = "not run: PyTorch not available"
         elif not hasattr(torch, "compile"):
-            notes[COMPILE] = f"not run: torch {torch.__version__} has no torch.compile"
+            notes[label] = f"not run: torch {torch.__version__} has no torch.compile"
         else:
-            peers[COMPILE] = torch_compile_peer(torch, model, cfg, lr, momentum, device)
+            peers[label] = torch_compile_peer(torch, model, cfg, lr, momentum, device, mode)
     if "jax" in which:
         jx, jdev, why = jax if jax is not None else (None, None, "jax not imported")
         for label in (JAX_JIT, JAX_UNROLLED) if model == "lstm" else (JAX_JIT,):
@@ -545,29 +571,30 @@ def drop_over_limit(peers, notes, limit):
 
 def timed_cases(peers, params, batches, notes, graphs=True):
     """``{label: (timer, fn(i))}`` of the peers for
-    :func:`benchmarks.gpu.interleaved` (GPU only): "torch.compile" on
-    PyTorch's CUDA events, "torch.compile, graphed" (with ``graphs``) the
-    same compiled step captured whole by :func:`benchmarks.gpu.torch_graphed`
-    and replayed on batch 0, "JAX jit" on :class:`HostClockTimer`; each a
-    fresh copy from ``params`` on ``batches``, the compiled step reused (no
-    second compile).  A graphed row that cannot be captured, or not run, is
+    :func:`benchmarks.gpu.interleaved` (GPU only): each torch.compile row on
+    PyTorch's CUDA events and (with ``graphs``) its graphed row, the same
+    compiled step captured whole by :func:`benchmarks.gpu.torch_graphed` and
+    replayed on batch 0; "JAX jit" on :class:`HostClockTimer`; each a fresh
+    copy from ``params`` on ``batches``, the compiled step reused (no second
+    compile).  A graphed row that cannot be captured, or not run, is
     noted."""
     from benchmarks.gpu import EventTimer, torch_graphed
     cases = {}
-    if COMPILE in peers:
-        torch = peers[COMPILE].module
+    for label, graphed in GRAPHED.items():
+        if label not in peers:
+            if label in notes:
+                notes[graphed] = notes[label]
+            continue
+        torch = peers[label].module
         timer = EventTimer("torch", module=torch)
-        cases[COMPILE] = (timer, peers[COMPILE].copy(params, batches).step)
+        cases[label] = (timer, peers[label].copy(params, batches).step)
         if not graphs:
-            notes[COMPILE_GRAPHED] = "not run: --no-graphs"
-        else:
-            try:
-                fn = torch_graphed(torch, peers[COMPILE].copy(params, batches).step)
-                cases[COMPILE_GRAPHED] = (timer, fn)
-            except Exception as e:   # a capture that fails is noted, not fatal
-                notes[COMPILE_GRAPHED] = "not run: " + why(e)
-    elif COMPILE in notes:
-        notes[COMPILE_GRAPHED] = notes[COMPILE]
+            notes[graphed] = "not run: --no-graphs"
+            continue
+        try:
+            cases[graphed] = (timer, torch_graphed(torch, peers[label].copy(params, batches).step))
+        except Exception as e:   # a capture that fails is noted, not fatal
+            notes[graphed] = "not run: " + why(e)
     for label in (JAX_JIT, JAX_UNROLLED):
         if label in peers:          # no CUDA events on JAX's streams: host clock
             copy = peers[label].copy(params, batches)
@@ -577,7 +604,7 @@ def timed_cases(peers, params, batches, notes, graphs=True):
 
 def note(label, peers):
     """A timed peer row's notes: its compile time (and the JAX clock)."""
-    peer = peers[COMPILE if label == COMPILE_GRAPHED else label]
+    peer = peers[compiled_of(label)]
     text = f"compile {peer.compile_s:.1f} s"
     if peer.lib == "jax":
         text += f"; host clock, {JAX_STEPS} steps per sample"

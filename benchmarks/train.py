@@ -28,7 +28,10 @@ layout), SGD with momentum written out (``buf = 0.9 buf + g; p -= 0.01 buf``):
   ``fullgraph=True``); "torch.compile, graphed": the same compiled step
   captured whole in ``torch.cuda.graph`` as the ", graphed" rows below are,
   and replayed on one fixed batch.  Both run one compiled function (no second
-  compile), timed like the other PyTorch rows;
+  compile), timed like the other PyTorch rows.  With ``--peers autotune``
+  (not by default: minutes of compiling a model), "torch.compile
+  max-autotune" and its graphed row, the same in the mode
+  ``max-autotune-no-cudagraphs``;
 * "JAX jit": ``jax.value_and_grad`` of the loss and the update in one
   ``jax.jit``, parameters and momentum buffers donated, float32 matmuls at
   "highest" precision (no TF32), no GPU memory preallocation; for the LSTM
@@ -127,7 +130,7 @@ from benchmarks.gpu import (
     our_captured,
     torch_graphed,
 )
-from benchmarks.peers import COMPILE, COMPILE_GRAPHED, GEMM_RATIO, JAX_JIT, JAX_UNROLLED
+from benchmarks.peers import GEMM_RATIO
 from layers import LSTM, SGD, FullyConnected, ReLU, Sequential, SoftmaxCrossEntropy
 
 F32 = np.float32
@@ -161,7 +164,7 @@ OURS_CAPTURED = "ours, captured"
 #: the LSTM layer before issue 20's fusion (benchmarks/unfused_lstm.py), eager
 OURS_UNFUSED = "ours, unfused LSTM"
 #: the compiled peers (benchmarks/peers.py)
-NEW_PEERS = (COMPILE, COMPILE_GRAPHED, JAX_JIT, JAX_UNROLLED)
+NEW_PEERS = P.LABELS
 
 
 # -------------------------------------------------------------------- models
@@ -784,7 +787,7 @@ def main(argv=None):
         # get their host issue and device time (sides), JAX's a host clock
         for lab, (peer_timer, fn) in P.timed_cases(peers, our_params(net), batches, notes,
                                                    args.graphs).items():
-            if lab in (COMPILE, COMPILE_GRAPHED):
+            if P.compiled_of(lab) in P.TORCH_MODES:
                 sides[lab] = torch_side(torch, fn)
                 peer_timer = sides[lab].timer
             cases[lab] = (peer_timer, fn)
@@ -805,7 +808,7 @@ def main(argv=None):
         if gpu and which:         # apart from "torch": the report's graphed peers stay as were
             for lab in NEW_PEERS:
                 if lab in figs:
-                    pk = peers[COMPILE if lab == COMPILE_GRAPHED else lab]
+                    pk = peers[P.compiled_of(lab)]
                     figs[lab]["compile_s"] = pk.compile_s
             entry["peers"] = {lab: figs[lab] for lab in NEW_PEERS if lab in figs}
             entry["peer_notes"] = dict(notes)

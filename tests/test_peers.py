@@ -85,11 +85,11 @@ def test_missing_peers_are_noted():
     peers, notes = P.make_peers("lstm", small("lstm"), {"compile", "jax"}, train.LR,
                                 train.MOMENTUM, None, (None, None, "jax not importable (x)"))
     assert peers == {}
-    assert notes[train.COMPILE] == "not run: PyTorch not available"
-    assert notes[train.JAX_JIT] == notes[train.JAX_UNROLLED] == "not run: jax not importable (x)"
+    assert notes[P.COMPILE] == "not run: PyTorch not available"
+    assert notes[P.JAX_JIT] == notes[P.JAX_UNROLLED] == "not run: jax not importable (x)"
     _, notes = P.make_peers("mlp", small("mlp"), {"jax"}, train.LR, train.MOMENTUM, None,
                             (None, None, "no"))
-    assert list(notes) == [train.JAX_JIT]       # the MLP has no scan to unroll
+    assert list(notes) == [P.JAX_JIT]       # the MLP has no scan to unroll
 
 
 @pytest.mark.parametrize("model", ["mlp", "lstm"])
@@ -99,8 +99,8 @@ def test_jax_jit_agrees(model, jax_cpu):
     cfg = small(model)
     peers, notes = P.make_peers(model, cfg, {"jax"}, train.LR, train.MOMENTUM, None, jax_cpu)
     assert notes == {}
-    assert set(peers) == ({train.JAX_JIT, train.JAX_UNROLLED} if model == "lstm"
-                          else {train.JAX_JIT})
+    assert set(peers) == ({P.JAX_JIT, P.JAX_UNROLLED} if model == "lstm"
+                          else {P.JAX_JIT})
     checks = checked(model, dict(peers))
     p0, batches, ref = reference_losses(model, cfg)
     for label, peer in peers.items():
@@ -115,7 +115,7 @@ def test_host_clock_timer(jax_cpu):
     from benchmarks.gpu import interleaved
     cfg = small("mlp")
     peer = P.make_peers("mlp", cfg, {"jax"}, train.LR, train.MOMENTUM, None,
-                        jax_cpu)[0][train.JAX_JIT]
+                        jax_cpu)[0][P.JAX_JIT]
     p0, batches, _ = reference_losses("mlp", cfg)
     copy = peer.copy(p0, batches)
     ms = interleaved({"jax": (P.HostClockTimer(copy.sync, steps=3), copy.step)}, reps=2,
@@ -147,12 +147,12 @@ def test_torch_compile_agrees(model):
     cfg = small(model)
     peers, notes = P.make_peers(model, cfg, {"compile"}, train.LR, train.MOMENTUM, torch,
                                 device="cpu")
-    assert notes == {} and list(peers) == [train.COMPILE]
+    assert notes == {} and list(peers) == [P.COMPILE]
     checked(model, dict(peers))
-    assert peers[train.COMPILE].compile_s > 0
+    assert peers[P.COMPILE].compile_s > 0
     p0, batches, ref = reference_losses(model, cfg)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        got = two_losses(peers[train.COMPILE], p0, batches)
+        got = two_losses(peers[P.COMPILE], p0, batches)
     assert got == pytest.approx(ref, rel=TOL)
 
 
@@ -395,8 +395,17 @@ def test_suite_options():
     P.add_options(p)
     assert P.chosen(p, p.parse_args([])) == {"compile", "jax"}
     assert P.chosen(p, p.parse_args(["--peers", "none"])) == set()
+    assert P.chosen(p, p.parse_args(["--peers", "autotune,jax"])) == {"autotune", "jax"}
     with pytest.raises(SystemExit):
         P.chosen(p, p.parse_args(["--peers", "tf"]))
+    # max-autotune is opt-in, a row of its own and its graphed row a strongest peer
+    _, notes = P.make_peers("mlp", small("mlp"), {"autotune"}, 0.1, 0.9, None)
+    assert notes == {P.AUTOTUNE: "not run: PyTorch not available"}
+    assert P.compiled_of(P.AUTOTUNE_GRAPHED) == P.AUTOTUNE
+    assert P.compiled_of(P.COMPILE_GRAPHED) == P.COMPILE
+    assert P.compiled_of(P.JAX_JIT) == P.JAX_JIT
+    assert set(P.strongest({P.AUTOTUNE_GRAPHED: 1.0, P.AUTOTUNE: 0.5, "ours": 0.1})) \
+        == {P.AUTOTUNE_GRAPHED}
     peers, notes = P.make_peers("convnet", LENET_SMALL, {"compile", "jax"}, 0.1, 0.9, None,
                                 (None, None, "no"))
     assert peers == {} and notes == {P.COMPILE: "not run: PyTorch not available",
