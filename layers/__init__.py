@@ -14,6 +14,7 @@ every layer runs unchanged on every handler.  Usage::
 """
 from .activations import ELU, GELU, Activation, ReLU, Sigmoid, SiLU, Tanh
 from .base import Layer
+from .compose import Add, Chain, Concat, Graph, Merge, Residual
 from .conv import AvgPool2D, Conv2D, MaxPool2D
 from .dense import FullyConnected
 from .dropout import Dropout
@@ -35,4 +36,5 @@ __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "GELU", "SiL
            "SquaredError", "LSTM", "Sequential",
            "SGD", "Adam", "AdamW", "Trainer", "History", "NonFiniteLossError", "ParameterSet",
            "view", "accuracy", "DeviceAccuracy",
-           "Conv2D", "MaxPool2D", "AvgPool2D", "LossScaler"]
+           "Conv2D", "MaxPool2D", "AvgPool2D", "LossScaler",
+           "Chain", "Residual", "Graph", "Merge", "Add", "Concat"]

@@ -6,9 +6,10 @@ handler.  Its life:
 1. construction, with sizes only (no handler yet);
 2. ``bind(h)``: the network gives it its handler;
 3. ``param_shapes()`` / ``init_params(rng, host)``: a ``ParameterSet`` lays the
-   parameters of all layers out in one flat buffer, lets each layer fill its
-   part on the host, uploads once, and gives the layer views in
-   ``self.params[name]`` and ``self.grads[name]``;
+   parameters of all layers (and of the layers they hold: ``children()``)
+   out in one flat buffer, lets each layer fill its part on the host,
+   uploads once, and gives the layer views in ``self.params[name]`` and
+   ``self.grads[name]``;
 4. ``forward(x, training)`` then ``backward(dy)``, once per step.
 
 Rules of the contract, which the network and the optimizer rely on:
@@ -73,9 +74,19 @@ class Layer:
         return super().__reduce_ex__(protocol)
 
     def bind(self, h):
-        """Attach the layer to handler ``h`` (and forget buffers of another)."""
+        """Attach the layer, and every layer it holds (``children``), to
+        handler ``h`` (and forget buffers of another)."""
         self.h = h
         self._cache = {}
+        for child in self.children():
+            child.bind(h)
+
+    def children(self):
+        """The layers this layer holds, in a fixed order (none: a plain
+        layer).  A container (``Chain``, ``Residual``, ``Graph``) returns
+        them; the network binds them, lays their parameters out in its one
+        flat buffer and names them after their position in the container."""
+        return ()
 
     def param_shapes(self):
         """Return {name: shape} of the layer's parameters, in a fixed order."""

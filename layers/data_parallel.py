@@ -112,13 +112,13 @@ class DataParallel(NoCopies):
 
     def layout(self):
         """This rank's parameter layout as a list of plain values: per
-        parameter (layer index, layer class, name, shape, offset), then the
+        parameter (its top-level layer's index, its state-dict name, shape,
+        offset), then the
         format and size of the flat buffer.  ``__init__`` checks it is every
         rank's (the first item that differs names the difference)."""
         p = self.net.parameters
-        index = {id(layer): i for i, layer in enumerate(self.net.layers)}
-        return [(index.get(id(layer)), type(layer).__name__, name, tuple(shape), off)
-                for layer, name, off, shape in p.entries] + [
+        return [(top, path, tuple(shape), off)
+                for top, path, (_, _, off, shape) in zip(p.owners, p.names, p.entries)] + [
             ("format", p.h.dtype.name, "elements", int(p.params.shape[0]))]
 
     def _plan_buckets(self, elements):
@@ -127,11 +127,10 @@ class DataParallel(NoCopies):
         the backward of the layer that completes it (the first layer whose
         parameters it holds), once it holds ``elements`` or more."""
         p = self.net.parameters
-        first = {}
-        for layer, _, off, _ in p.entries:
-            first[id(layer)] = min(off, first.get(id(layer), off))
-        starts = [(i, first[id(layer)]) for i, layer in enumerate(self.net.layers)
-                  if id(layer) in first]
+        first = {}   # top-level layer -> its first offset (a held layer's count as its holder's)
+        for top, (_, _, off, _) in zip(p.owners, p.entries):
+            first[top] = min(off, first.get(top, off))
+        starts = sorted(first.items())
         plan, regions, hi = {}, [], p.size
         for n, (i, lo) in enumerate(reversed(starts)):
             if hi - lo >= elements or n == len(starts) - 1:

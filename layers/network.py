@@ -5,10 +5,11 @@ from handlers import dtypes
 
 from . import checkpoint
 from .activations import ELU, GELU, ReLU, Sigmoid, SiLU, Tanh
+from .compose import Chain
 from .conv import Conv2D
 from .dense import FullyConnected
 from .loss_scale import LossScaler
-from .params import ParameterSet
+from .params import ParameterSet, walk
 
 #: The activation layers a network fuses into the dense layer before them.
 FUSABLE = (ReLU, Tanh, Sigmoid, ELU, GELU, SiLU)
@@ -56,8 +57,9 @@ class Sequential(checkpoint.NoCopies):
         self.loss = loss
         for layer in self.layers + [loss]:
             layer.bind(h)
-        #: how many (dense, activation) pairs run fused
-        self.fused_pairs = fuse_layers(self.layers) if fuse else 0
+        #: how many (dense, activation) pairs run fused, in ``layers`` and
+        #: in every ``Chain`` they hold
+        self.fused_pairs = sum(fuse_layers(chain) for chain in self._chains()) if fuse else 0
         self.parameters = ParameterSet(h, self.layers, seed)
         #: (params, grads) of the compute format under mixed precision, else None
         self.compute = None
@@ -70,6 +72,12 @@ class Sequential(checkpoint.NoCopies):
         self.backward_hook = None
         if self.layers:
             self.layers[0].input_grad = input_grad
+
+    def _chains(self):
+        """The layer lists a network runs in order: its own, and each
+        ``Chain``'s that it holds (``walk``)."""
+        return [self.layers] + [layer.layers for _, _, layer in walk(self.layers)
+                                if isinstance(layer, Chain)]
 
     def mixed_precision(self, dtype):
         """Compute in ``dtype`` (float16 or bfloat16) and keep the parameters

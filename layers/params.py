@@ -45,6 +45,32 @@ def layout(shapes):
     return offsets, total
 
 
+def walk(layers):
+    """(position in ``layers``, path, layer) of every layer of ``layers`` and
+    of the layers each holds (``Layer.children``), depth first, a holder
+    before what it holds: the order of the flat buffers, so a top-level
+    layer's parameters, its children's included, are one contiguous run.
+    The path is the layer's position and class ("1.FullyConnected"),
+    after its holder's path for a held one ("0.Residual.2.FullyConnected").
+    ValueError for a layer that appears twice (two places cannot own one
+    layer's parameter views)."""
+    seen = set()
+
+    def visit(top, prefix, i, layer):
+        if id(layer) in seen:
+            raise ValueError(f"{layer!r} appears twice in the network; a layer holds one "
+                             f"set of parameters, so build one layer per place (to share "
+                             f"weights, compute twice inside one layer of your own)")
+        seen.add(id(layer))
+        path = f"{prefix}{i}.{type(layer).__name__}"
+        yield top, path, layer
+        for j, child in enumerate(layer.children()):
+            yield from visit(top, path + ".", j, child)
+
+    for i, layer in enumerate(layers):
+        yield from visit(i, "", i, layer)
+
+
 class ParameterSet(NoCopies):
     """All parameters of some layers in one flat handler buffer, and all their
     gradients in another of the same size.
@@ -57,13 +83,15 @@ class ParameterSet(NoCopies):
 
     Args:
         h: the handler.
-        layers: layers already bound to ``h``.
+        layers: layers already bound to ``h`` (with the layers they hold:
+            ``walk``).
         seed: seed of the initializers' generator.
     """
 
     def __init__(self, h, layers, seed=0):
         self.h = h
-        entries = [(layer, name, tuple(shape)) for layer in layers
+        walked = list(walk(layers))
+        entries = [(layer, name, tuple(shape)) for _, _, layer in walked
                    for name, shape in layer.param_shapes().items()]
         offsets, total = layout([shape for _, _, shape in entries])
         self.size = total
@@ -74,16 +102,23 @@ class ParameterSet(NoCopies):
         #: (layer, name, offset, shape) of every parameter, in layer order
         self.entries = []
         #: the state-dict name of each entry: layer position, class, name
-        #: ("1.FullyConnected.W"), stable while the layers are
+        #: ("1.FullyConnected.W"; a layer held by another continues its
+        #: holder's path, "0.Residual.2.FullyConnected.W"), stable while the
+        #: layers are
         self.names = []
-        position = {id(layer): i for i, layer in enumerate(layers)}
+        #: the position in ``layers`` of the layer holding each entry (the
+        #: entry's own layer, or the container it sits in)
+        self.owners = []
+        where = {id(layer): (top, path) for top, path, layer in walked}
         for (layer, name, shape), off in zip(entries, offsets):
             layer.params[name] = view(h, self.params, off, shape)
             layer.grads[name] = view(h, self.grads, off, shape)
             self.entries.append((layer, name, off, shape))
-            self.names.append(f"{position[id(layer)]}.{type(layer).__name__}.{name}")
+            top, path = where[id(layer)]
+            self.names.append(f"{path}.{name}")
+            self.owners.append(top)
         rng = np.random.default_rng(seed)
-        for layer in layers:
+        for _, _, layer in walked:
             mine = {name: host[off:off + int(np.prod(shape))].reshape(shape)
                     for lay, name, off, shape in self.entries if lay is layer}
             if mine:
