@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import closed, dtypes, hooks
+from . import attention, closed, dtypes, hooks
 from .activations import DOT_ACTS, bias_body
 from .checks import (
     check_arrays,
@@ -679,6 +679,15 @@ class Handler(ABC):
         (:data:`EPILOGUES`) in place."""
         self._dot(a, b, out, False, False, 0.0)
         self._fused(EPILOGUES[act], out, bias, out)
+
+    def _attention_forward(self, q, k, v, out, lse, causal, scale):
+        """attention_forward's work: batched products and a fused softmax
+        (``handlers.attention.forward``)."""
+        attention.forward(self, q, k, v, out, lse, causal, scale)
+
+    def _attention_backward(self, q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
+        """attention_backward's work (``handlers.attention.backward``)."""
+        attention.backward(self, q, k, v, out, lse, dout, dq, dk, dv, causal, scale)
 
     def _conv2d_bias_act(self, x, w, bias, out, stride, padding, dilation, act):
         """conv2d_bias_act's work: the convolution, then the bias and

@@ -1142,6 +1142,52 @@ def generate_probability_mask(self, mask, p):
     self._probability_mask(mask, p)
 
 
+_attention_forward_row = PUBLIC['attention_forward']
+
+
+def attention_forward(self, q, k, v, out, lse, causal=False, scale=None):
+    """Scaled dot-product attention: out = softmax(scale * q @ k^T) @ v.
+
+    q (B, H, T, D) holds the queries of B sequences and H heads, k and v
+    (B, H, S, D) the keys and values; out has q's shape.  The softmax runs
+    over the S keys of each query; with ``causal`` query t sees keys 0
+    to t only (the scores above the diagonal count as -inf; PyTorch's
+    ``is_causal``).  ``scale`` defaults to 1 / sqrt(D).  ``lse`` (B, H, T)
+    receives each query's log-sum-exp of its scaled, masked scores, all
+    that ``attention_backward`` needs of the softmax.  Nothing may be
+    empty.  The outputs must not overlap q, k or v.  The default work
+    (``handlers.attention``) forms the (B * H, T, S) scores in scratch
+    memory the handler keeps per shape and stream group.
+    """
+    if causal is not False and causal is not True:
+        causal = check_flag("attention_forward", "causal", causal)
+    check_arrays(self, "attention_forward", q, k, v, out, lse)
+    scale = _attention_forward_row.shape(self, q, k, v, out, lse, causal, scale)
+    self._check_overlaps("attention_forward", ('q', 'k', 'v', 'out', 'lse'), ((3, 0), (3, 1), (3, 2), (4, 0), (4, 1), (4, 2), (3, 4)), (), q, k, v, out, lse)
+    if self.read_only_arrays and not (out.flags.writeable and lse.flags.writeable):
+        check_writable("attention_forward", ('out', 'lse'), out, lse)
+    self._attention_forward(q, k, v, out, lse, causal, scale)
+
+
+_attention_backward_row = PUBLIC['attention_backward']
+
+
+def attention_backward(self, q, k, v, out, lse, dout, dq, dk, dv, causal=False, scale=None):
+    """The gradients of ``attention_forward``: given its inputs, its ``out``
+    and ``lse``, and dout = dL/dout (q's shape), write dq (q's shape), dk
+    and dv (k's).  ``causal`` and ``scale`` must be the forward's.  The
+    outputs must not overlap the inputs.
+    """
+    if causal is not False and causal is not True:
+        causal = check_flag("attention_backward", "causal", causal)
+    check_arrays(self, "attention_backward", q, k, v, out, lse, dout, dq, dk, dv)
+    scale = _attention_backward_row.shape(self, q, k, v, out, lse, dout, dq, dk, dv, causal, scale)
+    self._check_overlaps("attention_backward", ('q', 'k', 'v', 'out', 'lse', 'dout', 'dq', 'dk', 'dv'), ((6, 0), (6, 1), (6, 2), (6, 3), (6, 4), (6, 5), (7, 0), (7, 1), (7, 2), (7, 3), (7, 4), (7, 5), (8, 0), (8, 1), (8, 2), (8, 3), (8, 4), (8, 5), (6, 7), (6, 8), (7, 8)), (), q, k, v, out, lse, dout, dq, dk, dv)
+    if self.read_only_arrays and not (dq.flags.writeable and dk.flags.writeable and dv.flags.writeable):
+        check_writable("attention_backward", ('dq', 'dk', 'dv'), dq, dk, dv)
+    self._attention_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale)
+
+
 _conv2d_forward_row = PUBLIC['conv2d_forward']
 
 

@@ -48,6 +48,11 @@ HOOKS = {
     "_conv2d_bias_act": ("work", False, "conv2d_bias_act's work: by default the forward "
                                         "convolution (_conv2d), then its epilogue, a fused "
                                         "op (_fused) per image."),
+    "_attention_forward": ("work", False, "attention_forward's work: by default batched "
+                                          "products and fused row programs "
+                                          "(handlers.attention)."),
+    "_attention_backward": ("work", False, "attention_backward's work: by default as the "
+                                           "forward's (handlers.attention)."),
     "_axpby": ("work", True, "axpby's work."),
     "_sum_t": ("work", True, "sum_t's work, over a checked axis (None, an int or a sorted "
                              "tuple)."),

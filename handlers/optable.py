@@ -697,6 +697,30 @@ OPS = {op.name: op for op in [
         call="_probability_mask(mask, p)",
         doc="Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."),
     # ---------------------------------------------------------------- convolution and pooling
+    _op("attention_forward", "q k v out= lse= ?causal @scale:None",
+        disjoint=("q", "k", "v"), shape=rules.attention_forward, gives="scale",
+        call="_attention_forward(q, k, v, out, lse, causal, scale)",
+        doc="""Scaled dot-product attention: out = softmax(scale * q @ k^T) @ v.
+
+        q (B, H, T, D) holds the queries of B sequences and H heads, k and v
+        (B, H, S, D) the keys and values; out has q's shape.  The softmax runs
+        over the S keys of each query; with ``causal`` query t sees keys 0
+        to t only (the scores above the diagonal count as -inf; PyTorch's
+        ``is_causal``).  ``scale`` defaults to 1 / sqrt(D).  ``lse`` (B, H, T)
+        receives each query's log-sum-exp of its scaled, masked scores, all
+        that ``attention_backward`` needs of the softmax.  Nothing may be
+        empty.  The outputs must not overlap q, k or v.  The default work
+        (``handlers.attention``) forms the (B * H, T, S) scores in scratch
+        memory the handler keeps per shape and stream group."""),
+    _op("attention_backward",
+        "q k v out lse dout dq= dk= dv= ?causal @scale:None",
+        disjoint=("q", "k", "v", "out", "lse", "dout"), shape=rules.attention_backward,
+        gives="scale",
+        call="_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, causal, scale)",
+        doc="""The gradients of ``attention_forward``: given its inputs, its ``out``
+        and ``lse``, and dout = dL/dout (q's shape), write dq (q's shape), dk
+        and dv (k's).  ``causal`` and ``scale`` must be the forward's.  The
+        outputs must not overlap the inputs."""),
     _op("conv2d_forward", "x w out= @stride:1 @padding:0 @dilation:1", disjoint=("x", "w"),
         shape=rules.conv2d("conv2d_forward"), gives="stride, padding, dilation",
         call='_conv2d("forward", x, w, out, stride, padding, dilation)', doc=_CONV_DOC.format(

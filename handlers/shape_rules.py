@@ -496,3 +496,49 @@ def cast_t(h, src, dst):
     """``cast_t``: src and dst have one shape (their formats may differ)."""
     if src.shape != dst.shape:
         fail_value("cast_t", f"shapes differ: src {src.shape}, dst {dst.shape}")
+
+
+def _attention_scale(op, q, scale):
+    """The checked scale: None means 1 / sqrt(head size)."""
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[3])
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(scale) or scale <= 0:
+        fail_value(op, f"scale must be None or a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
+def _attention_shapes(op, q, k, v, out, lse):
+    """q and out (B, H, T, D), k and v (B, H, S, D), lse (B, H, T), none empty."""
+    for name, a in (("q", q), ("k", k), ("v", v), ("out", out)):
+        check_ndim(op, a, 4, name)
+    check_ndim(op, lse, 3, "lse")
+    b, h, t, d = q.shape
+    s = k.shape[2]
+    if 0 in q.shape or s == 0:
+        fail_value(op, f"q {q.shape} and k {k.shape} must not be empty")
+    if k.shape != (b, h, s, d) or v.shape != k.shape:
+        fail_value(op, f"k and v must be (B, H, S, D) = {(b, h, 'S', d)} for q {q.shape}, "
+                       f"got k {k.shape}, v {v.shape}")
+    if out.shape != q.shape or lse.shape != (b, h, t):
+        fail_value(op, f"for q {q.shape}, out must be {q.shape} and lse {(b, h, t)}; got "
+                       f"out {out.shape}, lse {lse.shape}")
+
+
+def attention_forward(h, q, k, v, out, lse, causal, scale):
+    """``attention_forward``: q and out (B, H, T, D), k and v (B, H, S, D),
+    lse (B, H, T), none empty; returns the scale (None: 1 / sqrt(D))."""
+    op = "attention_forward"
+    _attention_shapes(op, q, k, v, out, lse)
+    return _attention_scale(op, q, scale)
+
+
+def attention_backward(h, q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
+    """``attention_backward``: the forward's shapes, dout and dq as q, dk
+    and dv as k; returns the scale as the forward's rule does."""
+    op = "attention_backward"
+    _attention_shapes(op, q, k, v, out, lse)
+    for name, a, like in (("dout", dout, q), ("dq", dq, q), ("dk", dk, k), ("dv", dv, k)):
+        if a.shape != like.shape:
+            fail_value(op, f"{name} must have shape {like.shape}, got {a.shape}")
+    return _attention_scale(op, q, scale)

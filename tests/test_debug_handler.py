@@ -84,7 +84,8 @@ def test_op_table_covers_every_public_op():
                    "state",  # set_random_state's dict (host values)
                    "into",   # prefetch's destinations: each counts as written when yielded
                    "dtype",  # twin's format
-                   "act"}    # dot_bias_act's and conv2d_bias_act's activation
+                   "act",    # dot_bias_act's and conv2d_bias_act's activation
+                   "causal", "scale"}   # attention's mask and scale
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -171,6 +172,11 @@ RECIPES = {
     "fill_gaussian": [0.1, 2.0, A(S)],
     "generate_probability_mask": [A(S), 0.3],
     # NCHW: x (2, 3, 5, 6), w (4, 3, 3, 2), conv output (2, 4, 3, 5), 2x2 pools (2, 3, 2, 3)
+    "attention_forward": [A((2, 2, 3, 4)), A((2, 2, 5, 4)), A((2, 2, 5, 4)), A((2, 2, 3, 4)),
+                          A((2, 2, 3))],
+    "attention_backward": [A((2, 2, 3, 4)), A((2, 2, 5, 4)), A((2, 2, 5, 4)), A((2, 2, 3, 4)),
+                           A((2, 2, 3)), A((2, 2, 3, 4)), A((2, 2, 3, 4)), A((2, 2, 5, 4)),
+                           A((2, 2, 5, 4))],
     "conv2d_forward": [A(X4), A(W4), A(Y4)],
     "conv2d_bias_act": [A(X4), A(W4), A((W4[0],)), A(Y4)],
     "conv2d_backward_data": [A(Y4), A(W4), A(X4)],

@@ -22,6 +22,7 @@ from handlers import CaptureError, Handler, NumpyHandler, fused, fused_op
 from handlers.optable import ELEMENTWISE, PUBLIC
 from helpers import other_dtype, rand
 
+Q4, K4, L3 = (2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 4)   # attention's q, k and v, lse
 SH = (3, 4)          # default shape of same-shape ops
 OTHER = (3, 5)       # a wrong shape for them
 FLAT = (12,)         # a wrong rank, same size
@@ -419,6 +420,31 @@ OPS = [
     Op("generate_probability_mask", Arr("mask", SH), Scalar("p", 0.5),
        extra=[("p=1.5", ValueError, {"p": 1.5}), ("p=-0.1", ValueError, {"p": -0.1}),
               ("p=nan", ValueError, {"p": NAN, "match": ["p", "nan"]})]),
+    # attention: q (B, H, T, D) = (2, 3, 4, 5), k and v (2, 3, 6, 5), lse (2, 3, 4)
+    Op("attention_forward", Arr("q", Q4), Arr("k", K4), Arr("v", K4), Arr("out", Q4),
+       Arr("lse", L3), Fixed("causal", False), Fixed("scale", None),
+       bad_shapes=[("k", (2, 3, 6, 4)), ("v", (2, 3, 7, 5)), ("out", (2, 3, 4, 6)),
+                   ("lse", (2, 3, 5)), ("q", (2, 2, 4, 5))],
+       bad_ranks=[("q", (6, 4, 5)), ("lse", (2, 3, 4, 1)), ("k", (6, 6, 5))],
+       extra=[("scale=0", ValueError, {"scale": 0}), ("scale=-1", ValueError, {"scale": -1.0}),
+              ("scale=nan", ValueError, {"scale": NAN, "match": ["scale", "nan"]}),
+              ("scale=inf", ValueError, {"scale": float("inf")}),
+              ("scale='a'", ValueError, {"scale": "a"}),
+              ("empty-queries", ValueError, {"shapes": {"q": (2, 3, 0, 5), "out": (2, 3, 0, 5),
+                                                        "lse": (2, 3, 0)}}),
+              ("empty-keys", ValueError, {"shapes": {"k": (2, 3, 0, 5), "v": (2, 3, 0, 5)}}),
+              *[(f"out-overlaps-{i}", ValueError, {"overlap": (i, "out", (n,))})
+                for i, n in (("q", 121), ("k", 181), ("v", 181))]]),
+    Op("attention_backward", Arr("q", Q4), Arr("k", K4), Arr("v", K4), Arr("out", Q4),
+       Arr("lse", L3), Arr("dout", Q4), Arr("dq", Q4), Arr("dk", K4), Arr("dv", K4),
+       Fixed("causal", True), Fixed("scale", None),
+       bad_shapes=[("dout", (2, 3, 4, 6)), ("dq", (2, 3, 6, 5)), ("dk", Q4), ("dv", (2, 3, 6, 4)),
+                   ("lse", (2, 3, 6))],
+       bad_ranks=[("dout", (6, 4, 5)), ("dk", (6, 6, 5))],
+       extra=[("scale=0", ValueError, {"scale": 0}),
+              *[(f"{o}-overlaps-{i}", ValueError, {"overlap": (i, o, (n,))})
+                for i, o, n in (("q", "dq", 121), ("k", "dk", 181), ("v", "dv", 181),
+                                ("out", "dq", 121), ("lse", "dq", 121), ("dout", "dq", 121))]]),
     # convolution and pooling (NCHW): x (2, 3, 5, 6), w (4, 3, 3, 2), y (2, 4, 3, 5)
     *[conv(name, arrays) for name, arrays in [
         ("conv2d_forward", (("x", X4), ("w", W4), ("out", Y4))),
