@@ -1061,6 +1061,24 @@ def transpose_m(self, a, out):
     self._transpose_m(a, out)
 
 
+_permute_t_row = PUBLIC['permute_t']
+
+
+def permute_t(self, a, axes, out):
+    """out = a with its axes reordered: out's axis i is a's axis ``axes[i]``
+    (``numpy.transpose``), copied into out's own row-major layout.  a has
+    1 to 4 dimensions.  Attention's heads move between (B, T, H, D) and
+    (B, H, T, D) so.  out must not overlap a.
+    """
+    check_arrays(self, "permute_t", a, out)
+    axes = _permute_t_row.shape(self, a, axes, out)
+    if self._overlaps(out, a):
+        fail_value("permute_t", "out must not overlap a")
+    if self.read_only_arrays and not (out.flags.writeable):
+        check_writable("permute_t", ('out',), out)
+    self._permute_t(a, axes, out)
+
+
 _concat_t_row = PUBLIC['concat_t']
 
 

@@ -73,6 +73,7 @@ HOOKS = {
     "_scatter_add_rows": ("work", True, "scatter_add_rows_m's work, in index order "
                                         "(deterministic)."),
     "_transpose_m": ("work", True, "transpose_m's work."),
+    "_permute_t": ("work", True, "permute_t's work, with checked axes (a tuple)."),
     "_concat_t": ("work", True, "concat_t's work, along a checked axis."),
     "_split_t": ("work", True, "split_t's work, along a checked axis."),
     "_fill_gaussian": ("work", True, "fill_gaussian's work."),

@@ -299,6 +299,9 @@ class NumpyHandler(Handler):
     def _transpose_m(self, a, out):
         np.copyto(out, a.T)
 
+    def _permute_t(self, a, axes, out):
+        np.copyto(out, np.transpose(a, axes))
+
     def _concat_t(self, a, b, axis, out):
         np.concatenate((a, b), axis=axis, out=out)
 

@@ -671,6 +671,12 @@ OPS = {op.name: op for op in [
     _op("transpose_m", "a out=", disjoint=("a",), shape=rules.transpose_m,
         call="_transpose_m(a, out)",
         doc="""out = a.T for a matrix a (r, c) and out (c, r).  out must not overlap a."""),
+    _op("permute_t", "a @axes out=", disjoint=("a",), shape=rules.permute_t, gives="axes",
+        call="_permute_t(a, axes, out)",
+        doc="""out = a with its axes reordered: out's axis i is a's axis ``axes[i]``
+        (``numpy.transpose``), copied into out's own row-major layout.  a has
+        1 to 4 dimensions.  Attention's heads move between (B, T, H, D) and
+        (B, H, T, D) so.  out must not overlap a."""),
     _op("concat_t", "a b @axis out=", disjoint=("a", "b"), shape=rules.concat_t, gives="axis",
         call="_concat_t(a, b, axis, out)",
         doc="""out = a followed by b along ``axis`` (negative counts from the end):
@@ -870,6 +876,7 @@ KERNELS = {
     "small_gemm": ("small_gemm", "PPPqqqiii"),
     "transpose": ("layout", "PPqq"),
     "copy2d": ("layout", "PPqqqqqq"),
+    "permute": ("layout", "PPq" + "q" * 2 * 4),
     **{f"cast_from_{src}": ("layout", "PPq") for src in ("f32", "f64", "bf16", "f16")},
     "add_compute": ("elementwise", "PPq"),
     "widen": ("elementwise", "PPq"),

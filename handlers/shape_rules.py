@@ -308,6 +308,29 @@ def concat_t(h, a, b, axis, out):
     return _pieces("concat_t", out, a, b, axis, ("out", "a", "b"))
 
 
+#: The most axes ``permute_t`` takes (its kernel's index arithmetic).
+PERMUTE_RANK = 4
+
+
+def permute_t(h, a, axes, out):
+    """``permute_t``: ``axes`` a permutation of range(a.ndim) (a tuple or
+    list of ints), a.ndim from 1 to :data:`PERMUTE_RANK`, out a's shape
+    permuted; returns the axes as a tuple."""
+    op = "permute_t"
+    if not 1 <= a.ndim <= PERMUTE_RANK:
+        fail_value(op, f"a must have 1 to {PERMUTE_RANK} dimensions, got shape {a.shape}")
+    if not isinstance(axes, (tuple, list)) or not all(_is_int(x) for x in axes):
+        fail_type(op, f"axes must be a tuple of ints, got {axes!r}")
+    axes = tuple(int(x) for x in axes)
+    if sorted(axes) != list(range(a.ndim)):
+        fail_value(op, f"axes must order every axis of a (shape {a.shape}) once, got {axes}")
+    want = tuple(a.shape[i] for i in axes)
+    if out.shape != want:
+        fail_value(op, f"out must have shape {want} for a {a.shape} and axes {axes}, "
+                       f"got {out.shape}")
+    return axes
+
+
 def split_t(h, a, axis, out_a, out_b):
     """``split_t``: a is out_a then out_b along ``axis``; returns the axis."""
     return _pieces("split_t", a, out_a, out_b, axis, ("a", "out_a", "out_b"))

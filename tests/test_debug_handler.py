@@ -85,7 +85,8 @@ def test_op_table_covers_every_public_op():
                    "into",   # prefetch's destinations: each counts as written when yielded
                    "dtype",  # twin's format
                    "act",    # dot_bias_act's and conv2d_bias_act's activation
-                   "causal", "scale"}   # attention's mask and scale
+                   "causal", "scale",   # attention's mask and scale
+                   "axes"}   # permute_t's order
         if name == "get_numpy_copy_async":
             others -= {"out"}    # host memory
         assert others <= allowed, (name, others)
@@ -155,6 +156,7 @@ RECIPES = {
     "sum_t": [A(S), 0, A((C,))],
     **{op: [A(S), 0, A((C,))] for op in ("mean_t", "max_t", "min_t", "argmax_t")},
     "transpose_m": [A(S), A((C, R))],
+    "permute_t": [A(S), (1, 0), A((C, R))],
     "concat_t": [A((R, 2)), A((R, C - 2)), 1, A(S)],
     "split_t": [A(S), 0, A((1, C)), A((R - 1, C))],
     **{name: _elementwise(op) for name, op in ELEMENTWISE.items()},

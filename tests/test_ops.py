@@ -465,6 +465,20 @@ def test_concat_t_and_split_t(handler, rng, sa, sb, axis):
     assert_close(handler, pb, rb, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("shape, axes", [((5,), (0,)), ((3, 7), (1, 0)), ((2, 3, 4), (2, 0, 1)),
+                                         ((2, 5, 3, 4), (0, 2, 1, 3)),
+                                         ((3, 1, 4, 2), (3, 2, 1, 0)), ((2, 3, 0, 2), (1, 0, 3, 2)),
+                                         ((4, 33, 8, 16), (0, 2, 1, 3))],
+                         ids=lambda v: str(v))
+def test_permute_t(handler, rng, shape, axes):
+    """Every element moved exactly, against numpy.transpose."""
+    a, ra = rand_input(handler, shape, rng)
+    out = poisoned(handler, tuple(shape[i] for i in axes))
+    assert handler.permute_t(a, axes, out) is None
+    assert_close(handler, out, np.transpose(ra, axes), rtol=0, atol=0)
+    assert_unchanged(handler, a, ra)
+
+
 # ============================================================================ elementwise
 BINARY = {  # name: (reference(a, b, old_out), range of b)
     "add_tt": (lambda a, b, o: a + b, None),

@@ -78,6 +78,20 @@ def transpose_m(h, a, out):
                rows, cols)
 
 
+def permute_t(h, a, axes, out):
+    """out = a's axes reordered: one gather kernel over out's elements, out
+    read as 4 axes (leading ones of extent 1) with a's stride for each."""
+    n = out.size
+    if not n:
+        return
+    strides = [math.prod(a.shape[i + 1:]) for i in range(a.ndim)]
+    pad = 4 - a.ndim
+    extents = (1,) * pad + tuple(out.shape)
+    steps = (0,) * pad + tuple(strides[i] for i in axes)
+    _enter()
+    h._run(h._k["permute"], h._grid(n), a.gpudata, out.gpudata, n, *extents, *steps)
+
+
 def cut(h, whole, first, second, axis, into):
     """concat_t (``into``) or split_t: each piece is a block of columns of
     the (outer, length * inner) view of the whole, copied by copy2d."""

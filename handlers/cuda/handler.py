@@ -457,6 +457,7 @@ class PyCudaHandler(Handler):
     _update_loss_scale = elementwise.update_loss_scale
     _cast_t = elementwise.cast_t
     _transpose_m = elementwise.transpose_m
+    _permute_t = elementwise.permute_t
     _cut = elementwise.cut
     _concat_t = elementwise.concat_t
     _split_t = elementwise.split_t

@@ -1,4 +1,4 @@
-// Moving elements between layouts: transpose_m, concat_t and split_t.
+// Moving elements between layouts: transpose_m, permute_t, concat_t and split_t.
 //
 //   transpose   out (cols, rows) = a (rows, cols).T through 32x32 tiles in
 //               shared memory (one padding column: no bank conflicts), so
@@ -18,7 +18,10 @@
 //               float32 (two, as NumPy's reference path does).  Grid-stride
 //               over n elements, eight at a time where aligned.
 //
-// transpose and copy2d move elements without arithmetic, so they copy T as
+//   permute     out = a's axes reordered (up to 4): a gather per element of
+//               out, a's stride for each of out's axes.  Grid-stride.
+//
+// transpose, permute and copy2d move elements without arithmetic, so they copy T as
 // stored in every format (2-byte elements for the halves).
 #include "common.cuh"
 
@@ -56,6 +59,26 @@ __device__ void copy2d_impl(const T* __restrict__ src, T* __restrict__ dst, long
     }
 }
 
+// out (e0, e1, e2, e3) from a, out's axis i stepping a by s_i elements:
+// each thread finds its element's four indices and gathers it.  Writes are
+// coalesced; reads are too along the axes a permutation keeps innermost
+// (attention's head size), strided otherwise.
+template <typename T>
+__device__ void permute_impl(const T* __restrict__ a, T* __restrict__ out, long long n,
+                             long long e0, long long e1, long long e2, long long e3,
+                             long long s0, long long s1, long long s2, long long s3) {
+    for (long long e = grid_thread(); e < n; e += grid_stride()) {
+        long long r = e;
+        const long long i3 = r % e3;
+        r /= e3;
+        const long long i2 = r % e2;
+        r /= e2;
+        const long long i1 = r % e1;
+        const long long i0 = r / e1;
+        out[e] = a[i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3];
+    }
+}
+
 // S -> D through D's compute format: the cast to it rounds (float64 into
 // float32, or into a half's float), then st<D> rounds into a half format.
 // Eight elements a trip where both ends are aligned to eight of theirs: a
@@ -87,6 +110,9 @@ SH_EXPORT(transpose, (const T* a, T* out, long long rows, long long cols),
 SH_EXPORT(copy2d, (const T* src, T* dst, long long rows, long long cols, long long src_ld,
                    long long src_off, long long dst_ld, long long dst_off),
           sh::copy2d_impl<T>(src, dst, rows, cols, src_ld, src_off, dst_ld, dst_off))
+SH_EXPORT(permute, (const T* a, T* out, long long n, long long e0, long long e1, long long e2,
+                    long long e3, long long s0, long long s1, long long s2, long long s3),
+          sh::permute_impl<T>(a, out, n, e0, e1, e2, e3, s0, s1, s2, s3))
 SH_EXPORT(cast_from_f32, (const float* src, T* dst, long long n), sh::cast_impl(src, dst, n))
 SH_EXPORT(cast_from_f64, (const double* src, T* dst, long long n), sh::cast_impl(src, dst, n))
 SH_EXPORT(cast_from_bf16, (const __nv_bfloat16* src, T* dst, long long n),
