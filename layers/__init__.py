@@ -29,6 +29,7 @@ from .network import Sequential
 from .optim import SGD, Adam, AdamW
 from .params import ParameterSet, view
 from .trainer import History, NonFiniteLossError, Trainer
+from .transformer import MultiHeadAttention, PositionEmbedding, Reshape, RMSNorm
 
 __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "GELU", "SiLU",
            "FullyConnected",
@@ -37,4 +38,5 @@ __all__ = ["Layer", "Activation", "Sigmoid", "Tanh", "ReLU", "ELU", "GELU", "SiL
            "SGD", "Adam", "AdamW", "Trainer", "History", "NonFiniteLossError", "ParameterSet",
            "view", "accuracy", "DeviceAccuracy",
            "Conv2D", "MaxPool2D", "AvgPool2D", "LossScaler",
-           "Chain", "Residual", "Graph", "Merge", "Add", "Concat"]
+           "Chain", "Residual", "Graph", "Merge", "Add", "Concat",
+           "MultiHeadAttention", "RMSNorm", "PositionEmbedding", "Reshape"]

@@ -11,7 +11,8 @@ class Embedding(Layer):
     """y[i, :] = W[ids[i], :], rows of a learned table W (vocab, d).
 
     The input holds integer ids stored as floats, like class labels: shape
-    (n,) or (n, 1); the output is (n, d).  A fractional id is truncated
+    (n,) or (n, 1), and the output is (n, d); or (B, T) sequences of T > 1
+    ids, and the output is (B, T, d).  A fractional id is truncated
     towards zero (float32 holds whole numbers exactly up to 2**24).  W starts
     as N(0, 1) samples.
 
@@ -66,17 +67,22 @@ class Embedding(Layer):
         host["W"][...] = rng.standard_normal(host["W"].shape)
 
     def forward(self, x, training=True):
-        if len(x.shape) not in (1, 2) or (len(x.shape) == 2 and x.shape[1] != 1):
-            raise ValueError(f"{self!r}: ids must have shape (n,) or (n, 1), got {x.shape}")
+        if len(x.shape) not in (1, 2):
+            raise ValueError(f"{self!r}: ids must have shape (n,), (n, 1) or (B, T), "
+                             f"got {x.shape}")
         n = math.prod(x.shape)
         b = self.buffers(("y", n), y=(n, self.d))
+        out = b.y
+        if len(x.shape) == 2 and x.shape[1] != 1:   # (B, T) sequences: (B, T, d) out
+            out = self._seen("y", b.y, tuple(x.shape) + (self.d,))
+            x = self._seen("ids", x, (n, 1))
         self._ids = x
         if self._master is not None and x.dtype == self._master[0].dtype:
             hm, table = self._master
             m = self._master_buffers(n)
             hm.gather_rows_m(table, x, m.y)
             self.h.cast_t(m.y, b.y)               # rounded once, as the working copy is
-            return b.y
+            return out
         limit = dtypes.exact_integers(x.dtype)
         if self.vocab - 1 > limit:
             where = ("pass them in the master format (net.input_h)" if self._master is not None
@@ -84,7 +90,16 @@ class Embedding(Layer):
             raise ValueError(f"{self!r}: ids in {x.dtype} are exact only up to {limit}, too "
                              f"few for a vocabulary of {self.vocab}: {where}")
         self.h.gather_rows_m(self.params["W"], x, b.y)
-        return b.y
+        return out
+
+    def _seen(self, key, a, shape):
+        """``a`` seen with ``shape`` (``reshape_t``), the view made once per
+        array and shape: (B, T) ids as the (B * T, 1) a lookup takes, the
+        rows as (B, T, d) and back."""
+        hit = self._cache.get(("seen", key))
+        if hit is None or hit[0] is not a or tuple(hit[1].shape) != shape:
+            hit = self._cache[("seen", key)] = (a, self.h.reshape_t(a, shape))
+        return hit[1]
 
     def _master_buffers(self, n):
         """Master-format buffers of the mixed-precision path: the rows, dy,
@@ -97,6 +112,8 @@ class Embedding(Layer):
     def backward(self, dy):
         h = self.h
         n = math.prod(self._ids.shape)
+        if len(dy.shape) == 3 and math.prod(dy.shape[:2]) == n and dy.shape[2] == self.d:
+            dy = self._seen("dy", dy, (n, self.d))      # (B, T, d) sequences
         if tuple(dy.shape) != (n, self.d):
             raise ValueError(f"{self!r}: dy must have the output's shape {(n, self.d)}, "
                              f"got {tuple(dy.shape)}")

@@ -117,8 +117,8 @@ def test_embedding_invalid_id(handler, rng, bad):
 def test_embedding_checks_its_input(handler):
     layer = Embedding(4, 3)
     layer.bind(handler)
-    with pytest.raises(ValueError, match=r"ids must have shape \(n,\) or \(n, 1\)"):
-        layer.forward(handler.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"ids must have shape \(n,\), \(n, 1\) or \(B, T\)"):
+        layer.forward(handler.zeros((3, 2, 1)))
 
 
 # ============================================================================ Flatten
