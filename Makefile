@@ -12,8 +12,9 @@ install:
 test: install
 	$(PYTHON) -m pytest -q $(TEST_FLAGS) tests
 
-# The main job: an LSTM and a small conv net classify the 8x8 digits, on the GPU
-# if there is one, else NumPy.
+# The main job: an LSTM and a small conv net classify the 8x8 digits and a small
+# GPT learns to write like Python's help topics, on the GPU if there is one, else
+# NumPy.
 # Then the m·x+b loop at its --quick size (seconds on a small CPU; the full size,
 # about a minute there, is `python -m benchmarks mxb`, part of `make bench`).
 # One editable install with what the demo needs (not install's test extras):
@@ -22,6 +23,7 @@ demo:
 	$(PYTHON) -m pip install -q -e '.[examples]'
 	$(PYTHON) -m examples.digits
 	$(PYTHON) -m examples.conv_digits
+	$(PYTHON) -m examples.gpt
 	$(PYTHON) -m benchmarks mxb --quick
 
 # Every suite, then the report: PNG plots from benchmarks/results/*.json.
