@@ -116,3 +116,75 @@ def test_bad_arguments():
         pos = PositionEmbedding(3, 2)
         Sequential(h, [pos], SoftmaxCrossEntropy())
         pos.forward(h.create_from_numpy(np.zeros((1, 4, 2))))
+
+
+def _gpt_reference(P, ids, targets, blocks, heads):
+    """tiny_gpt's mean loss in float64 NumPy from its state dict ``P``."""
+    from math import erf
+    erf_v = np.vectorize(erf)
+
+    def norm(x, prefix):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * P[prefix + "gain"] + P[prefix + "bias"]
+
+    x = P["0.Embedding.W"][ids.astype(int)]
+    b, t, d = x.shape
+    x = x + P["1.PositionEmbedding.P"][:t]
+    dh = d // heads
+    for i in range(blocks):
+        a, m = f"{2 + 2 * i}.Residual.0.Chain.", f"{3 + 2 * i}.Residual.0.Chain."
+        n = norm(x, a + "0.LayerNorm.")
+        qkv = n @ P[a + "1.MultiHeadAttention.W_qkv"] + P[a + "1.MultiHeadAttention.b_qkv"]
+        q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(b, t, heads, dh).transpose(0, 2, 1, 3)
+                   for j in range(3))
+        z = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+        z = np.where(np.triu(np.ones((t, t), bool), 1), -np.inf, z)
+        p = np.exp(z - z.max(-1, keepdims=True))
+        att = (p / p.sum(-1, keepdims=True)) @ v
+        joined = att.transpose(0, 2, 1, 3).reshape(b, t, d)
+        x = x + joined @ P[a + "1.MultiHeadAttention.W_o"] + P[a + "1.MultiHeadAttention.b_o"]
+        n = norm(x, m + "0.LayerNorm.")
+        hid = n @ P[m + "1.FullyConnected.W"] + P[m + "1.FullyConnected.b"]
+        hid = 0.5 * hid * (1 + erf_v(hid / np.sqrt(2)))
+        x = x + hid @ P[m + "3.FullyConnected.W"] + P[m + "3.FullyConnected.b"]
+    last = 2 + 2 * blocks
+    logits = (norm(x, f"{last}.LayerNorm.") @ P[f"{last + 1}.FullyConnected.W"]
+              + P[f"{last + 1}.FullyConnected.b"]).reshape(b * t, -1)
+    logits = logits - logits.max(1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    return -logp[np.arange(b * t), targets.astype(int).ravel()].mean()
+
+
+def test_gpt_step_equals_a_float64_numpy_reference(handler, rng):
+    """A 2-block GPT's loss on this handler against the model written out
+    in float64 NumPy from the handler's own parameters, and its gradients
+    against central differences of that reference at 40 random
+    parameters."""
+    net = tiny_gpt(handler, vocab=7, context=6, d=8, heads=2, layers=2,
+                   seed=int(rng.integers(2**31)))
+    ids = rng.integers(0, 7, (3, 6)).astype(np.float64)
+    targets = rng.integers(0, 7, (18, 1)).astype(np.float64)
+    loss = net.train_step(handler.create_from_numpy(ids), handler.create_from_numpy(targets))
+    P = {k: a.astype(np.float64) for k, a in net.state_dict().items()}
+    want = _gpt_reference(P, ids, targets, 2, 2)
+    exact = handler.dtype == np.float64
+    np.testing.assert_allclose(handler.get_numpy_copy(loss)[0], want,
+                               rtol=1e-12 if exact else 1e-5)
+    grads = net.parameters.split(handler.get_numpy_copy(net.grads).astype(np.float64))
+    names = list(P)
+    picks = [(names[i], tuple(rng.integers(0, s) for s in P[names[i]].shape))
+             for i in rng.integers(0, len(names), 40)]
+    num, ana = [], []
+    for name, at in picks:
+        old = P[name][at]
+        P[name][at] = old + 1e-6
+        plus = _gpt_reference(P, ids, targets, 2, 2)
+        P[name][at] = old - 1e-6
+        minus = _gpt_reference(P, ids, targets, 2, 2)
+        P[name][at] = old
+        num.append((plus - minus) / 2e-6)
+        ana.append(grads[name][at])
+    num, ana = np.array(num), np.array(ana)
+    err = np.abs(num - ana).max() / np.abs(num).max()
+    assert err < (1e-6 if exact else 1e-3), (err, picks[int(np.abs(num - ana).argmax())])
