@@ -36,6 +36,7 @@ from .data_parallel import data_parallel_for
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
 from .params import view
+from .schedules import clip_grad_norm
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -246,6 +247,13 @@ class Trainer(checkpoint.NoCopies):
             ``LossScaler``): a step whose gradients overflow is skipped
             without a host read, and each epoch's record gives the
             ``loss_scale`` and the steps ``overflow_skipped``.
+        schedule: None, or a callable giving the learning rate of each step
+            from the run's step count (0 first, counted over epochs, as
+            ``layers.schedules.WarmupCosine`` does): set on the optimizer
+            (a device scalar) before each step, captured ones included.
+        clip_norm: None, or the global gradient norm each step's gradients
+            are scaled down to when above it (``clip_grad_norm``: on the
+            device, inside a captured step), before the update.
         data_parallel: True trains one replica per process of an MPI job
             (``mpirun -n N``; a process started without it is a group of
             one, which trains as without this switch), every rank taking
@@ -280,8 +288,19 @@ class Trainer(checkpoint.NoCopies):
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
                  log_every=10, progress=True, metrics=None, graph=None,
-                 check_every=50, on_nonfinite="raise", precision=None, data_parallel=False):
+                 check_every=50, on_nonfinite="raise", precision=None, data_parallel=False,
+                 schedule=None, clip_norm=None):
         self.net, self.optimizer = net, optimizer
+        if schedule is not None and not callable(schedule):
+            raise TypeError(f"Trainer: schedule must be a callable of the step count, "
+                            f"got {schedule!r}")
+        if clip_norm is not None and (isinstance(clip_norm, bool)
+                                      or not isinstance(clip_norm, (int, float))
+                                      or not 0 < clip_norm < math.inf):
+            raise ValueError(f"Trainer: clip_norm must be None or a finite number > 0, "
+                             f"got {clip_norm!r}")
+        #: the learning rate per step of the run (a callable), or None
+        self.schedule = schedule
         self._mixed_precision(precision)
         self.h = net.h
         self.batch_size = _check_int("batch_size", batch_size, 1)
@@ -317,7 +336,8 @@ class Trainer(checkpoint.NoCopies):
         self._dp = data_parallel_for(self, data_parallel)
         self._step = _Step(net if self._dp is None else self._dp, optimizer, self.graph,
                            self.skip_nonfinite,
-                           half_grads(net, optimizer, self._dp is not None, self.skip_nonfinite))
+                           half_grads(net, optimizer, self._dp is not None, self.skip_nonfinite),
+                           clip_norm)
 
     def _mixed_precision(self, precision):
         """Apply ``precision`` (see the class docstring) to the network."""
@@ -532,6 +552,8 @@ class Trainer(checkpoint.NoCopies):
                 for i, (xb, yb) in enumerate(batches, first):
                     if self._dp is not None:
                         self._dp.set_batch(sizes[i])
+                    if self.schedule is not None:
+                        self.optimizer.lr = self.schedule((epoch - 1) * steps + i)
                     if not self._step(xb, yb, slots[i]):   # the loss stays on the device
                         skipped.append(i)
                     self.step = i + 1
@@ -898,13 +920,17 @@ def half_grads(net, optimizer, data_parallel=False, skip_nonfinite=False):
     return net.compute[1]
 
 
-def update(net, optimizer, half):
+def update(net, optimizer, half, clip_norm=None):
     """The optimizer's step after ``net.train_step(..., master_grads=half is
     None, refresh=half is None)``: by the half gradients ``half``
     (:func:`half_grads`), writing the working copy too, else by the master
     gradients, through the loss scaler where there is one (float16: the
-    update gated on the device, a skip not seen here)."""
+    update gated on the device, a skip not seen here).  With
+    ``clip_norm``, the gradients it steps by are clipped to that global
+    norm first (``clip_grad_norm``)."""
     scaler = net.loss_scaler   # through a DataParallel too (its __getattr__)
+    if clip_norm is not None:
+        clip_grad_norm(net.parameters, clip_norm, grads=half)
     if half is not None:
         optimizer.step(grads=half, working=net.compute[0])
     elif scaler is None:
@@ -927,9 +953,11 @@ class _Step:
     #: prefetch's depth, and so the number of (x, y) pairs and graphs
     DEPTH = 2
 
-    def __init__(self, net, optimizer, graph, skip_nonfinite=False, half_grads=None):
+    def __init__(self, net, optimizer, graph, skip_nonfinite=False, half_grads=None,
+                 clip_norm=None):
         self.net, self.optimizer, self.h = net, optimizer, net.h
         self.graph = graph
+        self.clip_norm = clip_norm
         self.skip_nonfinite = skip_nonfinite
         self.half_grads = half_grads   # the module's half_grads for this step
         self._sets = []             # [x, y, loss, Graph or None] per destination
@@ -973,7 +1001,7 @@ class _Step:
         if self.skip_nonfinite and not (h.is_fully_finite(loss)
                                         and master.is_fully_finite(self.net.grads)):
             return False
-        update(self.net, self.optimizer, half)
+        update(self.net, self.optimizer, half, self.clip_norm)
         return True
 
     def __call__(self, xb, yb, out):

@@ -80,3 +80,44 @@ def test_clip_checks_its_arguments(handler):
         clip_grad_norm(net.parameters, 0.0)
     with pytest.raises(TypeError, match="ParameterSet"):
         clip_grad_norm(net, 1.0)
+
+
+def test_trainer_takes_a_schedule_and_a_clip(make_handler, handler_id):
+    """Trainer with ``schedule`` and ``clip_norm``, captured or not, leaves
+    the parameters where the same steps written out by hand do."""
+    from layers import Trainer
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-3, 3, (48, 6))
+    y = rng.integers(0, 3, 48)
+    sched = WarmupCosine(0.2, warmup=3, total=9)
+    results = []
+    for graph in (False, True):
+        h = make_handler(handler_id)
+        net = _net(h, seed=2)
+        trainer = Trainer(net, SGD(net.parameters, lr=1.0, momentum=0.5), batch_size=16,
+                          progress=False, graph=graph, schedule=sched, clip_norm=0.05, seed=7)
+        trainer.fit(x, y, 3)
+        results.append(h.get_numpy_copy(net.params))
+    # by hand, in the trainer's batch order
+    h = make_handler(handler_id)
+    net = _net(h, seed=2)
+    opt = SGD(net.parameters, lr=1.0, momentum=0.5)
+    order_rng = np.random.default_rng(7)
+    step = 0
+    for _ in range(3):
+        order = order_rng.permutation(48)
+        for s in range(3):
+            idx = order[s * 16:(s + 1) * 16]
+            opt.lr = sched(step)
+            net.train_step(h.create_from_numpy(x[idx]),
+                           h.create_from_numpy(y[idx].reshape(-1, 1).astype(np.float64)))
+            clip_grad_norm(net.parameters, 0.05)
+            opt.step()
+            step += 1
+    by_hand = h.get_numpy_copy(net.params)
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[0], by_hand)
+    with pytest.raises(ValueError, match="clip_norm"):
+        Trainer(net, opt, clip_norm=-1.0)
+    with pytest.raises(TypeError, match="schedule"):
+        Trainer(net, opt, schedule=0.1)
