@@ -17,8 +17,8 @@ import importlib.util
 import sys
 
 # all: in this order
-SUITES = ("mxb", "ops", "reductions", "streams", "upload", "train", "conv", "fusion", "half", "dp",
-          "report")
+SUITES = ("mxb", "ops", "reductions", "streams", "upload", "train", "conv", "fusion", "half",
+          "gpt", "dp", "report")
 TOOLS = ("hostcost",)   # diagnostics, run by name only
 
 

@@ -18,7 +18,8 @@ momentum).  Both are written functionally, one function per step:
   (``donate_argnums``); the LSTM's time loop is ``jax.lax.scan``, rolled or
   fully unrolled.
 
-Models: ``"mlp"`` (with ``cfg["compute"] = "bfloat16"`` the mixed-precision
+Models: ``"gpt"`` (``benchmarks.gpt``'s: ``_torch_gpt``), ``"mlp"`` (with
+``cfg["compute"] = "bfloat16"`` the mixed-precision
 step of the half suite: parameters and batch cast inside the step, loss and
 update float32; with momentum 0 plain SGD), ``"lstm"`` and ``"convnet"``
 (the conv suite's LeNet-style net: per convolution ``(C_in, C_out, kernel,
@@ -61,6 +62,9 @@ F32 = np.float32
 def peer_layout(model, params):
     """Our parameters (``our_params`` order) as float32 arrays in the peer
     layout (module docstring)."""
+    if model == "gpt":         # every (1, n) row (biases, gains) as (n,)
+        return [np.ascontiguousarray(a[0] if a.ndim == 2 and a.shape[0] == 1 else a, F32)
+                for a in params]
     if model != "lstm":        # mlp, convnet: as ours, a dense layer's b (1, out) as (out,)
         return [np.ascontiguousarray(a[0] if k % 2 and a.ndim == 2 else a, F32)
                 for k, a in enumerate(params)]
@@ -76,6 +80,8 @@ def from_peer_layout(model, arrays):
     """The inverse of :func:`peer_layout`: float64 arrays in ``our_params``
     order."""
     arrays = [np.asarray(a, np.float64) for a in arrays]
+    if model == "gpt":
+        return [a[None].copy() if a.ndim == 1 else a.copy() for a in arrays]
     if model != "lstm":        # the bias after a dense (2-D) W back to (1, out)
         return [a[None].copy() if k % 2 and arrays[k - 1].ndim == 2 else a.copy()
                 for k, a in enumerate(arrays)]
@@ -208,6 +214,8 @@ def torch_forward(torch, model, cfg):
             return mlp(ps[2 * len(pads):], x.flatten(1))
         return convnet
 
+    if model == "gpt":
+        return _torch_gpt(torch, cfg)
     T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
 
     def lstm(ps, x):
@@ -223,6 +231,34 @@ def torch_forward(torch, model, cfg):
             h = torch.sigmoid(o) * torch.tanh(c)
         return h @ W + bo
     return lstm
+
+
+def _torch_gpt(torch, cfg):
+    """The GPT of ``benchmarks.gpt`` (``examples.gpt.build``) in torch:
+    token and position embeddings, pre-norm blocks of causal
+    ``scaled_dot_product_attention`` (PyTorch picks its fastest backend) and
+    an exact-GELU MLP, the last LayerNorm and the head, logits as the
+    (B * T, vocab) rows; x holds the (B, T) ids as floats."""
+    nnf = torch.nn.functional
+    blocks, d, heads = cfg["blocks"], cfg["d"], cfg["heads"]
+
+    def gpt(ps, x):
+        b, t = x.shape
+        ps = iter(ps)
+        emb, pos = next(ps), next(ps)
+        h = emb[x.long()] + pos[:t]
+        for _ in range(blocks):
+            g, bb, wqkv, bqkv, wo, bo = (next(ps) for _ in range(6))
+            qkv = nnf.layer_norm(h, (d,), g, bb, 1e-5) @ wqkv + bqkv
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2)
+                       for z in qkv.split(d, dim=-1))
+            a = nnf.scaled_dot_product_attention(q, k, v, is_causal=True)
+            h = h + a.transpose(1, 2).reshape(b, t, d) @ wo + bo
+            g, bb, w1, b1, w2, b2 = (next(ps) for _ in range(6))
+            h = h + nnf.gelu(nnf.layer_norm(h, (d,), g, bb, 1e-5) @ w1 + b1) @ w2 + b2
+        g, bb, wh, bh = (next(ps) for _ in range(4))
+        return (nnf.layer_norm(h, (d,), g, bb, 1e-5) @ wh + bh).reshape(b * t, -1)
+    return gpt
 
 
 def torch_step_fn(torch, model, cfg, lr, momentum, compile=True, mode="default"):
@@ -242,8 +278,9 @@ def torch_step_fn(torch, model, cfg, lr, momentum, compile=True, mode="default")
     compute = getattr(torch, cfg["compute"]) if cfg.get("compute") else None
 
     def loss_fn(ps, x, y):
-        if compute is not None:
-            ps, x = [p.to(compute) for p in ps], x.to(compute)
+        if compute is not None:   # a GPT's x holds ids: never rounded
+            ps = [p.to(compute) for p in ps]
+            x = x if model == "gpt" else x.to(compute)
         return torch.nn.functional.cross_entropy(forward(ps, x).float(), y)
 
     def step(ps, bufs, x, y):
@@ -322,6 +359,8 @@ def jax_forward(jax, model, cfg, unroll=False):
             return mlp(ps[2 * len(pads):], x.reshape(x.shape[0], -1))
         return convnet
 
+    if model == "gpt":
+        return _jax_gpt(jax, cfg)
     T, B, F, H = cfg["T"], cfg["B"], cfg["F"], cfg["H"]
     sigmoid = jax.nn.sigmoid
 
@@ -340,6 +379,35 @@ def jax_forward(jax, model, cfg, unroll=False):
     return lstm
 
 
+def _jax_gpt(jax, cfg):
+    """The GPT of :func:`_torch_gpt` in JAX, attention by
+    ``jax.nn.dot_product_attention`` (causal; XLA chooses how)."""
+    jnp = jax.numpy
+    blocks, d, heads = cfg["blocks"], cfg["d"], cfg["heads"]
+
+    def norm(h, g, b):
+        mu = h.mean(-1, keepdims=True)
+        var = ((h - mu) ** 2).mean(-1, keepdims=True)
+        return (h - mu) * jax.lax.rsqrt(var + 1e-5) * g + b
+
+    def gpt(ps, x):
+        b, t = x.shape
+        ps = iter(ps)
+        emb, pos = next(ps), next(ps)
+        h = emb[x.astype(jnp.int32)] + pos[:t]
+        for _ in range(blocks):
+            g, bb, wqkv, bqkv, wo, bo = (next(ps) for _ in range(6))
+            qkv = norm(h, g, bb) @ wqkv + bqkv
+            q, k, v = (z.reshape(b, t, heads, d // heads) for z in jnp.split(qkv, 3, axis=-1))
+            a = jax.nn.dot_product_attention(q, k, v, is_causal=True)   # (B, T, N, H)
+            h = h + a.reshape(b, t, d) @ wo + bo
+            g, bb, w1, b1, w2, b2 = (next(ps) for _ in range(6))
+            h = h + jax.nn.gelu(norm(h, g, bb) @ w1 + b1, approximate=False) @ w2 + b2
+        g, bb, wh, bh = (next(ps) for _ in range(4))
+        return (norm(h, g, bb) @ wh + bh).reshape(b * t, -1)
+    return gpt
+
+
 def jax_step_fn(jax, model, cfg, lr, momentum, unroll=False):
     """step(params, bufs, x, y) -> (params, bufs, loss): one training step of
     ``model`` in one ``jax.jit``, ``jax.value_and_grad`` of the mean softmax
@@ -351,8 +419,9 @@ def jax_step_fn(jax, model, cfg, lr, momentum, unroll=False):
     compute = jnp.dtype(cfg["compute"]) if cfg.get("compute") else None
 
     def loss_fn(ps, x, y):
-        if compute is not None:
-            ps, x = [p.astype(compute) for p in ps], x.astype(compute)
+        if compute is not None:   # a GPT's x holds ids: never rounded
+            ps = [p.astype(compute) for p in ps]
+            x = x if model == "gpt" else x.astype(compute)
         logp = jax.nn.log_softmax(forward(ps, x).astype(jnp.float32), axis=1)
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 

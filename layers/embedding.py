@@ -98,7 +98,9 @@ class Embedding(Layer):
         rows as (B, T, d) and back."""
         hit = self._cache.get(("seen", key))
         if hit is None or hit[0] is not a or tuple(hit[1].shape) != shape:
-            hit = self._cache[("seen", key)] = (a, self.h.reshape_t(a, shape))
+            # ids under mixed precision are the master format's: its twin's view
+            h = self.h if a.dtype == self.h.dtype else self.h.twin(a.dtype)
+            hit = self._cache[("seen", key)] = (a, h.reshape_t(a, shape))
         return hit[1]
 
     def _master_buffers(self, n):

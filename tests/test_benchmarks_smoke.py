@@ -129,3 +129,12 @@ def test_train_breakdown_replays_a_captured_category():
     train.replay(h, gemms)(0)
     for g, out in zip(got, outs):
         np.testing.assert_array_equal(g, h.get_numpy_copy(out))
+
+
+def test_gpt_suite_numpy_small(capsys):
+    """``benchmarks gpt --handler numpy --small``: our float32 step timed,
+    the GPU-only rows skipped with the reason."""
+    from benchmarks import gpt
+    assert gpt.main(["--handler", "numpy", "--small", "--reps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ours" in out and "bf16: skipped on NumPy" in out

@@ -1177,6 +1177,7 @@ def test_every_contract_op_is_tested():
             + (here / "test_adam.py").read_text()         # the optimizer's fused update
             + (here / "test_loss_scale_ops.py").read_text()   # loss scaling's device ops
             + (here / "test_twin.py").read_text()         # twins and cast_t
+            + (here / "test_attention.py").read_text()    # attention forward and backward
             + (here / "test_checkpoint.py").read_text())  # the generators' state
     ops = [name for name, value in vars(Handler).items()
            if callable(value) and not name.startswith("_")]

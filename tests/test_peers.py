@@ -410,3 +410,42 @@ def test_suite_options():
                                 (None, None, "no"))
     assert peers == {} and notes == {P.COMPILE: "not run: PyTorch not available",
                                      P.JAX_JIT: "not run: no"}
+
+
+# ------------------------------------------------------------------ the GPT
+def _gpt_case(precision="f32"):
+    """(params, batches, our first two losses, the peers' cfg) of the gpt
+    suite's small GPT on NumpyHandler float32."""
+    from benchmarks import gpt as G
+    batches = G.make_batches(G.SMALL)
+    net = G.build(NumpyHandler(np.float32), G.SMALL, precision)
+    params = train.our_params(net)
+    step = G.our_step(net, batches)
+    ours = [float(net.h.get_numpy_copy(step(i))[0]) for i in range(2)]
+    cfg = dict(G.SMALL, compute="bfloat16") if precision == "bf16" else dict(G.SMALL)
+    return params, batches, ours, cfg
+
+
+def test_gpt_layout_round_trip():
+    params, *_ = _gpt_case()
+    back = P.from_peer_layout("gpt", P.peer_layout("gpt", params))
+    for a, b in zip(back, params):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("precision", ["f32", "bf16"])
+def test_gpt_peers_agree_with_ours(precision, jax_cpu):
+    """PyTorch eager (SDPA) and JAX jit on the CPU: the first two losses of
+    the suite's small GPT equal ours (float32: to rounding; bf16 mixed
+    precision: to bfloat16's)."""
+    torch = pytest.importorskip("torch")
+    params, batches, ours, cfg = _gpt_case(precision)
+    peers = {"torch": P.PeerStep("torch", torch, "gpt", P.torch_step_fn(
+                 torch, "gpt", cfg, train.LR, train.MOMENTUM, compile=False),
+                 torch.device("cpu")),
+             "jax": P.jax_peer(jax_cpu[0], "gpt", cfg, train.LR, train.MOMENTUM, jax_cpu[1])}
+    notes = {}
+    two = P.first_two_losses(peers, params, batches, notes)
+    assert notes == {}
+    for label, losses in two.items():
+        assert losses == pytest.approx(ours, rel=1e-5 if precision == "f32" else 3e-2), label

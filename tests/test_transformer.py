@@ -188,3 +188,22 @@ def test_gpt_step_equals_a_float64_numpy_reference(handler, rng):
     num, ana = np.array(num), np.array(ana)
     err = np.abs(num - ana).max() / np.abs(num).max()
     assert err < (1e-6 if exact else 1e-3), (err, picks[int(np.abs(num - ana).argmax())])
+
+
+def test_gpt_in_mixed_precision(handler, rng):
+    """A tiny GPT under bfloat16 mixed precision: its (B, T) ids come in the
+    master format (``input_h``), and its first loss is float32's to
+    bfloat16's precision."""
+    if handler.dtype != np.float32:
+        pytest.skip("mixed precision keeps float32 master parameters")
+    ids = rng.integers(0, 11, (4, 8)).astype(np.float64)
+    t = rng.integers(0, 11, (32, 1)).astype(np.float64)
+    losses = []
+    for mixed in (False, True):
+        net = tiny_gpt(handler, seed=5)
+        if mixed:
+            net.mixed_precision("bfloat16")
+        loss = net.train_step(net.input_h.create_from_numpy(ids),
+                              net.target_h.create_from_numpy(t))
+        losses.append(float(net.h.get_numpy_copy(loss)[0]))
+    np.testing.assert_allclose(losses[1], losses[0], rtol=3e-2)
