@@ -123,6 +123,18 @@ class Layer:
             b = self._cache[key] = build()
         return b
 
+    def reshaped(self, key, a, shape):
+        """``a`` seen with ``shape`` (``reshape_t``, no copy), the view made
+        once per array and kept under ``key``: a new array object costs host
+        time, so a step that reshapes the same arrays makes none.  An array
+        of a twin's format (ids in the master format under mixed precision)
+        is viewed by that twin."""
+        hit = self._cache.get(("reshaped", key))
+        if hit is None or hit[0] is not a or tuple(hit[1].shape) != tuple(shape):
+            h = self.h if a.dtype == self.h.dtype else self.h.twin(a.dtype)
+            hit = self._cache[("reshaped", key)] = (a, h.reshape_t(a, shape))
+        return hit[1]
+
     def run_fused(self, key, op, *args):
         """Run the fused op ``op`` (``handlers.fused_op``) on ``args`` on this
         layer's handler through a bound call kept under ``key`` (see

@@ -74,8 +74,8 @@ class Embedding(Layer):
         b = self.buffers(("y", n), y=(n, self.d))
         out = b.y
         if len(x.shape) == 2 and x.shape[1] != 1:   # (B, T) sequences: (B, T, d) out
-            out = self._seen("y", b.y, tuple(x.shape) + (self.d,))
-            x = self._seen("ids", x, (n, 1))
+            out = self.reshaped("y", b.y, tuple(x.shape) + (self.d,))
+            x = self.reshaped("ids", x, (n, 1))
         self._ids = x
         if self._master is not None and x.dtype == self._master[0].dtype:
             hm, table = self._master
@@ -92,17 +92,6 @@ class Embedding(Layer):
         self.h.gather_rows_m(self.params["W"], x, b.y)
         return out
 
-    def _seen(self, key, a, shape):
-        """``a`` seen with ``shape`` (``reshape_t``), the view made once per
-        array and shape: (B, T) ids as the (B * T, 1) a lookup takes, the
-        rows as (B, T, d) and back."""
-        hit = self._cache.get(("seen", key))
-        if hit is None or hit[0] is not a or tuple(hit[1].shape) != shape:
-            # ids under mixed precision are the master format's: its twin's view
-            h = self.h if a.dtype == self.h.dtype else self.h.twin(a.dtype)
-            hit = self._cache[("seen", key)] = (a, h.reshape_t(a, shape))
-        return hit[1]
-
     def _master_buffers(self, n):
         """Master-format buffers of the mixed-precision path: the rows, dy,
         and the table-sized gradient (one, whatever n)."""
@@ -115,7 +104,7 @@ class Embedding(Layer):
         h = self.h
         n = math.prod(self._ids.shape)
         if len(dy.shape) == 3 and math.prod(dy.shape[:2]) == n and dy.shape[2] == self.d:
-            dy = self._seen("dy", dy, (n, self.d))      # (B, T, d) sequences
+            dy = self.reshaped("dy", dy, (n, self.d))      # (B, T, d) sequences
         if tuple(dy.shape) != (n, self.d):
             raise ValueError(f"{self!r}: dy must have the output's shape {(n, self.d)}, "
                              f"got {tuple(dy.shape)}")

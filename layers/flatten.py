@@ -19,19 +19,12 @@ class Flatten(Layer):
     def __repr__(self):
         return "Flatten()"
 
-    def _view_of(self, key, a, shape):
-        """``a`` seen with ``shape``, cached for the array ``a`` (one per ``key``)."""
-        hit = self._cache.get(key)
-        if hit is None or hit[0] is not a:
-            hit = self._cache[key] = (a, self.h.reshape_t(a, shape))
-        return hit[1]
-
     def forward(self, x, training=True):
         if len(x.shape) < 2:
             raise ValueError(f"{self!r}: x must have rank >= 2, got shape {tuple(x.shape)}")
         self._shape = tuple(x.shape)
         n = self._shape[0]
-        return self._view_of(("y", self._shape), x, (n, math.prod(self._shape[1:])))
+        return self.reshaped(("y", self._shape), x, (n, math.prod(self._shape[1:])))
 
     def backward(self, dy):
         if not self.input_grad:
@@ -40,4 +33,4 @@ class Flatten(Layer):
         if tuple(dy.shape) != (shape[0], math.prod(shape[1:])):
             raise ValueError(f"{self!r}: dy must have shape "
                              f"{(shape[0], math.prod(shape[1:]))}, got {tuple(dy.shape)}")
-        return self._view_of(("dx", shape), dy, shape)
+        return self.reshaped(("dx", shape), dy, shape)

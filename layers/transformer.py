@@ -263,18 +263,12 @@ class Reshape(Layer):
             return tuple(size // known if s == -1 else s for s in self.shape)
         return self.shape if known == size else None
 
-    def _view(self, key, a, shape):
-        hit = self._cache.get(key)
-        if hit is None or hit[0] is not a:
-            hit = self._cache[key] = (a, self.h.reshape_t(a, shape))
-        return hit[1]
-
     def forward(self, x, training=True):
         target = self._target(math.prod(x.shape))
         if target is None:
             raise ValueError(f"{self!r}: an input of shape {tuple(x.shape)} does not fit")
         self._shape = tuple(x.shape)
-        return self._view(("y", self._shape), x, target)
+        return self.reshaped(("y", self._shape), x, target)
 
     def backward(self, dy):
         if not self.input_grad:
@@ -282,4 +276,4 @@ class Reshape(Layer):
         if math.prod(dy.shape) != math.prod(self._shape):
             raise ValueError(f"{self!r}: dy of shape {tuple(dy.shape)} does not fit the "
                              f"input's {self._shape}")
-        return self._view(("dx", self._shape), dy, self._shape)
+        return self.reshaped(("dx", self._shape), dy, self._shape)
