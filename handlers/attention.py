@@ -22,13 +22,11 @@ avoid: the issue's cuDNN path, where a backend has it, replaces this work).
 """
 import math
 
+import numpy as np
+
 from . import dtypes
 from .fused import fused_op
 
-#: lim[r, t] = t + 1: the keys query t sees under a causal mask (over a
-#: (B * H, T) view, read as one value per row of the (B * H * T, S) scores)
-CAUSAL_LIMITS = fused_op("attention_causal_limits", inputs="", outputs="lim",
-                         body="lim = col + 1")
 #: the forward's softmax over the scores' rows, with the mask and the scale
 SOFTMAX = fused_op("attention_softmax", inputs="s lim:col^ #scale", outputs="p lse:col",
                    body="z = where(col < lim, s * scale, log(0))\n"
@@ -73,14 +71,17 @@ def _views(h, q, k, v):
 
 def _limits(h, n, t, s, causal):
     """The keys each of the n * t score rows sees, (n * t, 1), in the
-    compute format."""
-    lim = _scratch(h, "lim", (n, t), compute=True)
-    hc = h.twin(lim.dtype)
-    if causal:
-        hc._fused(CAUSAL_LIMITS, lim)
-    else:
-        hc._fill(lim, float(s))
-    return hc._view(lim, 0, (n * t, 1))
+    compute format (exact counts): t + 1 for query t under the causal mask,
+    else all s.  Uploaded once per shape and kept with the scratch, so a
+    call issues nothing for it."""
+    cache = h.__dict__.setdefault("_attention_scratch", {})
+    key = (h.group, "lim", n, t, s, causal)
+    lim = cache.get(key)
+    if lim is None:
+        hc = h.twin(dtypes.compute_dtype(h.dtype))
+        counts = np.arange(1, t + 1, dtype=np.float64) if causal else np.full(t, float(s))
+        lim = cache[key] = hc.create_from_numpy(np.tile(counts, n).reshape(n * t, 1))
+    return lim
 
 
 def forward(h, q, k, v, out, lse, causal, scale):
