@@ -45,6 +45,7 @@ from layers import (  # noqa: E402
     Adam,
     Dropout,
     FullyConnected,
+    Residual,
     Sequential,
     SoftmaxCrossEntropy,
     Tanh,
@@ -65,6 +66,9 @@ CASES = {
     "mlp-f64-tiny": ("mlp", np.float64, dict(batch_size=5, n=11)),
     # each rank's trainer seeded differently: rank 0's shuffling must win
     "mlp-f64-rank-seeds": ("mlp", np.float64, dict(batch_size=16, n=70, rank_seeds=True)),
+    # a residual block: its layers' parameters are one top-level layer's bucket
+    "residual-f64-buckets-graph": ("residual", np.float64, dict(batch_size=16, n=70,
+                                                                bucket_bytes=8, graph=True)),
     "lstm-f64": ("lstm", np.float64, dict(batch_size=8, n=37, bucket_bytes=64)),
     "lstm-f32": ("lstm", np.float32, dict(batch_size=8, n=37)),
     # bfloat16 compute, float32 master: the all-reduces start after backward's cast
@@ -79,7 +83,7 @@ def problem(model, n, seed=1):
     """(x, y, batch_axis) of a small classification problem for ``model``."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 3, n)
-    if model == "mlp":
+    if model in ("mlp", "residual"):
         centers = rng.normal(0.0, 1.0, (3, 6))
         return centers[labels] + rng.normal(0.0, 0.7, (n, 6)), labels, 0
     centers = rng.normal(0.0, 1.0, (3, 1, 4))
@@ -92,6 +96,11 @@ def network(model, h, wider=0):
     if model == "mlp":
         layers = [FullyConnected(6, 16 + wider), Tanh(), FullyConnected(16 + wider, 12),
                   Tanh(), FullyConnected(12, 3)]
+    elif model == "residual":
+        layers = [FullyConnected(6, 16 + wider), Tanh(),
+                  Residual([FullyConnected(16 + wider, 16 + wider), Tanh(),
+                            FullyConnected(16 + wider, 16 + wider)]),
+                  Tanh(), FullyConnected(16 + wider, 3)]
     else:
         layers = [LSTM(4, 8 + wider, return_sequences=False), FullyConnected(8 + wider, 3)]
     return Sequential(h, layers, SoftmaxCrossEntropy(), seed=3)
