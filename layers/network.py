@@ -40,7 +40,9 @@ class Sequential(checkpoint.NoCopies):
 
     Args:
         h: the handler.
-        layers: the layers, input side first.
+        layers: the layers, input side first (each layer object once, here
+            or inside a container: a layer keeps one step's state and one
+            set of parameter views, so ValueError for one placed twice).
         loss: a loss layer (``SoftmaxCrossEntropy``, ``SquaredError``, ...).
         seed: seed of the parameter initializers.
         input_grad: compute dL/dx of the network input in ``backward``.
