@@ -37,7 +37,7 @@ from benchmarks.common import RESULTS_DIR, RUNS_DIR, med
 from benchmarks.peers import GEMM_RATIO  # train: MLP captured <= GEMM_RATIO x its gemms
 
 SUITES = ("ops", "reductions", "streams", "upload", "train", "mxb", "conv", "fusion", "half",
-          "dp")
+          "gpt", "dp")
 
 # The targets, as the suites state and judge them (see each suite's docstring).
 OVERHEAD_TARGET = 0.8       # ops: host time per call <= 0.8 x PyTorch's
@@ -78,6 +78,7 @@ PLOTS = {   # suite -> names of the PNGs plotted from it, {m} the machine key
     "conv": (),
     "fusion": (),
     "half": (),
+    "gpt": (),
     "dp": (),
     "reductions": (),
     "mxb": (),     # its figure is the NumpyHandler/NumPy ratio; mxb-{m}.png is ops' loop
@@ -224,6 +225,8 @@ def verdicts(suites):
             int(frac["ours fused"] >= FUSED_BANDWIDTH), 1)
     if "half" in suites:
         out.extend(half_verdicts(suites["half"]["results"]))
+    if "gpt" in suites:
+        out.extend(gpt_verdicts(suites["gpt"]["results"]))
     if "dp" in suites:
         out.extend(dp_verdicts(suites["dp"]["results"]))
     if "mxb" in suites:
@@ -447,6 +450,33 @@ def half_verdicts(r):
         if "ours mixed bf16, captured" in ms:
             out.append(strongest_verdict("half", "MLP mixed bf16 step",
                                          ms["ours mixed bf16, captured"], ms))
+    return out
+
+
+def gpt_verdicts(r):
+    """The gpt suite's targets (issue 43): each precision's captured step
+    against the strongest peers, and attention forward and backward against
+    the fastest of PyTorch's SDPA backends."""
+    from benchmarks.gpt import ATTENTION_TARGET, OURS, OURS_CAPTURED
+    out = []
+    for precision, step in r.get("steps", {}).items():
+        ms = {k: med(v) for k, v in step.get("ms", {}).items()}
+        if OURS_CAPTURED in ms and P.against_strongest(ms[OURS_CAPTURED], ms):
+            out.append(strongest_verdict("gpt", f"GPT step ({precision})", ms[OURS_CAPTURED],
+                                         ms))
+    att = r.get("attention")
+    if att and OURS in att.get("ms", {}):
+        ms = {k: med(v) for k, v in att["ms"].items()}
+        peers = {k: v for k, v in ms.items() if k != OURS}
+        if peers:
+            best = min(peers, key=peers.get)
+            speed = peers[best] / ms[OURS]
+            out.append(dict(suite="gpt", target=f"attention forward + backward >= "
+                                                f"{ATTENTION_TARGET}x the speed of PyTorch's "
+                                                f"fastest SDPA backend",
+                            result=f"{speed:.3f}x {best} ({ms[OURS]:.3f} against "
+                                   f"{peers[best]:.3f} ms)",
+                            met=int(speed >= ATTENTION_TARGET), total=1))
     return out
 
 
