@@ -1,6 +1,6 @@
 """Scaled dot-product attention: the default work of the contract's
 ``attention_forward`` and ``attention_backward`` (``Handler``'s hooks), in
-the contract's own batched products and three fused row programs, so that
+the contract's own batched products and two fused row programs, so that
 it runs on every handler and a capture records it like any op.
 
 Over queries q (B, H, T, D), keys k and values v (B, H, S, D), with
@@ -10,9 +10,9 @@ query t sees keys 0..t, PyTorch's ``is_causal``):
 * forward: p = softmax(z) along each row, out = p v, and per row the
   log-sum-exp lse = m + log(sum(exp(z - m))) (m the row's maximum), which is
   all the backward needs of the softmax;
-* backward: p again from the scores and lse, dp = dout v^T, then per row
-  d = sum(dout * out) (= sum(p * dp)), ds = p * (dp - d), and dv = p^T dout,
-  dq = scale * ds k, dk = scale * ds^T q.
+* backward: p again from the scores (lse keeping exp in range), dp = dout
+  v^T, then per row d = sum(p * dp) (= sum(dout * out)), ds = p * (dp - d),
+  and dv = p^T dout, dq = scale * ds k, dk = scale * ds^T q.
 
 The (B * H, T, S) scores take scratch memory of the handler's format, two
 such arrays in the backward, allocated at the first call of each shape on
@@ -31,13 +31,14 @@ from .fused import fused_op
 SOFTMAX = fused_op("attention_softmax", inputs="s lim:col^ #scale", outputs="p lse:col",
                    body="z = where(col < lim, s * scale, log(0))\n"
                         "m = max(z)\ne = exp(z - m)\nt = sum(e)\np = e / t\nlse = m + log(t)")
-#: per row of the output, d = sum(dout * out)
-DELTA = fused_op("attention_delta", inputs="dout o", outputs="d:col^", body="d = sum(dout * o)")
-#: the backward's p (from the scores and lse) and the scores' gradient
+#: the backward's p and the scores' gradient.  p is normalized by its own
+#: row sum: lse (stored in the handler's format, rounded in a half) only
+#: keeps exp from overflowing, so p sums to 1 and d, the row's sum of
+#: p * dp (= sum(dout * out) over the head size), matches it
 SOFTMAX_BACKWARD = fused_op(
-    "attention_softmax_backward", inputs="s dp lse:col d:col^ lim:col^ #scale",
-    outputs="p ds",
-    body="z = where(col < lim, s * scale, log(0))\np = exp(z - lse)\nds = p * (dp - d) * scale")
+    "attention_softmax_backward", inputs="s dp lse:col lim:col^ #scale", outputs="p ds",
+    body="z = where(col < lim, s * scale, log(0))\ne = exp(z - lse)\np = e / sum(e)\n"
+         "d = sum(p * dp)\nds = p * (dp - d) * scale")
 
 
 def default_scale(q):
@@ -45,18 +46,15 @@ def default_scale(q):
     return 1.0 / math.sqrt(q.shape[-1])
 
 
-def _scratch(h, name, shape, compute=False):
-    """An array of ``shape`` kept by ``h`` for this stream group (views of
-    a handler share its state; each group gets its own, since two groups'
-    calls may run at once), of ``h``'s format, or with ``compute`` of its
-    compute format (float32 for the halves: the mask's key counts and the
-    per-row sums, which bfloat16 would round past 256)."""
+def _scratch(h, name, shape):
+    """An array of ``shape`` and ``h``'s format kept by ``h`` for this
+    stream group (views of a handler share its state; each group gets its
+    own, since two groups' calls may run at once)."""
     cache = h.__dict__.setdefault("_attention_scratch", {})
     key = (h.group, name, shape)
     found = cache.get(key)
     if found is None:
-        owner = h.twin(dtypes.compute_dtype(h.dtype)) if compute else h
-        found = cache[key] = owner.allocate(shape)
+        found = cache[key] = h.allocate(shape)
     return found
 
 
@@ -104,12 +102,10 @@ def backward(h, q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     do3 = h._view(dout, 0, (n, t, d))
     scores = _scratch(h, "scores", (n, t, s))
     dp = _scratch(h, "dp", (n, t, s))
-    delta = _scratch(h, "delta", (n * t, 1), compute=True)
     h._dot(q3, k3, scores, False, True, 0.0)
     h._dot(do3, v3, dp, False, True, 0.0)
-    h._fused(DELTA, h._view(dout, 0, (n * t, d)), h._view(out, 0, (n * t, d)), delta)
     rows, drows = h._view(scores, 0, (n * t, s)), h._view(dp, 0, (n * t, s))
-    h._fused(SOFTMAX_BACKWARD, rows, drows, h._view(lse, 0, (n * t, 1)), delta,
+    h._fused(SOFTMAX_BACKWARD, rows, drows, h._view(lse, 0, (n * t, 1)),
              _limits(h, n, t, s, causal), scale, rows, drows)
     h._dot(scores, do3, h._view(dv, 0, (n, s, d)), True, False, 0.0)
     h._dot(dp, k3, h._view(dq, 0, (n, t, d)), False, False, 0.0)
