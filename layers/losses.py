@@ -117,7 +117,9 @@ class SoftmaxCrossEntropy(Loss):
     cross-entropy -1/n sum_i log p[i, target_i].
 
     ``targets`` are either class indices stored as floats, shape (n, 1), or a
-    distribution per row (one-hot or soft), shape (n, c).  The gradient is
+    distribution per row (one-hot or soft), shape (n, c), or the class
+    indices of sequences, (B, T) for the n = B * T rows of a sequence
+    model's outputs (a GPT's next tokens; read as (n, 1)).  The gradient is
     (softmax(y) - onehot) / n.  A class index is taken as ``index_m_by_v``
     takes it (truncated toward zero); one that names no class gives a NaN
     loss.  ``probabilities`` computes softmax(y) of the last ``forward``
@@ -147,9 +149,13 @@ class SoftmaxCrossEntropy(Loss):
     def forward(self, y, targets, training=True):
         self.check_input(y, 2, what="y")
         n, c = y.shape
+        if len(targets.shape) == 2 and targets.shape not in ((n, 1), (n, c)) \
+                and targets.shape[0] * targets.shape[1] == n:
+            targets = self.reshaped("sequences", targets, (n, 1))   # (B, T) indices
         if targets.shape not in ((n, 1), (n, c)):
-            raise ValueError(f"SoftmaxCrossEntropy: targets must be ({n}, 1) class indices "
-                             f"or ({n}, {c}) distributions, got {targets.shape}")
+            raise ValueError(f"SoftmaxCrossEntropy: targets must be ({n}, 1) class indices, "
+                             f"({n}, {c}) distributions or (B, T) indices of sequences with "
+                             f"B * T = {n}, got {targets.shape}")
         labels = targets.shape == (n, 1) and c != 1
         if labels:
             self._check_labels(targets.dtype, c)

@@ -12,11 +12,12 @@ def accuracy(outputs, targets):
     """Fraction of rows whose largest output is the target class.
 
     ``outputs`` (n, c) NumPy array; ``targets`` class indices of shape (n,) or
-    (n, 1), or one-hot rows (n, c).
+    (n, 1) (or any shape holding n of them, such as (B, T) for sequences), or
+    one-hot rows (n, c).
     """
     outputs = np.asarray(outputs)
     targets = np.asarray(targets)
-    if targets.ndim == 2 and targets.shape[1] == outputs.shape[1] and outputs.shape[1] > 1:
+    if targets.shape == outputs.shape and outputs.shape[1] > 1:    # one-hot rows
         targets = targets.argmax(axis=1)
     targets = targets.reshape(-1).astype(np.int64)
     return float(np.mean(outputs.argmax(axis=1) == targets)) if len(targets) else float("nan")

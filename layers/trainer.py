@@ -271,8 +271,10 @@ class Trainer(checkpoint.NoCopies):
     ``batch_axis`` as y has rows, and y must fit the network's output and
     loss.  For ``SoftmaxCrossEntropy`` y is integer class labels (n,),
     class indices (n, 1) (ints or whole floats) in [0, c) for c outputs, or
-    a distribution per row (n, c); labels are converted once, on the host, to
-    the (n, 1) floats the loss takes, and uploaded in the loss's format
+    a distribution per row (n, c), or for a network that gives T output rows
+    a sample (a GPT's (B * T, vocab) logits) class indices (n, T); labels
+    are converted once, on the host, to the floats the loss takes, and
+    uploaded in the loss's format
     (``net.target_h``: float32 under mixed precision, where they are exact
     up to 2^24; more classes than that raise ValueError).  For
     ``SquaredError`` y has the shape of the network's output.  The output
@@ -438,11 +440,16 @@ class Trainer(checkpoint.NoCopies):
             c = out[1]
             if y.ndim == 1 or (y.shape[1:] == (1,) and c != 1):
                 return _class_labels(where, y, c, self.net.target_h.dtype)
+            first = min(self.batch_size, y.shape[0])      # the batch behind ``out``
+            per = out[0] // first if out[0] % first == 0 else 0   # output rows a sample
+            if per > 1 and y.shape[1:] == (per,):         # sequences: (n, T) indices
+                return _class_labels(where, y, c, self.net.target_h.dtype).reshape(y.shape)
             if y.shape[1:] == (c,):
                 return y
-            raise ValueError(f"{where}: y must be class labels (n,) or (n, 1), or "
-                             f"distributions (n, {c}) for a network with {c} outputs; "
-                             f"got shape {y.shape}")
+            raise ValueError(f"{where}: y must be class labels (n,) or (n, 1), "
+                             f"distributions (n, {c}) for a network with {c} outputs, or "
+                             f"(n, T) labels for one that gives T rows a sample; got shape "
+                             f"{y.shape}")
         if isinstance(loss, SquaredError) and y.shape[1:] != out[1:]:
             raise ValueError(f"{where}: y must have the network output's shape "
                              f"(n,) + {out[1:]} (a batch of {b} gives {out}); got shape "
