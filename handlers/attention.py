@@ -20,8 +20,6 @@ each stream group and kept by the handler (a captured step's warm-up
 allocates them; memory grows as T * S, which fused attention kernels
 avoid: the issue's cuDNN path, where a backend has it, replaces this work).
 """
-import math
-
 import numpy as np
 
 from . import dtypes
@@ -41,72 +39,74 @@ SOFTMAX_BACKWARD = fused_op(
          "d = sum(p * dp)\nds = p * (dp - d) * scale")
 
 
-def default_scale(q):
-    """1 / sqrt(D), for queries of head size D."""
-    return 1.0 / math.sqrt(q.shape[-1])
-
-
-def _scratch(h, name, shape):
-    """An array of ``shape`` and ``h``'s format kept by ``h`` for this
-    stream group (views of a handler share its state; each group gets its
-    own, since two groups' calls may run at once)."""
-    cache = h.__dict__.setdefault("_attention_scratch", {})
-    key = (h.group, name, shape)
-    found = cache.get(key)
+def _kept(h, key, make):
+    """``make()``, made once per ``key`` and stream group and kept by ``h``
+    (views of a handler share its state; each group gets its own, since
+    two groups' calls may run at once)."""
+    cache = h.__dict__.setdefault("_attention_kept", {})
+    found = cache.get((h.group, key))
     if found is None:
-        found = cache[key] = h.allocate(shape)
+        found = cache[(h.group, key)] = make()
     return found
 
 
-def _views(h, q, k, v):
-    """(B * H, T, D) and (B * H, S, D) views of q, k, v, and B*H, T, S."""
-    b, hh, t, d = q.shape
-    s = k.shape[2]
-    n = b * hh
-    return (h._view(q, 0, (n, t, d)), h._view(k, 0, (n, s, d)), h._view(v, 0, (n, s, d)),
-            n, t, s)
+def _seen(h, role, a, shape):
+    """``a`` seen with ``shape`` (``h._view``), the last view made in
+    ``role`` kept and returned while ``a`` is the same array: a layer calls
+    with the same arrays every step, and a view is a new array object that
+    costs host time to make."""
+    cache = h.__dict__.setdefault("_attention_seen", {})
+    hit = cache.get((h.group, role))
+    if hit is None or hit[0] is not a or hit[1].shape != shape:
+        hit = cache[(h.group, role)] = (a, h._view(a, 0, shape))
+    return hit[1]
+
+
+def _scores(h, name, n, t, s):
+    """Scratch (n, t, s) scores of ``h``'s format and their (n * t, s) rows."""
+    def make():
+        a = h.allocate((n, t, s))
+        return a, h._view(a, 0, (n * t, s))
+    return _kept(h, (name, n, t, s), make)
 
 
 def _limits(h, n, t, s, causal):
     """The keys each of the n * t score rows sees, (n * t, 1), in the
     compute format (exact counts): t + 1 for query t under the causal mask,
-    else all s.  Uploaded once per shape and kept with the scratch, so a
-    call issues nothing for it."""
-    cache = h.__dict__.setdefault("_attention_scratch", {})
-    key = (h.group, "lim", n, t, s, causal)
-    lim = cache.get(key)
-    if lim is None:
+    else all s.  Uploaded once per shape, so a call issues nothing for it."""
+    def make():
         hc = h.twin(dtypes.compute_dtype(h.dtype))
         counts = np.arange(1, t + 1, dtype=np.float64) if causal else np.full(t, float(s))
-        lim = cache[key] = hc.create_from_numpy(np.tile(counts, n).reshape(n * t, 1))
-    return lim
+        return hc.create_from_numpy(np.tile(counts, n).reshape(n * t, 1))
+    return _kept(h, ("lim", n, t, s, causal), make)
 
 
 def forward(h, q, k, v, out, lse, causal, scale):
     """``Handler._attention_forward``: out = softmax(scale q k^T [masked]) v
     and lse, the rows' log-sum-exp, (B, H, T)."""
-    q3, k3, v3, n, t, s = _views(h, q, k, v)
-    scores = _scratch(h, "scores", (n, t, s))
-    h._dot(q3, k3, scores, False, True, 0.0)
-    rows = h._view(scores, 0, (n * t, s))
+    (b, hh, t, d), s = q.shape, k.shape[2]
+    n = b * hh
+    scores, rows = _scores(h, "scores", n, t, s)
+    h._dot(_seen(h, "q", q, (n, t, d)), _seen(h, "k", k, (n, s, d)), scores, False, True, 0.0)
     h._fused(SOFTMAX, rows, _limits(h, n, t, s, causal), scale, rows,
-             h._view(lse, 0, (n * t, 1)))
-    h._dot(scores, v3, h._view(out, 0, (n, t, q.shape[3])), False, False, 0.0)
+             _seen(h, "lse", lse, (n * t, 1)))
+    h._dot(scores, _seen(h, "v", v, (n, s, d)), _seen(h, "out", out, (n, t, d)), False, False,
+           0.0)
 
 
 def backward(h, q, k, v, out, lse, dout, dq, dk, dv, causal, scale):
     """``Handler._attention_backward``: dq, dk and dv from dout, the
     forward's inputs, its out and lse."""
-    q3, k3, v3, n, t, s = _views(h, q, k, v)
-    d = q.shape[3]
-    do3 = h._view(dout, 0, (n, t, d))
-    scores = _scratch(h, "scores", (n, t, s))
-    dp = _scratch(h, "dp", (n, t, s))
+    (b, hh, t, d), s = q.shape, k.shape[2]
+    n = b * hh
+    q3, k3 = _seen(h, "q", q, (n, t, d)), _seen(h, "k", k, (n, s, d))
+    do3 = _seen(h, "dout", dout, (n, t, d))
+    scores, rows = _scores(h, "scores", n, t, s)
+    dp, drows = _scores(h, "dp", n, t, s)
     h._dot(q3, k3, scores, False, True, 0.0)
-    h._dot(do3, v3, dp, False, True, 0.0)
-    rows, drows = h._view(scores, 0, (n * t, s)), h._view(dp, 0, (n * t, s))
-    h._fused(SOFTMAX_BACKWARD, rows, drows, h._view(lse, 0, (n * t, 1)),
+    h._dot(do3, _seen(h, "v", v, (n, s, d)), dp, False, True, 0.0)
+    h._fused(SOFTMAX_BACKWARD, rows, drows, _seen(h, "lse", lse, (n * t, 1)),
              _limits(h, n, t, s, causal), scale, rows, drows)
-    h._dot(scores, do3, h._view(dv, 0, (n, s, d)), True, False, 0.0)
-    h._dot(dp, k3, h._view(dq, 0, (n, t, d)), False, False, 0.0)
-    h._dot(dp, q3, h._view(dk, 0, (n, s, d)), True, False, 0.0)
+    h._dot(scores, do3, _seen(h, "dv", dv, (n, s, d)), True, False, 0.0)
+    h._dot(dp, k3, _seen(h, "dq", dq, (n, t, d)), False, False, 0.0)
+    h._dot(dp, q3, _seen(h, "dk", dk, (n, s, d)), True, False, 0.0)
