@@ -97,7 +97,7 @@ class MultiHeadAttention(Layer):
         self.check_input(x, 3, self.d)
         h, p = self.h, self.params
         bf = self._bufs(tuple(x.shape))
-        x2 = view(h, x, 0, (bf["n"], self.d))
+        x2 = self.reshaped("x", x, (bf["n"], self.d))
         h.dot_bias_act(x2, p["W_qkv"], p["b_qkv"], bf["qkv"])
         h.permute_t(bf["qkv4"], (2, 0, 1, 3), bf["heads3"])        # (3H, B, T, D)
         h.attention_forward(bf["q"], bf["k"], bf["v"], bf["att"], bf["lse"],
@@ -112,7 +112,7 @@ class MultiHeadAttention(Layer):
         if tuple(dy.shape) != tuple(bf["y"].shape):
             raise ValueError(f"{self!r}: dy must have the output's shape "
                              f"{tuple(bf['y'].shape)}, got {tuple(dy.shape)}")
-        dy2 = view(h, dy, 0, (bf["n"], self.d))
+        dy2 = self.reshaped("dy", dy, (bf["n"], self.d))
         h.sum_t(dy2, 0, g["b_o"])
         h.dot_mm(bf["joined"], dy2, g["W_o"], transa=True)
         h.dot_mm(dy2, p["W_o"], bf["joined"], transb=True)       # d(joined), in place
@@ -221,7 +221,7 @@ class PositionEmbedding(Layer):
             raise ValueError(f"{self!r}: sequences of {t} positions exceed the context of "
                              f"{self.context}")
         y, y2, p_row, _ = self._bufs(tuple(x.shape))
-        self.h.add_mv(view(self.h, x, 0, (b, t * d)), p_row, y2)
+        self.h.add_mv(self.reshaped("x", x, (b, t * d)), p_row, y2)
         self._shape = tuple(x.shape)
         return y
 
@@ -233,7 +233,7 @@ class PositionEmbedding(Layer):
         *_, dp = self._bufs(self._shape)
         if t < self.context:
             self.h.fill(self.grads["P"], 0.0)
-        self.h.sum_t(view(self.h, dy, 0, (b, t * d)), 0, dp)
+        self.h.sum_t(self.reshaped("dy", dy, (b, t * d)), 0, dp)
         return dy if self.input_grad else None
 
 
