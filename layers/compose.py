@@ -213,7 +213,7 @@ class Graph(Layer):
                 if i not in known:
                     raise ValueError(f"Graph node {name!r}: input {i!r} is not an earlier node "
                                      f"or {self.INPUT!r}")
-            self.nodes.append((name, layer, tuple(ins), many))
+            self.nodes.append((name, layer, tuple(ins)))
             known.add(name)
         if not self.nodes:
             raise ValueError("Graph: needs at least one node")
@@ -221,27 +221,27 @@ class Graph(Layer):
         if self.output not in known - {self.INPUT}:
             raise ValueError(f"Graph: output {self.output!r} is not a node")
         reaching = {self.output}
-        for name, _, ins, _ in reversed(self.nodes):
+        for name, _, ins in reversed(self.nodes):
             if name in reaching:
                 reaching.update(ins)
         dead = [name for name, *_ in self.nodes if name not in reaching]
         if dead:
             raise ValueError(f"Graph: nodes {dead} do not lead to the output {self.output!r}")
-        self.nodes = [n for n in self.nodes if n[0] in reaching]
         super().__init__()
 
     def __repr__(self):
-        inner = ", ".join(f"({name!r}, {layer!r}, {list(ins) if many else ins[0]!r})"
-                          for name, layer, ins, many in self.nodes)
+        inner = ", ".join(f"({name!r}, {layer!r}, "
+                          f"{list(ins) if isinstance(layer, Merge) else ins[0]!r})"
+                          for name, layer, ins in self.nodes)
         return f"Graph([{inner}], output={self.output!r})"
 
     def children(self):
-        return tuple(layer for _, layer, _, _ in self.nodes)
+        return tuple(layer for _, layer, _ in self.nodes)
 
     def forward(self, x, training=True):
         values = {self.INPUT: x}
-        for name, layer, ins, many in self.nodes:
-            if many:
+        for name, layer, ins in self.nodes:
+            if isinstance(layer, Merge):
                 values[name] = layer.forward([values[i] for i in ins], training)
             else:
                 values[name] = layer.forward(values[ins[0]], training)
@@ -249,12 +249,12 @@ class Graph(Layer):
 
     def backward(self, dy):
         grads = {self.output: dy}
-        for name, layer, ins, many in reversed(self.nodes):
+        for name, layer, ins in reversed(self.nodes):
             g = grads.pop(name)
             # only the layers reading the graph's input may skip its gradient
             layer.input_grad = self.input_grad or self.INPUT not in ins
             dxs = layer.backward(g)
-            if not many:
+            if not isinstance(layer, Merge):
                 dxs = [dxs]
             for i, dx in zip(ins, dxs):
                 if i == self.INPUT and not self.input_grad:

@@ -59,6 +59,15 @@ _FACTOR = fused_op("grad_clip_factor", inputs="total #max_norm", outputs="norm f
 _SCALE = fused_op("grad_scale", inputs="g $factor", outputs="out", body="out = g * factor")
 
 
+def check_max_norm(owner, name, value):
+    """``value`` if a finite number > 0, else ValueError naming ``owner``
+    and the argument ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value < math.inf:
+        raise ValueError(f"{owner}: {name} must be a finite number > 0, got {value!r}")
+    return value
+
+
 def clip_grad_norm(parameters, max_norm, grads=None):
     """Scale the gradients so that their global L2 norm (over every
     parameter) is at most ``max_norm``, on the device with no host read;
@@ -73,10 +82,7 @@ def clip_grad_norm(parameters, max_norm, grads=None):
     if not isinstance(parameters, ParameterSet):
         raise TypeError(f"clip_grad_norm: parameters must be a ParameterSet, got "
                         f"{type(parameters).__name__}")
-    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float)) \
-            or not 0 < max_norm < math.inf:
-        raise ValueError(f"clip_grad_norm: max_norm must be a finite number > 0, "
-                         f"got {max_norm!r}")
+    check_max_norm("clip_grad_norm", "max_norm", max_norm)
     g = parameters.grads if grads is None else grads
     h = parameters.h if grads is None else _owner(parameters, grads)
     state = parameters.__dict__.setdefault("_clip", {})

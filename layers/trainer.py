@@ -36,7 +36,7 @@ from .data_parallel import data_parallel_for
 from .losses import SoftmaxCrossEntropy, SquaredError
 from .metrics import DeviceAccuracy, accuracy
 from .params import view
-from .schedules import clip_grad_norm
+from .schedules import check_max_norm, clip_grad_norm
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -296,11 +296,8 @@ class Trainer(checkpoint.NoCopies):
         if schedule is not None and not callable(schedule):
             raise TypeError(f"Trainer: schedule must be a callable of the step count, "
                             f"got {schedule!r}")
-        if clip_norm is not None and (isinstance(clip_norm, bool)
-                                      or not isinstance(clip_norm, (int, float))
-                                      or not 0 < clip_norm < math.inf):
-            raise ValueError(f"Trainer: clip_norm must be None or a finite number > 0, "
-                             f"got {clip_norm!r}")
+        if clip_norm is not None:
+            check_max_norm("Trainer", "clip_norm", clip_norm)
         #: the learning rate per step of the run (a callable), or None
         self.schedule = schedule
         self._mixed_precision(precision)
