@@ -706,6 +706,17 @@ def make_handler(choice):
     return h, EventTimer("pycuda", h.stream), None
 
 
+def handler_or_skip(suite, choice):
+    """(handler, timer) of ``make_handler``, or (None, None) after printing
+    that ``suite`` skipped for want of a GPU (its ``--handler numpy`` runs
+    on NumpyHandler instead)."""
+    h, timer, reason = make_handler(choice)
+    if h is None:
+        print(f"{suite}: skipped, this suite needs a GPU (PyCudaHandler unavailable: "
+              f"{reason}); '--handler numpy' times NumpyHandler instead")
+    return h, timer
+
+
 def _figures(ms, n, issue=None, device=None, gapless=None):
     """A library's result dict: spreads of ms, samples/s from the median."""
     out = {"ms": ms, "samples_per_s": n / med(ms) * 1e3}
@@ -729,10 +740,8 @@ def main(argv=None):
     P.add_options(p)
     args = p.parse_args(argv)
     which = P.chosen(p, args)
-    h, timer, reason = make_handler(args.handler)
+    h, timer = handler_or_skip("train", args.handler)
     if h is None:
-        print(f"train: skipped, this suite needs a GPU (PyCudaHandler unavailable: {reason}); "
-              f"'--handler numpy' times NumpyHandler instead")
         return 0
     gpu = args.handler == "pycuda"
     device = gpu_name() if gpu else "CPU"

@@ -702,7 +702,7 @@ OPS = {op.name: op for op in [
     _op("generate_probability_mask", "mask= #p", shape="any", check=_p_rule,
         call="_probability_mask(mask, p)",
         doc="Set each element of mask to 1 with probability p, else to 0 (0 <= p <= 1)."),
-    # ---------------------------------------------------------------- convolution and pooling
+    # ---------------------------------------------------------------- attention
     _op("attention_forward", "q k v out= lse= ?causal @scale:None",
         disjoint=("q", "k", "v"), shape=rules.attention_forward, gives="scale",
         call="_attention_forward(q, k, v, out, lse, causal, scale)",
@@ -727,6 +727,7 @@ OPS = {op.name: op for op in [
         and ``lse``, and dout = dL/dout (q's shape), write dq (q's shape), dk
         and dv (k's).  ``causal`` and ``scale`` must be the forward's.  The
         outputs must not overlap the inputs."""),
+    # ---------------------------------------------------------------- convolution and pooling
     _op("conv2d_forward", "x w out= @stride:1 @padding:0 @dilation:1", disjoint=("x", "w"),
         shape=rules.conv2d("conv2d_forward"), gives="stride, padding, dilation",
         call='_conv2d("forward", x, w, out, stride, padding, dilation)', doc=_CONV_DOC.format(
