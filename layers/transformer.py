@@ -12,10 +12,10 @@ import math
 import numpy as np
 
 from handlers import fused_op
-from handlers.checks import check_scalar
 
 from . import init
 from .base import Layer
+from .layernorm import RowNorm
 from .params import view
 
 
@@ -138,50 +138,18 @@ _RMS_PARAM_GRAD = fused_op("rms_norm_param_grad", inputs="dy x r:col", outputs="
                            body=_RMS_GAIN)
 
 
-class RMSNorm(Layer):
+class RMSNorm(RowNorm):
     """y = x / sqrt(mean(x^2) + eps) * gain over the last axis of each
     sample (Zhang and Sennrich, 2019): LayerNorm without the mean and the
     bias.  The input is (n, d) or (..., d); ``gain`` (1, d) starts at 1.
     Forward and backward are one fused op each, which keep only each row's
     1 / rms."""
 
+    KEPT = ("r",)
+    FORWARD, BACKWARD, PARAM_GRADS = _RMS_FORWARD, _RMS_BACKWARD, _RMS_PARAM_GRAD
+
     def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.d = _positive_int("RMSNorm", "d", d)
-        self.eps = check_scalar("RMSNorm", "eps", eps)
-        if not 0.0 < self.eps < math.inf:
-            raise ValueError(f"RMSNorm: eps must be finite and > 0, got {eps}")
-
-    def __repr__(self):
-        return f"RMSNorm({self.d}, eps={self.eps:g})"
-
-    def param_shapes(self):
-        return {"gain": (1, self.d)}
-
-    def init_params(self, rng, host):
-        init.constant(host["gain"], 1.0)
-
-    def forward(self, x, training=True):
-        self.check_input(x, (2, 3, 4), self.d)
-        shape = tuple(x.shape)
-        b = self.buffers(shape, y=shape, dx=shape, r=shape[:-1] + (1,))
-        self.run_fused(("forward", shape), _RMS_FORWARD, x, self.params["gain"], self.eps,
-                       b.y, b.r)
-        self._x, self._b = x, b
-        return b.y
-
-    def backward(self, dy):
-        b = self._b
-        if tuple(dy.shape) != tuple(b.y.shape):
-            raise ValueError(f"{self!r}: dy must have the output's shape {tuple(b.y.shape)}, "
-                             f"got {tuple(dy.shape)}")
-        if not self.input_grad:
-            self.run_fused(("param grad", dy.shape), _RMS_PARAM_GRAD, dy, self._x, b.r,
-                           self.grads["gain"])
-            return None
-        self.run_fused(("backward", dy.shape), _RMS_BACKWARD, dy, self._x, self.params["gain"],
-                       b.r, b.dx, self.grads["gain"])
-        return b.dx
+        super().__init__(d, eps)
 
 
 class PositionEmbedding(Layer):
