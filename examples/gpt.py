@@ -118,10 +118,13 @@ def main(argv=None):
                             min_lr=1e-4)
     rng = np.random.default_rng(args.seed)
     start, every = time.perf_counter(), max(1, steps // 10)
+    hx, ht = h.allocate((batch, context)), h.allocate((batch * context, 1))   # reused
     for step in range(steps):
         opt.lr = schedule(step)
         x, t = windows(train, rng.integers(0, len(train) - context - 1, batch), context)
-        loss = net.train_step(h.create_from_numpy(x), h.create_from_numpy(t))
+        h.set_from_numpy(hx, x)
+        h.set_from_numpy(ht, t)
+        loss = net.train_step(hx, ht)
         clip_grad_norm(net.parameters, 1.0)
         opt.step()
         if (step + 1) % every == 0 or step == 0:
