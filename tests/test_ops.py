@@ -468,7 +468,11 @@ def test_concat_t_and_split_t(handler, rng, sa, sb, axis):
 @pytest.mark.parametrize("shape, axes", [((5,), (0,)), ((3, 7), (1, 0)), ((2, 3, 4), (2, 0, 1)),
                                          ((2, 5, 3, 4), (0, 2, 1, 3)),
                                          ((3, 1, 4, 2), (3, 2, 1, 0)), ((2, 3, 0, 2), (1, 0, 3, 2)),
-                                         ((4, 33, 8, 16), (0, 2, 1, 3))],
+                                         ((4, 33, 8, 16), (0, 2, 1, 3)),
+                                         # the last axis kept: 8, 2 and 6 elements
+                                         # (moved in vectors of 16, 8 or 4 bytes)
+                                         ((2, 3, 4, 8), (1, 0, 2, 3)), ((3, 5, 2), (1, 0, 2)),
+                                         ((2, 3, 6), (1, 0, 2))],
                          ids=lambda v: str(v))
 def test_permute_t(handler, rng, shape, axes):
     """Every element moved exactly, against numpy.transpose."""
@@ -477,6 +481,22 @@ def test_permute_t(handler, rng, shape, axes):
     assert handler.permute_t(a, axes, out) is None
     assert_close(handler, out, np.transpose(ra, axes), rtol=0, atol=0)
     assert_unchanged(handler, a, ra)
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+def test_permute_t_between_offset_views(handler, rng, offset):
+    """Views that start ``offset`` elements into their buffers, so that a
+    vector of several elements is not aligned in either: still exact."""
+    shape, axes = (3, 4, 8), (1, 0, 2)
+    size = int(np.prod(shape))
+    whole, rw = rand_input(handler, (size + offset,), rng)
+    a = handler.view_t(whole, offset, shape)
+    dest = poisoned(handler, (size + offset,))
+    out = handler.view_t(dest, offset, tuple(shape[i] for i in axes))
+    assert handler.permute_t(a, axes, out) is None
+    want = np.transpose(rw[offset:].reshape(shape), axes)
+    assert_close(handler, out, want, rtol=0, atol=0)
+    assert_unchanged(handler, whole, rw)
 
 
 # ============================================================================ elementwise
@@ -876,7 +896,11 @@ def test_binarize_v_out_of_range(handler):
 
 # (n, vocab, d): one element, odd sizes, more rows than the table (repeats),
 # columns not a multiple of the block, and n * d > 2**20 for the grid stride.
-ROWS_BY_INDEX = [(1, 1, 1), (7, 3, 5), (40, 6, 300), (3, 50, 1), (2100, 17, 513)]
+# (300, 200, 2000): more rows of out than a GPU deals out per 32 columns
+# (rows.cu: its warps then own several rows each); 200 rows, so that
+# bfloat16 holds every index exactly.
+ROWS_BY_INDEX = [(1, 1, 1), (7, 3, 5), (40, 6, 300), (3, 50, 1), (2100, 17, 513),
+                 (300, 200, 2000)]
 ROWS_IDS = [f"n{n}-vocab{v}-d{d}" for n, v, d in ROWS_BY_INDEX]
 
 

@@ -80,7 +80,8 @@ def transpose_m(h, a, out):
 
 def permute_t(h, a, axes, out):
     """out = a's axes reordered: one gather kernel over out's elements, out
-    read as 4 axes (leading ones of extent 1) with a's stride for each."""
+    read as 4 axes (leading ones of extent 1) with a's stride for each; where
+    the last axis stays last, in vector units of up to 16 bytes (layout.cu)."""
     n = out.size
     if not n:
         return
@@ -88,8 +89,19 @@ def permute_t(h, a, axes, out):
     pad = 4 - a.ndim
     extents = (1,) * pad + tuple(out.shape)
     steps = (0,) * pad + tuple(strides[i] for i in axes)
+    size = h.dtype.itemsize
+    unit = size
+    if axes[-1] == a.ndim - 1:
+        row = a.shape[-1] * size
+        unit = next(u for u in (16, 8, 4, size)
+                    if row % u == 0 and int(a.gpudata) % u == 0 and int(out.gpudata) % u == 0)
+    per = unit // size if unit > size else 1
+    if per > 1:   # every stride but the last is a multiple of the last extent
+        extents = extents[:3] + (extents[3] // per,)
+        steps = tuple(s // per for s in steps[:3]) + (1,)
+        n //= per
     _enter()
-    h._run(h._k["permute"], h._grid(n), a.gpudata, out.gpudata, n, *extents, *steps)
+    h._run(h._k["permute"], h._grid(n), a.gpudata, out.gpudata, n, *extents, *steps, unit)
 
 
 def cut(h, whole, first, second, axis, into):

@@ -9,6 +9,11 @@ which is much faster for short rows than a block per row.
 """
 from .launch import BLOCK
 
+#: scatter_add_rows's warps a multiprocessor (a quarter of its 64): each owns
+#: rows of out and reads all of idx, so more owners shorten the in-order work
+#: of each warp but repeat the reading of idx
+OWNER_WARPS = 16
+
 
 def index_m_by_v(h, m, v, out):
     """out[i] = m[i, v[i]], NaN where v[i] is no column of m."""
@@ -39,16 +44,19 @@ def scatter_add_rows(h, a, idx, out):
     """out[idx[i]] += a[i] (an embedding's gradient)."""
     n, d = a.shape
     if n and out.size:   # nothing to add, or no row to add into (every index invalid)
-        # One thread per column (see rows.cu): the grid covers d, not n * d.
-        grid = -(-d // BLOCK)
+        # A warp per 32 columns and owner of rows (see rows.cu): enough
+        # owners for about OWNER_WARPS warps a multiprocessor, at most a row each.
+        slices = -(-d // 32)
+        owners = max(1, min(out.shape[0], -(-h._sms * OWNER_WARPS // slices)))
+        grid = -(-slices * owners * 32 // BLOCK)
         if not h._half:
             h._run(h._k["scatter_add_rows"], grid, a.gpudata, idx.gpudata,
-                   out.gpudata, n, out.shape[0], d)
+                   out.gpudata, n, out.shape[0], d, owners)
             return
         # The halves add in a float copy of out and round once at the end
         # (as NumPy's float32 ufunc.at on the widened arrays, bit for bit).
         wide = h._slot.workspace(out.size * 4)
         h._launch("widen", out.size, out.gpudata, wide, out.size)
         h._run(h._k["scatter_add_rows_wide"], grid, a.gpudata, idx.gpudata, wide, n,
-               out.shape[0], d)
+               out.shape[0], d, owners)
         h._launch("narrow", out.size, wide, 1.0, out.gpudata, out.size)

@@ -60,6 +60,8 @@ times each).  Needs the built library only (no PyTorch).
 ``--handler numpy`` runs the same code on NumpyHandler with tiny models and a
 host clock (a smoke test of the script, no figures worth reading).
 Its run: ``step_breakdown-NVIDIA-H200.log`` (2026-11-27).
+``--models gpt-f32,gpt-bf16`` breaks down the gpt suite's step (issue 43)
+instead: ``step_breakdown_gpt-NVIDIA-H200.log``.
 """
 import argparse
 import pathlib
@@ -70,6 +72,7 @@ from collections import namedtuple
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from benchmarks import conv as C
+from benchmarks import gpt as G
 from benchmarks import half as HF
 from benchmarks import train as T
 from benchmarks.common import gpu_name, med, print_table
@@ -177,6 +180,18 @@ def lenet_step(cfg):
         def step(i):           # as conv.training_step's closure
             net.train_step(dx, dy)
             opt.step()
+        step.net = net
+        return step
+    return build
+
+
+def gpt_step(cfg, precision):
+    """build(h) of the gpt suite's step (``benchmarks/gpt.py``: its network,
+    batches and SGD) in ``precision`` ("f32", or "bf16" mixed on a twin of
+    the float32 handler ``h``)."""
+    def build(h):
+        net = G.build(h, cfg, precision)
+        step = G.our_step(net, G.make_batches(cfg))
         step.net = net
         return step
     return build
@@ -295,6 +310,9 @@ def breakdown(h, timer, build, labels, step_reps, reps):
 def main(argv=None):
     """Parse the options, then break down each step, errors printed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="lenet,mlp",
+                   help="comma-separated steps to break down: lenet, mlp, gpt-f32, "
+                        "gpt-bf16 (default: lenet,mlp)")
     p.add_argument("--handler", choices=("pycuda", "numpy"), default="pycuda",
                    help="pycuda (default; the figures) or numpy (tiny models, host clock: "
                         "a smoke test)")
@@ -310,11 +328,21 @@ def main(argv=None):
     mlp = HF.MLP if gpu else SMOKE_MLP
     print(f"{gpu_name() if gpu else 'CPU'}; {type(h).__name__}; "
           f"{'CUDA events' if gpu else 'host clock'}")
-    for title, build, labels in (
-            (f"LeNet-style step (benchmarks/conv.py), batch {lenet['batch']}, float32",
-             lenet_step(lenet), {"float32": "f32"}),
-            (f"mixed bf16 MLP step (benchmarks/half.py), {mlp['layers']} layers "
-             f"{mlp['width']} wide, batch {mlp['batch']}", mlp_step(mlp), MIXED_LABELS)):
+    gpt = G.CFG if gpu else G.SMALL
+    gpt_title = ("GPT step (benchmarks/gpt.py), {blocks} blocks, width {d}, {heads} heads, "
+                 "context {context}, batch {batch}, ").format(**gpt)
+    steps = {
+        "lenet": (f"LeNet-style step (benchmarks/conv.py), batch {lenet['batch']}, float32",
+                  lenet_step(lenet), {"float32": "f32"}),
+        "mlp": (f"mixed bf16 MLP step (benchmarks/half.py), {mlp['layers']} layers "
+                f"{mlp['width']} wide, batch {mlp['batch']}", mlp_step(mlp), MIXED_LABELS),
+        "gpt-f32": (gpt_title + "float32", gpt_step(gpt, "f32"), {"float32": "f32"}),
+        "gpt-bf16": (gpt_title + "bfloat16 mixed", gpt_step(gpt, "bf16"), MIXED_LABELS),
+    }
+    for name in args.models.split(","):
+        if name not in steps:
+            p.error(f"unknown step {name!r}: choose from {', '.join(steps)}")
+    for title, build, labels in (steps[name] for name in args.models.split(",")):
         print(f"\n== {title} ==", flush=True)
         try:
             breakdown(h, timer, build, labels, step_reps, reps)
