@@ -19,8 +19,13 @@ Attention alone: ``attention_forward`` then ``attention_backward`` on the
 step's shapes (B 32, H 8, T 256, D 64, causal) against PyTorch's
 ``scaled_dot_product_attention`` forward and backward on each backend it
 has (flash, memory-efficient, cuDNN, math), the fastest counted (issue
-43's target: >= 0.95x its speed).
+43's target: >= 0.95x its speed); in float32, then in bfloat16 (ours on
+the handler's bfloat16 twin, torch's tensors in bfloat16: its flash and
+cuDNN kernels take only the halves).  Each checked against float64 NumPy
+on the inputs as ours holds them.
 """
+
+import warnings
 
 import numpy as np
 
@@ -134,18 +139,28 @@ def step_rows(h, timer, cfg, precision, which, torch, jax, args, results):
     return entry
 
 
-def attention_rows(h, timer, torch, cfg, reps, results):
-    """Ours against each of PyTorch's SDPA backends, forward then backward."""
+#: attention's check against float64 NumPy, relative, by precision
+ATTENTION_TOL = {"f32": 1e-4, "bf16": 3e-2}
+
+
+def attention_rows(h, timer, torch, cfg, reps, results, precision="f32"):
+    """Ours against each of PyTorch's SDPA backends, forward then backward,
+    in ``precision`` ("f32", or "bf16": ours on the bfloat16 twin of ``h``,
+    torch's tensors in bfloat16, where its flash and cuDNN kernels run)."""
     b, hh, t, dh = cfg["batch"], cfg["heads"], cfg["context"], cfg["d"] // cfg["heads"]
+    hp = h.twin("bfloat16") if precision == "bf16" else h
     rng = np.random.default_rng(2)
     host = [rng.standard_normal((b, hh, t, dh)).astype(np.float32) for _ in range(4)]
-    q, k, v, dout = (h.create_from_numpy(a) for a in host)
-    out, lse = h.zeros((b, hh, t, dh)), h.zeros((b, hh, t))
-    dq, dk, dv = h.zeros(q.shape), h.zeros(k.shape), h.zeros(v.shape)
+    q, k, v, dout = (hp.create_from_numpy(a) for a in host)
+    # the inputs as ours holds them (rounded to bfloat16 there), for the
+    # reference and for torch
+    host = [hp.get_numpy_copy(a).astype(np.float32) for a in (q, k, v, dout)]
+    out, lse = hp.zeros((b, hh, t, dh)), hp.zeros((b, hh, t))
+    dq, dk, dv = hp.zeros(q.shape), hp.zeros(k.shape), hp.zeros(v.shape)
 
     def ours(i):
-        h.attention_forward(q, k, v, out, lse, causal=True)
-        h.attention_backward(q, k, v, out, lse, dout, dq, dk, dv, causal=True)
+        hp.attention_forward(q, k, v, out, lse, causal=True)
+        hp.attention_backward(q, k, v, out, lse, dout, dq, dk, dv, causal=True)
     ours(0)
     # the check: our out and dq against float64 NumPy
     q64, k64, v64, d64 = (a.astype(np.float64) for a in host)
@@ -155,15 +170,19 @@ def attention_rows(h, timer, torch, cfg, reps, results):
     p /= p.sum(-1, keepdims=True)
     dp = d64 @ v64.transpose(0, 1, 3, 2)
     ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / np.sqrt(dh)
-    errors = {"out": rel_error(h.get_numpy_copy(out), p @ v64),
-              "dq": rel_error(h.get_numpy_copy(dq), ds @ k64)}
-    results["checks"].append({"what": "attention against float64", "errors": errors,
-                              "tol": 1e-4, "ok": check_line("attention", errors, 1e-4)})
+    errors = {"out": rel_error(hp.get_numpy_copy(out).astype(np.float64), p @ v64),
+              "dq": rel_error(hp.get_numpy_copy(dq).astype(np.float64), ds @ k64)}
+    tol = ATTENTION_TOL[precision]
+    what = f"attention {precision}" if precision != "f32" else "attention"
+    results["checks"].append({"what": f"{what} against float64", "errors": errors,
+                              "tol": tol, "ok": check_line(what, errors, tol)})
     cases = {OURS: (timer, ours)}
     if torch is not None:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        tq, tk, tv = (torch.tensor(a, device="cuda", requires_grad=True) for a in host[:3])
-        tdo = torch.tensor(host[3], device="cuda")
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        tq, tk, tv = (torch.tensor(a, device="cuda", dtype=dtype, requires_grad=True)
+                      for a in host[:3])
+        tdo = torch.tensor(host[3], device="cuda", dtype=dtype)
         ttimer = EventTimer("torch", module=torch)
         for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
             backend = getattr(SDPBackend, name, None)
@@ -174,22 +193,24 @@ def attention_rows(h, timer, torch, cfg, reps, results):
                                                                          is_causal=True)
                     torch.autograd.grad(o, (tq, tk, tv), tdo)
             try:
-                fn(0)
+                with warnings.catch_warnings():   # a refused backend warns, then raises
+                    warnings.simplefilter("ignore")
+                    fn(0)
                 torch.cuda.synchronize()
                 cases[f"torch SDPA {name.lower()}"] = (ttimer, fn)
             except Exception as e:   # a backend that does not take these inputs
-                print(f"torch SDPA {name.lower()}: not run: {P.why(e)}")
+                print(f"torch SDPA {name.lower()} ({precision}): not run: {P.why(e)}")
     ms = interleaved(cases, reps)
-    rows = [[label, med(v)] for label, v in ms.items()]
-    print_table(["attention forward + backward", "ms"], rows)
-    entry = {"shape": (b, hh, t, dh), "ms": ms}
+    rows = [[precision, label, med(v)] for label, v in ms.items()]
+    print_table(["precision", "attention forward + backward", "ms"], rows)
+    entry = {"shape": (b, hh, t, dh), "precision": precision, "ms": ms}
     torch_ms = {k: med(v) for k, v in ms.items() if k != OURS}
     if torch_ms:
         best = min(torch_ms, key=torch_ms.get)
         speed = torch_ms[best] / med(ms[OURS])
         entry["verdict"] = dict(peer=best, peer_ms=torch_ms[best], speed=speed,
                                 met=speed >= ATTENTION_TARGET)
-        print(f"attention: ours at {speed:.3f}x the speed of {best} (target >= "
+        print(f"{what}: ours at {speed:.3f}x the speed of {best} (target >= "
               f"{ATTENTION_TARGET}x: {'yes' if speed >= ATTENTION_TARGET else 'NO'})")
     return entry
 
@@ -228,8 +249,10 @@ def main(argv=None):
             continue
         results["steps"][precision] = step_rows(h, timer, cfg, precision, which, torch, jax,
                                                 args, results)
-    if gpu:
-        results["attention"] = attention_rows(h, timer, torch, cfg, args.reps, results)
+    if gpu:   # "attention" the float32 rows, "attention_bf16" bfloat16's
+        for precision in ("f32", "bf16"):
+            key = "attention" if precision == "f32" else "attention_" + precision
+            results[key] = attention_rows(h, timer, torch, cfg, args.reps, results, precision)
     if args.save:
         run.save(results)
     return 0

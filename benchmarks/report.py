@@ -464,14 +464,16 @@ def gpt_verdicts(r):
         if OURS_CAPTURED in ms and P.against_strongest(ms[OURS_CAPTURED], ms):
             out.append(strongest_verdict("gpt", f"GPT step ({precision})", ms[OURS_CAPTURED],
                                          ms))
-    att = r.get("attention")
-    if att and OURS in att.get("ms", {}):
+    for key, label in (("attention", ""), ("attention_bf16", ", bf16")):
+        att = r.get(key)
+        if not att or OURS not in att.get("ms", {}):
+            continue
         ms = {k: med(v) for k, v in att["ms"].items()}
         peers = {k: v for k, v in ms.items() if k != OURS}
         if peers:
             best = min(peers, key=peers.get)
             speed = peers[best] / ms[OURS]
-            out.append(dict(suite="gpt", target=f"attention forward + backward >= "
+            out.append(dict(suite="gpt", target=f"attention forward + backward{label} >= "
                                                 f"{ATTENTION_TARGET}x the speed of PyTorch's "
                                                 f"fastest SDPA backend",
                             result=f"{speed:.3f}x {best} ({ms[OURS]:.3f} against "
