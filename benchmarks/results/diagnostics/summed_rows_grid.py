@@ -26,7 +26,16 @@ Run by hand from the project root on a GPU machine, on a tree whose
 kernels take any grid for summed outputs (every tree since the row
 kernels' loops over rows with sums, 2026-11):
 ``python benchmarks/results/diagnostics/summed_rows_grid.py [--quick]
-[--dtype bfloat16]``.
+[--dtype bfloat16] [--shapes 8192x512]``.
+
+``--shapes 8192x512`` (2026-11-28, not yet run): the gpt suite's LayerNorm
+backward takes 66 us a call in bfloat16 (13 calls a step, 0.86 ms of
+6.4), where its bytes take about 6 us at copy bandwidth.  The planner's
+grid there is about sms * sqrt(8192 / (2 * 512)) = 373 blocks, and a
+512-column row is one block of 64 threads (bfloat16, 8 held) or 128
+(float32): some 6 warps a multiprocessor, too few loads in flight.  The
+square-root rule was fitted on rows held by blocks of up to 1024
+threads; this sweep says whether narrow rows want more blocks.
 """
 import argparse
 import pathlib
@@ -87,7 +96,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the first shape of each op only")
     p.add_argument("--dtype", default="float32", help="the handler's format")
+    p.add_argument("--shapes", default="",
+                   help="comma-separated ROWSxCOLS instead of each op's own shapes, "
+                        "on grids of 1 to 32 blocks a multiprocessor (e.g. 8192x512: "
+                        "the gpt suite's LayerNorm)")
     args = p.parse_args(argv)
+    only = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
 
     from benchmarks.gpu import EventTimer
     from handlers.cuda import fused_source
@@ -117,7 +131,9 @@ def main(argv=None):
           f"{CALLS} calls; {dt}; check: max |error| / max |reference| against float64 "
           f"(tol {tol})")
     for name, op, build, shapes in _cases():
-        if half:
+        if only:
+            shapes = only
+        elif half:
             shapes = [s for s in shapes if s[0] * s[1] >= 2 ** 24]
         for rows, cols in shapes[:1] if args.quick else shapes:
             inputs, out_shapes = build(rng, rows, cols)
@@ -130,7 +146,7 @@ def main(argv=None):
             op(h, *dev_in, *dev_out)        # compiles, and records the planned grid
             planned = force["planned"]
             grids = sorted({planned, 1, 8, 32, 66, 132, 264, 528, rows} - {0})
-            if half:
+            if half or only:
                 grids = sorted({planned} | {h._sms * k for k in (1, 2, 4, 8, 16, 32)})
             grids = [g for g in grids if g <= max(rows, 1)]
             print(f"\n{name} ({rows}, {cols}), planned grid {planned}")
