@@ -13,8 +13,11 @@ from helpers import assert_unchanged, poisoned, upload
 #: these ops run on the float16 and bfloat16 NumpyHandler too (conftest)
 HALF_FORMATS = True
 
-# (B, H, T, S, D): one of everything, odd sizes, more keys than queries and fewer
-SHAPES = [(1, 1, 1, 1, 1), (2, 3, 5, 5, 4), (1, 2, 7, 11, 8), (2, 1, 9, 4, 3), (1, 4, 33, 33, 16)]
+# (B, H, T, S, D): one of everything, odd sizes, more keys than queries and
+# fewer; then head sizes of 64 and 32 over several tiles of 64 rows, none a
+# multiple of it (the GPU's fused kernels for the halves take these)
+SHAPES = [(1, 1, 1, 1, 1), (2, 3, 5, 5, 4), (1, 2, 7, 11, 8), (2, 1, 9, 4, 3), (1, 4, 33, 33, 16),
+          (2, 2, 70, 70, 64), (1, 3, 5, 130, 32), (1, 2, 130, 40, 64)]
 TOL = {"float64": 1e-12, "float32": 2e-5, "float16": 1e-2, "bfloat16": 6e-2}
 
 
