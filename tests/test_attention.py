@@ -70,17 +70,18 @@ def test_attention_against_float64(handler, rng, shape, causal):
         assert_unchanged(handler, a, x, name)
 
 
-def test_causal_rows_ignore_later_keys(handler, rng):
+@pytest.mark.parametrize("d", [4, 64])
+def test_causal_rows_ignore_later_keys(handler, rng, d):
     """Under the mask, query t's output does not change with keys or values
     after t."""
-    (q, k, v, _), host = _inputs(handler, rng, (1, 2, 6, 6, 4))
+    (q, k, v, _), host = _inputs(handler, rng, (1, 2, 6, 6, d))
     outs = []
     for bump in (False, True):
         kk, vv = host[1].copy(), host[2].copy()
         if bump:
             kk[..., 3:, :] += 5.0
             vv[..., 3:, :] -= 7.0
-        out, lse = handler.zeros((1, 2, 6, 4)), handler.zeros((1, 2, 6))
+        out, lse = handler.zeros((1, 2, 6, d)), handler.zeros((1, 2, 6))
         handler.attention_forward(q, upload(handler, kk)[0], upload(handler, vv)[0], out, lse,
                                   causal=True)
         outs.append(handler.get_numpy_copy(out))
@@ -88,11 +89,14 @@ def test_causal_rows_ignore_later_keys(handler, rng):
     assert not np.array_equal(outs[0][..., 3:, :], outs[1][..., 3:, :])
 
 
-def test_a_captured_call_equals_an_eager_one(handler, rng):
-    (q, k, v, dout), _ = _inputs(handler, rng, (2, 2, 8, 8, 4))
+@pytest.mark.parametrize("shape", [(2, 2, 8, 8, 4), (1, 2, 70, 70, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_a_captured_call_equals_an_eager_one(handler, rng, shape):
+    (q, k, v, dout), _ = _inputs(handler, rng, shape)
+    b, h, t, _, d = shape
     results = []
     for captured in (False, True):
-        out, lse = handler.zeros((2, 2, 8, 4)), handler.zeros((2, 2, 8))
+        out, lse = handler.zeros((b, h, t, d)), handler.zeros((b, h, t))
         dq, dk, dv = handler.zeros(q.shape), handler.zeros(k.shape), handler.zeros(v.shape)
 
         def step():
