@@ -6,12 +6,11 @@ small GPT that learns."""
 import numpy as np
 import pytest
 
+from examples.gpt import build as build_gpt
 from handlers.testing import check_layer_gradients
 from layers import (
-    GELU,
     SGD,
     Embedding,
-    FullyConnected,
     LayerNorm,
     MultiHeadAttention,
     PositionEmbedding,
@@ -73,15 +72,9 @@ def test_embedding_of_sequences(handler, rng):
 
 
 def tiny_gpt(h, vocab=11, context=8, d=16, heads=2, layers=2, seed=0):
-    """A character GPT of ``layers`` blocks (pre-norm attention and MLP)."""
-    blocks = []
-    for _ in range(layers):
-        blocks += [Residual([LayerNorm(d), MultiHeadAttention(d, heads, causal=True)]),
-                   Residual([LayerNorm(d), FullyConnected(d, 4 * d), GELU(),
-                             FullyConnected(4 * d, d)])]
-    return Sequential(h, [Embedding(vocab, d), PositionEmbedding(context, d), *blocks,
-                          LayerNorm(d), FullyConnected(d, vocab), Reshape(-1, vocab)],
-                      SoftmaxCrossEntropy(), seed=seed)
+    """A character GPT of ``layers`` blocks: the demo's network
+    (``examples.gpt.build``: pre-norm attention and MLP blocks)."""
+    return build_gpt(h, vocab, layers, d, heads, context, seed)
 
 
 def test_a_tiny_gpt_learns_to_count(handler):
