@@ -883,6 +883,10 @@ KERNELS = {
     "widen": ("elementwise", "PPq"),
     "narrow": ("elementwise", "PTPq"),
     "scatter_add_rows_wide": ("rows", "PPPqqqq"),
+    # fused attention for the half formats (attention.cu; head sizes 32 and 64)
+    **{f"attn_{kind}_d{d}": ("attention", fmt) for d in (32, 64)
+       for kind, fmt in (("fwd", "PPPPPqqqiT"), ("bwd_q", "PPPPPPPPqqqiT"),
+                         ("bwd_kv", "PPPPPPPqqqiT"))},
     "pool_fwd": ("pool", "PPPqqqqqiiiiiii"),
     "pool_bwd": ("pool", "PPPqqqqqiiiiiii"),
 }

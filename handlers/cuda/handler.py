@@ -30,6 +30,7 @@ from .. import dtypes, optable
 from ..base import Handler
 from ..checks import fail_type
 from ..graphs import WORK_HOOKS
+from . import attention as cuda_attention
 from . import context as cuda_context
 from . import convolution, elementwise, kernel_loader, launch, one_call, products, reductions, rows
 from . import graph as cuda_graph
@@ -492,6 +493,10 @@ class PyCudaHandler(Handler):
     _binarize_v = rows.binarize_v
     _gather_rows = rows.gather_rows
     _scatter_add_rows = rows.scatter_add_rows
+
+    # attention: fused kernels for the halves, else the composed work
+    _attention_forward = cuda_attention.forward
+    _attention_backward = cuda_attention.backward
 
     def _is_fully_finite(self, a):
         _enter()

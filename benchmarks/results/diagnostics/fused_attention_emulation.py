@@ -1,9 +1,10 @@
 """The tiled algorithm of ``fused_attention.patch`` in NumPy, checked
 against float64 attention (``tests/test_attention.reference``): the same
 tiles of 64 rows, masks, causal tile bounds, online softmax, the
-backward's restored normalizer and its two passes (dq per query tile, dk
-and dv per key tile from the float statistics), with the kernels'
-roundings to bfloat16 (p and ds before their products, every output).
+backward's one pass for dq (through the rounded lse, then divided by the
+row's sum, which restores the float lse) and its pass for dk and dv per
+key tile from the float statistics, with the kernels' roundings to
+bfloat16 (p and ds before their products, every output).
 It checks the algorithm, not the CUDA: indexing inside the kernels is
 for the GPU A/B (``fused_attention_ab.sh``) to test.
 
@@ -86,19 +87,16 @@ def backward(q, k, v, out, lse, dout, causal, scale):
             row_lse = tile(lse[h][:, None], q0, t)[:, 0]
             end = min(s, q0 + TILE) if causal else s
             total = np.zeros(TILE)
-            for j0 in range(0, end, TILE):
-                mask = seen(rows, np.arange(j0, j0 + TILE), s, causal)
-                z = qt @ tile(k[h], j0, s).T * scale
-                total += np.where(mask, np.exp(z - row_lse[:, None]), 0).sum(1)
-            row_lse = row_lse + np.log(total)
-            stats[0, h, rows[ok]], stats[1, h, rows[ok]] = row_lse[ok], d[ok]
             acc = np.zeros((TILE, q.shape[2]))
             for j0 in range(0, end, TILE):
                 kt, vt = tile(k[h], j0, s), tile(v[h], j0, s)
                 mask = ok[:, None] & seen(rows, np.arange(j0, j0 + TILE), s, causal)
                 p = np.where(mask, np.exp(qt @ kt.T * scale - row_lse[:, None]), 0)
+                total += p.sum(1)
                 acc += bf(p * (gt @ vt.T - d[:, None]) * scale) @ kt
-            dq[h, rows[ok]] = bf(acc[ok])
+            stats[0, h, rows[ok]] = row_lse[ok] + np.log(total[ok])
+            stats[1, h, rows[ok]] = d[ok]
+            dq[h, rows[ok]] = bf(acc[ok] / total[ok, None])
         for k0 in range(0, s, TILE):
             keys = np.arange(k0, k0 + TILE)
             kt, vt = tile(k[h], k0, s), tile(v[h], k0, s)
@@ -111,7 +109,7 @@ def backward(q, k, v, out, lse, dout, causal, scale):
                 mask = (rows < t)[None, :] & seen(rows, keys, s, causal).T
                 p = np.where(mask, np.exp(kt @ qt.T * scale - lses[None, :]), 0)
                 dva += bf(p) @ gt
-                dka += bf(p * (vt @ gt.T - ds_[None, :]) * scale) @ qt
+                dka += bf(bf(p) * (vt @ gt.T - ds_[None, :]) * scale) @ qt
             ok = keys < s
             dk[h, keys[ok]], dv[h, keys[ok]] = bf(dka[ok]), bf(dva[ok])
     return dq, dk, dv
