@@ -1,4 +1,5 @@
-"""The tiled algorithm of ``fused_attention.patch`` in NumPy, checked
+"""The tiled algorithm of the fused attention kernels
+(``handlers/cuda/kernels/attention.cu``) in NumPy, checked
 against float64 attention (``tests/test_attention.reference``): the same
 tiles of 64 rows, masks, causal tile bounds, online softmax, the
 backward's one pass for dq (through the rounded lse, then divided by the
@@ -6,7 +7,7 @@ row's sum, which restores the float lse) and its pass for dk and dv per
 key tile from the float statistics, with the kernels' roundings to
 bfloat16 (p and ds before their products, every output).
 It checks the algorithm, not the CUDA: indexing inside the kernels is
-for the GPU A/B (``fused_attention_ab.sh``) to test.
+for the GPU tests (``tests/test_attention.py``) to check.
 
 Run on any machine from the project root:
 ``python benchmarks/results/diagnostics/fused_attention_emulation.py``;
