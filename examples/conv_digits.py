@@ -64,7 +64,8 @@ def main(argv=None):
     net = build(h, args.seed)
     opt = SGD(net.parameters, lr=args.lr, momentum=args.momentum)
     trainer = Trainer(net, opt, batch_size=args.batch_size, seed=args.seed,
-                      progress=not args.no_progress, metrics={"accuracy": accuracy},
+                      progress=False if args.no_progress else None,
+                      metrics={"accuracy": accuracy},
                       precision=args.precision)
     print(f"handler: {h!r}" + (f", computing in {net.h.dtype} (mixed precision)"
                                 if args.precision else ""))

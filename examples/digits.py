@@ -74,7 +74,8 @@ def demo_arguments(prog, doc, epochs, lr, plot, save):
                                                 "'' for none)")
     p.add_argument("--save", default=save, help=f"safetensors file for the trained model "
                                                 f"(default {save}; '' for none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (by default one is drawn on a terminal only)")
     return p
 
 
@@ -174,7 +175,7 @@ def main(argv=None):
     net = build(h, args.hidden, args.seed)
     opt = SGD(net.parameters, lr=args.lr, momentum=args.momentum)
     trainer = Trainer(net, opt, batch_size=args.batch_size, batch_axis=1, seed=args.seed,
-                      progress=not args.no_progress, metrics={"accuracy": accuracy},
+                      progress=False if args.no_progress else None, metrics={"accuracy": accuracy},
                       precision=args.precision)
     print(f"handler: {h!r}" + (f", computing in {net.h.dtype} (mixed precision)"
                                 if args.precision else ""))

@@ -27,6 +27,27 @@ Rules of the contract, which the network and the optimizer rely on:
 """
 from types import SimpleNamespace
 
+#: The attributes ``Layer.__init__`` sets: a subclass whose ``__init__``
+#: does not call ``super().__init__()`` lacks them.
+INIT_ATTRIBUTES = ("h", "params", "grads", "input_grad", "_cache")
+
+
+def not_initialized(layer, name=None):
+    """The message for ``layer``, a ``Layer`` whose ``__init__`` did not run
+    ``Layer.__init__`` (``name``: the attribute found missing, if any)."""
+    cls = type(layer).__name__
+    missing = f"{cls} has no attribute {name!r}: " if name else ""
+    return (f"{missing}{cls}.__init__ did not call Layer.__init__; call "
+            f"super().__init__() first thing in {cls}.__init__ (it sets h, params, grads, "
+            f"input_grad and the buffer cache that every layer needs)")
+
+
+def check_initialized(layer, where):
+    """TypeError, prefixed with ``where``, if ``layer`` is a ``Layer`` whose
+    ``__init__`` skipped ``Layer.__init__`` (see :func:`not_initialized`)."""
+    if isinstance(layer, Layer) and not all(hasattr(layer, n) for n in INIT_ATTRIBUTES):
+        raise TypeError(f"{where}: {not_initialized(layer)}")
+
 
 def run_bound(cache, key, h, op, *args):
     """Run fused op ``op`` on handler ``h`` and ``args`` through a call bound
@@ -54,11 +75,30 @@ class Layer:
     """
 
     def __init__(self):
+        # every attribute set here must be named in INIT_ATTRIBUTES
         self.h = None
         self.params = {}
         self.grads = {}
         self.input_grad = True
         self._cache = {}
+
+    def __getattr__(self, name):
+        # Called only when the normal lookup fails, so it costs nothing where
+        # the attribute exists (every step's self.h, self.params, ...).  It
+        # turns the AttributeError of a subclass whose __init__ skipped
+        # Layer.__init__ into one that says so; any other name gets Python's
+        # usual error, so hasattr, getattr(..., default), copy and pickle
+        # behave as without it.  Its own code reads no attribute of the
+        # instance, which may be half built (unpickling, copy): a read
+        # would come back here.
+        if name in INIT_ATTRIBUTES:
+            raise AttributeError(not_initialized(self, name), name=name, obj=self)
+        if any(name in vars(c) for c in type(self).__mro__):
+            # a property whose getter raised AttributeError lands here too:
+            # run it again, so that its own error shows, not "no attribute"
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}",
+                             name=name, obj=self)
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -111,9 +151,40 @@ class Layer:
         """Handler arrays of the given shapes (name=shape), allocated on the
         first call with ``key`` (typically the input shape) and returned from
         the cache afterwards, as a namespace: ``b = self.buffers(x.shape,
-        y=x.shape)``, then ``b.y``."""
-        return self.cached(key, lambda: SimpleNamespace(
-            **{n: self.h.allocate(s) for n, s in shapes.items()}))
+        y=x.shape)``, then ``b.y``.
+
+        The first call with a key names *every* buffer of that key, with its
+        shape (``forward``, which sees the input shape first); a later call
+        may name none (``backward``: ``self.buffers(dy.shape)``, for a layer
+        whose output has its input's shape) or some of them (their shapes
+        are not compared).  TypeError, at the call, for a key never seen
+        with no shapes given (a backward whose ``dy`` has another shape than
+        the ``forward`` key: key both by the same shape) and for a name the
+        key's first call did not give."""
+        b = self._cache.get(key)
+        if b is None:
+            if not shapes:
+                raise TypeError(
+                    f"{self!r}: self.buffers({key!r}) with no shapes, but no buffers were "
+                    f"allocated for the key {key!r} yet: the first call with a key must "
+                    f"give every buffer's shape, name=shape (in forward, say: "
+                    f"self.buffers(x.shape, y=..., dx=...)), and later calls use the same "
+                    f"key (in backward, the forward's input shape, not dy.shape where "
+                    f"they differ)")
+            b = self._cache[key] = SimpleNamespace(
+                **{n: self.h.allocate(s) for n, s in shapes.items()})
+        elif shapes and not shapes.keys() <= getattr(b, "__dict__", {}).keys():
+            self._unknown_buffers(key, shapes, b)
+        return b
+
+    def _unknown_buffers(self, key, shapes, b):
+        """Raise the TypeError of ``buffers`` for names the key lacks."""
+        have = sorted(getattr(b, "__dict__", {}))
+        new = [n for n in shapes if n not in have]
+        raise TypeError(
+            f"{self!r}: self.buffers({key!r}, ...) asks for {', '.join(new)}, but the key's "
+            f"first call allocated only {', '.join(have) or 'other cached values'}: name "
+            f"every buffer of a key, with its shape, in its first call (or use another key)")
 
     def cached(self, key, build):
         """Like ``buffers`` for buffers that need more than allocation (views,

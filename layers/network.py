@@ -5,6 +5,7 @@ from handlers import dtypes
 
 from . import checkpoint
 from .activations import ELU, GELU, ReLU, Sigmoid, SiLU, Tanh
+from .base import check_initialized
 from .compose import Chain
 from .conv import Conv2D
 from .dense import FullyConnected
@@ -42,7 +43,9 @@ class Sequential(checkpoint.NoCopies):
         h: the handler.
         layers: the layers, input side first (each layer object once, here
             or inside a container: a layer keeps one step's state and one
-            set of parameter views, so ValueError for one placed twice).
+            set of parameter views, so ValueError for one placed twice;
+            TypeError, before any layer is touched, for a ``Layer``
+            subclass whose ``__init__`` did not call ``super().__init__()``).
         loss: a loss layer (``SoftmaxCrossEntropy``, ``SquaredError``, ...).
         seed: seed of the parameter initializers.
         input_grad: compute dL/dx of the network input in ``backward``.
@@ -57,6 +60,10 @@ class Sequential(checkpoint.NoCopies):
         self.h = h
         self.layers = list(layers)
         self.loss = loss
+        # before any layer is bound, so that a refused network changes none
+        for _, path, layer in walk(self.layers):
+            check_initialized(layer, f"Sequential: layer {path}")
+        check_initialized(loss, "Sequential: the loss")
         for layer in self.layers + [loss]:
             layer.bind(h)
         #: how many (dense, activation) pairs run fused, in ``layers`` and

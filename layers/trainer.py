@@ -23,6 +23,7 @@ scaler, position and every random generator) and resumed by ``load`` and
 """
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -140,18 +141,43 @@ def _in_step(xs, ys):
         ys.close()
 
 
+def _check_progress(progress):
+    """``progress`` (None, or a bool: see ``Trainer``) as None, True or
+    False; TypeError for anything else (a str such as "auto" or "off")."""
+    if progress is None:
+        return None
+    if isinstance(progress, (bool, np.bool_)) or (isinstance(progress, (int, np.integer))
+                                                  and progress in (0, 1)):
+        return bool(progress)
+    raise TypeError(f"Trainer: progress must be None (a bar on a terminal only), True or "
+                    f"False, got {type(progress).__name__} {progress!r}")
+
+
+def _is_terminal(stream):
+    """Whether ``stream`` is a terminal; False for None (no console, as under
+    pythonw), a closed stream or an object without ``isatty``."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _progress_bar(total, enabled):
-    """A tqdm bar, or None when disabled or tqdm is missing (imported lazily:
-    tqdm is optional, the trainer works without it)."""
-    if not enabled:
+    """A tqdm bar on ``sys.stderr``, or None.  ``enabled``: True shows it,
+    False not, None only where ``sys.stderr`` is a terminal (a bar redrawn
+    in a log file or a pipe leaves a line per update).  tqdm is optional
+    and imported lazily, only for a bar to draw; without it, a warning."""
+    # sys.stderr looked up now, not at import: a redirection since then counts
+    stream = sys.stderr
+    if enabled is False or (enabled is None and not _is_terminal(stream)):
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         warnings.warn("tqdm is not installed: training runs without a progress bar "
-                      "(pip install tqdm)", stacklevel=3)
+                      "(pip install tqdm, or pass progress=False)", stacklevel=3)
         return None
-    return tqdm(total=total, unit="step", dynamic_ncols=True)
+    return tqdm(total=total, unit="step", dynamic_ncols=True, file=stream)
 
 
 class History:
@@ -198,9 +224,21 @@ class Trainer(checkpoint.NoCopies):
         seed: seed of the shuffling.
         log_every: read the running loss from the device every this many
             steps (progress bar); 0 reads it only at the end of an epoch.
-        progress: show a tqdm progress bar (if tqdm is installed).
+        progress: the tqdm progress bar of ``fit`` (if tqdm is installed),
+            written to ``sys.stderr``.  None (default): shown only where
+            ``sys.stderr`` is a terminal, so that a run whose output goes to
+            a log file, a pipe or a CI job does not fill it with redrawn
+            bars (a Jupyter notebook is not a terminal either: pass True
+            there).  True shows it wherever the output goes, False never.
+            Under data parallelism only rank 0 shows one.  Anything but
+            None, a bool, 0 or 1 raises TypeError.
         metrics: {name: f(outputs, targets)} computed on the host from the
-            evaluation outputs, e.g. {"accuracy": layers.metrics.accuracy}.
+            evaluation outputs, e.g. {"accuracy": layers.metrics.accuracy};
+            ``evaluate`` returns each under its name, beside the loss, and
+            ``fit`` records it as ``eval_<name>`` after each epoch of
+            ``eval_data``.  ``f`` gets all the outputs as one NumPy array
+            and the targets as checked (class labels given as (n,) or
+            (n, 1) arrive as (n, 1) floats).
             ``layers.metrics.accuracy`` itself is counted on the device
             instead (``DeviceAccuracy``, the same value), so evaluation
             downloads no outputs for it.  Anything but None or such a
@@ -289,7 +327,7 @@ class Trainer(checkpoint.NoCopies):
     """
 
     def __init__(self, net, optimizer, batch_size=32, batch_axis=0, seed=0,
-                 log_every=10, progress=True, metrics=None, graph=None,
+                 log_every=10, progress=None, metrics=None, graph=None,
                  check_every=50, on_nonfinite="raise", precision=None, data_parallel=False,
                  schedule=None, clip_norm=None):
         self.net, self.optimizer = net, optimizer
@@ -326,7 +364,8 @@ class Trainer(checkpoint.NoCopies):
         if self.skip_nonfinite and graph:
             raise ValueError("Trainer: on_nonfinite='skip' reads the loss on the host every "
                              "step, which a captured graph cannot do: pass graph=False or None")
-        self.progress = progress
+        #: the ``progress`` setting: None (a bar on a terminal only), True or False
+        self.progress = _check_progress(progress)
         self.metrics = _check_metrics(metrics)
         if graph is None:
             graph = getattr(self.h, "prefers_graphs", False) and not self.skip_nonfinite
@@ -530,7 +569,10 @@ class Trainer(checkpoint.NoCopies):
         overflow_seen = 0 if scaler is None else scaler.skipped
         if self._dp is not None:
             self._dp.check_epoch(sizes)
-        bar = _progress_bar((epochs - self.epoch) * steps - first, self.progress)
+        # rank 0 alone draws a bar (data_parallel_for turns a True off on the
+        # others; a None, decided per rank's stream, is turned off here)
+        show = self.progress if self._dp is None or self._dp.rank == 0 else False
+        bar = _progress_bar((epochs - self.epoch) * steps - first, show)
         try:
             host_log = h.empty_pinned((steps,))          # target of async loss reads
             for epoch in range(self.epoch + 1, epochs + 1):
@@ -839,11 +881,17 @@ class Trainer(checkpoint.NoCopies):
 
     # ---------------------------------------------------------------- evaluate
     def evaluate(self, x, y):
-        """Mean loss and the metrics over (x, y), in inference mode.
+        """The loss and every metric of the trainer over (x, y), in
+        inference mode (no dropout, no parameter change).
 
-        Returns {"loss": float, <metric name>: float, ...}.  The loss is the
-        mean over all samples (each batch's mean weighted by its size).  x
-        and y are checked as in ``fit``.
+        Returns a dict: ``"loss"``, the mean loss over all samples (each
+        batch's mean weighted by its size), then one entry per metric the
+        trainer was built with (``metrics``), under its name, computed over
+        all the outputs at once: ``{"loss": 0.31, "accuracy": 0.92}`` for
+        ``metrics={"accuracy": accuracy}``, ``{"loss": 0.31}`` for a trainer
+        without metrics.  These are the values ``fit`` records each epoch
+        for ``eval_data``, there named ``eval_loss``, ``eval_accuracy``, ...
+        x and y are checked as in ``fit``.
         """
         return self._evaluate(*self._prepare("Trainer.evaluate", x, y))
 

@@ -2,6 +2,7 @@
 groups in the LSTM backward, and a user-defined layer; per handler."""
 import builtins
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -340,9 +341,15 @@ def test_trainer_without_tqdm(handler, monkeypatch):
     x = rng.standard_normal((20, 6))
     y = rng.integers(0, 3, (20, 1)).astype(float)
     net = mlp(handler)
+    # asked for a bar it cannot draw: a warning, and training goes on
     with pytest.warns(UserWarning, match="tqdm"):
-        hist = Trainer(net, SGD(net.parameters), batch_size=8).fit(x, y, epochs=2)
+        hist = Trainer(net, SGD(net.parameters), batch_size=8, progress=True).fit(x, y, epochs=2)
     assert len(hist.step_losses) == 6
+    # by default, where no bar would be drawn (not a terminal), no warning either
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hist = Trainer(net, SGD(net.parameters), batch_size=8).fit(x, y, epochs=1)
+    assert len(hist.step_losses) == 3
 
 
 # ------------------------------------------------------- a user-defined layer
