@@ -26,6 +26,9 @@ TARGET = 1.10  # NumpyHandler time / plain NumPy time
 #: seconds on a small CPU.  Relatively more of its time is the handler's per-op
 #: host cost, so its ratio to NumPy is, if anything, the harder test.
 QUICK = {"n": 300, "iters": 100}
+#: repeats of one loop spread more than this (slowest / fastest) mark the
+#: verdict indicative: the machine was busy while they ran
+NOISY = 1.25
 #: relative error allowed per unit of n (float32 dot products of length n)
 TOL = 1e-6
 
@@ -63,11 +66,12 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help=f"the demo's size: n {QUICK['n']} and {QUICK['iters']} iterations "
                         f"unless --n/--iters say otherwise (not with --save)")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median counts")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats; the median counts (default 3, with --quick 7)")
     args = p.parse_args(argv)
     if args.quick and args.save:
         p.error("--quick runs are not saved: the committed results are full-size runs")
-    sizes = QUICK if args.quick else {"n": 1000, "iters": 500}
+    sizes = dict(QUICK, repeats=7) if args.quick else {"n": 1000, "iters": 500, "repeats": 3}
     for key, value in sizes.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -106,8 +110,15 @@ def main(argv=None):
         print(f"skipped {name}: {reason}")
     ok = check_line("y = m @ x + b", errors, TOL * n)
     ratio = rows[1][4]
+    verdict = "holds" if ratio <= TARGET else "MISSED"
+    spread = max(t["max"] / t["min"] for t in times[:2])
+    if spread > NOISY:
+        # Another process took the CPU during some repeats: the medians of a
+        # few short repeats then compare luck, not the handler's cost.
+        verdict += (f" (indicative only: repeats varied {spread:.2f}x, the CPU was busy; "
+                    f"rerun on an idle machine, or without --quick)")
     print(f"NumpyHandler / plain NumPy = {ratio:.3f}x (medians); target <= {TARGET:.2f}x: "
-          f"{'holds' if ratio <= TARGET else 'MISSED'}")
+          f"{verdict}")
 
     if args.save:
         results = {"n": n, "iters": iters, "dtype": "float32", "target_numpy_ratio": TARGET,

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from . import dtypes
+from . import blas_threads, dtypes
 from .base import CONV_EPILOGUES, Handler
 from .checks import fail_type, fail_value
 from .graphs import WORK_HOOKS
@@ -186,10 +186,12 @@ class NumpyHandler(Handler):
             a = a.T if transa else a
             b = b.T if transb else b
             fn = np.dot
+        # small products on one BLAS thread (blas_threads: why)
+        macs = out.size * a.shape[-1]
         if beta == 0.0:
-            fn(a, b, out=out)
+            blas_threads.product(fn, macs, a, b, out=out)
         else:
-            self._add_product(fn, a, b, out)
+            blas_threads.product(self._add_product, macs, fn, a, b, out)
 
     def _axpby(self, alpha, x, beta, y):
         # Device scalars (one-element arrays) are read now, when the op runs.
@@ -378,16 +380,17 @@ class NumpyHandler(Handler):
         if kind == "forward":                       # a = x, b = w
             k = b.shape[0]
             cols = _taps(a, b.shape[2:], out.shape[2:], stride, padding, dilation)
-            res = b.reshape(k, -1) @ cols.reshape(-1, cols[0, 0, 0].size)
+            res = _matmul(b.reshape(k, -1), cols.reshape(-1, cols[0, 0, 0].size))
             np.copyto(out, res.reshape((k, a.shape[0]) + out.shape[2:]).transpose(1, 0, 2, 3))
         elif kind == "backward_filter":             # a = x, b = dy
             cols = _taps(a, out.shape[2:], b.shape[2:], stride, padding, dilation)
             dy = b.transpose(1, 0, 2, 3).reshape(b.shape[1], -1)
-            np.copyto(out, (dy @ cols.reshape(-1, dy.shape[1]).T).reshape(out.shape))
+            np.copyto(out, _matmul(dy, cols.reshape(-1, dy.shape[1]).T).reshape(out.shape))
         else:                                       # a = dy, b = w, out = dx
             k = b.shape[0]
             dy = a.transpose(1, 0, 2, 3).reshape(k, -1)
-            cols = (b.reshape(k, -1).T @ dy).reshape(b.shape[1:] + (a.shape[0],) + a.shape[2:])
+            cols = _matmul(b.reshape(k, -1).T, dy).reshape(b.shape[1:] + (a.shape[0],)
+                                                            + a.shape[2:])
             _untap(cols, out, stride, padding, dilation)
 
     def _pool2d(self, kind, src, dst, argmax, window, stride, padding):
@@ -426,6 +429,11 @@ class NumpyHandler(Handler):
             self._rng.bit_generator.state = state["state"]
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"set_random_state: not a state of this generator: {e}") from None
+
+
+def _matmul(a, b):
+    """a @ b for 2-D a and b, small ones on one BLAS thread (``blas_threads``)."""
+    return blas_threads.product(np.matmul, a.shape[0] * a.shape[1] * b.shape[1], a, b)
 
 
 def _taps(x, kernel, out_hw, stride, padding, dilation):
