@@ -1,7 +1,9 @@
 """streamhandlers: write neural-network layers once, run them on NumPy or CUDA.
 
-``import handlers`` works without pycuda; ``PyCudaHandler`` is imported lazily
-and raises an ``ImportError`` naming what is missing when pycuda is absent.
+``import handlers`` and ``from handlers import PyCudaHandler`` work without
+pycuda: the GPU side loads when a ``PyCudaHandler`` is constructed, which
+raises an ``ImportError`` naming what is missing when pycuda is absent
+(``python -m handlers.doctor`` lists what this machine has).
 """
 from .base import Handler
 from .cuda.kernel_loader import CudaError
