@@ -21,8 +21,9 @@ by :func:`verdicts`, beside each suite's correctness checks; the
 documentation's benchmark page is :func:`rst_report`, written at docs build
 time by ``docs/conf.py`` (which needs no matplotlib: it only copies the PNGs).
 It shows, per suite, the commit measured, how many runs, and whether the code
-has changed since.  The report ends with the headline sentences that
-README.rst quotes verbatim (``tests/test_readme.py`` checks that).
+has changed since.  The page ends with the headline sentences, and
+README.rst holds :func:`headline_table`, the results against the strongest
+peers, verbatim (``tests/test_readme.py`` checks that).
 """
 import argparse
 import math
@@ -265,8 +266,9 @@ def reductions_verdicts(r):
     counts as missed; without PyTorch there is no speed to judge."""
     out = []
 
-    def add(target, result, met, total):
-        out.append(dict(suite="reductions", target=target, result=result, met=met, total=total))
+    def add(target, result, met, total, **headline):
+        out.append(dict(suite="reductions", target=target, result=result, met=met, total=total,
+                        **headline))
     rows = (r.get("random") or {}).get("cases", [])
     seed = (r.get("random") or {}).get("seed", r.get("seed"))
     timed = [x for x in rows if x.get("speed_vs_torch") is not None]
@@ -280,7 +282,9 @@ def reductions_verdicts(r):
             + (f"; {failed} raised" if failed else ""),
             sum(s >= REDUCTIONS_EVERY for s in speeds), len(speeds) + failed)
         add(f"median random case >= {REDUCTIONS_MEDIAN}x PyTorch's speed",
-            f"{mid:.2f}x over {len(speeds)} cases", int(mid >= REDUCTIONS_MEDIAN), 1)
+            f"{mid:.2f}x over {len(speeds)} cases", int(mid >= REDUCTIONS_MEDIAN), 1,
+            what=f"reductions, median of {len(speeds)} random shapes", peer="PyTorch",
+            ratio=mid, sense="speed", goal=f">= {REDUCTIONS_MEDIAN}x")
     big = [x["fraction_of_copy"] for x in rows
            if x.get("fraction_of_copy") is not None and x["input_bytes"] > REDUCTIONS_BIG]
     if big:
@@ -355,7 +359,8 @@ def conv_verdicts(r):
                         met=sum(v >= 1.0 for v in ratios.values()), total=len(ratios)))
         if step.get("peers"):
             ms = _step_ms(step)
-            out.append(strongest_verdict("conv", "LeNet-style step", ms["ours, captured"], ms))
+            out.append(strongest_verdict("conv", "LeNet-style step", ms["ours, captured"], ms,
+                                             "LeNet-style conv net training step"))
     adam = r.get("adam")
     if adam:
         out.append(dict(suite="conv", target=f"Adam's update >= {ADAM_BANDWIDTH:.0%} of copy",
@@ -386,17 +391,19 @@ def dp_verdicts(r):
     return out
 
 
-def strongest_verdict(suite, what, captured_ms, ms):
+def strongest_verdict(suite, what, captured_ms, ms, label=None):
     """Issue 42's verdict on a captured step (``what``, ``captured_ms``)
     against the fastest of its strongest peers among ``ms`` ({label: ms};
-    :func:`benchmarks.peers.strongest`)."""
+    :func:`benchmarks.peers.strongest`); ``label`` names the step in
+    README.rst's table (default ``what``)."""
     v = P.against_strongest(captured_ms, ms)
     return dict(suite=suite, target=f"{what} against the strongest peers: captured <= "
                                     f"{P.STRONGEST_TARGET:.1f}x the fastest of PyTorch graphed, "
                                     f"torch.compile graphed and JAX jit",
                 result=f"{captured_ms:.3f} ms, {v['ratio']:.3f}x {v['peer']} "
                        f"({v['peer_ms']:.3f} ms)",
-                met=int(v["met"]), total=1)
+                met=int(v["met"]), total=1, what=f"{label or what}, captured", peer=v["peer"],
+                ratio=v["ratio"], sense="time", goal=f"<= {P.STRONGEST_TARGET:.1f}x")
 
 
 def _step_ms(step):
@@ -449,7 +456,8 @@ def half_verdicts(r):
         ms = _step_ms(step) if step.get("peers") else {}
         if "ours mixed bf16, captured" in ms:
             out.append(strongest_verdict("half", "MLP mixed bf16 step",
-                                         ms["ours mixed bf16, captured"], ms))
+                                         ms["ours mixed bf16, captured"], ms,
+                                         "MLP training step 3x4096, mixed bf16"))
     return out
 
 
@@ -463,7 +471,7 @@ def gpt_verdicts(r):
         ms = {k: med(v) for k, v in step.get("ms", {}).items()}
         if OURS_CAPTURED in ms and P.against_strongest(ms[OURS_CAPTURED], ms):
             out.append(strongest_verdict("gpt", f"GPT step ({precision})", ms[OURS_CAPTURED],
-                                         ms))
+                                         ms, f"GPT training step, {precision}"))
     for key, label in (("attention", ""), ("attention_bf16", ", bf16")):
         att = r.get(key)
         if not att or OURS not in att.get("ms", {}):
@@ -478,7 +486,10 @@ def gpt_verdicts(r):
                                                 f"fastest SDPA backend",
                             result=f"{speed:.3f}x {best} ({ms[OURS]:.3f} against "
                                    f"{peers[best]:.3f} ms)",
-                            met=int(speed >= ATTENTION_TARGET), total=1))
+                            met=int(speed >= ATTENTION_TARGET), total=1,
+                            what=f"attention forward + backward, {label.strip(', ') or 'f32'}",
+                            peer=best, ratio=speed, sense="speed",
+                            goal=f">= {ATTENTION_TARGET}x"))
     return out
 
 
@@ -534,7 +545,8 @@ def graph_verdicts(res):
                         met=int(ratio <= 1.0), total=1))
         if m.get("peers"):   # issue 42: against the compiled peers too
             ms = {lab: t["ms"] for lab, t in {**torch, **m["peers"]}.items()}
-            out.append(strongest_verdict("train", model.upper(), cap["ms"], ms))
+            out.append(strongest_verdict("train", model.upper(), cap["ms"], ms,
+                                         f"{model.upper()} training step"))
         gemm = m.get("breakdown_ms", {}).get("gemm")
         # issue 42: the MLP step against its gemms, where they were replayed
         # from a graph (earlier runs re-issued them eagerly: host gaps)
@@ -843,7 +855,7 @@ def _figure(name, images, caption):
 
 
 def headline(chosen):
-    """The headline sentences (README.rst quotes them verbatim): medians
+    """The headline sentences (the end of the benchmark page): medians
     across the chosen runs, with their range across runs in parentheses."""
     out = []
     if "ops" in chosen:
@@ -934,6 +946,24 @@ def _where_and_when(chosen):
             f"{sm[0]}-{sm[1]} MHz" if sm else "n/a"])
     return _table(["suite", "device", "runs", "commit", "code since", "dates", "driver",
                    "versions", "SM clock"], rows)
+
+
+def headline_table(chosen):
+    """README.rst's table of results against the strongest peers: one row per
+    verdict that has a ratio (the captured steps against the fastest of
+    torch.compile, JAX and PyTorch graphed; attention against PyTorch's
+    fastest SDPA backend; the reductions' random set against PyTorch), as
+    reStructuredText.  README.rst holds it verbatim (``tests/test_readme.py``
+    checks that), so the README's numbers are the committed runs'."""
+    rows = []
+    # the steps first, then the ops, each in the suites' order
+    judged = [v for v in verdicts({s: chosen[s][1] for s in chosen}) if "ratio" in v]
+    for v in sorted(judged, key=lambda v: v["sense"] != "time"):
+        rows.append([v["what"], v["peer"], f"{v['ratio']:.2f}x the {v['sense']}",
+                     f"{v['goal']}: {'holds' if v['met'] == v['total'] else 'misses'}"])
+    if not rows:
+        return ""
+    return _table(["measured", "against", "ours", "target"], rows)
 
 
 def rst_report(chosen, images=None):
@@ -1139,6 +1169,10 @@ def rst_report(chosen, images=None):
              for x, c in zip(r["rows"], p["combined"]["rows"])],
             f"y = m @ x + b, {r['n']}x{r['n']} {r['dtype']}, {r['iters']} iterations; the "
             f"target is NumpyHandler <= {r['target_numpy_ratio']:.2f}x plain NumPy"))
+    lines = headline(chosen)
+    if lines:
+        parts.append(_heading("Headline", "-"))
+        parts.append("\n".join(f"- {line}" for line in lines) + "\n")
     return "\n".join(parts)
 
 
@@ -1193,7 +1227,9 @@ def main(argv=None):
     for v in verdicts({s: chosen[s][1] for s in chosen}):
         print(f"{v['suite']:8} {'holds' if v['met'] == v['total'] else 'MISSED':6} "
               f"({v['met']}/{v['total']})  {v['target']}: {v['result']}")
-    print("headline (README.rst quotes these lines):")
+    print("headline (the benchmark page lists these lines):")
     for line in headline(chosen):
         print("  -", line)
+    print("README.rst's table (it holds this verbatim):")
+    print(headline_table(chosen))
     return 0
