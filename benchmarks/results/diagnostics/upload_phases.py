@@ -1,0 +1,187 @@
+"""Where the host time of an upload loop from ordinary NumPy arrays goes.
+
+Issue 44 asks for ``benchmarks upload``'s (c), ``prefetch`` from NumPy
+arrays, at >= 1.0x the speed of (g), PyTorch copying the same arrays
+through pinned staging tensors.  In the last upload run (2069ae4, H200) (c)
+took 494 us a step against (g)'s 221, and the consumer's ``next`` 427 us a
+step, where the stager's 4 MB copy into page-locked memory takes 219 us
+alone (four threads; one thread 451).  So about 200 us a step go elsewhere
+in the reader's pipeline.  This times the pipeline's parts per step, in the
+reader thread (the source, waiting for a free staging slot, the staged
+copy, waiting for room in the ready queue) and in the consumer (waiting for
+a staged batch, starting its upload), for the (c) loop of
+``benchmarks/upload.py`` (``pipelined``), under variants:
+
+* ``base``: the library as it is;
+* ``threads=K``: the stager's copy split over K threads (1, 2, 8);
+* ``switch``: ``sys.setswitchinterval(1e-4)`` instead of 5 ms, to see
+  whether threads wait for the GIL (a diagnosis, not a fix: it is the
+  process's setting);
+* ``slots+2``: two more staging slots than ``depth + 1``.
+
+Nothing in the library is changed: the process wraps ``prefetch``'s
+functions.  Each variant runs ``REPEATS`` loops of ``--iters`` steps; the
+figures are medians over the loops of microseconds per step.
+
+Run on a GPU machine from the project root (``--handler numpy`` runs the
+same loop on NumpyHandler, whose prefetch stages through the same reader,
+to try the script anywhere):
+``python benchmarks/results/diagnostics/upload_phases.py [--iters 300]``.
+"""
+import argparse
+import collections
+import pathlib
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from benchmarks.upload import DISTINCT, pipelined  # noqa: E402
+from handlers import prefetch as P  # noqa: E402
+
+REPEATS = 5
+
+
+class Clock:
+    """Seconds spent in named parts, summed across threads."""
+
+    def __init__(self):
+        self.sums = collections.Counter()
+
+    def wrap(self, name, fn):
+        """``fn``, timed into ``name``."""
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sums[name] += time.perf_counter() - t
+        return timed
+
+
+def instrument(clock, slots_extra=0):
+    """Wrap the reader's and the consumer's parts; return an undo."""
+    saved = {}
+
+    def patch(owner, name, new):
+        saved[(owner, name)] = getattr(owner, name)
+        setattr(owner, name, new)
+
+    stage_call = P.Stager.__call__
+    patch(P.Stager, "__call__", lambda self, slot, arrays:
+          clock.wrap("reader: staged copy", stage_call)(self, slot, arrays))
+    slot_for = P._Reader._slot_for
+    patch(P._Reader, "_slot_for", lambda self, arrays:
+          clock.wrap("reader: wait for a slot", slot_for)(self, arrays))
+    put = P._Reader._put
+    patch(P._Reader, "_put", lambda self, msg:
+          clock.wrap("reader: wait for room", put)(self, msg))
+    init = P._Reader.__init__
+
+    def reader_init(self, source, depth, direct, stage):
+        init(self, _timed(source, clock), depth, direct, stage)
+        self.budget += slots_extra
+    patch(P._Reader, "__init__", reader_init)
+    get = P._Channel.get
+    patch(P._Channel, "get", lambda self, block=True, timeout=None:
+          clock.wrap("consumer: wait for a batch", get)(self, block, timeout)
+          if block and timeout is None else get(self, block, timeout))
+
+    def undo():
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
+    return undo
+
+
+def _timed(items, clock):
+    """``items``, the time each takes to come counted as the reader's source."""
+    items = iter(items)
+    while True:
+        t = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        finally:
+            clock.sums["reader: source"] += time.perf_counter() - t
+        yield item
+
+
+def make_handler(name):
+    if name == "numpy":
+        from handlers import NumpyHandler
+        return NumpyHandler(np.float32)
+    from handlers import PyCudaHandler
+    return PyCudaHandler(np.float32)
+
+
+def run_variant(h, m, b, xs, ys, outs, iters, depth, clock):
+    """Medians over REPEATS loops: {part: us per step}."""
+    per_loop = []
+    for _ in range(REPEATS + 1):        # the first loop warms up
+        clock.sums.clear()
+        phases = {}
+        h.synchronize_all_streams()
+        t = time.perf_counter()
+        pipelined(h, m, b, lambda k: (xs[i % len(xs)] for i in range(k)), ys, outs, iters,
+                  phases, depth)
+        h.synchronize_all_streams()
+        total = time.perf_counter() - t
+        row = {"step": total}
+        row.update({f"loop: {k}": v for k, v in phases.items()})
+        row.update(clock.sums)
+        per_loop.append({k: v / iters * 1e6 for k, v in row.items()})
+    per_loop = per_loop[1:]
+    return {k: statistics.median(r.get(k, 0.0) for r in per_loop) for k in per_loop[0]}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--handler", default="pycuda", choices=("pycuda", "numpy"))
+    p.add_argument("--iters", type=int, default=300)
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--depth", type=int, default=3)
+    args = p.parse_args(argv)
+    h = make_handler(args.handler)
+    rng = np.random.default_rng(0)
+    n = args.n
+    m = h.create_from_numpy((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32))
+    b = h.create_from_numpy(rng.standard_normal((n, 1)).astype(np.float32))
+    xs = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(DISTINCT)]
+    ys = [h.allocate((n, n)) for _ in range(2)]
+    outs = [h.empty_pinned((n, n)) for _ in range(2)]
+    variants = {"base": {}, "threads=1": {"threads": 1}, "threads=2": {"threads": 2},
+                "threads=8": {"threads": 8}, "switch": {"switch": 1e-4},
+                "slots+2": {"slots": 2}}
+    results = {}
+    for name, v in variants.items():
+        clock = Clock()
+        undo = instrument(clock, v.get("slots", 0))
+        threads, interval = P.COPY_THREADS, sys.getswitchinterval()
+        try:
+            if "threads" in v:
+                P.Stager.__init__.__defaults__ = (v["threads"], P.PARALLEL_BYTES)
+            if "switch" in v:
+                sys.setswitchinterval(v["switch"])
+            results[name] = run_variant(h, m, b, xs, ys, outs, args.iters, args.depth, clock)
+        finally:
+            P.Stager.__init__.__defaults__ = (threads, P.PARALLEL_BYTES)
+            sys.setswitchinterval(interval)
+            undo()
+        print(f"{name}: {results[name]['step']:.0f} us a step", flush=True)
+    parts = sorted({k for r in results.values() for k in r})
+    print(f"\nupload loop (c) from NumPy arrays, {n}x{n} float32, depth {args.depth}, "
+          f"{args.iters} steps, median of {REPEATS} loops; us per step "
+          f"({type(h).__name__})")
+    width = max(len(k) for k in parts)
+    print(" " * width + "".join(f"{k:>12}" for k in results))
+    for part in ["step"] + [k for k in parts if k != "step"]:
+        print(f"{part:<{width}}" + "".join(f"{r.get(part, 0.0):>12.1f}"
+                                           for r in results.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
