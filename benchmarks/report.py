@@ -465,7 +465,7 @@ def gpt_verdicts(r):
     """The gpt suite's targets (issue 43): each precision's captured step
     against the strongest peers, and attention forward and backward against
     the fastest of PyTorch's SDPA backends."""
-    from benchmarks.gpt import ATTENTION_TARGET, OURS, OURS_CAPTURED
+    from benchmarks.gpt import ATTENTION_TARGET, OURS, OURS_CAPTURED, attention_speed
     out = []
     for precision, step in r.get("steps", {}).items():
         ms = {k: med(v) for k, v in step.get("ms", {}).items()}
@@ -477,15 +477,14 @@ def gpt_verdicts(r):
         if not att or OURS not in att.get("ms", {}):
             continue
         ms = {k: med(v) for k, v in att["ms"].items()}
-        peers = {k: v for k, v in ms.items() if k != OURS}
-        if peers:
-            best = min(peers, key=peers.get)
-            speed = peers[best] / ms[OURS]
+        fastest = attention_speed(ms)
+        if fastest:
+            best, peer_ms, speed = fastest
             out.append(dict(suite="gpt", target=f"attention forward + backward{label} >= "
                                                 f"{ATTENTION_TARGET}x the speed of PyTorch's "
                                                 f"fastest SDPA backend",
                             result=f"{speed:.3f}x {best} ({ms[OURS]:.3f} against "
-                                   f"{peers[best]:.3f} ms)",
+                                   f"{peer_ms:.3f} ms)",
                             met=int(speed >= ATTENTION_TARGET), total=1,
                             what=f"attention forward + backward, {label.strip(', ') or 'f32'}",
                             peer=best, ratio=speed, sense="speed",

@@ -75,17 +75,23 @@ PACKAGES = (
     Package("safetensors", "safetensors", "safetensors.numpy"),
 )
 
-# cuDNN and NCCL, looked for where the handlers look: the nvidia-* wheels'
-# package directory first, then the soname on the loader's path.
-_LIBRARY = """
-    import ctypes, os
+# cuDNN and NCCL, each looked for where the library looks: cuDNN where the
+# handler's conv2d ops load it (convolution.cudnn_paths), NCCL in the
+# nvidia-nccl wheel's package directory first, then as the soname.
+_CUDNN_PATHS = """
+    from handlers.cuda.convolution import cudnn_paths
+    tried = cudnn_paths()"""
+_NCCL_PATHS = """
     tried = []
     try:
-        import nvidia.{package} as pkg
-        tried += [os.path.join(d, "lib", {soname!r}) for d in pkg.__path__]
+        import nvidia.nccl as pkg
+        tried += [os.path.join(d, "lib", "libnccl.so.2") for d in pkg.__path__]
     except ImportError:
         pass
-    tried.append({soname!r})
+    tried.append("libnccl.so.2")"""
+_LIBRARY = """
+    import ctypes, os
+{paths}
     errors = []
     for path in tried:
         if os.path.sep in path and not os.path.exists(path):
@@ -110,8 +116,8 @@ _NCCL_VERSION = """
     v = n.value
     version = f"{v // 10000}.{v % 10000 // 100}.{v % 100}" """
 LIBRARIES = {
-    "cuDNN": _LIBRARY.format(package="cudnn", soname="libcudnn.so.9", version=_CUDNN_VERSION),
-    "NCCL": _LIBRARY.format(package="nccl", soname="libnccl.so.2", version=_NCCL_VERSION),
+    "cuDNN": _LIBRARY.format(paths=_CUDNN_PATHS, version=_CUDNN_VERSION),
+    "NCCL": _LIBRARY.format(paths=_NCCL_PATHS, version=_NCCL_VERSION),
 }
 
 # What a user would do first: construct a handler, then run one op (its

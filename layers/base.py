@@ -27,10 +27,6 @@ Rules of the contract, which the network and the optimizer rely on:
 """
 from types import SimpleNamespace
 
-#: The attributes ``Layer.__init__`` sets: a subclass whose ``__init__``
-#: does not call ``super().__init__()`` lacks them.
-INIT_ATTRIBUTES = ("h", "params", "grads", "input_grad", "_cache")
-
 
 def not_initialized(layer, name=None):
     """The message for ``layer``, a ``Layer`` whose ``__init__`` did not run
@@ -75,7 +71,7 @@ class Layer:
     """
 
     def __init__(self):
-        # every attribute set here must be named in INIT_ATTRIBUTES
+        # INIT_ATTRIBUTES (end of this module) is what this sets
         self.h = None
         self.params = {}
         self.grads = {}
@@ -222,3 +218,8 @@ class Layer:
             want = " or ".join(f"{n}-D" for n in ndims)
             tail = f" with last dimension {last}" if last is not None else ""
             raise ValueError(f"{self!r}: {what} must be {want}{tail}, got shape {x.shape}")
+
+
+#: The attributes ``Layer.__init__`` sets (those of a bare ``Layer``): a
+#: subclass whose ``__init__`` does not call ``super().__init__()`` lacks them.
+INIT_ATTRIBUTES = tuple(vars(Layer()))

@@ -22,6 +22,7 @@ from handlers.testing import (  # noqa: F401
     tolerance_of,
     upload,
 )
+from layers import Layer
 
 
 def act_reference(act, z):
@@ -72,3 +73,30 @@ def differing(got, want, prefix=""):
         elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or a != b:
             out.append(name)
     return out
+
+
+class Scale(Layer):
+    """y = x * s, one learned factor per feature: a layer written by a user."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def param_shapes(self):
+        return {"s": (1, self.n)}
+
+    def init_params(self, rng, host):
+        host["s"][...] = 1.0
+
+    def forward(self, x, training=True):
+        b = self.buffers(x.shape, y=x.shape, tmp=x.shape, dx=x.shape)
+        self.h.mult_mv(x, self.params["s"], b.y)
+        self.x = x
+        return b.y
+
+    def backward(self, dy):
+        b = self.buffers(dy.shape)
+        self.h.mult_tt(dy, self.x, b.tmp)
+        self.h.sum_t(b.tmp, 0, self.grads["s"])       # writes (does not add) the gradient
+        self.h.mult_mv(dy, self.params["s"], b.dx)
+        return b.dx

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from handlers import NumpyHandler
+from helpers import Scale
 from layers import (
     ELU,
     LSTM,
     SGD,
     Dropout,
     FullyConnected,
-    Layer,
     ReLU,
     Sequential,
     Sigmoid,
@@ -353,33 +353,6 @@ def test_trainer_without_tqdm(handler, monkeypatch):
 
 
 # ------------------------------------------------------- a user-defined layer
-class Scale(Layer):
-    """y = x * s, one learned factor per feature: a layer written by a user."""
-
-    def __init__(self, n):
-        super().__init__()
-        self.n = n
-
-    def param_shapes(self):
-        return {"s": (1, self.n)}
-
-    def init_params(self, rng, host):
-        host["s"][...] = 1.0
-
-    def forward(self, x, training=True):
-        b = self.buffers(x.shape, y=x.shape, tmp=x.shape, dx=x.shape)
-        self.h.mult_mv(x, self.params["s"], b.y)
-        self.x = x
-        return b.y
-
-    def backward(self, dy):
-        b = self.buffers(dy.shape)
-        self.h.mult_tt(dy, self.x, b.tmp)
-        self.h.sum_t(b.tmp, 0, self.grads["s"])       # writes (does not add) the gradient
-        self.h.mult_mv(dy, self.params["s"], b.dx)
-        return b.dx
-
-
 def test_user_defined_layer_trains(handler):
     assert len(inspect.getsource(Scale).splitlines()) < 30
     rng = np.random.default_rng(2)

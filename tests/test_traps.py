@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+import helpers
 from handlers import NumpyHandler
 from layers import (
     SGD,
@@ -183,32 +184,13 @@ def test_fit_records_what_evaluate_returns():
 
 
 # ----------------------------------------------------------- 3. buffers
-class Scale(Layer):
+class Scale(helpers.Scale):
     """y = x * s (the tutorial's layer): buffers keyed by the input shape in
-    forward, asked for by dy.shape, the same, in backward."""
-
-    def __init__(self, n):
-        super().__init__()
-        self.n = n
-
-    def param_shapes(self):
-        return {"s": (1, self.n)}
+    forward, asked for by dy.shape, the same, in backward; s starts at 1..n,
+    so that every factor differs."""
 
     def init_params(self, rng, host):
         host["s"][...] = np.arange(1, self.n + 1)
-
-    def forward(self, x, training=True):
-        b = self.buffers(x.shape, y=x.shape, tmp=x.shape, dx=x.shape)
-        self.h.mult_mv(x, self.params["s"], b.y)
-        self.x = x
-        return b.y
-
-    def backward(self, dy):
-        b = self.buffers(dy.shape)
-        self.h.mult_tt(dy, self.x, b.tmp)
-        self.h.sum_t(b.tmp, 0, self.grads["s"])
-        self.h.mult_mv(dy, self.params["s"], b.dx)
-        return b.dx
 
 
 class SumFeatures(Layer):

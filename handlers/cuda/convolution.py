@@ -86,23 +86,27 @@ def cudnn_note_names(mask):
     return [n for i, n in enumerate(CUDNN_NOTES) if mask >> i & 1]
 
 
+def cudnn_paths():
+    """Where cuDNN 9 is looked for, in order: the ``lib/`` of the
+    ``nvidia.cudnn`` package (the ``nvidia-cudnn-cu*`` wheels) if importable,
+    then the plain soname ``libcudnn.so.9`` on the loader's path."""
+    tried = []
+    try:
+        import nvidia.cudnn as pkg
+        tried += [os.path.join(d, "lib", "libcudnn.so.9") for d in pkg.__path__]
+    except ImportError:
+        pass
+    return tried + ["libcudnn.so.9"]
+
+
 def load_cudnn():
-    """The extension with cuDNN 9 loaded: from the ``nvidia.cudnn`` package
-    (the ``nvidia-cudnn-cu*`` wheels) if importable, else the plain soname
-    ``libcudnn.so.9`` from the loader's path.  ImportError naming what was
-    tried if neither opens."""
+    """The extension with cuDNN 9 loaded from the first of ``cudnn_paths``
+    that opens; ImportError naming what was tried if none does."""
     global _cudnn
     if _cudnn is None:
         ext = kernel_loader.require()
-        tried = []
-        try:
-            import nvidia.cudnn as pkg
-            tried += [os.path.join(d, "lib", "libcudnn.so.9") for d in pkg.__path__]
-        except ImportError:
-            pass
-        tried.append("libcudnn.so.9")
         errors = []
-        for path in tried:
+        for path in cudnn_paths():
             if os.path.sep in path and not os.path.exists(path):
                 errors.append(f"{path}: no such file")
                 continue
