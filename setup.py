@@ -39,5 +39,11 @@ setup(
     ext_modules=[Extension("handlers.cuda._launch",
                            ["handlers/cuda/_launch.c", "handlers/cuda/_one_call.c",
                             "handlers/cuda/_driver.c", "handlers/cuda/_cudnn.c"],
-                           depends=["handlers/cuda/_launch.h"], optional=True)],
+                           depends=["handlers/cuda/_launch.h"], optional=True),
+                 # The stager's big host copies, split across threads without the
+                 # GIL (handlers/prefetch.py); optional too: without it Python
+                 # threads split them.
+                 Extension("handlers._hostcopy", ["handlers/_hostcopy.c"],
+                           extra_compile_args=["-pthread"], extra_link_args=["-pthread"],
+                           optional=True)],
 )

@@ -4,7 +4,7 @@ and which handlers and features work on it.
 It reports the NVIDIA driver and GPUs, the CUDA toolkit as pycuda's build
 would find it (the check that the ``gpu`` extra's install runs first:
 :mod:`handlers.toolkit`), cuDNN and NCCL, the optional Python packages, the
-compiled extension, and then what works: NumpyHandler always; PyCudaHandler
+compiled extensions, and then what works: NumpyHandler always; PyCudaHandler
 where one can be constructed and run an op; bfloat16 with ml_dtypes; several
 processes with mpi4py (and nccl4py on the GPU); checkpoints with safetensors.
 
@@ -191,10 +191,15 @@ def installed_version(distribution):
         return None
 
 
-def extension_state():
-    """``(built, text)`` for the compiled extension ``handlers.cuda._launch``."""
+#: The compiled extensions (both optional) and what each one is for.
+EXTENSIONS = (("handlers.cuda._launch", "PyCudaHandler's path to the driver"),
+              ("handlers._hostcopy", "big staging copies on threads without the GIL"))
+
+
+def extension_state(name):
+    """``(built, text)`` for the compiled extension ``name``."""
     try:
-        module = importlib.import_module("handlers.cuda._launch")
+        module = importlib.import_module(name)
     except ImportError as e:
         return False, f"not built ({e}): python setup.py build_ext --inplace, or reinstall"
     return True, f"built ({module.__file__})"
@@ -224,7 +229,7 @@ def gather():
         "release": toolkit.driver_release() if driver.library else None,
         "toolkit": found,
         "pieces": toolkit.pieces(found, driver),
-        "extension": extension_state(),
+        "extensions": {name: extension_state(name) for name, _ in EXTENSIONS},
         "mpiexec": find_mpiexec(),
         "versions": {p.label: installed_version(p.distribution) for p in PACKAGES},
     }
@@ -293,7 +298,7 @@ def toolkit_lines(facts):
 
 
 def package_lines(facts):
-    """One row per optional package, then the compiled extension."""
+    """One row per optional package, then the compiled extensions."""
     lines = []
     for p in PACKAGES:
         version = facts["versions"][p.label]
@@ -305,8 +310,9 @@ def package_lines(facts):
         else:
             lines.append(_row(p.label, f"{version or 'present'}, but `import {p.module}` "
                               f"fails: {text}"))
-    built, text = facts["extension"]
-    lines.append(_row("handlers.cuda._launch", text))
+    for name, use in EXTENSIONS:
+        built, text = facts["extensions"][name]
+        lines.append(_row(name, text if built else f"{text}; {use}"))
     return lines
 
 
@@ -382,6 +388,10 @@ def main(argv=None):
     parser.add_argument("--gpu", action="store_true",
                         help="exit with status 1 when PyCudaHandler cannot work here")
     args = parser.parse_args(argv)
+    # The report comes at the end; say why it may take a while.
+    print(f"checking, each piece in a child process (at most {PROBE_TIMEOUT} s: on a "
+          "fresh machine PyCudaHandler's first kernels compile with nvcc, which can take a "
+          "minute or more, cached after) ...", file=sys.stderr, flush=True)
     facts = gather()
     print("\n".join(report(facts)), flush=True)
     gpu_ok, gpu_text = facts["probes"]["PyCudaHandler"]

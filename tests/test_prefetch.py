@@ -135,12 +135,71 @@ def test_batch_width_changing_mid_stream(handler, rng, depth):
 
 # Staging copies of at least PARALLEL_BYTES are split across threads.  Four
 # threads whatever the machine, so that the rows split unevenly (401 = 100 +
-# 100 + 100 + 101) and the workers exist even on one core.
+# 100 + 100 + 101) and the workers exist even on one core.  The Python
+# workers' path (converting copies; byte copies without the extension).
 @pytest.fixture
 def parallel_staging(monkeypatch):
     from handlers import prefetch
     monkeypatch.setattr(prefetch, "COPY_THREADS", 4)
+    monkeypatch.setattr(prefetch, "_hostcopy", None)
     return prefetch
+
+
+def _hostcopy():
+    from handlers import prefetch
+    if prefetch._hostcopy is None:
+        pytest.skip("handlers._hostcopy is not built (python setup.py build_ext --inplace)")
+    return prefetch._hostcopy
+
+
+def test_hostcopy_matches_numpy_on_any_length_and_split(rng):
+    ext = _hostcopy()
+    for n in (0, 1, 63, 64, 65, 4097, 1_000_003):
+        src = rng.integers(0, 256, n, dtype=np.uint8)
+        for threads in (1, 2, 3, 7, ext.MAX_THREADS):
+            dst = np.zeros(n + 2, np.uint8)   # the bytes beyond n stay untouched
+            ext.copy(dst.ctypes.data, src.ctypes.data, n, threads)
+            np.testing.assert_array_equal(dst[:n], src)
+            assert not dst[n:].any()
+
+
+def test_hostcopy_refuses_bad_calls():
+    ext = _hostcopy()
+    a, b = np.zeros(100, np.uint8), np.zeros(100, np.uint8)
+    with pytest.raises(ValueError, match="threads must be 1 to"):
+        ext.copy(a.ctypes.data, b.ctypes.data, 100, 0)
+    with pytest.raises(ValueError, match="threads must be 1 to"):
+        ext.copy(a.ctypes.data, b.ctypes.data, 100, ext.MAX_THREADS + 1)
+    with pytest.raises(ValueError, match="nbytes must be >= 0"):
+        ext.copy(a.ctypes.data, b.ctypes.data, -1, 2)
+    with pytest.raises(ValueError, match="overlap"):
+        ext.copy(a.ctypes.data + 10, a.ctypes.data, 50, 2)
+    with pytest.raises(ValueError, match="null address"):
+        ext.copy(0, b.ctypes.data, 10, 2)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        ext.copy(a.ctypes.data, b.ctypes.data, 10)
+    assert not a.any()
+
+
+def test_big_byte_copies_staged_without_python_workers(handler, rng, monkeypatch):
+    from handlers import prefetch
+    _hostcopy()
+    monkeypatch.setattr(prefetch, "COPY_THREADS", 4)
+    cols = 1000
+    sizes = [401] * 5 + [301]   # uneven parts, a smaller last batch
+    assert min(sizes) * cols * handler.dtype.itemsize >= prefetch.PARALLEL_BYTES
+    xs = [rng.standard_normal((r, cols)).astype(handler.dtype) for r in sizes]
+    calls = []
+    copy = prefetch._hostcopy.copy
+    monkeypatch.setattr(prefetch, "_hostcopy", type("Ext", (), {"copy": staticmethod(
+        lambda *args: (calls.append(args[2:]), copy(*args)))}))
+    n = 0
+    for i, xb in enumerate(handler.prefetch(xs, depth=2)):
+        assert not _stage_threads()
+        np.testing.assert_array_equal(handler.get_numpy_copy(xb), xs[i])
+        n += 1
+    assert n == len(sizes)
+    assert sorted(set(calls)) == sorted({(r * cols * handler.dtype.itemsize, 4) for r in sizes})
 
 
 def _stage_threads():
