@@ -11,7 +11,8 @@ by several means:
 * ``numpy``: one ``np.copyto``; ``numpy pageable``: into ordinary memory;
   ``numpy warm``: the same source every time;
 * ``memmove``: libc's memmove through ctypes (one thread);
-* ``stager K``: ``handlers.prefetch.Stager`` with K threads;
+* ``stager K``: ``handlers.prefetch.Stager`` with K threads (its C
+  extension's threads; then its Python workers, as before 163ae1e);
 * ``torch``: ``Tensor.copy_`` between the same arrays, on PyTorch's
   intra-op threads (its default count, then 4 and 8);
 
@@ -121,9 +122,22 @@ def main():
     row("numpy warm", timed(npcopy, srcs[:1], pinned))
     row("memmove", timed(lambda d, s: libc.memmove(d.ctypes.data, s.ctypes.data, s.nbytes),
                          srcs, pinned))
-    stagers = {k: P.Stager(threads=k) for k in (2, 4, 8)}
+    stagers = {k: P.Stager(threads=k) for k in (2, 4, 8, 16)}
     for k, st in stagers.items():
         row(f"stager {k}", timed(lambda d, s, st=st: st((d,), (s,)), srcs, pinned))
+    ext, P._hostcopy = P._hostcopy, None   # the Python workers' path
+    try:
+        for k in (2, 4):
+            st = P.Stager(threads=k)
+            row(f"stager {k}, Python workers", timed(lambda d, s: st((d,), (s,)), srcs, pinned))
+            if k == 4:
+                with Spinner():
+                    row("stager 4, Python workers, a spinning thread",
+                        timed(lambda d, s: st((d,), (s,)), srcs, pinned))
+            st.close()
+    finally:
+        P._hostcopy = ext
+    print("  (importing torch)", flush=True)
     try:
         import torch
     except ImportError:
