@@ -125,7 +125,7 @@ def main():
     stagers = {k: P.Stager(threads=k) for k in (2, 4, 8, 16)}
     for k, st in stagers.items():
         row(f"stager {k}", timed(lambda d, s, st=st: st((d,), (s,)), srcs, pinned))
-XX
+    hostcopy, P._hostcopy = P._hostcopy, None   # the Python workers' path
     try:
         for k in (2, 4):
             st = P.Stager(threads=k)
