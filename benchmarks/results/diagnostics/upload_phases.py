@@ -17,6 +17,12 @@ a staged batch, starting its upload), for the (c) loop of
 * ``switch``: ``sys.setswitchinterval(1e-4)`` instead of 5 ms, to see
   whether threads wait for the GIL (a diagnosis, not a fix: it is the
   process's setting);
+* ``switch=10us``: the same at 1e-5;
+* ``yield``: the consumer drops the GIL before each op it issues;
+* ``probe``: as ``base``, with a thread that measures how long it waits
+  for the GIL (written 2026-11-28, fourth session, after the stager's
+  copies moved to C threads: the reader still seemed to wait for the GIL
+  after each copy);
 * ``slots+2``: two more staging slots than ``depth + 1``.
 
 Nothing in the library is changed: the process wraps ``prefetch``'s
@@ -30,9 +36,11 @@ to try the script anywhere):
 """
 import argparse
 import collections
+import contextlib
 import pathlib
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -109,6 +117,53 @@ def _timed(items, clock):
         yield item
 
 
+def _yielding(h):
+    """The consumer drops the GIL (``time.sleep(0)``) before each op it
+    issues in the loop: if the reader waits for the GIL while the consumer
+    runs Python, this shortens the wait (a diagnosis, not a fix)."""
+    for op in ("dot_mm", "add_mv"):
+        issue = getattr(h, op)
+
+        def wrapped(*args, _issue=issue, **kwargs):
+            time.sleep(0)
+            return _issue(*args, **kwargs)
+        setattr(h, op, wrapped)
+
+
+class GilProbe:
+    """A thread that asks for the GIL over and over (``time.sleep(0)``
+    releases it and takes it back) and counts, per step of the loop, the
+    time it waited beyond an idle machine's hand-back: how long the other
+    threads hold the GIL at a stretch (``probe: GIL waits``, summed: us per
+    step).  It asks every 0.1 ms, so it samples the stretches, and it is one
+    more thread wanting the GIL."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __enter__(self):
+        self.stop = False
+        floor = min(self._once() for _ in range(200))
+
+        def run():
+            while not self.stop:
+                self.clock.sums["probe: GIL waits"] += max(0.0, self._once() - floor)
+                time.sleep(1e-4)
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return self
+
+    @staticmethod
+    def _once():
+        t = time.perf_counter()
+        time.sleep(0)
+        return time.perf_counter() - t
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+
+
 def make_handler(name):
     if name == "numpy":
         from handlers import NumpyHandler
@@ -154,7 +209,8 @@ def main(argv=None):
     outs = [h.empty_pinned((n, n)) for _ in range(2)]
     variants = {"base": {}, "threads=1": {"threads": 1}, "threads=2": {"threads": 2},
                 "threads=8": {"threads": 8}, "switch": {"switch": 1e-4},
-                "slots+2": {"slots": 2}}
+                "switch=10us": {"switch": 1e-5}, "yield": {"yield": True},
+                "probe": {"probe": True}, "slots+2": {"slots": 2}}
     results = {}
     for name, v in variants.items():
         clock = Clock()
@@ -165,8 +221,15 @@ def main(argv=None):
                 P.Stager.__init__.__defaults__ = (v["threads"], P.PARALLEL_BYTES)
             if "switch" in v:
                 sys.setswitchinterval(v["switch"])
-            results[name] = run_variant(h, m, b, xs, ys, outs, args.iters, args.depth, clock)
+            if "yield" in v:
+                _yielding(h)
+            probe = GilProbe(clock) if "probe" in v else contextlib.nullcontext()
+            with probe:
+                results[name] = run_variant(h, m, b, xs, ys, outs, args.iters, args.depth,
+                                            clock)
         finally:
+            for op in ("dot_mm", "add_mv"):
+                h.__dict__.pop(op, None)
             P.Stager.__init__.__defaults__ = (threads, P.PARALLEL_BYTES)
             sys.setswitchinterval(interval)
             undo()
