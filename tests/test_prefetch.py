@@ -183,16 +183,18 @@ def test_hostcopy_refuses_bad_calls():
 
 def test_big_byte_copies_staged_without_python_workers(handler, rng, monkeypatch):
     from handlers import prefetch
-    _hostcopy()
+    ext = _hostcopy()
     monkeypatch.setattr(prefetch, "COPY_THREADS", 4)
     cols = 1000
     sizes = [401] * 5 + [301]   # uneven parts, a smaller last batch
     assert min(sizes) * cols * handler.dtype.itemsize >= prefetch.PARALLEL_BYTES
     xs = [rng.standard_normal((r, cols)).astype(handler.dtype) for r in sizes]
-    calls = []
-    copy = prefetch._hostcopy.copy
-    monkeypatch.setattr(prefetch, "_hostcopy", type("Ext", (), {"copy": staticmethod(
-        lambda *args: (calls.append(args[2:]), copy(*args)))}))
+    calls, copy = [], ext.copy
+
+    def recorded(dst, src, nbytes, threads):   # the extension's copy, recorded
+        calls.append((nbytes, threads))
+        copy(dst, src, nbytes, threads)
+    monkeypatch.setattr(ext, "copy", recorded)
     n = 0
     for i, xb in enumerate(handler.prefetch(xs, depth=2)):
         assert not _stage_threads()
