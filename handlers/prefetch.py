@@ -113,11 +113,12 @@ class Stager:
     One thread copies 7-9 GB/s into page-locked memory on the H200 machines
     (~450-550 us for a 4 MB batch from a cold source), which made the reader
     thread the bottleneck of an upload loop.  So a copy of at least
-    ``min_bytes`` is split into ``threads`` nearly equal parts copied at once:
+    ``min_bytes`` is shared by ``threads`` threads copying at once:
 
     * a plain byte copy (same dtype, both C-contiguous: the common case) by
       the ``handlers._hostcopy`` extension, which releases the GIL once and
-      copies on POSIX threads that never take it.  Python workers must take
+      copies on POSIX threads that never take it (started once, asleep
+      between copies).  Python workers must take
       the GIL to start and end their part, and inside an upload loop, whose
       consumer runs Python most of the time, that doubled the reader's copy
       (H200: 517 us a step against 237 alone, four threads);

@@ -1,7 +1,10 @@
 """Double-buffered input (``prefetch``), ``pin`` and asynchronous downloads,
 per handler, plus GPU-only checks of overlap and of resource stability."""
+import os
+import signal
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -179,6 +182,61 @@ def test_hostcopy_refuses_bad_calls():
     with pytest.raises(TypeError, match="takes 4 arguments"):
         ext.copy(a.ctypes.data, b.ctypes.data, 10)
     assert not a.any()
+
+
+def test_hostcopy_keeps_its_workers_and_copies_from_several_threads(rng):
+    # Two Python threads copying at once (the reader and the consumer may
+    # both stage) share the one pool: every copy arrives whole.
+    ext = _hostcopy()
+    a, b = np.zeros(1, np.uint8), np.ones(1, np.uint8)
+    ext.copy(a.ctypes.data, b.ctypes.data, 1, 5)
+    assert ext.workers() >= 4
+    srcs = [rng.integers(0, 256, 3_000_001 + 17 * i, dtype=np.uint8) for i in range(2)]
+    bad = []
+
+    def copies(src, threads):
+        for _ in range(20):
+            dst = np.zeros(src.size + 1, np.uint8)
+            ext.copy(dst.ctypes.data, src.ctypes.data, src.size, threads)
+            if not (np.array_equal(dst[:-1], src) and dst[-1] == 0):
+                bad.append(threads)
+    runs = [threading.Thread(target=copies, args=(s, t)) for s, t in zip(srcs, (3, 7))]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert not bad
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_hostcopy_works_in_a_forked_child(rng):
+    # A child has none of its parent's worker threads: it must start its own
+    # rather than wait for threads that do not exist.
+    ext = _hostcopy()
+    src = rng.integers(0, 256, 2_000_003, dtype=np.uint8)
+    ext.copy(np.empty_like(src).ctypes.data, src.ctypes.data, src.size, 4)
+    with warnings.catch_warnings():   # Python 3.12 warns of fork() with threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:   # the child: report through the exit status only
+        ok = False
+        try:
+            dst = np.zeros_like(src)
+            ext.copy(dst.ctypes.data, src.ctypes.data, src.size, 4)
+            ok = bool(np.array_equal(dst, src)) and ext.workers() == 3
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's copy did not finish within 60 s")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_big_byte_copies_staged_without_python_workers(handler, rng, monkeypatch):

@@ -1,45 +1,74 @@
 """How fast can a batch be copied into page-locked staging memory, and by what?
 
-``upload_phases.py`` (H200, 2026-11-28, fourth session) found the reader's
-staged copy of a 4 MB batch taking 517 us a step inside the (c) upload loop
-(four copy threads), where the same copy alone took 219 us in an earlier
-session, and PyTorch's whole (g) step takes 221 us with its copy inside.
-This times one 4 MB copy (1000 x 1000 float32) from 32 distinct NumPy
-sources, cycled (cold, as in the loop), into 4 page-locked slots, cycled,
-by several means:
+``upload_phases.py`` (H200, 2026-11-28) found the reader's staged copy of a
+4 MB batch taking 281 us a step inside the (c) upload loop on the
+``handlers._hostcopy`` threads of 2133c52 (started per copy), 224 alone,
+while PyTorch's whole (g) step takes 286 us with its copy inside.  Eight
+threads made the loop slower than four.  This times one 4 MB copy (1000 x
+1000 float32) from 32 distinct NumPy sources, cycled (cold, as in the
+loop), into 4 page-locked slots, cycled, by several means:
 
-* ``numpy``: one ``np.copyto``; ``numpy pageable``: into ordinary memory;
-  ``numpy warm``: the same source every time;
-* ``memmove``: libc's memmove through ctypes (one thread);
-* ``stager K``: ``handlers.prefetch.Stager`` with K threads (its C
-  extension's threads; then its Python workers, as before 163ae1e);
-* ``torch``: ``Tensor.copy_`` between the same arrays, on PyTorch's
-  intra-op threads (its default count, then 4 and 8);
+* ``numpy``: one ``np.copyto`` (one thread);
+* ``pool K``: the tree's ``handlers._hostcopy`` (worker threads kept
+  asleep between copies) on K threads, through the stager;
+* ``pool streaming K``: the same source built with non-temporal stores
+  (``hostcopy_stream.h`` forced in front; x86-64 only);
+* ``spawn K``: the extension of 2133c52 (threads started per copy), built
+  from ``--spawn-source`` if given (its file from git: ``git show
+  2133c52:handlers/_hostcopy.c``);
+* ``torch K``: ``Tensor.copy_`` between the same arrays on K intra-op
+  threads (PyTorch's default count first);
 
-each alone, then the stager and torch with a second Python thread that
-spins in bytecode (as the consumer of a loop does while it issues work),
-then with the GPU's copy engine reading another pinned slot all the while.
-Figures: median microseconds per copy over ``REPS`` copies (after warm-up).
-Nothing in the library is changed.
+each alone, then beside a second Python thread that spins in bytecode (as
+the consumer of a loop does while it issues work), then with the GPU's copy
+engine reading another pinned slot all the while.  Figures: median
+microseconds per copy over ``REPS`` copies (after warm-up).  The variants
+are built into a temporary folder with the C compiler; nothing in the
+library is changed.
 
-Run on a GPU machine from the project root:
-``python benchmarks/results/diagnostics/stage_copy.py``.
+Run on a GPU machine from the project root (the extension built):
+``python benchmarks/results/diagnostics/stage_copy.py [--spawn-source F]``.
 """
-import ctypes
+import argparse
+import importlib.util
+import os
 import pathlib
+import platform
 import statistics
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
 import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
 from handlers import prefetch as P  # noqa: E402
 
 REPS = 200
 N = 1000
 DISTINCT = 32
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def build(source, folder, extra=()):
+    """``source`` (a copy of ``handlers/_hostcopy.c``) built as a module of
+    its own in ``folder``, loaded; None if it cannot be built."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / ("_hostcopy" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [os.environ.get("CC", "cc"), "-O2", "-fPIC", "-shared", "-pthread",
+           "-I" + sysconfig.get_paths()["include"], *extra, str(source), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        print(f"  (cannot build {source} {' '.join(extra)}: {done.stderr.strip()[:300]})")
+        return None
+    spec = importlib.util.spec_from_file_location(f"{folder.name}._hostcopy", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def timed(copy, srcs, dsts, reps=REPS):
@@ -77,8 +106,8 @@ class Spinner:
 
 class Uploads:
     """The copy engine reading a pinned 4 MB buffer back to back: enough
-    asynchronous uploads queued on the handler's stream (from this thread:
-    the context is current here) to outlast the timed copies."""
+    asynchronous uploads queued on the handler's stream to outlast the timed
+    copies."""
 
     def __init__(self, h, ext, src, queued=500):
         self.h, self.ext, self.src, self.queued = h, ext, src, queued
@@ -94,6 +123,9 @@ class Uploads:
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--spawn-source", help="handlers/_hostcopy.c of 2133c52")
+    args = p.parse_args()
     from handlers import PyCudaHandler
     from handlers.cuda import kernel_loader
     h = PyCudaHandler()
@@ -101,42 +133,41 @@ def main():
     rng = np.random.default_rng(0)
     srcs = [rng.standard_normal((N, N), dtype=np.float32) for _ in range(DISTINCT)]
     pinned = [h.empty_pinned((N, N)) for _ in range(4)]
-    pageable = [np.empty((N, N), np.float32) for _ in range(4)]
-    for d in pinned + pageable:
+    for d in pinned:
         d[...] = 0
-    libc = ctypes.CDLL(None)
-    libc.memmove.restype = ctypes.c_void_p
-    libc.memmove.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-    rows = []
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="stage_copy"))
+    lib = ROOT / "handlers" / "_hostcopy.c"
+    mods = {"pool": P._hostcopy}
+    if platform.machine() in ("x86_64", "AMD64"):
+        mods["pool streaming"] = build(lib, tmp / "streaming",
+                                       ("-include", str(HERE / "hostcopy_stream.h")))
+    if args.spawn_source:
+        mods["spawn"] = build(pathlib.Path(args.spawn_source), tmp / "spawn")
+    mods = {k: m for k, m in mods.items() if m is not None}
+    for name, mod in mods.items():   # every variant copies exactly
+        for threads in (1, 3, 8):
+            src = rng.integers(0, 256, 4_000_037, dtype=np.uint8)
+            dst = np.zeros_like(src)
+            mod.copy(dst.ctypes.data, src.ctypes.data, src.nbytes, threads)
+            assert np.array_equal(dst, src), (name, threads)
+
+    def copier(mod, k):
+        def copy(d, s):
+            mod.copy(d.ctypes.data, s.ctypes.data, s.nbytes, k)
+        return copy
 
     def row(label, us):
-        rows.append((label, us))
-        print(f"  {label:<36} {us:8.1f} us  {4e6 / us / 1e3:6.1f} GB/s", flush=True)
+        print(f"  {label:<40} {us:8.1f} us  {4e6 / us / 1e3:6.1f} GB/s", flush=True)
 
-    def npcopy(d, s):
-        np.copyto(d, s)
-
-    print(f"one {N}x{N} float32 copy (4 MB) into page-locked memory; median of {REPS}")
-    row("numpy", timed(npcopy, srcs, pinned))
-    row("numpy pageable", timed(npcopy, srcs, pageable))
-    row("numpy warm", timed(npcopy, srcs[:1], pinned))
-    row("memmove", timed(lambda d, s: libc.memmove(d.ctypes.data, s.ctypes.data, s.nbytes),
-                         srcs, pinned))
-    stagers = {k: P.Stager(threads=k) for k in (2, 4, 8, 16)}
-    for k, st in stagers.items():
-        row(f"stager {k}", timed(lambda d, s, st=st: st((d,), (s,)), srcs, pinned))
-    hostcopy, P._hostcopy = P._hostcopy, None   # the Python workers' path
-    try:
-        for k in (2, 4):
-            st = P.Stager(threads=k)
-            row(f"stager {k}, Python workers", timed(lambda d, s: st((d,), (s,)), srcs, pinned))
-            if k == 4:
-                with Spinner():
-                    row("stager 4, Python workers, a spinning thread",
-                        timed(lambda d, s: st((d,), (s,)), srcs, pinned))
-            st.close()
-    finally:
-        P._hostcopy = hostcopy
+    print(f"one {N}x{N} float32 copy (4 MB) into page-locked memory; median of {REPS}; "
+          f"{os.cpu_count()} CPUs ({platform.machine()})")
+    row("numpy", timed(np.copyto, srcs, pinned))
+    counts = (2, 4, 6, 8, 12)
+    for name, mod in mods.items():
+        for k in counts:
+            row(f"{name} {k}", timed(copier(mod, k), srcs, pinned))
+    stager = P.Stager(threads=4)
+    row("stager 4 (pool, through Python)", timed(lambda d, s: stager((d,), (s,)), srcs, pinned))
     print("  (importing torch)", flush=True)
     try:
         import torch
@@ -154,29 +185,21 @@ def main():
             torch.set_num_threads(k)
             row(f"torch {k} threads", timed(tcopy, tsrcs, tdsts))
         torch.set_num_threads(default)
+    loaded = [(f"{name} {k}", copier(mod, k)) for name, mod in mods.items() for k in (4, 8)]
+    if tcopy is not None:
+        loaded.append((f"torch {default} threads", tcopy))
     with Spinner():
-        row("numpy, a spinning thread", timed(npcopy, srcs, pinned))
-        for k in (2, 4):
-            st = stagers[k]
-            row(f"stager {k}, a spinning thread",
-                timed(lambda d, s, st=st: st((d,), (s,)), srcs, pinned))
-        if tcopy is not None:
-            row("torch, a spinning thread", timed(tcopy, tsrcs, tdsts))
+        for label, copy in loaded:
+            args_ = (tsrcs, tdsts) if copy is tcopy else (srcs, pinned)
+            row(f"{label}, a spinning thread", timed(copy, *args_))
     other = h.empty_pinned((N, N))
     other[...] = 1
     # 500 uploads of 4 MB (~40 ms) outlast 100 copies of a few hundred us
-    with Uploads(h, ext, other):
-        row("numpy, uploads running", timed(npcopy, srcs, pinned, 100))
-    for k in (2, 4):
-        st = stagers[k]
+    for label, copy in [("numpy", np.copyto)] + loaded:
+        args_ = (tsrcs, tdsts) if copy is tcopy else (srcs, pinned)
         with Uploads(h, ext, other):
-            row(f"stager {k}, uploads running",
-                timed(lambda d, s, st=st: st((d,), (s,)), srcs, pinned, 100))
-    if tcopy is not None:
-        with Uploads(h, ext, other):
-            row("torch, uploads running", timed(tcopy, tsrcs, tdsts, 100))
-    for st in stagers.values():
-        st.close()
+            row(f"{label}, uploads running", timed(copy, *args_, 100))
+    stager.close()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ a staged batch, starting its upload), for the (c) loop of
 ``benchmarks/upload.py`` (``pipelined``), under variants:
 
 * ``base``: the library as it is;
-* ``threads=K``: the stager's copy split over K threads (1, 2, 8);
+* ``threads=K``: the stager's copy split over K threads (1, 2, 6, 8, 12);
 * ``switch``: ``sys.setswitchinterval(1e-4)`` instead of 5 ms, to see
   whether threads wait for the GIL (a diagnosis, not a fix: it is the
   process's setting);
@@ -23,7 +23,9 @@ a staged batch, starting its upload), for the (c) loop of
   for the GIL (written 2026-11-28, fourth session, after the stager's
   copies moved to C threads: the reader still seemed to wait for the GIL
   after each copy);
-* ``slots+2``: two more staging slots than ``depth + 1``.
+* ``slots+2``: two more staging slots than ``depth + 1``;
+* ``stream``, ``stream,t=8``: ``handlers._hostcopy`` built with non-temporal stores
+  (``stage_copy.py``'s variant), on the default threads and on 8.
 
 Nothing in the library is changed: the process wraps ``prefetch``'s
 functions.  Each variant runs ``REPEATS`` loops of ``--iters`` steps; the
@@ -164,6 +166,20 @@ class GilProbe:
         self.thread.join()
 
 
+def _streaming_build():
+    """``handlers._hostcopy`` built with non-temporal stores (``stage_copy.py``'s
+    variant; x86-64 only), or None."""
+    import platform
+    import tempfile
+    if platform.machine() != "x86_64" or P._hostcopy is None:
+        return None
+    import stage_copy  # this folder's, beside the script
+    here = pathlib.Path(__file__).resolve().parent
+    return stage_copy.build(here.parents[2] / "handlers" / "_hostcopy.c",
+                            pathlib.Path(tempfile.mkdtemp(prefix="upload_phases")) / "streaming",
+                            ("-include", str(here / "hostcopy_stream.h")))
+
+
 def make_handler(name):
     if name == "numpy":
         from handlers import NumpyHandler
@@ -208,19 +224,27 @@ def main(argv=None):
     ys = [h.allocate((n, n)) for _ in range(2)]
     outs = [h.empty_pinned((n, n)) for _ in range(2)]
     variants = {"base": {}, "threads=1": {"threads": 1}, "threads=2": {"threads": 2},
-                "threads=8": {"threads": 8}, "switch": {"switch": 1e-4},
+                "threads=6": {"threads": 6}, "threads=8": {"threads": 8},
+                "threads=12": {"threads": 12}, "switch": {"switch": 1e-4},
                 "switch=10us": {"switch": 1e-5}, "yield": {"yield": True},
                 "probe": {"probe": True}, "slots+2": {"slots": 2}}
+    streaming = _streaming_build()
+    if streaming is not None:
+        variants["stream"] = {"module": streaming}
+        variants["stream,t=8"] = {"module": streaming, "threads": 8}
     results = {}
     for name, v in variants.items():
         clock = Clock()
         undo = instrument(clock, v.get("slots", 0))
         threads, interval = P.COPY_THREADS, sys.getswitchinterval()
+        hostcopy = P._hostcopy
         try:
             if "threads" in v:
                 P.Stager.__init__.__defaults__ = (v["threads"], P.PARALLEL_BYTES)
             if "switch" in v:
                 sys.setswitchinterval(v["switch"])
+            if "module" in v:
+                P._hostcopy = v["module"]
             if "yield" in v:
                 _yielding(h)
             probe = GilProbe(clock) if "probe" in v else contextlib.nullcontext()
@@ -232,6 +256,7 @@ def main(argv=None):
                 h.__dict__.pop(op, None)
             P.Stager.__init__.__defaults__ = (threads, P.PARALLEL_BYTES)
             sys.setswitchinterval(interval)
+            P._hostcopy = hostcopy
             undo()
         print(f"{name}: {results[name]['step']:.0f} us a step", flush=True)
     parts = sorted({k for r in results.values() for k in r})
