@@ -99,8 +99,14 @@ def fits(slot, arrays):
 #: destination bytes on; below it a thread handoff (tens of us) costs more
 #: than it saves.
 PARALLEL_BYTES = 1 << 20
-#: Threads sharing one big copy, the calling thread included.
-COPY_THREADS = min(4, os.cpu_count() or 1)
+#: Threads sharing one big byte copy (the C extension's), the calling thread
+#: included.  H200 machine, 16 CPUs, a 4 MB copy into page-locked memory: 4
+#: threads 160 us, 6: 117, 8: 94, 12: 85; the upload loop's step 249, 203,
+#: 210, 245 us (``benchmarks/results/diagnostics/stage_copy.py``).
+COPY_THREADS = min(8, os.cpu_count() or 1)
+#: Threads sharing one converting copy (Python workers, which take the GIL to
+#: start and end their part: more than four copied slower).
+PY_COPY_THREADS = 4
 
 
 def _copy_rows(dst, src, lo, hi):
@@ -118,13 +124,13 @@ class Stager:
     * a plain byte copy (same dtype, both C-contiguous: the common case) by
       the ``handlers._hostcopy`` extension, which releases the GIL once and
       copies on POSIX threads that never take it (started once, asleep
-      between copies).  Python workers must take
-      the GIL to start and end their part, and inside an upload loop, whose
-      consumer runs Python most of the time, that doubled the reader's copy
-      (H200: 517 us a step against 237 alone, four threads);
+      between copies).  Python workers must take the GIL to start and end
+      their part, and inside an upload loop, whose consumer runs Python most
+      of the time, that doubled the reader's copy (H200: 517 us a step
+      against 237 alone, four threads);
     * a converting or strided copy (``np.copyto`` with a cast, which
-      releases the GIL) on ``threads - 1`` Python workers and the calling
-      thread, split along the first axis; also the byte copies where the
+      releases the GIL) on up to ``PY_COPY_THREADS - 1`` Python workers and
+      the calling thread, split along the first axis; also the byte copies where the
       extension is not built.  The workers are started on the first such
       copy and joined by :meth:`close`.
 
@@ -134,6 +140,7 @@ class Stager:
     def __init__(self, threads=None, min_bytes=None):
         # The module's constants as they are now (a test may change them).
         self.threads = COPY_THREADS if threads is None else threads
+        self.py_threads = min(self.threads, PY_COPY_THREADS)
         self.min_bytes = PARALLEL_BYTES if min_bytes is None else min_bytes
         self._pool = None
         self._lock = threading.Lock()
@@ -142,10 +149,11 @@ class Stager:
         """Copy ``arrays`` into the leading rows of ``slot``; return the views."""
         views = tuple(s[:a.shape[0]] for s, a in zip(slot, arrays))
         for v, a in zip(views, arrays):
-            parts = min(self.threads, a.shape[0])
+            byte_copy = _hostcopy is not None and a.dtype == v.dtype and a.flags.c_contiguous
+            parts = min(self.threads if byte_copy else self.py_threads, a.shape[0])
             if parts < 2 or v.nbytes < self.min_bytes:
                 _copy_rows(v, a, 0, a.shape[0])
-            elif _hostcopy is not None and a.dtype == v.dtype and a.flags.c_contiguous:
+            elif byte_copy:
                 # ``v`` is a slot's leading rows: C-contiguous, and not ``a``
                 _hostcopy.copy(v.ctypes.data, a.ctypes.data, v.nbytes, self.threads)
             else:
@@ -156,7 +164,7 @@ class Stager:
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.threads - 1, thread_name_prefix="streamhandlers-stage")
+                    self.py_threads - 1, thread_name_prefix="streamhandlers-stage")
             pool = self._pool
         bounds = [src.shape[0] * i // parts for i in range(parts + 1)]
         futures = [pool.submit(_copy_rows, dst, src, lo, hi)

@@ -136,14 +136,16 @@ def test_batch_width_changing_mid_stream(handler, rng, depth):
     assert _wait_threads(before) == before
 
 
-# Staging copies of at least PARALLEL_BYTES are split across threads.  Four
-# threads whatever the machine, so that the rows split unevenly (401 = 100 +
-# 100 + 100 + 101) and the workers exist even on one core.  The Python
-# workers' path (converting copies; byte copies without the extension).
+# Staging copies of at least PARALLEL_BYTES are split across threads.  Eight
+# threads whatever the machine, of which the Python workers' path
+# (converting copies; byte copies without the extension) takes four, so
+# that the rows split unevenly (401 = 100 + 100 + 100 + 101) and the
+# workers exist even on one core.
 @pytest.fixture
 def parallel_staging(monkeypatch):
     from handlers import prefetch
-    monkeypatch.setattr(prefetch, "COPY_THREADS", 4)
+    monkeypatch.setattr(prefetch, "COPY_THREADS", 8)
+    monkeypatch.setattr(prefetch, "PY_COPY_THREADS", 4)
     monkeypatch.setattr(prefetch, "_hostcopy", None)
     return prefetch
 
@@ -285,7 +287,7 @@ def test_big_batches_staged_by_several_threads_arrive_intact(handler, rng, paral
                                           want.astype(handler.dtype))
         n += 1
     assert n == len(sizes)
-    assert 1 <= workers <= 3       # the copies were split; the caller copies a part too
+    assert 1 <= workers <= 3       # split, at most four ways; the caller copies a part too
     assert not _stage_threads()    # joined when the loop ended
     assert _wait_threads(before) == before
 
