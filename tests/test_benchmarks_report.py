@@ -250,6 +250,21 @@ def test_upload_bound_recovers_the_iterations():
     assert u["iters"] == 10 and u["bound"] == 0.1 and u["host_bound"] == pytest.approx(0.2)
 
 
+def test_upload_against_pinned_staging_is_a_headline_row():
+    # (c) against PyTorch's loop through pinned staging (g), where (g) ran
+    def verdict(g):
+        got = report.verdicts({"upload": {"results": dict(
+            UPLOAD, seconds=dict(UPLOAD["seconds"], g=g))}})
+        return next(v for v in got if "(g)" in v["target"])
+    slower, faster = verdict(0.25), verdict(0.4)   # (c) takes 0.3
+    assert (slower["met"], slower["total"]) == (0, 1)
+    assert slower["ratio"] == pytest.approx(1.2) and slower["sense"] == "time"
+    assert (faster["met"], faster["total"]) == (1, 1)
+    assert faster["result"] == "0.75x the time of (g)"
+    got = report.verdicts({"upload": {"results": UPLOAD}})   # no (g): no such verdict
+    assert not any("(g)" in v["target"] for v in got)
+
+
 def test_bias_rows_show_their_bound_where_measured():
     row = {"shape": [64, 128, 32, 32], "axis": [0, 2, 3], "fraction_of_copy": 0.64,
            "target": 0.7, "ours_Bps": spread([2.5e12]),
