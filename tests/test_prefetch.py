@@ -216,7 +216,8 @@ def test_hostcopy_works_in_a_forked_child(rng):
     # rather than wait for threads that do not exist.
     ext = _hostcopy()
     src = rng.integers(0, 256, 2_000_003, dtype=np.uint8)
-    ext.copy(np.empty_like(src).ctypes.data, src.ctypes.data, src.size, 4)
+    warm = np.empty_like(src)   # held: the copy writes through its address
+    ext.copy(warm.ctypes.data, src.ctypes.data, src.size, 4)   # the parent's workers
     with warnings.catch_warnings():   # Python 3.12 warns of fork() with threads
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
