@@ -964,9 +964,11 @@ def headline_table(chosen):
     reStructuredText.  README.rst holds it verbatim (``tests/test_readme.py``
     checks that), so the README's numbers are the committed runs'."""
     rows = []
-    # the steps first, then the ops, each in the suites' order
+    # the training steps first, then the other times, then the ops' speeds,
+    # each in the suites' order
     judged = [v for v in verdicts({s: chosen[s][1] for s in chosen}) if "ratio" in v]
-    for v in sorted(judged, key=lambda v: v["sense"] != "time"):
+    for v in sorted(judged, key=lambda v: (v["sense"] != "time",
+                                           "training step" not in v["what"])):
         rows.append([v["what"], v["peer"], f"{v['ratio']:.2f}x the {v['sense']}",
                      f"{v['goal']}: {'holds' if v['met'] == v['total'] else 'misses'}"])
     if not rows:
