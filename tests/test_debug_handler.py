@@ -50,10 +50,12 @@ def groups_one_two(handler):
     return debug, debug.with_streams(1), debug.with_streams(2)
 
 
-def view_of(h, flat, lo, shape):
-    """The view of ``shape`` at element ``lo`` of the contiguous handler array
-    ``flat``, through the contract's own view op (every handler has it: a
-    failure here is a failure)."""
+def view_of(h, flat, lo, hi, shape=None):
+    """Elements [lo, hi) of the contiguous handler array ``flat`` as a view of
+    ``shape`` (default: 1-D), through the contract's own view op (every
+    handler has it: a failure here is a failure)."""
+    shape = (hi - lo,) if shape is None else shape
+    assert hi - lo == int(np.prod(shape)), (lo, hi, shape)
     return h.view_t(flat, lo, shape)
 
 
@@ -581,8 +583,7 @@ def test_overlapping_views_of_one_flat_buffer(handler):
     debug, one, two = groups_one_two(handler)
     flat = debug.zeros((30,))
     out = debug.zeros((15,))
-    head, mid, tail = (view_of(handler, flat, lo, (hi - lo,))
-                       for lo, hi in ((0, 10), (5, 20), (10, 20)))
+    head, mid, tail = (view_of(handler, flat, lo, hi) for lo, hi in ((0, 10), (5, 20), (10, 20)))
     one.fill(head, 1.0)                         # [0, 10) on group 1
     with pytest.raises(StreamHazardError, match="write-after-write"):
         two.fill(mid, 2.0)                      # [5, 20) overlaps it
@@ -602,7 +603,7 @@ def test_views_split_state_exactly(handler):
     debug, one, two = groups_one_two(handler)
     flat = debug.zeros((40,))
     def part(lo, hi):
-        return view_of(handler, flat, lo, (hi - lo,))
+        return view_of(handler, flat, lo, hi)
     one.copy_to(part(0, 20), debug.zeros((20,)))     # group 1 reads [0, 20)
     two.fill(part(20, 40), 1.0)                      # disjoint: fine
     with pytest.raises(StreamHazardError, match="write-after-read"):
@@ -625,7 +626,7 @@ def test_get_numpy_copy_of_a_view_settles_only_that_view(handler):
     need_groups(handler, 3)
     debug = DebugHandler(handler)
     flat = debug.zeros((20,))
-    head, tail = (view_of(handler, flat, lo, (10,)) for lo in (0, 10))
+    head, tail = (view_of(handler, flat, lo, lo + 10) for lo in (0, 10))
     debug.with_streams(1).fill(flat, 1.0)
     debug.get_numpy_copy(head)
     two = debug.with_streams(2)
@@ -732,9 +733,7 @@ def test_out_may_be_an_input(handler, rng):
 
 def _flat_views(handler, n, *spans):
     flat = handler.create_from_numpy(np.arange(n, dtype=float))
-    for lo, hi, sh in spans:
-        assert hi - lo == int(np.prod(sh))
-    return flat, [view_of(handler, flat, lo, sh) for lo, hi, sh in spans]
+    return flat, [view_of(handler, flat, *span) for span in spans]
 
 
 @pytest.mark.parametrize("case", ["add_tt", "tanh", "copy_to", "axpby", "add_mv-v",
@@ -749,13 +748,13 @@ def test_partial_overlap_raises(handler, case):
         "tanh": lambda: debug.tanh(x, y),
         "copy_to": lambda: debug.copy_to(x, y),
         "axpby": lambda: debug.axpby(1.0, x, 1.0, y),
-        "add_mv-v": lambda: debug.add_mv(other, view_of(handler, flat, 12, (3, 1)),
-                                         view_of(handler, flat, 4, (3, 4))),
+        "add_mv-v": lambda: debug.add_mv(other, view_of(handler, flat, 12, 15, (3, 1)),
+                                         view_of(handler, flat, 4, 16, (3, 4))),
         "sigmoid_deriv": lambda: debug.sigmoid_deriv(x, other, other, y),
         "copy_to_if": lambda: debug.copy_to_if(other, y, x),
         "fill_if": lambda: debug.fill_if(y, 1.0, x),
         "broadcast_t": lambda: debug.broadcast_t(
-            view_of(handler, flat, 0, (1, 4)), 0, y),
+            view_of(handler, flat, 0, 4, (1, 4)), 0, y),
     }
     with pytest.raises(ValueError, match=case.split("-")[0]) as info:
         calls[case]()
@@ -778,8 +777,7 @@ def test_partial_overlap_is_judged_on_whole_ranges(handler, rng, case):
     before = handler.get_numpy_copy(flat)
 
     def part(lo, hi, shape):
-        assert hi - lo == int(np.prod(shape))
-        return view_of(handler, flat, lo, shape)
+        return view_of(handler, flat, lo, hi, shape)
     other = debug.ones((3, 4))
     calls = {   # case -> (call, output name, input name)
         "broadcast_t": (lambda: debug.broadcast_t(part(0, 4, (1, 4)), 0, part(0, 12, (3, 4))),
@@ -810,15 +808,15 @@ def test_forbidden_overlap_raises(handler, case):
     calls = {
         "dot_mm": lambda: debug.dot_mm(a, debug.ones((4, 4)), a),
         "dot_add_mm": lambda: debug.dot_add_mm(debug.ones((4, 4)), a, a),
-        "sum_t": lambda: debug.sum_t(a, None, view_of(handler, a, 0, (1,))),
+        "sum_t": lambda: debug.sum_t(a, None, view_of(handler, a, 0, 1)),
         "index_m_by_v-m": lambda: debug.index_m_by_v(
-            a, debug.zeros((4, 1)), view_of(handler, a, 0, (4, 1))),
+            a, debug.zeros((4, 1)), view_of(handler, a, 0, 4, (4, 1))),
         # base.py does not check this one: out may be v, but never m
         "index_m_by_v-out-is-m": lambda: debug.index_m_by_v(
-            view_of(handler, a, 0, (4, 1)), debug.zeros((4, 1)),
-            view_of(handler, a, 0, (4, 1))),
+            view_of(handler, a, 0, 4, (4, 1)), debug.zeros((4, 1)),
+            view_of(handler, a, 0, 4, (4, 1))),
         "binarize_v": lambda: debug.binarize_v(
-            view_of(handler, a, 0, (4, 1)), a),
+            view_of(handler, a, 0, 4, (4, 1)), a),
     }
     with pytest.raises(ValueError, match=case.split("-")[0]) as info:
         calls[case]()
