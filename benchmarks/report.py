@@ -129,6 +129,14 @@ def stream_rows(res):
     return res["rows"] if isinstance(res, dict) else res
 
 
+def verdict(suite, target, result, met, total, **headline):
+    """One verdict (see :func:`verdicts`).  ``headline``, for a row of
+    README.rst's table (:func:`headline_table`): ``what``, ``peer``,
+    ``ratio``, ``sense`` ("time" or "speed") and ``goal``, and ``step``
+    (True for a training step, listed first)."""
+    return dict(suite=suite, target=target, result=result, met=met, total=total, **headline)
+
+
 def verdicts(suites):
     """Every target of the suites judged from their results.
 
@@ -140,9 +148,8 @@ def verdicts(suites):
     """
     out = []
 
-    def add(suite, target, result, met, total, **headline):
-        out.append(dict(suite=suite, target=target, result=result, met=met, total=total,
-                        **headline))
+    def add(*args, **headline):
+        out.append(verdict(*args, **headline))
 
     for suite in SUITES:
         checks = suites.get(suite, {}).get("results", {})
@@ -275,9 +282,8 @@ def reductions_verdicts(r):
     counts as missed; without PyTorch there is no speed to judge."""
     out = []
 
-    def add(target, result, met, total, **headline):
-        out.append(dict(suite="reductions", target=target, result=result, met=met, total=total,
-                        **headline))
+    def add(*args, **headline):
+        out.append(verdict("reductions", *args, **headline))
     rows = (r.get("random") or {}).get("cases", [])
     seed = (r.get("random") or {}).get("seed", r.get("seed"))
     timed = [x for x in rows if x.get("speed_vs_torch") is not None]
@@ -406,13 +412,13 @@ def strongest_verdict(suite, what, captured_ms, ms, label=None):
     :func:`benchmarks.peers.strongest`); ``label`` names the step in
     README.rst's table (default ``what``)."""
     v = P.against_strongest(captured_ms, ms)
-    return dict(suite=suite, target=f"{what} against the strongest peers: captured <= "
-                                    f"{P.STRONGEST_TARGET:.1f}x the fastest of PyTorch graphed, "
-                                    f"torch.compile graphed and JAX jit",
-                result=f"{captured_ms:.3f} ms, {v['ratio']:.3f}x {v['peer']} "
-                       f"({v['peer_ms']:.3f} ms)",
-                met=int(v["met"]), total=1, what=f"{label or what}, captured", peer=v["peer"],
-                ratio=v["ratio"], sense="time", goal=f"<= {P.STRONGEST_TARGET:.1f}x")
+    return verdict(suite, f"{what} against the strongest peers: captured <= "
+                          f"{P.STRONGEST_TARGET:.1f}x the fastest of PyTorch graphed, "
+                          f"torch.compile graphed and JAX jit",
+                   f"{captured_ms:.3f} ms, {v['ratio']:.3f}x {v['peer']} ({v['peer_ms']:.3f} ms)",
+                   int(v["met"]), 1, what=f"{label or what}, captured", peer=v["peer"],
+                   ratio=v["ratio"], sense="time", goal=f"<= {P.STRONGEST_TARGET:.1f}x",
+                   step=True)
 
 
 def _step_ms(step):
@@ -489,15 +495,15 @@ def gpt_verdicts(r):
         fastest = attention_speed(ms)
         if fastest:
             best, peer_ms, speed = fastest
-            out.append(dict(suite="gpt", target=f"attention forward + backward{label} >= "
-                                                f"{ATTENTION_TARGET}x the speed of PyTorch's "
-                                                f"fastest SDPA backend",
-                            result=f"{speed:.3f}x {best} ({ms[OURS]:.3f} against "
-                                   f"{peer_ms:.3f} ms)",
-                            met=int(speed >= ATTENTION_TARGET), total=1,
-                            what=f"attention forward + backward, {label.strip(', ') or 'f32'}",
-                            peer=best, ratio=speed, sense="speed",
-                            goal=f">= {ATTENTION_TARGET}x"))
+            out.append(verdict("gpt", f"attention forward + backward{label} >= "
+                                      f"{ATTENTION_TARGET}x the speed of PyTorch's fastest "
+                                      f"SDPA backend",
+                               f"{speed:.3f}x {best} ({ms[OURS]:.3f} against {peer_ms:.3f} ms)",
+                               int(speed >= ATTENTION_TARGET), 1,
+                               what=f"attention forward + backward, "
+                                    f"{label.strip(', ') or 'f32'}",
+                               peer=best, ratio=speed, sense="speed",
+                               goal=f">= {ATTENTION_TARGET}x"))
     return out
 
 
@@ -967,8 +973,7 @@ def headline_table(chosen):
     # the training steps first, then the other times, then the ops' speeds,
     # each in the suites' order
     judged = [v for v in verdicts({s: chosen[s][1] for s in chosen}) if "ratio" in v]
-    for v in sorted(judged, key=lambda v: (v["sense"] != "time",
-                                           "training step" not in v["what"])):
+    for v in sorted(judged, key=lambda v: (v["sense"] != "time", not v.get("step"))):
         rows.append([v["what"], v["peer"], f"{v['ratio']:.2f}x the {v['sense']}",
                      f"{v['goal']}: {'holds' if v['met'] == v['total'] else 'misses'}"])
     if not rows:
