@@ -7,15 +7,18 @@ suite is chosen here, in one place:
 * the runs that measured **the current code** (their code fingerprint equals
   the fingerprint of the code in this checkout), with the same options as the
   newest of them;
-* where no run measured the current code, the runs of the newest measured
-  code, marked **stale** with the number of commits that have changed the
-  measured code since (:func:`benchmarks.provenance.commits_since`).
+* else the runs of the newest measured code, still **current** where that
+  code differs from this checkout's only in Python docstrings and comments
+  (:func:`docs_only_since`: nothing a run measures), otherwise marked
+  **stale** with the number of commits that have changed the measured code
+  since (:func:`benchmarks.provenance.commits_since`).
 
 The chosen runs are combined figure by figure (:func:`combine`): a figure's
 value is the median across runs of each run's median, and its range across
 runs (``run_min``, ``run_max``) travels with it, so a quoted number is never
 the best run.
 """
+import ast
 import json
 import statistics
 from pathlib import Path
@@ -64,21 +67,28 @@ def choose(runs, fingerprint=None, root=provenance.ROOT):
         current = [r for r in rs if _fingerprint(r) == fingerprint]
         pool = current or [r for r in rs if _fingerprint(r) == _fingerprint(rs[-1])]
         newest = pool[-1]
+        prov = newest["provenance"]
+        # measured at a clean commit whose code differs from this only in
+        # docstrings and comments: the same measured code
+        same_code = bool(current) or (prov.get("dirty") is False
+                                      and docs_only_since(prov.get("commit"), root) is True)
         same = [r for r in pool if r["device"] == newest["device"]
                 and r.get("options") == newest.get("options")]
         payload = {k: newest[k] for k in ("suite", "device", "options", "provenance")}
         payload["combined"] = combine([r["results"] for r in same])
         payload["results"] = medians(payload["combined"])
-        payload["status"] = status(same, bool(current), root)
+        payload["status"] = status(same, same_code, root, docs_only=same_code and not current)
         payload["runs"] = same
         chosen[suite] = (machine_key(newest["device"]), payload)
     return chosen
 
 
-def status(runs, current, root=provenance.ROOT):
+def status(runs, current, root=provenance.ROOT, docs_only=False):
     """What the reader needs to trust the chosen runs of one suite: how many,
     when, which commits, whether any was dirty, whether they measured the
-    current code and, if not, how many commits changed it since."""
+    current code (``docs_only``: the same code, but for docstrings and
+    comments changed since) and, if not, how many commits changed it
+    since."""
     prov = [r["provenance"] for r in runs]
     commits = sorted({(p.get("commit") or "unknown")[:10] for p in prov})
     newest = prov[-1].get("commit")
@@ -87,6 +97,7 @@ def status(runs, current, root=provenance.ROOT):
     return {
         "runs": len(runs),
         "current": current,
+        "docs_only": docs_only,
         "commits": commits,
         "dirty": [p.get("dirty") for p in prov],
         "commits_since": None if current else provenance.commits_since(newest, root),
@@ -100,7 +111,8 @@ def status(runs, current, root=provenance.ROOT):
 def stale_text(st):
     """"current" or why not, in words, for a table cell or a headline."""
     if st["current"]:
-        return "current"
+        return ("current (docstrings and comments changed since)" if st.get("docs_only")
+                else "current")
     since = st["commits_since"]
     if since == 0:   # same commit, but the code here differs from what was measured
         return "STALE: the measured code has changed since (not yet committed)"
@@ -165,3 +177,47 @@ def run_range(x):
     if isinstance(x, dict) and "run_min" in x:
         return x["run_min"], x["run_max"], x["runs"]
     return None
+
+
+def _code(source):
+    """Python ``source`` as its syntax tree without docstrings (comments are
+    not in the tree), dumped; None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        if (isinstance(node, documented) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def docs_only_since(commit, root=provenance.ROOT):
+    """Whether the measured code here (``provenance.code_files``) differs from
+    ``commit``'s only in Python docstrings and comments: True; False where
+    it differs otherwise (any change to a C or CUDA file, a file added or
+    removed); None where git cannot tell (no git, an unknown commit)."""
+    if not commit:
+        return None
+    spec = provenance.GIT_CODE_SPEC
+    changed = provenance._run(["git", "diff", "--name-only", commit, "--", *spec], root)
+    added = provenance._run(["git", "ls-files", "--others", "--exclude-standard", "--", *spec],
+                            root)
+    if changed is None or added is None:
+        return None
+    code = [n for n in changed.splitlines() if Path(n).suffix in provenance.CODE_SUFFIXES]
+    if any(Path(n).suffix in provenance.CODE_SUFFIXES for n in added.splitlines()):
+        return False
+    for name in code:
+        path = Path(root) / name
+        before = provenance._run(["git", "show", f"{commit}:{name}"], root)
+        if Path(name).suffix != ".py" or before is None or not path.is_file():
+            return False
+        now = _code(path.read_text(encoding="utf-8"))
+        if now is None or now != _code(before):
+            return False
+    return True

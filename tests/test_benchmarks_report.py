@@ -351,6 +351,61 @@ def test_fingerprint_changes_with_the_code(tmp_path):
     assert provenance.code_fingerprint(tmp_path) != first
 
 
+def _git(root, *args):
+    import subprocess
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"git unavailable here: {done.stderr.strip()[:200]}")
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def code_repo(tmp_path):
+    """A git repository holding measured code (handlers/a.py, handlers/k.cu)
+    at one commit; returns (root, commit)."""
+    (tmp_path / "handlers").mkdir()
+    (tmp_path / "handlers" / "a.py").write_text(
+        '"""A module."""\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x  # double\n')
+    (tmp_path / "handlers" / "k.cu").write_text("// a kernel\nint k;\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "code")
+    return tmp_path, _git(tmp_path, "rev-parse", "HEAD")
+
+
+def test_docs_only_since_sees_through_docstrings_and_comments(code_repo):
+    root, commit = code_repo
+    a = root / "handlers" / "a.py"
+    assert saved.docs_only_since(commit, root) is True          # nothing changed
+    a.write_text('"""Another text."""\n\n\ndef f(x):\n    return 2 * x  # twice\n')
+    assert saved.docs_only_since(commit, root) is True
+    a.write_text('"""A module."""\n\n\ndef f(x):\n    return 3 * x\n')
+    assert saved.docs_only_since(commit, root) is False         # the code itself
+    a.write_text('"""A module."""\n\n\ndef f(x):\n    return 2 * x\n')
+    (root / "handlers" / "k.cu").write_text("// the kernel\nint k;\n")
+    assert saved.docs_only_since(commit, root) is False         # C and CUDA: any byte
+    (root / "handlers" / "k.cu").write_text("// a kernel\nint k;\n")
+    (root / "handlers" / "b.py").write_text("y = 1\n")
+    assert saved.docs_only_since(commit, root) is False         # a new file
+    assert saved.docs_only_since("not-a-commit", root) is None
+    assert saved.docs_only_since(None, root) is None
+
+
+def test_runs_stay_current_across_a_docstring_change(code_repo):
+    root, commit = code_repo
+    measured = provenance.code_fingerprint(root)
+    write_run(root / "runs", "ops", OPS, fingerprint=measured, commit=commit)
+    a = root / "handlers" / "a.py"
+    a.write_text(a.read_text().replace("Twice x.", "x, doubled."))
+    st = saved.choose(saved.load(root / "runs"), root=root)["ops"][1]["status"]
+    assert st["current"] and st["docs_only"]
+    assert saved.stale_text(st) == "current (docstrings and comments changed since)"
+    a.write_text(a.read_text().replace("2 * x", "x + x"))
+    st = saved.choose(saved.load(root / "runs"), root=root)["ops"][1]["status"]
+    assert not st["current"] and saved.stale_text(st).startswith("STALE")
+
+
 def test_rst_report_states_every_verdict(results):
     text = report.rst_report(chosen_of(results))
     assert "Test GPU" in text and "2026-01-02" in text and "c0ffeec0ff" in text
