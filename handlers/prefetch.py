@@ -18,8 +18,10 @@ reaches the consumer with its traceback; leaving the loop early (``break``,
 ``close()``) stops and joins the thread and releases the slots.
 
 Big batches are copied into their slot by a few threads at once (see
-:class:`Stager`); those threads belong to one ``prefetch`` call, live no
-longer than it and never call CUDA.
+:class:`Stager`), none of which calls CUDA: the ``handlers._hostcopy``
+extension's, started once and kept asleep between copies for the process's
+life, or Python workers that belong to one ``prefetch`` call and are joined
+when it ends.
 """
 import collections
 import concurrent.futures
@@ -130,9 +132,9 @@ class Stager:
       against 237 alone, four threads);
     * a converting or strided copy (``np.copyto`` with a cast, which
       releases the GIL) on up to ``PY_COPY_THREADS - 1`` Python workers and
-      the calling thread, split along the first axis; also the byte copies where the
-      extension is not built.  The workers are started on the first such
-      copy and joined by :meth:`close`.
+      the calling thread, split along the first axis; also the byte copies
+      where the extension is not built.  The workers are started on the
+      first such copy and joined by :meth:`close`.
 
     Both the reader and the consumer may call the stager.
     """

@@ -13,7 +13,7 @@ the learning rate; assign it to the optimizer before each step::
 The optimizers keep ``lr`` on the device (``SGD``, ``Adam``), so a step
 captured once (``Handler.capture``) reads each new value on its replay.
 ``clip_grad_norm`` runs on the device too: the norm, the factor and the
-scaling are three ops with no host read, so it belongs inside a captured
+scaling are four ops with no host read, so it belongs inside a captured
 step.
 """
 import math
