@@ -385,8 +385,10 @@ BEFORE = [
      ("sum_short", 1056, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
     (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
      ("sum_short", 96, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    # (since: a reduced axis of up to THREAD_ROW elements takes a thread an
+    # output, its elements inner apart, not a tile of whole slabs)
     (((81, 16960, 3, 5), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
-     ("max_short", 1056, (1373760, 3, 5, 1, 1, 0), 256, 0, 0)),
+     ("max_thread", 2112, (6868800, 3, 5, 1, 1, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (132, 2048),
      ("sum_rows", 625, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (16, 1536),
@@ -495,11 +497,24 @@ def test_mid_declines_runs_beyond_32_bit_offsets():
     assert R.plan_mid(2, 3, 2**33, True, 4, 132, 2048) is None
 
 
-def test_small_slabs_share_a_tile():
+def test_small_slabs_share_a_tile_or_take_a_thread_an_output():
     # (13, 8069, 4, 4) over axis 2 and (15158082, 2, 2) over axis 1: a block
-    # per column tile of a few bytes waited on latency (3 ms, 150 ms)
-    for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1)):
+    # per column tile of a few bytes waited on latency (3 ms, 150 ms).  A
+    # reduced axis of up to THREAD_ROW elements: a thread an output, its
+    # elements inner apart (the third number), every output in the grid's
+    # reach; longer ones: tiles of whole slabs, many a block.
+    for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1),
+                        ((19054, 3, 3, 41), 2), ((2048, 2, 809), 1)):
         plan = R.plan(shape, (axis,), True, 4, "pick", 132, 2048, 1, 0)
+        outputs = math.prod(shape) // shape[axis]
+        assert plan.launch.kernel == "pick_thread", shape
+        assert plan.launch.args[:3] == (outputs, shape[axis], shape[-1]), shape
+        assert plan.launch.grid == min(-(-outputs // (256 * THREAD_UNROLL)),
+                                       MAX_BLOCKS_PER_SM * 132)
+    # rows keep the stride 1
+    assert R.plan((1000, 5), (1,), True, 4, "sum", 132, 2048).launch.args[:3] == (1000, 5, 1)
+    for shape in ((1000000, THREAD_ROW + 1, 2), (500, 9, 200)):
+        plan = R.plan(shape, (1,), True, 4, "pick", 132, 2048, 1, 0)
         assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]
 
 

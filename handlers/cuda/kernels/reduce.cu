@@ -10,9 +10,10 @@
 //         *_lanes  n <= SHORT_ROW (launch.py): a group of as few lanes as hold
 //                  the row (at most 2 elements a lane), LANE_UNROLL rows in
 //                  flight, shuffles within the group;
-//         *_short  small (n, inner) slabs of cols: a block copies a tile of
-//                  whole slabs to shared memory with coalesced loads, then a
-//                  few lanes reduce each output;
+//         *_short  small (n, inner) slabs of cols, n > THREAD_ROW: a block
+//                  copies a tile of whole slabs to shared memory with
+//                  coalesced loads, then a few lanes reduce each output
+//                  (*_thread takes cols of n <= THREAD_ROW, inner apart);
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -359,15 +360,20 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
     }
 }
 
-// *_thread: rows of n <= SH_THREAD_ROW elements, a thread per row.  Thread t
-// of a trip's first row r0 reduces rows r0 + u * blockDim.x for u <
-// SH_THREAD_UNROLL (one load instruction of a warp reads an element of 32
-// adjacent rows: the lanes share the lines, which L1 serves), every load of
-// those rows issued before any is added; grid-stride over the rows.  Each
-// row is added in element order.
+// *_thread: reductions of n <= SH_THREAD_ROW elements, a thread per output.
+// The input is (outer, n, inner) and `rows` = outer * inner outputs: output
+// r = o * inner + c reduces x[o, :, c], elements `inner` apart (inner == 1:
+// rows of n contiguous elements).  Thread t of a trip's first output r0
+// reduces outputs r0 + u * blockDim.x for u < SH_THREAD_UNROLL: one load
+// instruction of a warp reads an element of 32 adjacent outputs (adjacent
+// rows share their lines, adjacent columns are adjacent elements; L1 serves
+// the lines the other elements need), every load of those outputs issued
+// before any is added, and no shared memory or barrier stands between the
+// loads and the sums; grid-stride over the outputs.  Each output is added
+// in element order.
 template <class R, typename T, typename O>
 __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
-                            long long n, long long div, int kind) {
+                            long long n, long long inner, long long div, int kind) {
     using S = typename R::S;
     constexpr int U = SH_THREAD_UNROLL, N = SH_THREAD_ROW;
     const int m = (int)n;   // n <= N
@@ -378,10 +384,12 @@ __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long l
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const long long r = r0 + (long long)u * blockDim.x;
-            const T* p = a + r * n;
+            // the output's first element: row r, or column c of slab o
+            const long long o = inner == 1 ? r : r / inner;
+            const T* p = a + o * n * inner + (r - o * inner);
 #pragma unroll
             for (int k = 0; k < N; ++k)
-                if (k < m && r < rows) x[u][k] = p[k];
+                if (k < m && r < rows) x[u][k] = p[k * inner];
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -960,9 +968,10 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
 }  // namespace
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
-// kernels' third number is the chunk, but *_short's is `inner`; ws, the
-// workspace of partial states, holds compute_t<T> (sums, max, min) or
-// (value, index) pairs (argmax's picks: Pick::S, 8 or 16 bytes).  Every sum kernel but
+// kernels' third number is the chunk, but *_short's and *_thread's are
+// `inner`; ws, the workspace of partial states, holds compute_t<T> (sums,
+// max, min) or (value, index) pairs (argmax's picks: Pick::S, 8 or 16
+// bytes).  Every sum kernel but
 // sum_gen* also exists as a "wide" one, NAME_wide_SUF, whose output is in
 // the compute format (for the halves: a sum that a later pass or mean_t's
 // scaling reads before the one rounding).
@@ -974,7 +983,7 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
     SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
-                   (thread_impl<R, T, O>(a, out, rows, n, div, kind)))               \
+                   (thread_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))        \
     SH_EXPORT_ROWS(R, T, O, PRE##_lanes##SUF, SH_BLOCK,                              \
                    (lanes_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
