@@ -300,11 +300,12 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix, inner=1):
     row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
     over the rest, every block the same share: no wave to fit).  With
     ``inner`` > 1 (n <= THREAD_ROW only: ``_plan_short``'s), a row's
-    elements are ``inner`` apart, the (outer, n, inner) slabs' columns, and
-    ``rows`` counts the outputs, outer * inner (``*_thread``'s third number
-    is that stride)."""
+    elements are ``inner`` apart, the (outer, n, inner) slabs' columns,
+    ``rows`` counts the outputs, outer * inner, and the kernel is
+    ``*_stride`` (``*_thread`` with that stride as its third number)."""
     if n <= THREAD_ROW:
-        kernel, per_block, third = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL, inner
+        kind_name = "thread" if inner == 1 else "stride"
+        kernel, per_block, third = f"{family}_{kind_name}{suffix}", BLOCK * THREAD_UNROLL, inner
     else:   # the kernel takes its group from the plan: one rule, here
         kernel, third = f"{family}_lanes{suffix}", lane_group(n)
         per_block = BLOCK // third * LANE_UNROLL
@@ -315,9 +316,9 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix, inner=1):
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
     """The plan of small (n, inner) slabs (n * inner <= SHORT_TILE).
 
-    A reduced axis of n <= THREAD_ROW takes ``*_thread``, a thread per
+    A reduced axis of n <= THREAD_ROW takes ``*_stride``, a thread per
     output reading its n elements ``inner`` apart (the kernel's third
-    number), as it takes rows of that length: a warp's load then reads 32
+    number), as ``*_thread`` takes rows of that length: a warp's load then reads 32
     adjacent outputs' elements, and no tile or barrier stands between the
     loads and the sums.  Longer axes take ``*_short``: tiles of whole slabs
     in shared memory, the kernel's third number ``inner``; a block per

@@ -13,7 +13,8 @@
 //         *_short  small (n, inner) slabs of cols, n > THREAD_ROW: a block
 //                  copies a tile of whole slabs to shared memory with
 //                  coalesced loads, then a few lanes reduce each output
-//                  (*_thread takes cols of n <= THREAD_ROW, inner apart);
+//                  (*_stride takes those of n <= THREAD_ROW: *_thread's
+//                  thread an output, its elements inner apart);
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -360,18 +361,21 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
     }
 }
 
-// *_thread: reductions of n <= SH_THREAD_ROW elements, a thread per output.
-// The input is (outer, n, inner) and `rows` = outer * inner outputs: output
-// r = o * inner + c reduces x[o, :, c], elements `inner` apart (inner == 1:
-// rows of n contiguous elements).  Thread t of a trip's first output r0
-// reduces outputs r0 + u * blockDim.x for u < SH_THREAD_UNROLL: one load
-// instruction of a warp reads an element of 32 adjacent outputs (adjacent
-// rows share their lines, adjacent columns are adjacent elements; L1 serves
-// the lines the other elements need), every load of those outputs issued
-// before any is added, and no shared memory or barrier stands between the
-// loads and the sums; grid-stride over the outputs.  Each output is added
-// in element order.
-template <class R, typename T, typename O>
+// *_thread: rows of n <= SH_THREAD_ROW elements, a thread per row.  Thread t
+// of a trip's first row r0 reduces rows r0 + u * blockDim.x for u <
+// SH_THREAD_UNROLL (one load instruction of a warp reads an element of 32
+// adjacent rows: the lanes share the lines, which L1 serves), every load of
+// those rows issued before any is added, and no shared memory or barrier
+// stands between the loads and the sums; grid-stride over the rows.  Each
+// row is added in element order.
+// *_stride (STRIDED): the same over the columns of small (outer, n, inner)
+// slabs, `rows` = outer * inner outputs: output r = o * inner + c reduces
+// x[o, :, c], elements `inner` apart (adjacent outputs' elements are
+// adjacent, so a warp's load still reads one or two runs).  A kernel of its
+// own: the index arithmetic took the rows' kernel from 37-40 registers to
+// 48-52 (nvcc 13, sm_90) and rows of 2 or 3 elements 11-18% slower on an
+// H200 (benchmarks/results/diagnostics/short_thread).
+template <class R, bool STRIDED, typename T, typename O>
 __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
                             long long n, long long inner, long long div, int kind) {
     using S = typename R::S;
@@ -384,12 +388,18 @@ __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long l
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const long long r = r0 + (long long)u * blockDim.x;
-            // the output's first element: row r, or column c of slab o
-            const long long o = inner == 1 ? r : r / inner;
-            const T* p = a + o * n * inner + (r - o * inner);
+            if constexpr (STRIDED) {   // column c of slab o
+                const long long o = r / inner;
+                const T* p = a + o * n * inner + (r - o * inner);
 #pragma unroll
-            for (int k = 0; k < N; ++k)
-                if (k < m && r < rows) x[u][k] = p[k * inner];
+                for (int k = 0; k < N; ++k)
+                    if (k < m && r < rows) x[u][k] = p[k * inner];
+            } else {
+                const T* p = a + r * n;
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (k < m && r < rows) x[u][k] = p[k];
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -968,7 +978,7 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
 }  // namespace
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
-// kernels' third number is the chunk, but *_short's and *_thread's are
+// kernels' third number is the chunk, but *_short's and *_stride's are
 // `inner`; ws, the workspace of partial states, holds compute_t<T> (sums,
 // max, min) or (value, index) pairs (argmax's picks: Pick::S, 8 or 16
 // bytes).  Every sum kernel but
@@ -983,7 +993,9 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
     SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
-                   (thread_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))        \
+                   (thread_impl<R, false, T, O>(a, out, rows, n, 1, div, kind)))     \
+    SH_EXPORT_ROWS(R, T, O, PRE##_stride##SUF, SH_BLOCK,                             \
+                   (thread_impl<R, true, T, O>(a, out, rows, n, chunk, div, kind)))  \
     SH_EXPORT_ROWS(R, T, O, PRE##_lanes##SUF, SH_BLOCK,                              \
                    (lanes_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
