@@ -11,15 +11,21 @@ apart needs no tile and no barrier: a warp's load reads 32 adjacent
 outputs' elements (adjacent columns are adjacent elements), and every load
 of its outputs is in flight before any is added.
 
-This times each case under the tree's plan (``tree``) and with every small
-slab sent to ``*_short`` as before (``tiles``, swapping
-``reductions._plan_short`` in the process), beside torch, inputs read from
-DRAM, each result checked against NumPy (float64 sums, exact extremes and
-argmax).  Rows (inner 1) run ``*_thread`` under both rules: their times
-compare the kernel of two trees when the script runs in both (``.ci/gpu-ab``).
+``short_stride.patch`` (beside this script) sends those columns to
+``*_stride``, a thread per output reading its n elements ``inner`` apart;
+rows keep ``*_thread``.  This times each case under the tree's plan
+(``tree``) and with every small slab sent to ``*_short`` (``tiles``,
+swapping ``reductions._plan_short`` in the process), beside torch, inputs
+read from DRAM, each result checked against NumPy (float64 sums, exact
+extremes and argmax).  Without the patch both rules are main's.  Rows
+(inner 1) run ``*_thread`` under both: their times compare the kernel of
+two trees when the script runs in both (``.ci/gpu-ab``).
 
-Run on a GPU machine with torch from a tree's root: ``python
-benchmarks/results/diagnostics/short_thread.py``.
+Run on a GPU machine with torch from the root of a tree with the patch
+applied (``git apply benchmarks/results/diagnostics/short_stride.patch``),
+and of main for the rows: ``python
+benchmarks/results/diagnostics/short_thread.py``.  The first call of a
+fresh machine compiles the kernels (minutes); warm it first.
 """
 import pathlib
 import sys
