@@ -19,6 +19,7 @@ runs (``run_min``, ``run_max``) travels with it, so a quoted number is never
 the best run.
 """
 import ast
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -60,6 +61,8 @@ def choose(runs, fingerprint=None, root=provenance.ROOT):
     if fingerprint is None:
         fingerprint = provenance.code_fingerprint(root)
     by_suite = {}
+    # once per commit: the suites' runs mostly share theirs (git runs per call)
+    docs_only = functools.lru_cache(maxsize=None)(lambda c: docs_only_since(c, root))
     for run in runs:
         by_suite.setdefault(run["suite"], []).append(run)
     chosen = {}
@@ -71,7 +74,7 @@ def choose(runs, fingerprint=None, root=provenance.ROOT):
         # measured at a clean commit whose code differs from this only in
         # docstrings and comments: the same measured code
         same_code = bool(current) or (prov.get("dirty") is False
-                                      and docs_only_since(prov.get("commit"), root) is True)
+                                      and docs_only(prov.get("commit")) is True)
         same = [r for r in pool if r["device"] == newest["device"]
                 and r.get("options") == newest.get("options")]
         payload = {k: newest[k] for k in ("suite", "device", "options", "provenance")}
@@ -179,6 +182,10 @@ def run_range(x):
     return None
 
 
+#: The nodes whose first statement may be a docstring
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
 def _code(source):
     """Python ``source`` as its syntax tree without docstrings (comments are
     not in the tree), dumped; None if it does not parse."""
@@ -188,8 +195,7 @@ def _code(source):
         return None
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        if (isinstance(node, documented) and body and isinstance(body[0], ast.Expr)
+        if (isinstance(node, _DOCUMENTED) and body and isinstance(body[0], ast.Expr)
                 and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
