@@ -85,11 +85,7 @@ def main():
     if "--scan" in sys.argv[1:]:
         return scan()
     tree = R.plan_cols
-
-    def use(rule):
-        def apply():
-            R.plan_cols = rule
-        return apply
+    use = variants.swapper(R, "plan_cols")
     variants.compare_rules("middle axes through the general kernel: the tree's plans against "
                            "gen and narrow", CASES,
                            {"tree": use(tree), "gen": use(gen_rule(tree)),

@@ -61,11 +61,7 @@ def tiles(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_pe
 def main():
     from handlers.cuda import reductions as R
     tree = R._plan_short
-
-    def use(rule):
-        def apply():
-            R._plan_short = rule
-        return apply
+    use = variants.swapper(R, "_plan_short")
     variants.compare_rules("small slabs of a short reduced axis: the tree's plans against "
                            "tiles", CASES, {"tree": use(tree), "tiles": use(tiles)},
                            use(tree), REPS, CALLS)

@@ -329,6 +329,14 @@ def ours_reduction(op, host, axis, ref, copies, reps, calls):
     return us, err, plan
 
 
+def swapper(module, name):
+    """``use(rule)`` for :func:`compare_rules`: the function that, called,
+    sets ``module.name`` to ``rule`` (a planner rule swapped in the process)."""
+    def use(rule):
+        return lambda: setattr(module, name, rule)
+    return use
+
+
 def compare_rules(title, cases, rules, restore, reps, calls):
     """Print ``title`` (after the device copy's bandwidth), then a row per
     (op, shape, axis) of ``cases``: torch's us per call, ours under each
