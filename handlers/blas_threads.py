@@ -107,8 +107,12 @@ def find():
 
 _lib = None
 _found = False
+# Whether the last product was small: BLAS then runs on one thread, put
+# there by it or already there.  Apart from the counts, so that a BLAS on one
+# thread already is asked for them once, not before every small product.
+_small = False
 # The thread counts BLAS had before a small product put it on one thread;
-# None while BLAS runs with its own counts.
+# None while BLAS runs with its own counts, or was on one thread already.
 _saved = None
 # Threads of the process may run products at once: one at a time changes the
 # counts, so that none saves the one thread another has set.
@@ -127,24 +131,27 @@ def product(fn, macs, *args, **kwargs):
     one BLAS thread when it is small (``SMALL_PRODUCT``), with BLAS's own
     thread counts when it is large (the module docstring says why)."""
     small = macs < SMALL_PRODUCT
-    if small != (_saved is not None):
+    if small != _small:
         _switch(small)
     return fn(*args, **kwargs)
 
 
 def _switch(small):
     """Put BLAS on one thread (``small``), or give it back its counts."""
-    global _saved
+    global _saved, _small
     lib = _library()
-    if lib is None:
-        return
     with _lock:
-        if small and _saved is None:
+        if small == _small:   # another thread switched first
+            return
+        _small = small
+        if lib is None:
+            return
+        if small:
             counts = lib.get()
             if max(counts) > 1:
                 lib.set([1] * len(counts))
                 _saved = counts
-        elif not small and _saved is not None:
+        elif _saved is not None:
             lib.set(_saved)
             _saved = None
 

@@ -82,13 +82,8 @@ _CUDNN_PATHS = """
     from handlers.cuda.convolution import cudnn_paths
     tried = cudnn_paths()"""
 _NCCL_PATHS = """
-    tried = []
-    try:
-        import nvidia.nccl as pkg
-        tried += [os.path.join(d, "lib", "libnccl.so.2") for d in pkg.__path__]
-    except ImportError:
-        pass
-    tried.append("libnccl.so.2")"""
+    from handlers.toolkit import wheel_library_paths
+    tried = wheel_library_paths("nccl", "libnccl.so.2")"""
 _LIBRARY = """
     import ctypes, os
 {paths}

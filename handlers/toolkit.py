@@ -200,6 +200,20 @@ def _error_text(lib, rc):
     return f"CUresult {rc}"
 
 
+def wheel_library_paths(package, soname):
+    """Where a library that NVIDIA's pip wheels ship is looked for, in order:
+    ``lib/soname`` in each directory of the ``nvidia.<package>`` package (the
+    ``nvidia-<package>-cu*`` wheels) if it imports, then the plain ``soname``
+    on the loader's path."""
+    tried = []
+    try:
+        pkg = __import__(f"nvidia.{package}", fromlist=["__path__"])
+        tried += [os.path.join(d, "lib", soname) for d in pkg.__path__]
+    except ImportError:
+        pass
+    return tried + [soname]
+
+
 def driver_release():
     """The NVIDIA driver's release (e.g. ``580.95.05``), or None: read from
     ``/proc/driver/nvidia/version`` where Linux has it, else from nvidia-smi."""

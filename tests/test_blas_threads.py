@@ -14,9 +14,10 @@ class FakeBLAS:
 
     def __init__(self, counts):
         self.counts = list(counts)
-        self.sets = 0
+        self.sets = self.gets = 0
 
     def get(self):
+        self.gets += 1
         return list(self.counts)
 
     def set(self, counts):
@@ -30,6 +31,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(blas_threads, "_lib", lib)
     monkeypatch.setattr(blas_threads, "_found", True)
     monkeypatch.setattr(blas_threads, "_saved", None)
+    monkeypatch.setattr(blas_threads, "_small", False)
     return lib
 
 
@@ -51,9 +53,13 @@ def test_small_products_run_on_one_thread_large_ones_as_blas_had_it(fake):
 
 def test_one_thread_already_is_left_alone(fake):
     fake.counts = [1, 1]
-    blas_threads.product(lambda: None, 10)
+    for _ in range(5):
+        blas_threads.product(lambda: None, 10)
+    assert fake.gets == 1                  # asked once, not before every product
     blas_threads.restore()
-    assert fake.sets == 0
+    assert fake.sets == 0 and fake.counts == [1, 1]
+    blas_threads.product(lambda: None, 10)  # small again after a restore: asked again
+    assert fake.gets == 2 and fake.sets == 0
 
 
 def test_products_from_several_threads_leave_the_counts_as_they_were(fake):
@@ -73,6 +79,7 @@ def test_without_a_blas_to_steer_products_still_run(monkeypatch):
     monkeypatch.setattr(blas_threads, "_lib", None)
     monkeypatch.setattr(blas_threads, "_found", True)
     monkeypatch.setattr(blas_threads, "_saved", None)
+    monkeypatch.setattr(blas_threads, "_small", False)
     assert blas_threads.product(np.add, 10, 2, 3) == 5
 
 

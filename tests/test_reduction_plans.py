@@ -52,8 +52,8 @@ EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
 #: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
 #: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
 #: 1024-thread blocks of 32 registers hold 2
-H200_BLOCKS = {"thread": 6, "lanes": 4, "short": 4, "rows": 5, "long": 4, "cols": 4, "gen": 4,
-               "mid": 2, "one": 6}
+H200_BLOCKS = {"thread": 6, "stride": 4, "lanes": 4, "short": 4, "rows": 5, "long": 4,
+               "cols": 4, "gen": 4, "mid": 2, "one": 6}
 #: The occupancies the plans are checked under: "threads", the threads'
 #: limit alone (sm_threads // block: the planners' default, their rule before
 #: they asked the driver); a number, that many blocks of every kernel (at
@@ -166,11 +166,12 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     launch = plan.launch
     kind = launch.kernel.split("_")[1]
     resident = sms * blocks(launch.kernel, launch.block)
-    if kind in ("thread", "lanes"):   # every row, or a grid-stride cap, as plan_one's
+    if kind in ("thread", "stride", "lanes"):   # every output, or a grid-stride cap
         rows, n = launch.args[:2]
-        per_block = BLOCK * THREAD_UNROLL if kind == "thread" else \
-            BLOCK // R.lane_group(n) * LANE_UNROLL
-        assert (kind == "thread") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        per_block = BLOCK // R.lane_group(n) * LANE_UNROLL if kind == "lanes" else \
+            BLOCK * THREAD_UNROLL
+        assert (kind != "lanes") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
+        assert (kind == "stride") == (launch.args[2] > 1) or kind == "lanes", launch
         if kind == "lanes":   # the kernel's group, from the plan alone
             assert launch.args[2] == R.lane_group(n), launch
         assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
@@ -385,8 +386,10 @@ BEFORE = [
      ("sum_short", 1056, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
     (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
      ("sum_short", 96, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    # (since: a reduced axis of up to THREAD_ROW elements takes a thread an
+    # output, its elements inner apart, not a tile of whole slabs)
     (((81, 16960, 3, 5), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
-     ("max_short", 1056, (1373760, 3, 5, 1, 1, 0), 256, 0, 0)),
+     ("max_stride", 2112, (6868800, 3, 5, 1, 1, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (132, 2048),
      ("sum_rows", 625, (5000, 3000, 3000, 1, 3000, 0), 256, 0, 0)),
     (((5000, 3000), (1,), True, 4, "sum", 3000, 0, ""), (16, 1536),
@@ -495,11 +498,25 @@ def test_mid_declines_runs_beyond_32_bit_offsets():
     assert R.plan_mid(2, 3, 2**33, True, 4, 132, 2048) is None
 
 
-def test_small_slabs_share_a_tile():
+def test_small_slabs_share_a_tile_or_take_a_thread_an_output():
     # (13, 8069, 4, 4) over axis 2 and (15158082, 2, 2) over axis 1: a block
-    # per column tile of a few bytes waited on latency (3 ms, 150 ms)
-    for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1)):
+    # per column tile of a few bytes waited on latency (3 ms, 150 ms).  A
+    # reduced axis of up to THREAD_ROW elements: a thread an output, its
+    # elements inner apart (the third number), every output in the grid's
+    # reach; longer ones: tiles of whole slabs, many a block.
+    for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1),
+                        ((19054, 3, 3, 41), 2), ((2048, 2, 809), 1)):
         plan = R.plan(shape, (axis,), True, 4, "pick", 132, 2048, 1, 0)
+        outputs = math.prod(shape) // shape[axis]
+        assert plan.launch.kernel == "pick_stride", shape
+        assert plan.launch.args[:3] == (outputs, shape[axis], shape[-1]), shape
+        assert plan.launch.grid == min(-(-outputs // (256 * THREAD_UNROLL)),
+                                       MAX_BLOCKS_PER_SM * 132)
+    # rows: *_thread, the stride 1
+    plan = R.plan((1000, 5), (1,), True, 4, "sum", 132, 2048)
+    assert plan.launch.kernel == "sum_thread" and plan.launch.args[:3] == (1000, 5, 1)
+    for shape in ((1000000, THREAD_ROW + 1, 2), (500, 9, 200)):
+        plan = R.plan(shape, (1,), True, 4, "pick", 132, 2048, 1, 0)
         assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]
 
 

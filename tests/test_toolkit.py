@@ -374,3 +374,15 @@ def test_doctor_lists_the_gpus_the_driver_reports(tmp_path):
     assert "GPU 0 Fake GPU 0, 1.0 GiB, compute capability 9.0" in words
     assert "GPU 1 Fake GPU 1, 2.0 GiB, compute capability 9.1" in words
     assert "runs CUDA up to 12.8" in words
+
+
+def test_wheel_library_paths_look_in_the_wheel_then_the_loader(tmp_path, monkeypatch):
+    # an nvidia-<package> wheel: the namespace package nvidia, its lib/ beside
+    (tmp_path / "nvidia" / "fakelib").mkdir(parents=True)
+    (tmp_path / "nvidia" / "fakelib" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "nvidia" or m.startswith("nvidia.")]:
+        monkeypatch.delitem(sys.modules, name)
+    want = str(tmp_path / "nvidia" / "fakelib" / "lib" / "libfake.so.1")
+    assert toolkit.wheel_library_paths("fakelib", "libfake.so.1") == [want, "libfake.so.1"]
+    assert toolkit.wheel_library_paths("notinstalled", "libx.so.3") == ["libx.so.3"]

@@ -20,6 +20,7 @@ import math
 import os
 from typing import NamedTuple
 
+from .. import toolkit
 from ..base import Handler
 from . import context as cuda_context
 from . import graph as cuda_graph
@@ -90,13 +91,7 @@ def cudnn_paths():
     """Where cuDNN 9 is looked for, in order: the ``lib/`` of the
     ``nvidia.cudnn`` package (the ``nvidia-cudnn-cu*`` wheels) if importable,
     then the plain soname ``libcudnn.so.9`` on the loader's path."""
-    tried = []
-    try:
-        import nvidia.cudnn as pkg
-        tried += [os.path.join(d, "lib", "libcudnn.so.9") for d in pkg.__path__]
-    except ImportError:
-        pass
-    return tried + ["libcudnn.so.9"]
+    return toolkit.wheel_library_paths("cudnn", "libcudnn.so.9")
 
 
 def load_cudnn():

@@ -291,16 +291,21 @@ def lane_group(n):
     return group
 
 
-def _plan_short_rows(rows, n, family, sms, div, kind, suffix):
+def _plan_short_rows(rows, n, family, sms, div, kind, suffix, inner=1):
     """The plan of rows of n <= SHORT_ROW elements (``plan_rows``'s
     arguments): ``*_thread``, a thread per row, THREAD_UNROLL rows a
     thread, up to THREAD_ROW elements; ``*_lanes`` beyond, a group of
     ``lane_group(n)`` lanes per row (the launch's third number), 32 / group
     rows a warp and LANE_UNROLL trips in flight.  A grid as ``plan_one``'s: enough blocks for every
     row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
-    over the rest, every block the same share: no wave to fit)."""
+    over the rest, every block the same share: no wave to fit).  With
+    ``inner`` > 1 (n <= THREAD_ROW only: ``_plan_short``'s), a row's
+    elements are ``inner`` apart, the (outer, n, inner) slabs' columns,
+    ``rows`` counts the outputs, outer * inner, and the kernel is
+    ``*_stride`` (``*_thread`` with that stride as its third number)."""
     if n <= THREAD_ROW:
-        kernel, per_block, third = f"{family}_thread{suffix}", BLOCK * THREAD_UNROLL, n
+        kind_name = "thread" if inner == 1 else "stride"
+        kernel, per_block, third = f"{family}_{kind_name}{suffix}", BLOCK * THREAD_UNROLL, inner
     else:   # the kernel takes its group from the plan: one rule, here
         kernel, third = f"{family}_lanes{suffix}", lane_group(n)
         per_block = BLOCK // third * LANE_UNROLL
@@ -309,11 +314,19 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix):
 
 
 def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
-    """The ``*_short`` plan: tiles of whole (n, inner) slabs in shared memory
-    (n * inner <= SHORT_TILE); the kernel's third number is ``inner``.  A
-    block per tile, at most one wave of the kernel's resident blocks (it
-    strides over the rest: blocks beyond the wave would only wait for a
-    slot, 64 registers and 8 KB of shared memory hold 4 of 256 threads)."""
+    """The plan of small (n, inner) slabs (n * inner <= SHORT_TILE).
+
+    A reduced axis of n <= THREAD_ROW takes ``*_stride``, a thread per
+    output reading its n elements ``inner`` apart (the kernel's third
+    number), as ``*_thread`` takes rows of that length: a warp's load then reads 32
+    adjacent outputs' elements, and no tile or barrier stands between the
+    loads and the sums.  Longer axes take ``*_short``: tiles of whole slabs
+    in shared memory, the kernel's third number ``inner``; a block per
+    tile, at most one wave of the kernel's resident blocks (it strides over
+    the rest: blocks beyond the wave would only wait for a slot, 64
+    registers and 8 KB of shared memory hold 4 of 256 threads)."""
+    if n <= THREAD_ROW:
+        return _plan_short_rows(outer * inner, n, family, sms, div, kind, suffix, inner)
     kernel = f"{family}_short{suffix}"
     tiles = -(-outer // (SHORT_TILE // (n * inner)))
     grid = max(1, min(tiles, sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)))
@@ -422,8 +435,9 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     most 32, unless the axis is too short to give ty rows a trip each: then
     the block widens across the columns, down to ty = 1 (every thread
     reads its whole column in one trip, no partials to combine).  Slabs of
-    n * inner <= SHORT_TILE elements go to ``*_short`` instead, many to a
-    block (a block per tiny tile would wait on latency, not bandwidth).  Too
+    n * inner <= SHORT_TILE elements go to ``_plan_short`` instead (a
+    thread an output, or many slabs to a block's tile: a block per tiny
+    tile would wait on latency, not bandwidth).  Too
     few tiles for the device split the rows into chunks (``_chunking``: up
     to a wave of the kernel's resident blocks, at most 4 per SM on an H200,
     where 4 blocks per SM beat 8 by 5 points of copy bandwidth on 8192x4096
@@ -601,7 +615,7 @@ def plan(shape, axes, aligned, width, family, sms, sm_threads, div=1, kind=0, su
     (every index and every offset from a chunk's start below 2^31) and
     takes ``pick64`` beyond.  Nothing to reduce is ``plan_one``
     (no wide form: a pass never reduces an axis of extent 1, and a wide
-    plan of one takes ``*_short_wide``, right if slower)."""
+    plan of one takes ``*_thread_wide``, right if slower)."""
     form, dims = layout(shape, axes)
     if form == "rows" and dims[1] == 1 and not suffix:
         return plan_one(dims[0], width, family, sms)

@@ -10,9 +10,11 @@
 //         *_lanes  n <= SHORT_ROW (launch.py): a group of as few lanes as hold
 //                  the row (at most 2 elements a lane), LANE_UNROLL rows in
 //                  flight, shuffles within the group;
-//         *_short  small (n, inner) slabs of cols: a block copies a tile of
-//                  whole slabs to shared memory with coalesced loads, then a
-//                  few lanes reduce each output;
+//         *_short  small (n, inner) slabs of cols, n > THREAD_ROW: a block
+//                  copies a tile of whole slabs to shared memory with
+//                  coalesced loads, then a few lanes reduce each output
+//                  (*_stride takes those of n <= THREAD_ROW: *_thread's
+//                  thread an output, its elements inner apart);
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -363,11 +365,19 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
 // of a trip's first row r0 reduces rows r0 + u * blockDim.x for u <
 // SH_THREAD_UNROLL (one load instruction of a warp reads an element of 32
 // adjacent rows: the lanes share the lines, which L1 serves), every load of
-// those rows issued before any is added; grid-stride over the rows.  Each
+// those rows issued before any is added, and no shared memory or barrier
+// stands between the loads and the sums; grid-stride over the rows.  Each
 // row is added in element order.
-template <class R, typename T, typename O>
+// *_stride (STRIDED): the same over the columns of small (outer, n, inner)
+// slabs, `rows` = outer * inner outputs: output r = o * inner + c reduces
+// x[o, :, c], elements `inner` apart (adjacent outputs' elements are
+// adjacent, so a warp's load still reads one or two runs).  A kernel of its
+// own: the index arithmetic took the rows' kernel from 37-40 registers to
+// 48-58 (nvcc 13, sm_90) and rows of 2 or 3 elements 11-18% slower on an
+// H200 (benchmarks/results/diagnostics/short_thread).
+template <class R, bool STRIDED, typename T, typename O>
 __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long long rows,
-                            long long n, long long div, int kind) {
+                            long long n, long long inner, long long div, int kind) {
     using S = typename R::S;
     constexpr int U = SH_THREAD_UNROLL, N = SH_THREAD_ROW;
     const int m = (int)n;   // n <= N
@@ -378,10 +388,18 @@ __device__ void thread_impl(const T* __restrict__ a, O* __restrict__ out, long l
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const long long r = r0 + (long long)u * blockDim.x;
-            const T* p = a + r * n;
+            if constexpr (STRIDED) {   // column c of slab o
+                const long long o = r / inner;
+                const T* p = a + o * n * inner + (r - o * inner);
 #pragma unroll
-            for (int k = 0; k < N; ++k)
-                if (k < m && r < rows) x[u][k] = p[k];
+                for (int k = 0; k < N; ++k)
+                    if (k < m && r < rows) x[u][k] = p[k * inner];
+            } else {
+                const T* p = a + r * n;
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    if (k < m && r < rows) x[u][k] = p[k];
+            }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -960,9 +978,10 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
 }  // namespace
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
-// kernels' third number is the chunk, but *_short's is `inner`; ws, the
-// workspace of partial states, holds compute_t<T> (sums, max, min) or
-// (value, index) pairs (argmax's picks: Pick::S, 8 or 16 bytes).  Every sum kernel but
+// kernels' third number is the chunk, but *_short's and *_stride's are
+// `inner`; ws, the workspace of partial states, holds compute_t<T> (sums,
+// max, min) or (value, index) pairs (argmax's picks: Pick::S, 8 or 16
+// bytes).  Every sum kernel but
 // sum_gen* also exists as a "wide" one, NAME_wide_SUF, whose output is in
 // the compute format (for the halves: a sum that a later pass or mean_t's
 // scaling reads before the one rounding).
@@ -974,7 +993,9 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
     }
 #define SH_EXPORT_ROW_KINDS(R, T, O, PRE, SUF)                                       \
     SH_EXPORT_ROWS(R, T, O, PRE##_thread##SUF, SH_BLOCK,                             \
-                   (thread_impl<R, T, O>(a, out, rows, n, div, kind)))               \
+                   (thread_impl<R, false, T, O>(a, out, rows, n, 1, div, kind)))     \
+    SH_EXPORT_ROWS(R, T, O, PRE##_stride##SUF, SH_BLOCK,                             \
+                   (thread_impl<R, true, T, O>(a, out, rows, n, chunk, div, kind)))  \
     SH_EXPORT_ROWS(R, T, O, PRE##_lanes##SUF, SH_BLOCK,                              \
                    (lanes_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
