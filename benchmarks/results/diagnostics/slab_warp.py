@@ -1,0 +1,93 @@
+"""Small slabs of few columns: a warp a slab (``*_slab``), or tiles?
+
+Slabs of an (outer, n, inner) view with n * inner at most ``SHORT_TILE``
+and n > ``THREAD_ROW`` went to ``*_short``, which copies a tile of whole
+slabs to shared memory, waits at a barrier, then gives each output a few
+lanes.  Where a slab fills most of a tile, that tile holds one slab, whose
+`inner` outputs leave most of the block's lanes idle: the random set of
+seed 1402595870 (2026-11-28, H200) missed on ``argmax_t`` of (4774, 709,
+2) over axis 1 (37.4 us against torch's 28.0), and ``sum_t`` of (20000,
+40, 30) over axis 1 took 123 us against torch's 31 (``short_slabs``).
+
+``*_slab`` gives each slab of at most ``SLAB_COLS`` columns a warp, which
+reads the slab as one contiguous run, lane l taking column l % inner
+(reduce.cu's slab_impl), and joins the lanes of each column by shuffles.
+The tree's rule (``reductions._plan_short``) takes it for slabs of
+``SLAB_LEAST`` elements or more, a first guess: smaller slabs give a
+warp's lanes fewer loads than a tile's threads.  This times each case
+under three rules, beside torch, inputs read from DRAM, each result checked
+against NumPy (float64 sums, exact extremes and argmax):
+
+* ``tree``: the tree's plans;
+* ``tiles``: every slab of n > THREAD_ROW on ``*_short`` (the rule before
+  ``*_slab``);
+* ``warps``: every slab of at most SLAB_COLS columns and n > THREAD_ROW on
+  ``*_slab``, whatever its size,
+
+so that the sizes around SLAB_LEAST say where the bound belongs.
+
+Run on a GPU machine with torch, from the root of a tree that has
+``*_slab``: ``python benchmarks/results/diagnostics/slab_warp.py``.  The
+first call of a fresh machine compiles the kernels (minutes): warm it
+first (``bash .ci/gpu-warm``).
+"""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
+
+REPS, CALLS = 15, 10
+#: (op, shape, axis): the misses and slow layouts first, then slabs of 16,
+#: 3 and 5 columns from below SLAB_LEAST (256) to a whole tile (2048)
+CASES = [("argmax_t", (4774, 709, 2), 1), ("sum_t", (20000, 40, 30), 1),
+         ("max_t", (5501, 997, 1, 2), 1), ("sum_t", (1492, 864, 1, 2), 1),
+         ("mean_t", (2000, 60, 17), 1), ("sum_t", (1000000, 12, 2), 1),
+         ("sum_t", (100000, 12, 16), 1), ("sum_t", (100000, 16, 16), 1),
+         ("sum_t", (50000, 32, 16), 1), ("sum_t", (30000, 64, 16), 1),
+         ("sum_t", (15000, 128, 16), 1), ("sum_t", (200000, 40, 3), 1),
+         ("sum_t", (100000, 90, 3), 1), ("sum_t", (40000, 600, 3), 1),
+         ("argmax_t", (100000, 25, 5), 1), ("argmax_t", (60000, 60, 5), 1),
+         ("min_t", (20000, 400, 5), 1)]
+
+
+def _rules():
+    """{name: rule} in the signature of ``reductions._plan_short``."""
+    from handlers.cuda import reductions as R
+    tree = R._plan_short
+
+    def short_plan(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
+        kernel = f"{family}_short{suffix}"
+        count = -(-outer // (R.SHORT_TILE // (n * inner)))
+        grid = max(1, min(count, sms * R._per_sm(blocks_per_sm, kernel, R.BLOCK, sm_threads)))
+        return R.Plan(R.Launch(kernel, grid, (outer, n, inner, 1, div, kind), R.BLOCK), 0, 0)
+
+    def slab_plan(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
+        kernel = f"{family}_slab{suffix}"
+        count = -(-outer // (R.BLOCK // 32))
+        grid = max(1, min(count, sms * R._per_sm(blocks_per_sm, kernel, R.BLOCK, sm_threads)))
+        return R.Plan(R.Launch(kernel, grid, (outer, n, inner, 1, div, kind), R.BLOCK), 0, 0)
+
+    def tiles(outer, n, inner, *rest):
+        return tree(outer, n, inner, *rest) if n <= R.THREAD_ROW else \
+            short_plan(outer, n, inner, *rest)
+
+    def warps(outer, n, inner, *rest):
+        return slab_plan(outer, n, inner, *rest) if R.THREAD_ROW < n and \
+            inner <= R.SLAB_COLS else tree(outer, n, inner, *rest)
+
+    return tree, {"tree": tree, "tiles": tiles, "warps": warps}
+
+
+def main():
+    from handlers.cuda import reductions as R
+    tree, rules = _rules()
+    use = variants.swapper(R, "_plan_short")
+    variants.compare_rules("small slabs of few columns: a warp a slab against tiles", CASES,
+                           {name: use(rule) for name, rule in rules.items()}, use(tree),
+                           REPS, CALLS)
+
+
+if __name__ == "__main__":
+    main()
