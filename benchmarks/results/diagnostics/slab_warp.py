@@ -53,40 +53,23 @@ CASES = [("argmax_t", (4774, 709, 2), 1), ("sum_t", (20000, 40, 30), 1),
 
 
 def _rules():
-    """{name: rule} in the signature of ``reductions._plan_short``."""
+    """({name: apply()}, restore()): each rule is the tree's own
+    ``_plan_short`` under other bounds (``reductions.SLAB_COLS`` and
+    ``SLAB_LEAST``, read at each plan): ``tiles`` takes no slab to a warp,
+    ``warps`` every slab of few columns whatever its size."""
     from handlers.cuda import reductions as R
-    tree = R._plan_short
+    cols, least = R.SLAB_COLS, R.SLAB_LEAST
 
-    def short_plan(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
-        kernel = f"{family}_short{suffix}"
-        count = -(-outer // (R.SHORT_TILE // (n * inner)))
-        grid = max(1, min(count, sms * R._per_sm(blocks_per_sm, kernel, R.BLOCK, sm_threads)))
-        return R.Plan(R.Launch(kernel, grid, (outer, n, inner, 1, div, kind), R.BLOCK), 0, 0)
-
-    def slab_plan(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blocks_per_sm):
-        kernel = f"{family}_slab{suffix}"
-        count = -(-outer // (R.BLOCK // 32))
-        grid = max(1, min(count, sms * R._per_sm(blocks_per_sm, kernel, R.BLOCK, sm_threads)))
-        return R.Plan(R.Launch(kernel, grid, (outer, n, inner, 1, div, kind), R.BLOCK), 0, 0)
-
-    def tiles(outer, n, inner, *rest):
-        return tree(outer, n, inner, *rest) if n <= R.THREAD_ROW else \
-            short_plan(outer, n, inner, *rest)
-
-    def warps(outer, n, inner, *rest):
-        return slab_plan(outer, n, inner, *rest) if R.THREAD_ROW < n and \
-            inner <= R.SLAB_COLS else tree(outer, n, inner, *rest)
-
-    return tree, {"tree": tree, "tiles": tiles, "warps": warps}
+    def bounds(c, n):
+        return lambda: (setattr(R, "SLAB_COLS", c), setattr(R, "SLAB_LEAST", n))
+    rules = {"tree": bounds(cols, least), "tiles": bounds(0, least), "warps": bounds(cols, 0)}
+    return rules, bounds(cols, least)
 
 
 def main():
-    from handlers.cuda import reductions as R
-    tree, rules = _rules()
-    use = variants.swapper(R, "_plan_short")
+    rules, restore = _rules()
     variants.compare_rules("small slabs of few columns: a warp a slab against tiles", CASES,
-                           {name: use(rule) for name, rule in rules.items()}, use(tree),
-                           REPS, CALLS)
+                           rules, restore, REPS, CALLS)
 
 
 if __name__ == "__main__":
