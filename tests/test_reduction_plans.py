@@ -52,8 +52,8 @@ EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
 #: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
 #: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
 #: 1024-thread blocks of 32 registers hold 2
-H200_BLOCKS = {"thread": 6, "stride": 4, "lanes": 4, "short": 4, "rows": 5, "long": 4,
-               "cols": 4, "gen": 4, "mid": 2, "one": 6}
+H200_BLOCKS = {"thread": 6, "stride": 4, "lanes": 4, "short": 4, "slab": 6, "rows": 5,
+               "long": 4, "cols": 4, "gen": 4, "mid": 2, "one": 6}
 #: The occupancies the plans are checked under: "threads", the threads'
 #: limit alone (sm_threads // block: the planners' default, their rule before
 #: they asked the driver); a number, that many blocks of every kernel (at
@@ -175,10 +175,13 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
         if kind == "lanes":   # the kernel's group, from the plan alone
             assert launch.args[2] == R.lane_group(n), launch
         assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms)), launch
-    elif kind == "short":        # a wave of tiles, or every tile; the kernel strides
+    elif kind in ("short", "slab"):   # a wave, or every tile (slab: warp); the kernel strides
         outer, n, inner = launch.args[:3]
-        tiles = -(-outer // (R.SHORT_TILE // (n * inner)))
-        assert launch.grid == min(tiles, resident), launch
+        assert THREAD_ROW < n and n * inner <= R.SHORT_TILE, launch
+        slab = inner <= R.SLAB_COLS and n * inner >= R.SLAB_LEAST
+        assert (kind == "slab") == slab, launch
+        per = BLOCK // 32 if slab else R.SHORT_TILE // (n * inner)
+        assert launch.grid == min(-(-outer // per), resident), launch
     elif kind in ("rows", "long"):
         rows, n, _, chunks = launch.args[:4]
         row_warps = sms * blocks(launch.kernel.replace("_long", "_rows"), BLOCK) * (BLOCK // 32)
@@ -518,6 +521,30 @@ def test_small_slabs_share_a_tile_or_take_a_thread_an_output():
     for shape in ((1000000, THREAD_ROW + 1, 2), (500, 9, 200)):
         plan = R.plan(shape, (1,), True, 4, "pick", 132, 2048, 1, 0)
         assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]
+
+
+def test_slabs_of_few_columns_take_a_warp_each():
+    # (4774, 709, 2) over axis 1 (a random set's miss: a tile per slab, its
+    # two outputs on two of a block's eight lane groups) and (20000, 40, 30)
+    # (the tutorial's slow layout once): a warp a slab, 8 a block, at most one
+    # wave of the kernel's resident blocks; the third number is inner
+    h200 = _blocks("h200", 2048)
+    for shape, family in (((4774, 709, 2), "pick"), ((20000, 40, 30), "sum"),
+                          ((5501, 997, 1, 2), "max")):
+        plan = R.plan(shape, (1,), True, 4, family, 132, 2048, 1, 0, blocks_per_sm=h200)
+        outer, n, inner = shape[0], shape[1], shape[-1]
+        assert plan.launch.kernel == f"{family}_slab", shape
+        assert plan.launch.args[:3] == (outer, n, inner), shape
+        assert plan.launch.grid == min(-(-outer // 8), 132 * H200_BLOCKS["slab"]), shape
+        assert plan.workspace == plan.counters == 0
+    # the bounds: at most SLAB_COLS columns, SLAB_LEAST elements or more
+    assert R.SLAB_LEAST // 4 > R.THREAD_ROW   # else *_stride takes the slabs
+    cases = (((100000, R.SLAB_LEAST // 4, 4), "sum_slab"),
+             ((100000, R.SLAB_LEAST // 4 - 1, 4), "sum_short"),
+             ((100000, 40, R.SLAB_COLS), "sum_slab"),
+             ((100000, 40, R.SLAB_COLS + 1), "sum_short"))
+    for shape, kernel in cases:
+        assert R.plan(shape, (1,), True, 4, "sum", 132, 2048).launch.kernel == kernel, shape
 
 
 # --------------------------------------------------------------- extremes

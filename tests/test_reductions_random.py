@@ -186,6 +186,11 @@ LAYOUTS = [
     ("three-runs", (2, 3, 2, 3, 4), (0, 2, 4)),
     ("cols-odd", (42, 3229), 0), ("cols-odd", (7, 1000, 33), 1),   # rows not 16-byte aligned
     ("cols-odd-canon", (3, 1, 97, 23, 29), 0),                      # (3, 97 * 23 * 29) over 0
+    # small slabs of few columns, a warp a slab (*_slab): lanes of a column
+    # joined in a tree of 16, 10, 6 or 1 row groups
+    ("slab", (999, 129, 2), 1), ("slab", (500, 12, 8), 1), ("slab", (300, 33, 3), 1),
+    ("slab", (77, 100, 3), 1), ("slab", (40, 60, 5), -2),
+    ("slab", (301, 40, 30), 1), ("slab-canon", (50, 1, 31, 17), 2),   # (50, 31, 17) over 1
     # the general kernel (sum_gen*): reduced and kept runs interleaved
     ("gen-rkrk", (593, 4, 11, 11), (0, 2)),      # few outputs: chunked
     ("gen-rkrk-vec", (97, 4, 11, 16), (0, 2)),   # packets where the input is aligned
@@ -504,7 +509,7 @@ def test_argmax_index_limit(handler, rng, extra):
 #: 1-D scalar, columns whose rows are 16-byte aligned or not, many or few
 SPECIAL = [("short", (1000, 5), 1), ("rows", (7, 333), 1), ("long", (3, 70001), -1),
            ("scalar1d", (65537,), 0), ("cols", (33, 64), 0), ("cols-odd", (33, 63), 0),
-           ("cols-many", (4097, 3), 0), ("cols-mid", (5, 301, 7), 1)]
+           ("cols-many", (4097, 3), 0), ("cols-mid", (5, 301, 7), 1), ("slab", (41, 100, 3), 1)]
 #: what a slice holds, in turn (see special_slice)
 SCENARIOS = ("zeros", "zeros-neg", "zeros-pos", "-inf", "+inf", "infs", "infs-nan", "ties",
              "nan-first", "numbers")
@@ -592,7 +597,7 @@ def test_cases_are_stable_and_cover_the_layouts():
     assert all(math.prod(c.shape) <= BUDGET for c in RANDOM)
     every = {"rows2", "rows33", "rows64", "rows-canon", "medium", "long", "scalar1d",
              "scalar-canon", "cols-few", "cols-many", "cols-canon", "cols-mid", "cols-odd",
-             "cols-odd-canon"}
+             "cols-odd-canon", "slab", "slab-canon"}
     sums_only = {"rows-merged", "medium-merged", "scalar-merged", "cols-merged", "mid",
                  "mid-canon", "three-runs", "gen-rkrk", "gen-rkrk-vec", "gen-krkr",
                  "gen-krkr-short", "gen-krkrk", "gen-rkrkr", "gen-4runs", "gen-4runs-k",
@@ -611,7 +616,8 @@ def test_cases_are_stable_and_cover_the_layouts():
 #: (short, rows, long, a 1-D long one, columns of packets and of scalars)
 ARGMAX_PACKETS = [("short", (300, 40), 1), ("rows", (9, 1001), 1), ("long", (2, 100003), 1),
                   ("scalar1d", (200003,), 0), ("cols-vec", (257, 48), 0),
-                  ("cols-odd", (129, 37), 0), ("cols-mid", (3, 250, 16), 1)]
+                  ("cols-odd", (129, 37), 0), ("cols-mid", (3, 250, 16), 1),
+                  ("slab", (50, 129, 2), 1)]
 
 
 @pytest.mark.parametrize("tag,shape,axis", ARGMAX_PACKETS, ids=[t for t, _, _ in ARGMAX_PACKETS])

@@ -97,6 +97,16 @@ PICK32_EXTENT = 2**31
 ROW_UNROLL = 4
 #: Elements of a ``*_short`` tile in shared memory (SHORT_TILE in reduce.cu)
 SHORT_TILE = BLOCK * 8
+#: The most columns (inner) of a small slab that ``*_slab`` takes, a warp a
+#: slab and a lane a column (a warp's 32 lanes)
+SLAB_COLS = 32
+#: The fewest elements of a small slab that ``*_slab`` takes; smaller slabs
+#: share ``*_short``'s tiles, many to a block, since a warp's lanes would
+#: have a load or two each and the warp's join would cost more than its
+#: reads.  Timed on an H200 (benchmarks/results/diagnostics/slab_warp.py):
+#: warps won from 120 elements a slab up (1.1-4x), tiles at 24 (3.3x); 96
+#: is three loads a lane, between the two, itself untimed.
+SLAB_LEAST = 96
 #: The most columns a thread of ``*_cols`` (scalar loads) reads, tx apart
 #: (SCALAR_COLS in reduce.cu; ``scalar_cols``)
 SCALAR_COLS = 4
@@ -324,12 +334,21 @@ def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blo
     in shared memory, the kernel's third number ``inner``; a block per
     tile, at most one wave of the kernel's resident blocks (it strides over
     the rest: blocks beyond the wave would only wait for a slot, 64
-    registers and 8 KB of shared memory hold 4 of 256 threads)."""
+    registers and 8 KB of shared memory hold 4 of 256 threads).  Slabs of
+    at most SLAB_COLS columns and SLAB_LEAST elements or more take
+    ``*_slab`` instead: a warp a slab, which it reads as one contiguous run,
+    each lane a column's elements (a tile of one such slab left most of a
+    block's lanes idle on its few outputs: ``argmax_t`` of (4774, 709, 2)
+    over axis 1 took 37 us on an H200 against torch's 28), as many warps as
+    slabs, at most a wave of the kernel's resident blocks (the warps
+    stride over the rest)."""
     if n <= THREAD_ROW:
         return _plan_short_rows(outer * inner, n, family, sms, div, kind, suffix, inner)
-    kernel = f"{family}_short{suffix}"
-    tiles = -(-outer // (SHORT_TILE // (n * inner)))
-    grid = max(1, min(tiles, sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)))
+    if inner <= SLAB_COLS and n * inner >= SLAB_LEAST:
+        kernel, count = f"{family}_slab{suffix}", -(-outer // (BLOCK // 32))
+    else:
+        kernel, count = f"{family}_short{suffix}", -(-outer // (SHORT_TILE // (n * inner)))
+    grid = max(1, min(count, sms * _per_sm(blocks_per_sm, kernel, BLOCK, sm_threads)))
     return Plan(Launch(kernel, grid, (outer, n, inner, 1, div, kind), BLOCK), 0, 0)
 
 

@@ -14,7 +14,9 @@
 //                  copies a tile of whole slabs to shared memory with
 //                  coalesced loads, then a few lanes reduce each output
 //                  (*_stride takes those of n <= THREAD_ROW: *_thread's
-//                  thread an output, its elements inner apart);
+//                  thread an output, its elements inner apart; *_slab
+//                  slabs of inner <= 32 columns and SLAB_LEAST elements or
+//                  more: a warp reads a slab as one run, a lane a column);
 //         *_rows   a warp per (row, chunk), 16-byte loads, 4 in flight;
 //         *_long   a block per (row, chunk): few long rows (a 1-D array to a
 //                  scalar is one row) split into enough chunks to fill the GPU.
@@ -358,6 +360,59 @@ __device__ void short_impl(const T* __restrict__ a, O* __restrict__ out, long lo
                 out[r0 * inner + q] = R::template result<O>(s, div, kind);
         }
         __syncthreads();
+    }
+}
+
+// *_slab: small (outer, n, inner) slabs of inner <= 32 columns (n * inner at
+// most SHORT_TILE elements, SLAB_LEAST at least: the host's rule), a warp per
+// slab, no shared memory or barrier.  The warp reads its slab as one run:
+// lane l < L (L = 32 - 32 % inner, a multiple of inner) takes elements l,
+// l + L, l + 2 L, ..., all of column l % inner (a warp's load reads L
+// contiguous elements, L / inner whole rows), SLAB_UNROLL of its loads in
+// flight before any is added; then the L / inner lanes of each column join
+// their states by shuffles, a tree in lane order, and the column's first
+// lane stores it.  Where *_short copies a tile of one such slab to shared
+// memory and leaves most of its lanes idle on a few outputs, every lane
+// here reads.  The warps stride over the slabs.
+template <typename T>
+constexpr int kSlabUnroll = sizeof(T) == 2 ? 16 : 8;
+template <class R, typename T, typename O>
+__device__ void slab_impl(const T* __restrict__ a, O* __restrict__ out, long long outer,
+                          long long n, long long inner, long long div, int kind) {
+    using S = typename R::S;
+    constexpr int U = kSlabUnroll<T>;
+    const int c = (int)inner, size = (int)(n * inner);   // inner <= 32, size <= SHORT_TILE
+    const int L = 32 - 32 % c, G = L / c;                // lanes that read; rows a load
+    const int lane = threadIdx.x & 31, first = lane / c; // this lane's first row
+    const bool reads = lane < L;
+    int top = 1;                                         // the tree's widest step
+    while (2 * top < G) top *= 2;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    for (long long o = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < outer;
+         o += warps) {
+        const T* p = a + o * size;
+        S s = R::identity(kind);
+        for (int t0 = 0; t0 * L < size; t0 += U) {
+            T x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int e = lane + (t0 + u) * L;
+                if (reads && e < size) x[u] = p[e];
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int e = lane + (t0 + u) * L;
+                if (reads && e < size) R::add(s, x[u], first + (t0 + u) * G, kind);
+            }
+        }
+        // lane first * c + col joins lane (first + w) * c + col, for w = top,
+        // top / 2, ..., 1 where that lane holds a row group: the column's
+        // G states end in its first lane
+        for (int w = top; w > 0; w >>= 1) {
+            const S other = R::down(s, w * c, 32);
+            if (first + w < G) s = R::join(s, other, kind);
+        }
+        if (lane < c) out[o * inner + lane] = R::template result<O>(s, div, kind);
     }
 }
 
@@ -978,10 +1033,10 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
 }  // namespace
 
 // The exported kernels.  Each takes (a, ws, out, counters, ...); the row
-// kernels' third number is the chunk, but *_short's and *_stride's are
-// `inner`; ws, the workspace of partial states, holds compute_t<T> (sums,
-// max, min) or (value, index) pairs (argmax's picks: Pick::S, 8 or 16
-// bytes).  Every sum kernel but
+// kernels' third number is the chunk, but *_short's, *_slab's and
+// *_stride's are `inner`; ws, the workspace of partial states, holds
+// compute_t<T> (sums, max, min) or (value, index) pairs (argmax's picks:
+// Pick::S, 8 or 16 bytes).  Every sum kernel but
 // sum_gen* also exists as a "wide" one, NAME_wide_SUF, whose output is in
 // the compute format (for the halves: a sum that a later pass or mean_t's
 // scaling reads before the one rounding).
@@ -1000,6 +1055,8 @@ __device__ void one_impl(const T* __restrict__ a, T* __restrict__ out, long long
                    (lanes_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                \
     SH_EXPORT_ROWS(R, T, O, PRE##_short##SUF, SH_BLOCK,                              \
                    (short_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                  \
+    SH_EXPORT_ROWS(R, T, O, PRE##_slab##SUF, SH_BLOCK,                               \
+                   (slab_impl<R, T, O>(a, out, rows, n, chunk, div, kind)))                   \
     SH_EXPORT_ROWS(R, T, O, PRE##_rows##SUF, SH_BLOCK,                               \
                    (rows_impl<R, false, T, O>(a, static_cast<typename R::S*>(ws), out, \
                                               counters, rows, n, chunk, chunks, div, kind))) \
