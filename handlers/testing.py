@@ -135,7 +135,30 @@ def _construct(handler_id, seed=None, dtype=None):
             what = "PyCudaHandler cannot be imported"
         pytest.skip(f"{handler_id}: {what} ({type(e).__name__}: {e})")
     except RuntimeError as e:
+        if _gpu_broken(e):
+            raise
         pytest.skip(f"{handler_id}: no usable GPU (RuntimeError: {e})")
+
+
+#: Driver statuses that mean this machine has no GPU to use (no device, no
+#: or too old a driver, every device taken): a skip.  Any other driver error
+#: while a handler is built (a kernel module the driver refuses, memory)
+#: comes from a GPU that is there, and fails the test: as a skip it would
+#: hide a broken GPU run as one that had nothing to check.
+NO_GPU_STATUSES = frozenset({
+    "CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INSUFFICIENT_DRIVER", "CUDA_ERROR_NOT_INITIALIZED",
+    "CUDA_ERROR_STUB_LIBRARY", "CUDA_ERROR_DEVICE_UNAVAILABLE",
+    "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    "CUDA_ERROR_NOT_SUPPORTED"})
+
+
+def _gpu_broken(error):
+    """True if ``error``, raised while a PyCudaHandler was built, is a
+    driver error of this library's (``CudaError``) other than one of
+    ``NO_GPU_STATUSES``.  pycuda's own errors (its ``cuInit`` finding no
+    device) and other RuntimeErrors stay skips."""
+    from .cuda.kernel_loader import CudaError
+    return isinstance(error, CudaError) and error.status not in NO_GPU_STATUSES
 
 
 def session_handler(handler_id):

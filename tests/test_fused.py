@@ -587,9 +587,10 @@ def test_compile_source_is_cached_per_source(monkeypatch):
     def fake_compile(source, **kw):
         calls.append((source, kw))
         return b"cubin"
-    compiler = types.SimpleNamespace(compile=fake_compile)
+    compiler = types.SimpleNamespace(compile=fake_compile, get_nvcc_version=lambda nvcc: "12.9")
     monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
     monkeypatch.setitem(sys.modules, "pycuda.compiler", compiler)
+    monkeypatch.setenv("STREAMHANDLERS_KERNEL_CACHE", "")   # no disk cache here
     monkeypatch.setattr(kernel_loader, "_cubins", {})
     src = fused_source.kernel_source(GELU, np.float32, 256)
     assert kernel_loader.compile_source(src) == b"cubin"
@@ -597,6 +598,7 @@ def test_compile_source_is_cached_per_source(monkeypatch):
     assert len(calls) == 1
     assert calls[0][1]["include_dirs"] == [kernel_loader.KERNEL_DIR]
     assert calls[0][1]["no_extern_c"] is True
+    assert calls[0][1]["cache_dir"] is False     # pycuda's cache writes in place
 
 
 # ============================================================================ pinned semantics

@@ -812,25 +812,35 @@ def test_chunked_plans_fit_the_one_call_scratch(rng):
     every occupancy (it is sized by the threads' limit, which no kernel's
     occupancy exceeds): random shapes of up to 2^32 elements, extents
     spread over six decades.  So the one-call path serves chunked
-    reductions; it keeps only 64-bit ones in Python."""
+    reductions; it keeps only 64-bit ones in Python.  A chunked plan of each
+    kind comes first, so that every kind is checked whatever the draw (4000
+    draws held no chunked ``*_gen`` for some seeds)."""
     seen = set()
-    for i in range(4000):
+    anchors = [((593, 4, 11, 11), (0, 2), "sum"), ((5, 1675841), (1,), "max"),
+               ((500000, 5), (0,), "min"), ((2, 4, 1000, 1000), (0, 2, 3), "sum")]
+    for i in range(4000 + len(anchors)):
         sms, threads = DEVICES[i % len(DEVICES)]
         nbytes, counters = R.one_call_scratch(sms, threads)
-        ndim = int(rng.integers(1, 5))
-        while True:
-            shape = tuple(max(1, int(np.exp(rng.uniform(0, np.log(2e6))))) for _ in range(ndim))
-            if math.prod(shape) <= 2**32:
-                break
-        axes = tuple(sorted(set(int(x) for x in rng.integers(0, ndim,
-                                                              int(rng.integers(1, ndim + 1))))))
-        family = str(rng.choice(["sum", "max", "min", "pick"]))
+        if i < len(anchors):
+            shape, axes, family = anchors[i]
+            ndim = len(shape)
+        else:
+            ndim = int(rng.integers(1, 5))
+            while True:
+                shape = tuple(max(1, int(np.exp(rng.uniform(0, np.log(2e6)))))
+                              for _ in range(ndim))
+                if math.prod(shape) <= 2**32:
+                    break
+            axes = tuple(sorted(set(int(x) for x in rng.integers(
+                0, ndim, int(rng.integers(1, ndim + 1))))))
+            family = str(rng.choice(["sum", "max", "min", "pick"]))
         if family != "sum":
             axes = axes[:1]
         width = int(rng.choice([2, 4, 8]))
         blocks = _blocks(OCCUPANCIES[i // len(DEVICES) % len(OCCUPANCIES)], threads)
         plan = R.plan(shape, axes, bool(rng.integers(2)), width, family, sms, threads,
                       blocks_per_sm=blocks)
+        assert i >= len(anchors) or plan.counters, (shape, axes, plan)   # chunked
         if plan is None or not plan.counters or plan.launch.kernel.startswith("pick64"):
             continue
         seen.add(plan.launch.kernel.split("_")[1])

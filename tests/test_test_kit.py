@@ -98,3 +98,33 @@ def test_fused_op_check_names_the_output_and_worst_element(handler, rng):
     wrong = lambda x: (x / (1 + np.abs(x)), (x / (1 + np.abs(x))) ** 3)   # noqa: E731
     with pytest.raises(AssertionError, match=r"kit_softsign_pair output z .*worst element"):
         check_fused_op(handler, op, wrong, (5, 9), rng)
+
+
+@pytest.mark.parametrize("error, skips", [
+    (RuntimeError("cuInit failed: no CUDA-capable device is detected"), True),
+    ("CUDA_ERROR_NO_DEVICE", True),
+    ("CUDA_ERROR_INSUFFICIENT_DRIVER", True),
+    ("CUDA_ERROR_INVALID_IMAGE", False),      # a kernel module the driver refused
+    ("CUDA_ERROR_OUT_OF_MEMORY", False)])
+def test_a_gpu_that_is_there_but_broken_fails_rather_than_skips(monkeypatch, error, skips):
+    """The kit skips a GPU configuration where this machine has no GPU to
+    use, and fails where the driver refuses something of a GPU that is there
+    (on 2026-11-28 fifteen test processes read a kernel binary half written
+    by another, and a whole file's GPU tests became skips)."""
+    import handlers
+    from handlers import testing
+    from handlers.cuda.kernel_loader import CudaError
+    if isinstance(error, str):
+        error = CudaError("cuModuleLoadData", error, 1)
+
+    def build(**kwargs):
+        raise error
+    monkeypatch.setattr(handlers, "PyCudaHandler", build, raising=False)
+    gpu_id = next(i for i, (backend, _) in testing.CONFIGS.items() if backend != "numpy")
+    if skips:
+        with pytest.raises(pytest.skip.Exception, match="no usable GPU"):
+            testing._construct(gpu_id)
+    else:
+        with pytest.raises(CudaError) as raised:
+            testing._construct(gpu_id)
+        assert raised.value is error

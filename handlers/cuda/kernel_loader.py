@@ -4,8 +4,9 @@ extension: the one way from this package to libcuda.
 
 Each ``.cu`` file is plain CUDA C++ (templates instantiated for float and
 double behind ``extern "C"`` names ending in ``_f32``/``_f64``), so it also
-compiles standalone with nvcc.  pycuda compiles and caches the binaries on
-disk, so a warm start does not invoke nvcc again.
+compiles standalone with nvcc.  pycuda's nvcc front end compiles them, and
+this module keeps the binaries on disk (:func:`kernel_cache_dir`), so a warm
+start does not invoke nvcc again.
 
 The extension is built at install time (it needs only a C compiler, no CUDA
 headers) and opens libcuda at run time.  PyCudaHandler requires it
@@ -19,6 +20,8 @@ front end.
 import hashlib
 import importlib
 import os
+import tempfile
+import warnings
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 #: CUdevice_attribute numbers (cuda.h) that the extension's device_attribute reads
@@ -128,18 +131,109 @@ def events():
     return _events
 
 
+def kernel_cache_dir():
+    """The folder where compiled kernels are kept between processes:
+    ``$STREAMHANDLERS_KERNEL_CACHE`` where it is set (empty: no disk cache,
+    every process compiles its kernels), else ``streamhandlers/kernels`` in
+    the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``).  None
+    when there is none."""
+    folder = os.environ.get("STREAMHANDLERS_KERNEL_CACHE")
+    if folder is None:
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        folder = os.path.join(home, "streamhandlers", "kernels")
+    return folder or None
+
+
+def _target():
+    """(nvcc's ``-arch`` for the current context's device, None without one:
+    nvcc's default then, as pycuda's compiler picks it; whether pycuda
+    debugs kernels: it adds ``-g -G`` then, and nothing is kept on disk)."""
+    try:
+        from pycuda import driver
+    except ImportError:
+        return None, False
+    debugging = getattr(driver, "CUDA_DEBUGGING", False)
+    try:
+        return "sm_%d%d" % driver.Context.get_device().compute_capability(), debugging
+    except driver.Error:
+        return None, debugging
+
+
+def _headers_digest():
+    """The names and contents of the headers in ``kernels/``, which sources
+    include: part of every cached kernel's key."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(KERNEL_DIR)):
+        if name.endswith((".cuh", ".h")):
+            with open(os.path.join(KERNEL_DIR, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
+
+
+def _store(path, data):
+    """Write ``data`` to ``path`` whole or not at all: to a temporary file
+    beside it, then renamed over it.  Several processes compile the same
+    kernel at once (data-parallel ranks starting together, test runners):
+    written in place, a file another process opens mid-write is a partial
+    binary, which the driver refuses (CUDA_ERROR_INVALID_IMAGE); a rename
+    shows either the whole file or none.  A disk that cannot take it costs
+    only the next process's compile, with a warning."""
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        warnings.warn(f"compiled kernel not kept in {os.path.dirname(path)} ({e}): "
+                      "later processes compile it again", stacklevel=3)
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
 def compile_source(source):
-    """The compiled binary of CUDA C++ ``source`` (text): nvcc through pycuda,
-    whose disk cache skips nvcc when the same source was compiled before,
-    with ``kernels/`` on the include path.  The one compile path: the
-    ``.cu`` files and generated sources (fused ops) both come through here.
-    Cached per process by the source's hash."""
+    """The compiled binary of CUDA C++ ``source`` (text): nvcc through
+    pycuda's front end, with ``kernels/`` on the include path.  The one
+    compile path: the ``.cu`` files and generated sources (fused ops) both
+    come through here.  Kept per process by the source's hash, and on disk
+    (:func:`kernel_cache_dir`) by a key of the source, the options, the
+    target architecture, nvcc's version and the headers of ``kernels/``
+    (not their folder: copies of the tree share binaries), each file
+    written whole (``_store``)."""
     key = hashlib.sha256(source.encode()).hexdigest()
     data = _cubins.get(key)
     if data is None:
-        from pycuda.compiler import compile as nvcc_compile
-        data = _cubins[key] = nvcc_compile(source, no_extern_c=True, options=["-std=c++17"],
-                                           include_dirs=[KERNEL_DIR])
+        data = _cubins[key] = _compile(source)
+    return data
+
+
+def _compile(source):
+    """``compile_source`` past the process's own cache: the disk's, else nvcc."""
+    from pycuda import compiler
+    options, (arch, debugging) = ["-std=c++17"], _target()
+    folder = kernel_cache_dir()
+    path = None
+    if folder and not debugging:
+        digest = hashlib.sha256()
+        for part in (source, " ".join(options), str(arch), compiler.get_nvcc_version("nvcc"),
+                     _headers_digest()):
+            digest.update(part.encode() + b"\0")
+        path = os.path.join(folder, digest.hexdigest() + ".cubin")
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            pass
+    data = compiler.compile(source, no_extern_c=True, options=options, arch=arch,
+                            include_dirs=[KERNEL_DIR], cache_dir=False)
+    if path is not None:
+        _store(path, data)
     return data
 
 
