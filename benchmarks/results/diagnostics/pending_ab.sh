@@ -5,7 +5,7 @@
 # the half formats' summed rows two a trip (half_trip.patch), the grid
 # sweep of summed_rows_grid.py in main (snapA) and patched (snapB), over
 # the two shapes of the GPT step's and the MLP's sums.  Main's sweep over
-# three shapes took 135 s on 2026-11-28 (summed_rows_grid_bf16-NVIDIA-H200.log),
+# three shapes took 135 s on 2026-11-28 (summed_rows_grid_bf16_813fe6b-NVIDIA-H200.log),
 # so its A/B over three ran out the call; two shapes a tree fit.
 # Prepare on the dev machine first (snapshots are repositories of their
 # own; the patch's CPU tests and nvcc compiles passed on main at f98cc12):
