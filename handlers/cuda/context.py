@@ -53,6 +53,22 @@ def load_driver():
     return drv
 
 
+def compile_target():
+    """(nvcc's ``-arch`` for the current context's device, None without one:
+    nvcc's default then, as pycuda's compiler picks it; whether pycuda
+    debugs kernels: it adds ``-g -G`` then), for ``kernel_loader``'s
+    compiles and the keys of its disk cache."""
+    try:
+        import pycuda.driver as drv
+    except ImportError:
+        return None, False
+    debugging = getattr(drv, "CUDA_DEBUGGING", False)
+    try:
+        return "sm_%d%d" % drv.Context.get_device().compute_capability(), debugging
+    except drv.Error:
+        return None, debugging
+
+
 def acquire(device_index=0):
     """Return ``(device, context)`` for ``device_index``, pushing its primary
     context the first time.  Only one device per process is supported."""

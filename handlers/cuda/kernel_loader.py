@@ -144,21 +144,6 @@ def kernel_cache_dir():
     return folder or None
 
 
-def _target():
-    """(nvcc's ``-arch`` for the current context's device, None without one:
-    nvcc's default then, as pycuda's compiler picks it; whether pycuda
-    debugs kernels: it adds ``-g -G`` then, and nothing is kept on disk)."""
-    try:
-        from pycuda import driver
-    except ImportError:
-        return None, False
-    debugging = getattr(driver, "CUDA_DEBUGGING", False)
-    try:
-        return "sm_%d%d" % driver.Context.get_device().compute_capability(), debugging
-    except driver.Error:
-        return None, debugging
-
-
 def _headers_digest():
     """The names and contents of the headers in ``kernels/``, which sources
     include: part of every cached kernel's key."""
@@ -216,7 +201,9 @@ def compile_source(source):
 def _compile(source):
     """``compile_source`` past the process's own cache: the disk's, else nvcc."""
     from pycuda import compiler
-    options, (arch, debugging) = ["-std=c++17"], _target()
+
+    from .context import compile_target
+    options, (arch, debugging) = ["-std=c++17"], compile_target()
     folder = kernel_cache_dir()
     path = None
     if folder and not debugging:
