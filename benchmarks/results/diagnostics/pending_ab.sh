@@ -4,7 +4,8 @@
 # session), in one device call from the project root, logs under $OUT:
 # the half formats' summed rows two a trip (half_trip.patch), the grid
 # sweep of summed_rows_grid.py in main (snapA) and patched (snapB), over
-# the two shapes of the GPT step's and the MLP's sums.  Main's sweep over
+# the two shapes of the GPT step's and the MLP's sums (the bias-and-ReLU
+# backward, LayerNorm's backward and its parameters' sums alone).  Main's sweep over
 # three shapes took 135 s on 2026-11-28 (summed_rows_grid_bf16_813fe6b-NVIDIA-H200.log),
 # so its A/B over three ran out the call; two shapes a tree fit.
 # Prepare on the dev machine first (snapshots are repositories of their
@@ -14,7 +15,7 @@
 #     rm -rf snapA/.git snapB/.git
 # then run with carry [".gpu", "snapA", "snapB"]:
 #     bash benchmarks/results/diagnostics/pending_ab.sh
-# About 6 minutes on a fresh machine (the second tree compiles only the
+# About 7 minutes on a fresh machine (the second tree compiles only the
 # kernel files that differ: the kernel cache keys binaries without their
 # folder); every variant's outputs are checked against float64.  Whatever
 # wins lands with the whole suite and every suite rerun.

@@ -56,7 +56,7 @@ def _cases():
     (float64 inputs and the outputs' shapes; ``_references`` gives the
     outputs from them)."""
     from layers.epilogues import _declare
-    from layers.layernorm import _BACKWARD
+    from layers.layernorm import _BACKWARD, _PARAM_GRADS
 
     dense = _declare("relu", "row")[1]     # dy y -> g db:row: g = dy * (y > 0), db = sum of g
 
@@ -72,10 +72,18 @@ def _cases():
         r = 1 / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5)
         return [dy, x, gain, mu, r], [(rows, cols), (1, cols), (1, cols)]
 
+    def grads_args(rng, rows, cols):
+        (dy, x, _, mu, r), shapes = ln_args(rng, rows, cols)
+        return [dy, x, mu, r], shapes[1:]
+
     return [("bias_relu_backward", dense, dense_args, [(256, 1024), (64, 84), (64, 120),
                                                         (4096, 4096)]),
             ("layer_norm_backward", _BACKWARD, ln_args, [(8192, 4096), (32768, 1000),
-                                                          (4096, 256), (1024, 50257)])]
+                                                          (4096, 256), (1024, 50257)]),
+            # the parameters' sums alone (ln_split.py: 39-59 us over 8192 x 512
+            # where their bytes need 4-8): no reduction along the row, so the
+            # sums' own path, partial rows and combine, by grid
+            ("layer_norm_param_grads", _PARAM_GRADS, grads_args, [(8192, 512), (8192, 4096)])]
 
 
 def _references(inputs):
@@ -85,6 +93,9 @@ def _references(inputs):
         dy, y = inputs
         g = dy * (y > 0)
         return [g, g.sum(axis=0, keepdims=True)]
+    if len(inputs) == 4:   # LayerNorm's parameters' sums alone
+        dy, x, mu, r = inputs
+        return [(dy * (x - mu) * r).sum(axis=0, keepdims=True), dy.sum(axis=0, keepdims=True)]
     dy, x, gain, mu, r = inputs
     xhat = (x - mu) * r
     g = dy * gain
