@@ -24,7 +24,16 @@ against NumPy (float64 sums, exact extremes and argmax):
 * ``warps``: every slab of at most SLAB_COLS columns and n > THREAD_ROW on
   ``*_slab``, whatever its size,
 
-so that the sizes around SLAB_LEAST say where the bound belongs.
+so that the sizes around SLAB_LEAST say where the bound belongs.  In a
+tree with ``walk.patch`` (``*_walk``: a thread an output walking its
+column in trips of THREAD_ROW, the bound ``WALK_MOST``), a fourth rule:
+
+* ``walks``: every slab of n > THREAD_ROW on ``*_walk``.
+
+2026-11-28 (``slab_warp-NVIDIA-H200.log``, before ``*_walk``): warps won
+from 120 elements a slab up, tiles at 24; the tree's bound is now 96.  Both
+lost to torch on slabs of 2-5 columns over very many outer indices
+((1000000, 12, 2), (200000, 40, 3), (100000, 25, 5)): the walk's cases.
 
 Run on a GPU machine with torch, from the root of a tree that has
 ``*_slab``: ``python benchmarks/results/diagnostics/slab_warp.py``.  The
@@ -49,20 +58,29 @@ CASES = [("argmax_t", (4774, 709, 2), 1), ("sum_t", (20000, 40, 30), 1),
          ("sum_t", (15000, 128, 16), 1), ("sum_t", (200000, 40, 3), 1),
          ("sum_t", (100000, 90, 3), 1), ("sum_t", (40000, 600, 3), 1),
          ("argmax_t", (100000, 25, 5), 1), ("argmax_t", (60000, 60, 5), 1),
-         ("min_t", (20000, 400, 5), 1)]
+         ("min_t", (20000, 400, 5), 1), ("sum_t", (2000000, 9, 2), 1),
+         ("sum_t", (300000, 16, 4), 1), ("max_t", (100000, 30, 8), 1)]
 
 
 def _rules():
     """({name: apply()}, restore()): each rule is the tree's own
     ``_plan_short`` under other bounds (``reductions.SLAB_COLS`` and
     ``SLAB_LEAST``, read at each plan): ``tiles`` takes no slab to a warp,
-    ``warps`` every slab of few columns whatever its size."""
+    ``warps`` every slab of few columns whatever its size; with
+    ``WALK_MOST`` (walk.patch), ``walks`` every slab on ``*_walk``."""
     from handlers.cuda import reductions as R
     cols, least = R.SLAB_COLS, R.SLAB_LEAST
+    walk = getattr(R, "WALK_MOST", None)   # a tree with walk.patch
 
-    def bounds(c, n):
-        return lambda: (setattr(R, "SLAB_COLS", c), setattr(R, "SLAB_LEAST", n))
+    def bounds(c, n, w=walk):
+        def apply():
+            R.SLAB_COLS, R.SLAB_LEAST = c, n
+            if w is not None:
+                R.WALK_MOST = w
+        return apply
     rules = {"tree": bounds(cols, least), "tiles": bounds(0, least), "warps": bounds(cols, 0)}
+    if walk is not None:
+        rules["walks"] = bounds(cols, least, R.SHORT_TILE)
     return rules, bounds(cols, least)
 
 
