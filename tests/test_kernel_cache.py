@@ -25,18 +25,28 @@ class FakeCuda:
 
     def __init__(self, monkeypatch, arch=(9, 0), nvcc="release 12.9"):
         self.calls, self.arch, self.nvcc = [], arch, nvcc
+        self.context, self.devices = True, 1   # a current context; GPUs present
         pycuda = types.ModuleType("pycuda")
         pycuda.compiler = types.SimpleNamespace(compile=self.compile,
                                                 get_nvcc_version=lambda _: self.nvcc)
-        device = types.SimpleNamespace(compute_capability=lambda: self.arch)
         pycuda.driver = types.SimpleNamespace(
-            Error=RuntimeError, CUDA_DEBUGGING=False,
-            Context=types.SimpleNamespace(get_device=lambda: device))
+            Error=RuntimeError, CUDA_DEBUGGING=False, init=lambda: None,
+            Device=self.device, Context=types.SimpleNamespace(get_device=self.current))
         for name, mod in (("pycuda", pycuda), ("pycuda.compiler", pycuda.compiler),
                           ("pycuda.driver", pycuda.driver)):
             monkeypatch.setitem(sys.modules, name, mod)
         monkeypatch.setattr(kernel_loader, "_cubins", {})
         self.monkeypatch = monkeypatch
+
+    def device(self, index):
+        if index >= self.devices:
+            raise RuntimeError("no such device")
+        return types.SimpleNamespace(compute_capability=lambda: self.arch)
+
+    def current(self):
+        if not self.context:
+            raise RuntimeError("no current context")
+        return self.device(0)
 
     def compile(self, source, **kw):
         self.calls.append(kw)
@@ -94,6 +104,25 @@ def test_the_key_follows_what_changes_the_binary(cache, monkeypatch, tmp_path, c
     kernel_loader.compile_source("kernel")
     assert len(cuda.calls) == 2, f"a changed {change} read the old binary"
     assert cuda.calls[1]["arch"] == ("sm_100" if change == "arch" else "sm_90")
+
+
+def test_without_a_context_the_target_is_device_0s(cache, monkeypatch):
+    """A process that compiles before any handler exists (the GPU machine's
+    warm-up) compiles for the device a handler takes by default, under the
+    keys that the handlers' processes ask for: on 2026-11-28 it compiled for
+    nvcc's default target instead, and every test process then compiled
+    every kernel file again, fifteen at once."""
+    cuda = FakeCuda(monkeypatch)
+    cuda.context = False
+    warmed = kernel_loader.compile_source("kernel")
+    assert cuda.calls[0]["arch"] == "sm_90"
+    cuda.new_process()
+    cuda.context = True
+    assert kernel_loader.compile_source("kernel") == warmed and len(cuda.calls) == 1
+    cuda.new_process()
+    cuda.context, cuda.devices = False, 0          # no GPU at all: nvcc's default
+    kernel_loader.compile_source("kernel")
+    assert cuda.calls[-1]["arch"] is None and len(cuda.calls) == 2
 
 
 def test_a_final_name_is_never_written_in_place(cache, monkeypatch):

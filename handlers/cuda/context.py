@@ -54,19 +54,28 @@ def load_driver():
 
 
 def compile_target():
-    """(nvcc's ``-arch`` for the current context's device, None without one:
-    nvcc's default then, as pycuda's compiler picks it; whether pycuda
-    debugs kernels: it adds ``-g -G`` then), for ``kernel_loader``'s
-    compiles and the keys of its disk cache."""
+    """(nvcc's ``-arch`` for the current context's device, else for device 0,
+    the one a handler takes by default, else None: nvcc's default; whether
+    pycuda debugs kernels: it adds ``-g -G`` then), for ``kernel_loader``'s
+    compiles and the keys of its disk cache.  Without the fallback to
+    device 0, a process that compiles before any handler exists (the GPU
+    machine's warm-up, .ci/gpu-warm) compiled for nvcc's default target,
+    under keys no handler's process ever asked for: every test process
+    then compiled every kernel file again, all at once."""
     try:
         import pycuda.driver as drv
     except ImportError:
         return None, False
     debugging = getattr(drv, "CUDA_DEBUGGING", False)
     try:
-        return "sm_%d%d" % drv.Context.get_device().compute_capability(), debugging
-    except drv.Error:
-        return None, debugging
+        device = drv.Context.get_device()
+    except drv.Error:   # no current context
+        try:
+            drv.init()
+            device = drv.Device(0)
+        except drv.Error:
+            return None, debugging
+    return "sm_%d%d" % device.compute_capability(), debugging
 
 
 def acquire(device_index=0):
