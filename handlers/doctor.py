@@ -226,11 +226,27 @@ def gather():
         "pieces": toolkit.pieces(found, driver),
         "extensions": {name: extension_state(name) for name, _ in EXTENSIONS},
         "mpiexec": find_mpiexec(),
+        "kernel_cache": kernel_cache_state(),
         "versions": {p.label: installed_version(p.distribution) for p in PACKAGES},
     }
     facts["probes"] = collect_probes(children)
     facts["seconds"] = time.monotonic() - started
     return facts
+
+
+def kernel_cache_state():
+    """``(folder, binaries, bytes)`` of the compiled kernels' disk cache
+    (``kernel_loader.kernel_cache_dir``; 0 and 0 where the folder does not
+    exist yet), or None where it is turned off."""
+    from .cuda.kernel_loader import kernel_cache_dir
+    folder = kernel_cache_dir()
+    if folder is None:
+        return None
+    try:
+        files = [e for e in os.scandir(folder) if e.name.endswith(".cubin") and e.is_file()]
+    except OSError:
+        files = []
+    return folder, len(files), sum(e.stat().st_size for e in files)
 
 
 # --- the report -----------------------------------------------------------------
@@ -285,6 +301,12 @@ def toolkit_lines(facts):
     if t.config:
         settings = ", ".join(f"{k}={v!r}" for k, v in sorted(t.config.items()))
         lines.append(_row("pycuda config files", settings))
+    cache = facts["kernel_cache"]
+    lines.append(_row("kernel cache", "off (STREAMHANDLERS_KERNEL_CACHE is empty): every process "
+                      "compiles its kernels" if cache is None else
+                      f"{cache[0]}: {cache[1]} compiled module{'' if cache[1] == 1 else 's'}, "
+                      f"{cache[2] / 2**20:.1f} MiB "
+                      "(STREAMHANDLERS_KERNEL_CACHE moves it; safe to delete)"))
     ignored = [v for v in ("CUDA_ROOT", "CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
     if ignored:
         lines.append(_row("note", f"{', '.join(ignored)} set in the environment: pycuda's build "

@@ -340,7 +340,12 @@ def gpu_works_here():
 
 def test_doctor_reports_and_exits(tmp_path):
     root = fake_toolkit(tmp_path / "cuda", headers=("cuda.h",), release="11.8")
-    env = {**os.environ, "PATH": os.pathsep.join([str(root / "bin"), os.environ["PATH"]])}
+    cache = tmp_path / "kernels"
+    cache.mkdir()
+    (cache / "a.cubin").write_bytes(b"x" * (3 << 19))    # 1.5 MiB
+    (cache / "b.cubin.part").write_bytes(b"x")           # a write in progress: not counted
+    env = {**os.environ, "PATH": os.pathsep.join([str(root / "bin"), os.environ["PATH"]]),
+           "STREAMHANDLERS_KERNEL_CACHE": str(cache)}
     run = [sys.executable, "-m", "handlers.doctor"]
     done = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
@@ -353,6 +358,7 @@ def test_doctor_reports_and_exits(tmp_path):
     assert f"nvcc {root / 'bin' / 'nvcc'} (release 11.8, V11.8.1)" in words
     assert f"cuda.h {root / 'include' / 'cuda.h'}" in words
     assert "curand.h MISSING" in words
+    assert f"kernel cache {cache}: 1 compiled module, 1.5 MiB" in words
     assert "NumpyHandler yes" in words
     has_ml_dtypes = importlib.util.find_spec("ml_dtypes") is not None
     assert ("bfloat16 yes" in words) == has_ml_dtypes
