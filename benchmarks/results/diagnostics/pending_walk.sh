@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# walk.patch on a GPU (written 2026-11-28, eighth session; CPU tests and
-# nvcc 13 compiles only: *_walk in 54-101 registers, no spill), in one
-# device call from the project root, logs under $OUT: its GPU tests (the
-# cases tagged "walk", run with WALK_MOST raised), then slab_warp.py, whose
-# fourth rule puts every slab of a reduced axis past THREAD_ROW on *_walk
-# beside the tree's rule, the tiles and the warps.  Prepare on the dev
-# machine (a snapshot is a repository of its own):
+# walk.patch and lane16.patch on a GPU (written 2026-11-28, eighth
+# session; CPU tests and nvcc 13 compiles only: *_walk in 54-101
+# registers, no spill; lane16's LayerNorm backward lane kernel 128), in
+# one device call from the project root, logs under $OUT: walk.patch's GPU
+# tests (the cases tagged "walk", run with WALK_MOST raised), the fused
+# reductions' GPU tests (lane16.patch's lane kernels of summed rows in the
+# half formats), then slab_warp.py, whose fourth rule puts every slab of a
+# reduced axis past THREAD_ROW on *_walk beside the tree's rule, the tiles
+# and the warps.  The two patches touch different files.  Prepare on the
+# dev machine (a snapshot is a repository of its own):
 #     bash .ci/gpu-snapshot HEAD snapW
-#     git -C snapW apply "$PWD/benchmarks/results/diagnostics/walk.patch"
+#     for p in walk lane16; do
+#         git -C snapW apply "$PWD/benchmarks/results/diagnostics/$p.patch"; done
 #     rm -rf snapW/.git
 # then run with carry [".gpu", "snapW"]:
 #     bash benchmarks/results/diagnostics/pending_walk.sh
-# About 4 minutes on a fresh machine (reduce.cu and the rest compile first,
+# About 7 minutes on a fresh machine (reduce.cu and the rest compile first,
 # about 85 s).  If the walks win somewhere, set WALK_MOST (or a rule on n
 # and inner) from the log, land the patch, then the whole suite and every
 # suite.
@@ -23,6 +27,9 @@ bash .ci/gpu-warm
 timeout 120 python3 -m pytest -q -p no:cacheprovider -k "walk and pycuda" \
     tests/test_reductions_random.py > $OUT/walk_tests.log 2>&1
 echo "walk tests: rc=$? $(tail -n 1 $OUT/walk_tests.log)"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -k pycuda tests/test_fused_reduce.py \
+    > $OUT/fused_reduce_tests.log 2>&1
+echo "fused reduction tests: rc=$? $(tail -n 1 $OUT/fused_reduce_tests.log)"
 timeout 300 python3 benchmarks/results/diagnostics/slab_warp.py > $OUT/walk.log 2>&1
 echo "slab_warp.py: rc=$?"
 grep -v "warning\|constexpr\|^ *\^$\|Remark\|^$" $OUT/walk.log
