@@ -238,12 +238,12 @@ def kernel_cache_state():
     """``(folder, binaries, bytes)`` of the compiled kernels' disk cache
     (``kernel_loader.kernel_cache_dir``; 0 and 0 where the folder does not
     exist yet), or None where it is turned off."""
-    from .cuda.kernel_loader import kernel_cache_dir
+    from .cuda.kernel_loader import CACHE_SUFFIX, kernel_cache_dir
     folder = kernel_cache_dir()
     if folder is None:
         return None
     try:
-        files = [e for e in os.scandir(folder) if e.name.endswith(".cubin") and e.is_file()]
+        files = [e for e in os.scandir(folder) if e.name.endswith(CACHE_SUFFIX) and e.is_file()]
     except OSError:
         files = []
     return folder, len(files), sum(e.stat().st_size for e in files)

@@ -131,6 +131,11 @@ def events():
     return _events
 
 
+#: The suffix of a compiled kernel's file in the disk cache (a temporary one
+#: being written ends otherwise: ``_store``)
+CACHE_SUFFIX = ".cubin"
+
+
 def kernel_cache_dir():
     """The folder where compiled kernels are kept between processes:
     ``$STREAMHANDLERS_KERNEL_CACHE`` where it is set (empty: no disk cache,
@@ -211,7 +216,7 @@ def _compile(source):
         for part in (source, " ".join(options), str(arch), compiler.get_nvcc_version("nvcc"),
                      _headers_digest()):
             digest.update(part.encode() + b"\0")
-        path = os.path.join(folder, digest.hexdigest() + ".cubin")
+        path = os.path.join(folder, digest.hexdigest() + CACHE_SUFFIX)
         try:
             with open(path, "rb") as f:
                 return f.read()
