@@ -865,3 +865,32 @@ def test_generated_row_source_compiles(op, fmt, tmp_path):
         assert f".entry {fused_source.kernel_name(op, dtype)}_{way}(" in text
     if fmt != "f64":
         assert ".f64" not in text, "the float kernel computes in double somewhere"
+
+
+def test_summed_half_rows_take_two_packets_a_lane():
+    """A row kernel with summed outputs in a half format holds two packets a
+    lane (LANE_SUMMED_HALF): rows of up to 512 columns go to lane groups, a
+    warp a row and 8 rows a block of BLOCK threads, in a lane kernel bound
+    by BLOCK (a block per row of 64 threads before); float32, and ops
+    without sums, keep lane_held(held)."""
+    bf16 = dtypes.resolve("bfloat16")
+    lane = fused_source.lane_elements(LN_BACKWARD, bf16)
+    assert lane == fused_source.LANE_SUMMED_HALF == 16
+    assert fused_source.lane_elements(LN_BACKWARD, np.float16) == 16
+    assert fused_source.lane_elements(LN_BACKWARD, np.float32) == 4
+    assert fused_source.lane_elements(SOFTMAX, bf16) == fused_source.LANE_HELD_MOST
+    held, block = fused_source.held_elements(LN_BACKWARD, bf16), fused_source.BLOCK
+    assert fused_source.row_block(512, held, lane) == block
+    assert fused_source.strategy(512, held, block, lane) == 0
+    assert fused_source.strategy(513, held, fused_source.row_block(513, held, lane), lane) == 1
+    # 8192 rows of 512, 2 resident blocks an SM (128 registers): the resident ones
+    assert fused_source.plan_rows(8192, 512, held, 132, 2048, 8, 0, 2, 1, lane) == (264, block)
+    # the lane kernel's bound is BLOCK's, the others' the longest row's block
+    name = fused_source.kernel_name(LN_BACKWARD, bf16)
+    text = fused_source.row_kernel_source(LN_BACKWARD, bf16, fused_source.ROW_BLOCK)
+    assert f"__launch_bounds__({block}) {name}_lane(" in text
+    assert f"__launch_bounds__({fused_source.ROW_BLOCK}) {name}_block(" in text
+    assert "constexpr int R = STRATEGY == 0 ? 16 : 8;" in text
+    name = fused_source.kernel_name(LN_BACKWARD, np.float32)
+    text = fused_source.row_kernel_source(LN_BACKWARD, np.float32, fused_source.ROW_BLOCK)
+    assert f"__launch_bounds__({fused_source.ROW_BLOCK}) {name}_lane(" in text

@@ -194,16 +194,17 @@ def fused_arguments(h, op, args):
         cols = full.shape[-1]
         rows = math.prod(full.shape[:-1])
         held = fused_source.held_elements(op, h.dtype)
-        block = fused_source.row_block(cols, held)
+        lane = fused_source.lane_elements(op, h.dtype)
+        block = fused_source.row_block(cols, held, lane)
         sizes, bound = (rows, cols), fused_source.ROW_BLOCK
-        way = fused_source.STRATEGIES[fused_source.strategy(cols, held, block)]
+        way = fused_source.STRATEGIES[fused_source.strategy(cols, held, block, lane)]
         key, name = (op, way) + special, f"{name}_{way}"
         per_sm = None
         if op.sums and rows:   # the grid is the resident blocks: the kernel's occupancy
             per_sm = h._resident(_loaded(h, op, key, name, bound, formats), block)
         grid, block = fused_source.plan_rows(
             rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
-            h._l2_bytes, per_sm, fused_source.trip_rows(op, h.dtype))
+            h._l2_bytes, per_sm, fused_source.trip_rows(op, h.dtype), lane)
     else:
         out = args[op.row.out]
         n = out.size

@@ -487,6 +487,26 @@ def lane_held(held):
     return min(held, LANE_HELD_MOST)
 
 
+#: The elements a lane group's thread holds in a row kernel with summed
+#: outputs in a half format: two packets of 8.  Such a row of up to 512
+#: columns is then a warp's, 8 rows a block of 256 (a block per row of 64
+#: threads before: LayerNorm's backward over 8192 x 512 in bfloat16 ran
+#: under 6 warps a multiprocessor, and its 64-thread finishing block read
+#: the partial rows at about 8 KB/us), in a kernel of its own launch bounds
+#: (BLOCK: nvcc 13 gives LayerNorm's backward 128 registers, no spill).
+LANE_SUMMED_HALF = 16
+
+
+@functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
+def lane_elements(op, dtype):
+    """The elements a lane group's thread holds in ``op``'s row kernel for
+    ``dtype``: :data:`LANE_SUMMED_HALF` for summed outputs in a half
+    format, else ``lane_held(held_elements(op, dtype))``."""
+    if op.sums and dtypes.is_half(dtype):
+        return LANE_SUMMED_HALF
+    return lane_held(held_elements(op, dtype))
+
+
 #: The most bytes of partial rows a launch with summed (``:row``) outputs
 #: keeps in its stream's workspace (``plan_rows`` caps its grid by it).
 SUM_WORKSPACE = 64 << 20
@@ -512,31 +532,32 @@ SUM_SPREAD = 2
 STRATEGIES = ("lane", "block", "stream", "full")
 
 
-def strategy(cols, held, block):
+def strategy(cols, held, block, lane=None):
     """The strategy (an index into :data:`STRATEGIES`) of a row kernel over
     rows of ``cols`` elements, ``held`` per thread of a block
     (:func:`held_elements`), in blocks of ``block`` threads
-    (``plan_rows``'s): lane groups up to 32 * lane_held(held) columns, a
+    (``plan_rows``'s): lane groups up to 32 * ``lane`` columns (a lane's
+    elements, :func:`lane_elements`; None: lane_held(held)), a
     block holding the row up to block * held (``full`` at exactly block *
     held: no slot past the row, so no test of one), else streaming."""
-    if cols <= 32 * lane_held(held):
+    if cols <= 32 * (lane_held(held) if lane is None else lane):
         return 0
     if cols == block * held:
         return 3
     return 1 if cols < block * held else 2
 
 
-def row_block(cols, held):
+def row_block(cols, held, lane=None):
     """The block of a row kernel over rows of ``cols`` elements, ``held`` per
-    thread of a block (:func:`plan_rows`'s)."""
-    if cols <= 32 * lane_held(held):
+    thread of a block, ``lane`` per lane of a lane group (:func:`plan_rows`'s)."""
+    if cols <= 32 * (lane_held(held) if lane is None else lane):
         return BLOCK
     return min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
 
 
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None,
-              trip=1):
+              trip=1, lane=None):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread of a block
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
@@ -550,7 +571,9 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     threads do; None: ``sm_threads // block``), and past ``sms`` blocks
     about sms * sqrt(rows / (SUM_SPREAD * cols)) (:data:`SUM_SPREAD`); a
     block holding rows in every slot then takes ``trip`` rows a trip
-    (:func:`trip_rows`), so at most one block per trip.
+    (:func:`trip_rows`), so at most one block per trip.  ``lane``: the
+    elements a lane group's thread holds (:func:`lane_elements`; None:
+    lane_held(held)).
 
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * lane_held(held)
@@ -576,8 +599,8 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     but keeps a block a multiprocessor (LayerNorm's backward over 1024x50257
     on an H200: 1398 us on the 78 blocks within L2, 1177 us on 132).
     """
-    block = row_block(cols, held)
-    lane = lane_held(held)
+    lane = lane_held(held) if lane is None else lane
+    block = row_block(cols, held, lane)
     if cols <= 32 * lane:
         width = 1
         while width * lane < cols:
@@ -585,7 +608,7 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
         needed = -(-rows // (block // width))
     else:
         # only a full block with summed outputs loops over rows by trips
-        full = STRATEGIES[strategy(cols, held, block)] == "full"
+        full = STRATEGIES[strategy(cols, held, block, lane)] == "full"
         needed = -(-rows // trip) if sum_bytes and full else rows
         if rows > 2**31 - 1 and not sum_bytes:
             raise ValueError(f"a row kernel takes at most 2**31 - 1 rows of {cols} "
@@ -912,7 +935,7 @@ def row_kernel_source(op, dtype, block, formats=None):
     lines = [
         *_preamble(op, dtype, block, params, row=True, formats=formats),
         "    // Elements held per thread: a lane group's, or a block's.",
-        f"    constexpr int R = STRATEGY == 0 ? {lane_held(held_elements(op, dtype))} : "
+        f"    constexpr int R = STRATEGY == 0 ? {lane_elements(op, dtype)} : "
         f"{held_elements(op, dtype)};",
         *_scalars(op, dtype),
         "    // One element's values read from memory, in the compute format.",
@@ -934,8 +957,12 @@ def row_kernel_source(op, dtype, block, formats=None):
     # holding them all took the registers of the hungriest (52 for softmax
     # in float32, where its block path alone needs 43), and so fewer threads.
     names = [p.rsplit(" ", 1)[1].lstrip("*") for p in params]
+    # A lane kernel holding more than LANE_HELD_MOST (LANE_SUMMED_HALF) is
+    # bound by the block it runs in, BLOCK, not by the longest row's block.
+    lane_bound = min(block, BLOCK) if lane_elements(op, dtype) > LANE_HELD_MOST else block
     for i, what in enumerate(STRATEGIES):
-        lines += [f'extern "C" __global__ void __launch_bounds__({block}) '
+        bound = lane_bound if i == 0 else block
+        lines += [f'extern "C" __global__ void __launch_bounds__({bound}) '
                   f"{kernel_name(op, dtype, formats)}_{what}(",
                   "        " + ", ".join(params) + ") {",
                   f"    {kernel_name(op, dtype, formats)}_body<{i}>({', '.join(names)});",
