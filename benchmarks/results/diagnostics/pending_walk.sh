@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# walk.patch and lane16.patch on a GPU (written 2026-11-28, eighth
-# session; CPU tests and nvcc 13 compiles only: *_walk in 54-101
-# registers, no spill; lane16's LayerNorm backward lane kernel 128), in
+# walk.patch on a GPU (written 2026-11-28, eighth session; CPU tests and
+# nvcc 13 compiles only: *_walk in 54-101 registers, no spill), in
 # one device call from the project root, logs under $OUT: walk.patch's GPU
 # tests (the cases tagged "walk", run with WALK_MOST raised), the fused
-# reductions' GPU tests (lane16.patch's lane kernels of summed rows in the
-# half formats), then slab_warp.py, whose fourth rule puts every slab of a
+# reductions' GPU tests, then slab_warp.py, whose fourth rule puts every slab of a
 # reduced axis past THREAD_ROW on *_walk beside the tree's rule, the tiles
-# and the warps.  The two patches touch different files.  Prepare on the
+# and the warps.  Prepare on the
 # dev machine (a snapshot is a repository of its own):
 #     bash .ci/gpu-snapshot HEAD snapW
-#     for p in walk lane16; do
-#         git -C snapW apply "$PWD/benchmarks/results/diagnostics/$p.patch"; done
+#     git -C snapW apply "$PWD/benchmarks/results/diagnostics/walk.patch"
 #     rm -rf snapW/.git
+# (lane16.patch landed in dfc0d4e: HEAD has it.)
 # then run with carry [".gpu", "snapW"]:
 #     bash benchmarks/results/diagnostics/pending_walk.sh
 # About 7 minutes on a fresh machine (reduce.cu and the rest compile first,
