@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# walk.patch on a GPU (written 2026-11-28, eighth session; CPU tests and
-# nvcc 13 compiles only: *_walk in 54-101 registers, no spill), in
-# one device call from the project root, logs under $OUT: walk.patch's GPU
-# tests (the cases tagged "walk", run with WALK_MOST raised), the fused
-# reductions' GPU tests, then slab_warp.py, whose fourth rule puts every slab of a
-# reduced axis past THREAD_ROW on *_walk beside the tree's rule, the tiles
-# and the warps.  Prepare on the
-# dev machine (a snapshot is a repository of its own):
+# walk.patch on a GPU (its bounds WALK_MOST 64 and WALK_COLS 8 from
+# slab_walk-NVIDIA-H200.log, 2026-11-28, ninth session; its GPU tests never
+# run yet), in one device call from the project root, logs under $OUT:
+# walk.patch's GPU tests (the cases tagged "walk", run with the bounds
+# raised), the fused reductions' GPU tests, then slab_warp.py, whose
+# fourth rule puts every slab of a reduced axis past THREAD_ROW on *_walk
+# beside the tree's rule (now the patch's bounds), the tiles and the warps.
+# Prepare on the dev machine (a snapshot is a repository of its own):
 #     bash .ci/gpu-snapshot HEAD snapW
 #     git -C snapW apply "$PWD/benchmarks/results/diagnostics/walk.patch"
 #     rm -rf snapW/.git
-# (lane16.patch landed in dfc0d4e: HEAD has it.)
 # then run with carry [".gpu", "snapW"]:
 #     bash benchmarks/results/diagnostics/pending_walk.sh
 # About 7 minutes on a fresh machine (reduce.cu and the rest compile first,
-# about 85 s).  If the walks win somewhere, set WALK_MOST (or a rule on n
-# and inner) from the log, land the patch, then the whole suite and every
-# suite.
+# about 85 s).  If the tests pass and the tree's rule matches the walks'
+# wins, land the patch, then the whole suite and every suite.
 set -u
 source .gpu/setup.sh
 cd snapW || exit 2

@@ -26,7 +26,8 @@ against NumPy (float64 sums, exact extremes and argmax):
 
 so that the sizes around SLAB_LEAST say where the bound belongs.  In a
 tree with ``walk.patch`` (``*_walk``: a thread an output walking its
-column in trips of THREAD_ROW, the bound ``WALK_MOST``), a fourth rule:
+column in trips of THREAD_ROW, the bounds ``WALK_MOST`` and
+``WALK_COLS``), a fourth rule:
 
 * ``walks``: every slab of n > THREAD_ROW on ``*_walk``.
 
@@ -34,6 +35,12 @@ column in trips of THREAD_ROW, the bound ``WALK_MOST``), a fourth rule:
 from 120 elements a slab up, tiles at 24; the tree's bound is now 96.  Both
 lost to torch on slabs of 2-5 columns over very many outer indices
 ((1000000, 12, 2), (200000, 40, 3), (100000, 25, 5)): the walk's cases.
+2026-11-28, ninth session (``slab_walk-NVIDIA-H200.log``, main at dfc0d4e
+with ``walk.patch`` before its bounds, which sent no slab to a walk): on
+slabs of 2-8 columns the walks won at every axis of 9-60 elements (sum_t
+(1000000, 12, 2): 34.7 us against the tree's 72.8 and torch's 37.5) and
+lost at every axis of 90 or more; on 16-30 columns they lost by 4-7%.
+The bounds WALK_MOST 64 and WALK_COLS 8 come from it.
 
 Run on a GPU machine with torch, from the root of a tree that has
 ``*_slab``: ``python benchmarks/results/diagnostics/slab_warp.py``.  The
@@ -64,23 +71,27 @@ CASES = [("argmax_t", (4774, 709, 2), 1), ("sum_t", (20000, 40, 30), 1),
 
 def _rules():
     """({name: apply()}, restore()): each rule is the tree's own
-    ``_plan_short`` under other bounds (``reductions.SLAB_COLS`` and
-    ``SLAB_LEAST``, read at each plan): ``tiles`` takes no slab to a warp,
-    ``warps`` every slab of few columns whatever its size; with
-    ``WALK_MOST`` (walk.patch), ``walks`` every slab on ``*_walk``."""
+    ``_plan_short`` under other bounds (``reductions.SLAB_COLS``,
+    ``SLAB_LEAST``, and in a tree with ``*_walk`` ``WALK_MOST`` and
+    ``WALK_COLS``, read at each plan): ``tiles`` takes no slab to a warp or
+    a walk, ``warps`` every slab of few columns to a warp whatever its size,
+    ``walks`` every slab to ``*_walk``."""
     from handlers.cuda import reductions as R
+    from handlers.cuda.launch import THREAD_ROW
     cols, least = R.SLAB_COLS, R.SLAB_LEAST
-    walk = getattr(R, "WALK_MOST", None)   # a tree with walk.patch
+    walk = (R.WALK_MOST, R.WALK_COLS) if hasattr(R, "WALK_MOST") else None
 
     def bounds(c, n, w=walk):
         def apply():
             R.SLAB_COLS, R.SLAB_LEAST = c, n
-            if w is not None:
-                R.WALK_MOST = w
+            if walk is not None:
+                R.WALK_MOST, R.WALK_COLS = w
         return apply
-    rules = {"tree": bounds(cols, least), "tiles": bounds(0, least), "warps": bounds(cols, 0)}
+    no_walk = (THREAD_ROW, 0)
+    rules = {"tree": bounds(cols, least), "tiles": bounds(0, least, no_walk),
+             "warps": bounds(cols, 0, no_walk)}
     if walk is not None:
-        rules["walks"] = bounds(cols, least, R.SHORT_TILE)
+        rules["walks"] = bounds(cols, least, (R.SHORT_TILE, R.SHORT_TILE))
     return rules, bounds(cols, least)
 
 
