@@ -28,10 +28,10 @@ source .gpu/setup.sh
     && timeout 200 python3 -m pytest -q -p no:cacheprovider -k pycuda \
         tests/test_fused_reduce.py > "$OUT/fused_reduce_tests.log" 2>&1
  echo "fused reduction tests (snapB): rc=$? $(tail -n 1 "$OUT/fused_reduce_tests.log")")
-timeout 200 bash .ci/gpu-ab "$OUT/ln" snapA snapB 1 \
+timeout 170 bash .ci/gpu-ab "$OUT/ln" snapA snapB 1 \
     python3 benchmarks/results/diagnostics/ln_split.py \
     --shapes 4096x50257,1024x50257,500x20001 --dtypes float32,bfloat16
-timeout 150 bash .ci/gpu-ab "$OUT/rows" snapA snapB 1 \
+timeout 120 bash .ci/gpu-ab "$OUT/rows" snapA snapB 1 \
     python3 -m benchmarks reductions --sections fused --no-compile
 for d in ln rows; do
     echo "== $d"; grep -h "shape\|(\|LayerNorm\|cross" "$OUT/$d"/snap?-1.log | head -60
