@@ -863,7 +863,7 @@ KERNELS = {
     # general ones (sum_gen*: GenArgs's 22 ints after the column kernel's
     # arguments) also writes the compute format (NAME_wide), the others only T
     **{f"{family}_{kind}{wide}": ("reduce", fmt)
-       for kinds, fmt in ((("thread", "stride", "lanes", "short", "slab", "rows", "long"),
+       for kinds, fmt in ((("thread", "stride", "walk", "lanes", "short", "slab", "rows", "long"),
                            "PPPPqqqqqi"),
                           (("cols", "cols_vec"), "PPPPqqqqqqii"),
                           (("mid", "mid_vec"), "PPPPqqqqqq"))

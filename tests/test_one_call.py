@@ -446,7 +446,7 @@ def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
     multiprocessor is one wave of 528 chunks, where the threads' 8 gave
     1056, and short rows a wave of 528 tiles; the C path launches that."""
     nbytes, counters = reductions.one_call_scratch(132, 2048)
-    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((100000, 12, 2), 1, "sum_short")):
+    for shape, axis, kernel in (((2**23,), 0, "sum_long"), ((100000, 9, 10), 1, "sum_short")):
         h = Reducer(per_sm=per_sm)
         ops = _scratch_ops((nbytes, counters))
         a, out = _reduced(shape, axis)

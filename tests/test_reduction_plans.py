@@ -51,9 +51,10 @@ EXTENTS = (1, 1, 2, 3, 5, 7, 31, 32, 33, 127, 1000, 4097, 70001)
 #: float32), from ptxas's registers: 64 a thread hold 4 blocks of 256, 48
 #: hold 5; the column kernels are bound to 4 (an argmax's packets of halves
 #: to 3, which ``_blocks`` gives every ``pick_cols_vec``); sum_mid's
-#: 1024-thread blocks of 32 registers hold 2
+#: 1024-thread blocks of 32 registers hold 2; the walks' 64 (an argmax's
+#: 79: 3 blocks) hold 4
 H200_BLOCKS = {"thread": 6, "stride": 4, "lanes": 4, "short": 4, "slab": 6, "rows": 5,
-               "long": 4, "cols": 4, "gen": 4, "mid": 2, "one": 6}
+               "long": 4, "cols": 4, "gen": 4, "mid": 2, "one": 6, "walk": 4}
 #: The occupancies the plans are checked under: "threads", the threads'
 #: limit alone (sm_threads // block: the planners' default, their rule before
 #: they asked the driver); a number, that many blocks of every kernel (at
@@ -166,10 +167,14 @@ def _check_occupancy(plan, width, sms, sm_threads, blocks):
     launch = plan.launch
     kind = launch.kernel.split("_")[1]
     resident = sms * blocks(launch.kernel, launch.block)
-    if kind in ("thread", "stride", "lanes"):   # every output, or a grid-stride cap
+    if kind in ("thread", "stride", "walk", "lanes"):   # every output, or a grid-stride cap
         rows, n = launch.args[:2]
         per_block = BLOCK // R.lane_group(n) * LANE_UNROLL if kind == "lanes" else \
             BLOCK * THREAD_UNROLL
+        if kind == "walk":   # a slab's column of more than THREAD_ROW, up to WALK_MOST
+            assert THREAD_ROW < n <= R.WALK_MOST and 1 < launch.args[2] <= R.WALK_COLS, launch
+            assert launch.grid == max(1, min(-(-rows // per_block), MAX_BLOCKS_PER_SM * sms))
+            return
         assert (kind != "lanes") == (n <= THREAD_ROW) and n <= SHORT_ROW, launch
         assert (kind == "stride") == (launch.args[2] > 1) or kind == "lanes", launch
         if kind == "lanes":   # the kernel's group, from the plan alone
@@ -385,10 +390,12 @@ def test_tuned_plans_stay(occupancy):
 #: (kernel, grid, the first 8 arguments, block, workspace, counters).  Where
 #: the occupancy is the threads' limit they must not move.
 BEFORE = [
-    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (132, 2048),
-     ("sum_short", 1056, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
-    (((1000000, 12, 2), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
-     ("sum_short", 96, (1000000, 12, 2, 1, 1, 0), 256, 0, 0)),
+    # (since: slabs of a few columns and a short axis walk, so the tiles'
+    # case is one of 10 columns, not (1000000, 12, 2))
+    (((1000000, 9, 10), (1,), True, 4, "sum", 1, 0, ""), (132, 2048),
+     ("sum_short", 1056, (1000000, 9, 10, 1, 1, 0), 256, 0, 0)),
+    (((1000000, 9, 10), (1,), True, 4, "sum", 1, 0, ""), (16, 1536),
+     ("sum_short", 96, (1000000, 9, 10, 1, 1, 0), 256, 0, 0)),
     # (since: a reduced axis of up to THREAD_ROW elements takes a thread an
     # output, its elements inner apart, not a tile of whole slabs)
     (((81, 16960, 3, 5), (2,), True, 4, "max", 1, 0, ""), (132, 2048),
@@ -487,7 +494,7 @@ def test_occupancy_below_the_threads_limit_shrinks_the_waves():
     plan = R.plan((8859584,), (0,), True, 4, "min", 132, 2048, 1, 1, blocks_per_sm=four)
     assert plan.launch.kernel == "min_long"
     assert plan.launch.args[3] == plan.launch.grid == 528 and plan.workspace == 528 * 4
-    plan = R.plan((1000000, 12, 2), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
+    plan = R.plan((1000000, 9, 10), (1,), True, 4, "sum", 132, 2048, blocks_per_sm=four)
     assert plan.launch.kernel == "sum_short" and plan.launch.grid == 528
     # 3000 rows of 10^5: fewer than half the warps of 8 blocks a
     # multiprocessor (4224 rows), more than half those of sum_rows's 5 (2640)
@@ -506,7 +513,8 @@ def test_small_slabs_share_a_tile_or_take_a_thread_an_output():
     # per column tile of a few bytes waited on latency (3 ms, 150 ms).  A
     # reduced axis of up to THREAD_ROW elements: a thread an output, its
     # elements inner apart (the third number), every output in the grid's
-    # reach; longer ones: tiles of whole slabs, many a block.
+    # reach; longer ones: tiles of whole slabs, many a block (or a walk,
+    # for slabs of a few columns: test_walk_takes_the_slabs_its_bounds_send).
     for shape, axis in (((13, 8069, 4, 4), 2), ((15158082, 2, 2), 1),
                         ((19054, 3, 3, 41), 2), ((2048, 2, 809), 1)):
         plan = R.plan(shape, (axis,), True, 4, "pick", 132, 2048, 1, 0)
@@ -518,12 +526,12 @@ def test_small_slabs_share_a_tile_or_take_a_thread_an_output():
     # rows: *_thread, the stride 1
     plan = R.plan((1000, 5), (1,), True, 4, "sum", 132, 2048)
     assert plan.launch.kernel == "sum_thread" and plan.launch.args[:3] == (1000, 5, 1)
-    for shape in ((1000000, THREAD_ROW + 1, 2), (500, 9, 200)):
+    for shape in ((1000000, THREAD_ROW + 1, R.WALK_COLS + 1), (500, 9, 200)):
         plan = R.plan(shape, (1,), True, 4, "pick", 132, 2048, 1, 0)
         assert plan.launch.kernel == "pick_short" and plan.launch.args[2] == shape[-1]
 
 
-def test_slabs_of_few_columns_take_a_warp_each():
+def test_slabs_of_few_columns_take_a_warp_each(monkeypatch):
     # (4774, 709, 2) over axis 1 (a random set's miss: a tile per slab, its
     # two outputs on two of a block's eight lane groups) and (20000, 40, 30)
     # (the tutorial's slow layout once): a warp a slab, 8 a block, at most one
@@ -538,12 +546,38 @@ def test_slabs_of_few_columns_take_a_warp_each():
         assert plan.launch.grid == min(-(-outer // 8), 132 * H200_BLOCKS["slab"]), shape
         assert plan.workspace == plan.counters == 0
     # the bounds: at most SLAB_COLS columns, SLAB_LEAST elements or more
+    # (the walks set aside: they take slabs of 4 columns and a short axis first)
+    monkeypatch.setattr(R, "WALK_COLS", 0)
     assert R.SLAB_LEAST // 4 > R.THREAD_ROW   # else *_stride takes the slabs
     cases = (((100000, R.SLAB_LEAST // 4, 4), "sum_slab"),
              ((100000, R.SLAB_LEAST // 4 - 1, 4), "sum_short"),
              ((100000, 40, R.SLAB_COLS), "sum_slab"),
              ((100000, 40, R.SLAB_COLS + 1), "sum_short"))
     for shape, kernel in cases:
+        assert R.plan(shape, (1,), True, 4, "sum", 132, 2048).launch.kernel == kernel, shape
+
+
+def test_walk_takes_the_slabs_its_bounds_send():
+    """``*_walk`` (a thread an output, its column in trips) takes small slabs
+    of at most WALK_COLS columns whose reduced axis is longer than
+    THREAD_ROW and at most WALK_MOST, before the tiles and the warps; wider
+    slabs and longer axes keep theirs, and every plan passes the occupancy
+    rules."""
+    for shape, family in (((1000000, 12, 2), "sum"), ((200000, 40, 3), "max"),
+                          ((100000, 25, 5), "pick"), ((300000, 16, 4), "min"),
+                          ((100000, R.WALK_MOST, R.WALK_COLS), "sum"),
+                          ((1000, THREAD_ROW + 1, 2), "sum")):
+        for sms, threads in DEVICES:
+            plan = R.plan(shape, (1,), True, 4, family, sms, threads)
+            outer, n, inner = shape
+            assert plan.launch.kernel == f"{family}_walk", (shape, plan)
+            assert plan.launch.args[:3] == (outer * inner, n, inner), plan
+            assert plan.workspace == plan.counters == 0
+            _check_occupancy(plan, 4, sms, threads, lambda k, b: max(1, threads // b))
+    for shape, kernel in (((100000, R.WALK_MOST + 1, 3), "sum_slab"),
+                          ((100000, 12, R.WALK_COLS + 8), "sum_slab"),
+                          ((20000, 64, 30), "sum_slab"), ((4774, 709, 2), "sum_slab"),
+                          ((100000, THREAD_ROW, 3), "sum_stride")):
         assert R.plan(shape, (1,), True, 4, "sum", 132, 2048).launch.kernel == kernel, shape
 
 

@@ -434,6 +434,23 @@ def test_large_on_gpu(handler, rng, case):
     run_case(handler, rng, case)
 
 
+#: Small slabs of a reduced axis longer than THREAD_ROW, run with WALK_MOST
+#: and WALK_COLS raised so that ``*_walk`` takes them all (the tree's bounds
+#: send only some): trips of 8 with a partial last one, a column's elements
+#: ``inner`` apart
+WALK = [("walk", (999, 9, 2), 1), ("walk", (300, 12, 3), 1), ("walk", (77, 40, 5), 1),
+        ("walk", (61, 100, 16), 1), ("walk", (45, 64, 30), -2),
+        ("walk-canon", (50, 1, 17, 31), 2)]   # (50, 17, 31) over 1
+
+
+@params(layout_cases(WALK, LAYOUT_KINDS))
+def test_walk_columns(handler, rng, case, monkeypatch):
+    from handlers.cuda import reductions
+    monkeypatch.setattr(reductions, "WALK_MOST", 128)
+    monkeypatch.setattr(reductions, "WALK_COLS", 32)
+    run_case(handler, rng, case)
+
+
 EMPTY = [  # (shape, axis): sums of nothing, and reductions with no result
     ((3, 0, 4), (0, 1)), ((0,), 0), ((0,), None), ((5, 0), 1), ((2, 0, 3), None),
     ((0, 5), 1), ((4, 0, 3), 2), ((0, 7, 2), (1, 2)),

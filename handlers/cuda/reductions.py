@@ -107,6 +107,19 @@ SLAB_COLS = 32
 #: warps won from 120 elements a slab up (1.1-4x), tiles at 24 (3.3x); 96
 #: is three loads a lane, between the two, itself untimed.
 SLAB_LEAST = 96
+#: The longest reduced axis, and the most columns, of a small slab that
+#: ``*_walk`` takes (a thread an output walking its column in trips of
+#: THREAD_ROW; ``*_stride`` takes axes of THREAD_ROW or fewer).  Timed on an
+#: H200 (benchmarks/results/diagnostics/slab_warp.py, its ``walks`` rule:
+#: slab_walk-NVIDIA-H200.log): on slabs of 2-8 columns the walks won at
+#: every axis of 9-60 elements (0.47-0.95x the tree's time; 0.93-1.45x
+#: torch's speed, where the tree's tiles and warps gave 0.44-1.08x) and
+#: lost at every axis of 90 or more (1.15-17x the time: a thread walks too
+#: far alone, on too few threads); on slabs of 16-30 columns, whose warps
+#: use most lanes, they lost by 4-7% (29% on one small case) but for one
+#: tie.  64 sits between 60 and 90, itself untimed.
+WALK_MOST = 64
+WALK_COLS = 8
 #: The most columns a thread of ``*_cols`` (scalar loads) reads, tx apart
 #: (SCALAR_COLS in reduce.cu; ``scalar_cols``)
 SCALAR_COLS = 4
@@ -309,12 +322,13 @@ def _plan_short_rows(rows, n, family, sms, div, kind, suffix, inner=1):
     rows a warp and LANE_UNROLL trips in flight.  A grid as ``plan_one``'s: enough blocks for every
     row, at most MAX_BLOCKS_PER_SM a multiprocessor (the kernel strides
     over the rest, every block the same share: no wave to fit).  With
-    ``inner`` > 1 (n <= THREAD_ROW only: ``_plan_short``'s), a row's
-    elements are ``inner`` apart, the (outer, n, inner) slabs' columns,
-    ``rows`` counts the outputs, outer * inner, and the kernel is
-    ``*_stride`` (``*_thread`` with that stride as its third number)."""
-    if n <= THREAD_ROW:
-        kind_name = "thread" if inner == 1 else "stride"
+    ``inner`` > 1 (``_plan_short``'s), a row's elements are ``inner``
+    apart, the (outer, n, inner) slabs' columns, ``rows`` counts the
+    outputs, outer * inner, and the kernel is ``*_stride`` (``*_thread``
+    with that stride as its third number), or ``*_walk`` past THREAD_ROW
+    elements (the same in trips)."""
+    if n <= THREAD_ROW or inner > 1:
+        kind_name = "thread" if inner == 1 else "stride" if n <= THREAD_ROW else "walk"
         kernel, per_block, third = f"{family}_{kind_name}{suffix}", BLOCK * THREAD_UNROLL, inner
     else:   # the kernel takes its group from the plan: one rule, here
         kernel, third = f"{family}_lanes{suffix}", lane_group(n)
@@ -341,8 +355,11 @@ def _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix, blo
     block's lanes idle on its few outputs: ``argmax_t`` of (4774, 709, 2)
     over axis 1 took 37 us on an H200 against torch's 28), as many warps as
     slabs, at most a wave of the kernel's resident blocks (the warps
-    stride over the rest)."""
-    if n <= THREAD_ROW:
+    stride over the rest).  Slabs of at most WALK_COLS columns whose axis
+    has at most WALK_MOST elements take ``*_walk``, ``*_stride`` in trips
+    (the kernel's third number ``inner``), before either: a warp or a tile
+    of such a slab leaves most lanes a load or two."""
+    if n <= THREAD_ROW or (inner <= WALK_COLS and n <= WALK_MOST):
         return _plan_short_rows(outer * inner, n, family, sms, div, kind, suffix, inner)
     if inner <= SLAB_COLS and n * inner >= SLAB_LEAST:
         kernel, count = f"{family}_slab{suffix}", -(-outer // (BLOCK // 32))
