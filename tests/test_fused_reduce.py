@@ -78,9 +78,10 @@ EPS = 1e-5
 #: Shapes of the summed outputs' tests: lane groups (1, 5, 17, 40, 64 columns;
 #: 5000 rows make hundreds of blocks), a block per row (300, 1000; 1500 rows
 #: fill the GPU; 512 in every slot of its threads) and streaming (20000, with
-#: 16-byte packets; 20001 without).
+#: 16-byte packets; 20001 without; 500 rows: batches of streamed rows, more
+#: than a GPU's blocks take one each, the last one short).
 SUM_SHAPES = [(1, 1), (1, 1000), (7, 5), (33, 17), (64, 300), (4, 3, 40), (5000, 64),
-              (1500, 300), (600, 512), (3, 20000), (2, 20001), (40, 20000)]
+              (1500, 300), (600, 512), (3, 20000), (2, 20001), (40, 20000), (500, 20001)]
 
 
 def close(h, arr, ref, rtol=2e-5, scale=None):
@@ -391,8 +392,8 @@ def test_layer_norm_backward_in_one_kernel(handler, rng, shape):
     close(handler, db, want.reshape(1, d), scale=scale)
 
 
-@pytest.mark.parametrize("shape", [(7, 5), (33, 17), (64, 300), (4, 3, 40), (3, 20000)],
-                         ids=shape_id)
+@pytest.mark.parametrize("shape", [(7, 5), (33, 17), (64, 300), (4, 3, 40), (3, 20000),
+                                   (400, 20000)], ids=shape_id)
 def test_rms_norm_backward_in_one_kernel(handler, rng, shape):
     d = shape[-1]
     x64 = rand(shape, rng)
@@ -410,7 +411,8 @@ def test_rms_norm_backward_in_one_kernel(handler, rng, shape):
     close(handler, dg, want.reshape(1, d), scale=scale)
 
 
-@pytest.mark.parametrize("shape", [(1, 3), (5, 7), (3, 20000), (300, 33)], ids=shape_id)
+@pytest.mark.parametrize("shape", [(1, 3), (5, 7), (3, 20000), (300, 33), (400, 20001)],
+                         ids=shape_id)
 def test_summed_output_without_reductions(handler, rng, shape):
     """A bias gradient beside an elementwise output: a row kernel with no
     reduction; in place too (dx over dy: the sum is of the old dy)."""
@@ -436,7 +438,8 @@ def test_summed_output_of_one_row(handler, rng):
     np.testing.assert_array_equal(handler.get_numpy_copy(db), handler.get_numpy_copy(dy))
 
 
-@pytest.mark.parametrize("shape", [(7, 5), (4, 3, 40), (2, 3000), (2, 20001)], ids=shape_id)
+@pytest.mark.parametrize("shape", [(7, 5), (4, 3, 40), (2, 3000), (2, 20001), (250, 20001)],
+                         ids=shape_id)
 def test_per_row_values_summed(handler, rng, shape):
     """A per-row value assigned to a summed output is broadcast along the
     row, then summed: every column gets the sum of the rows' values (n = 1:
@@ -478,7 +481,8 @@ def test_summed_outputs_of_empty_rows(handler):
     assert handler.get_numpy_copy(db).shape == (0,)
 
 
-@pytest.mark.parametrize("shape", [(5000, 64), (1500, 300), (40, 20000)], ids=shape_id)
+@pytest.mark.parametrize("shape", [(5000, 64), (1500, 300), (40, 20000), (500, 20001)],
+                         ids=shape_id)
 def test_summed_outputs_are_reproducible(make_handler, handler_id, rng, shape):
     """The same bits at every run, whichever block finishes last (no value
     is added atomically), through a bound call and a replayed capture too."""
@@ -682,6 +686,19 @@ def test_declaration_attributes():
 
 
 # ============================================================================ CUDA source
+def test_stream_batch():
+    """Streamed rows with summed outputs go in batches of STREAM_BATCH rows
+    (fewer in float64, whose values take two registers each); an op without
+    summed outputs, or with a per-row output, takes a row at a time."""
+    per_row_and_sums = fused_op("max_and_col_sums", "x", "m:col s:row", "m = max(x); s = x")
+    assert fused_source.stream_batch(LN_BACKWARD, np.float32) == 3
+    assert fused_source.stream_batch(LN_BACKWARD, dtypes.resolve("bf16")) == 3
+    assert fused_source.stream_batch(LN_BACKWARD, np.float64) == 2
+    assert fused_source.stream_batch(BIAS_BACKWARD, np.float32) == 3
+    assert fused_source.stream_batch(SOFTMAX, np.float32) == 1
+    assert fused_source.stream_batch(per_row_and_sums, np.float32) == 1
+
+
 def test_plan_rows():
     """The row kernel's launches: lane groups in blocks of BLOCK threads up
     to 32 * held columns, then a block per row of as few threads as hold it
@@ -773,6 +790,12 @@ def test_plan_rows():
     assert plan(100, 5000, 8, 132, 2048, 8, 0, None, 2) == (100, 640)    # a slot past the row
     assert plan(100, 5120, 8, 132, 2048, 0, 0, None, 2) == (100, 640)    # no sums: a row each
     assert plan(100, 40000, 8, 132, 2048, 8, 0, None, 2) == (100, fused_source.ROW_BLOCK)
+    # a block streaming rows with summed outputs takes batch rows a batch: a
+    # block per batch at most (fused_source.stream_batch)
+    assert plan(100, 40000, 8, 132, 2048, 8, 0, None, 2, None, 3) == (34, fused_source.ROW_BLOCK)
+    assert plan(100, 5120, 8, 132, 2048, 8, 0, None, 1, None, 3) == (100, 640)   # held rows
+    assert plan(100, 40000, 8, 132, 2048, 0, 0, None, 1, None, 3) == (
+        100, fused_source.ROW_BLOCK)   # no sums: a row each
     assert plan(10 ** 6, 5120, 8, 132, 2048, 8, 0, None, 2) == (132 * 3, 640)
     assert fused_source.trip_rows(SOFTMAX, np.float32) == 1                  # no sums
     assert fused_source.trip_rows(BIAS_BACKWARD, np.float32) == 2            # 8 values a row

@@ -204,7 +204,8 @@ def fused_arguments(h, op, args):
             per_sm = h._resident(_loaded(h, op, key, name, bound, formats), block)
         grid, block = fused_source.plan_rows(
             rows, cols, held, h._sms, h._sm_threads, fused_source.sum_bytes(op, h.dtype),
-            h._l2_bytes, per_sm, fused_source.trip_rows(op, h.dtype), lane)
+            h._l2_bytes, per_sm, fused_source.trip_rows(op, h.dtype), lane,
+            fused_source.stream_batch(op, h.dtype))
     else:
         out = args[op.row.out]
         n = out.size

@@ -471,6 +471,30 @@ def trip_rows(op, dtype):
     return max(1, min(TRIP_MOST, TRIP_VALUES[_ctype(dtype)[1]] // per_row))
 
 
+#: The rows a block streaming rows with summed outputs takes a batch
+#: (``fx::stream_rows_sums`` in kernels/fused.cuh), by compute format:
+#: their reductions first, each row's per-row values kept, then one walk
+#: over the columns in which a thread loads the batch's elements of a
+#: column together and adds their terms in registers before one read and
+#: write of its block's partial row.  A row at a time, that partial row was
+#: read and written for every row, in memory: LayerNorm's backward over
+#: 4096x50257 on an H200 took 3679 us, dx alone 1062
+#: (diagnostics/fused_terms).  The most rows whose loads fit a 1024-thread
+#: block's 64 registers: LayerNorm's backward spilled 92 bytes at four rows
+#: of float32 and 182 at three of float64 (nvcc 13, sm_90).
+STREAM_BATCH = {"float": 3, "double": 2}
+
+
+def stream_batch(op, dtype):
+    """The rows a batch that a block streaming ``op``'s rows in ``dtype``
+    takes (:data:`STREAM_BATCH`) for an op with summed outputs and no
+    per-row output (whose store a batch's walk would reorder); else 1 (a
+    row at a time)."""
+    if not op.sums or any(o in op.cols for o in op.outputs):
+        return 1
+    return STREAM_BATCH[_ctype(dtype)[1]]
+
+
 def holds_row_inputs(op, dtype):
     """Whether a row kernel of ``op`` holds its ``:row`` inputs with the
     elements (loaded with them, fields of ``In``): where their count times
@@ -557,7 +581,7 @@ def row_block(cols, held, lane=None):
 
 @functools.lru_cache(maxsize=1024)   # pure; asked at every call of a row op
 def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm=None,
-              trip=1, lane=None):
+              trip=1, lane=None, batch=1):
     """(grid, block) of a row kernel (:func:`row_kernel_source`) over ``rows``
     rows of ``cols`` elements, ``held`` elements per thread of a block
     (:func:`held_elements`), on a GPU of ``sms`` multiprocessors holding
@@ -571,9 +595,10 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     threads do; None: ``sm_threads // block``), and past ``sms`` blocks
     about sms * sqrt(rows / (SUM_SPREAD * cols)) (:data:`SUM_SPREAD`); a
     block holding rows in every slot then takes ``trip`` rows a trip
-    (:func:`trip_rows`), so at most one block per trip.  ``lane``: the
-    elements a lane group's thread holds (:func:`lane_elements`; None:
-    lane_held(held)).
+    (:func:`trip_rows`), so at most one block per trip, and a block
+    streaming rows ``batch`` rows a batch (:func:`stream_batch`), at most
+    one block per batch.  ``lane``: the elements a lane group's thread
+    holds (:func:`lane_elements`; None: lane_held(held)).
 
     The strategy follows from cols and the block (:func:`strategy`, which
     picks the kernel): rows of up to 32 * lane_held(held)
@@ -593,7 +618,8 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     GPU's memory); with summed outputs, at most the resident blocks, as
     each block adds a partial row to combine.
     A streamed row (longer than ROW_BLOCK * held) adds its terms into its
-    block's partial row in memory, reading and writing it once per row: the
+    block's partial row in memory, reading and writing it once per row (once
+    per batch of ``batch`` rows, which add their terms in registers first): the
     grid then keeps the partial rows within half of ``l2_bytes`` (the GPU's
     L2 cache; 0: unknown, no such limit), so that this traffic stays in L2,
     but keeps a block a multiprocessor (LayerNorm's backward over 1024x50257
@@ -607,9 +633,11 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
             width *= 2
         needed = -(-rows // (block // width))
     else:
-        # only a full block with summed outputs loops over rows by trips
-        full = STRATEGIES[strategy(cols, held, block, lane)] == "full"
-        needed = -(-rows // trip) if sum_bytes and full else rows
+        # only a full block with summed outputs loops over rows by trips,
+        # and a streaming one by batches
+        way = STRATEGIES[strategy(cols, held, block, lane)]
+        per_block = {"full": trip, "stream": batch}.get(way, 1) if sum_bytes else 1
+        needed = -(-rows // per_block)
         if rows > 2**31 - 1 and not sum_bytes:
             raise ValueError(f"a row kernel takes at most 2**31 - 1 rows of {cols} "
                              f"elements, got {rows}")
@@ -788,10 +816,10 @@ class _RowContext:
 _COMBINE = {"sum": "fx::Sum", "mean": "fx::Sum", "max": "fx::Max", "min": "fx::Min"}
 
 
-def _row_function(rc):
-    """The body of the row lambda ``row(s, r, live)``: per-row reads, each
-    level of reductions (one pass ``s.each``, then ``s.reduce``), the full
-    outputs (``s.outputs``) and the per-row outputs (one thread)."""
+def _row_reductions(rc):
+    """The start of the row lambda's body: per-row reads, then each level of
+    reductions (one pass ``s.each``, then ``s.reduce``) and the per-row
+    values it allows."""
     c, op, prog = rc.c, rc.op, rc.prog
     lines = ["(void)r;", "(void)live;"]
     for p in op.cols:   # per-row inputs, and per-row outputs whose old value is read
@@ -823,14 +851,30 @@ def _row_function(rc):
                 lines.append(f"{na} = s.reduce({na}, {_COMBINE[ea[1]]}{{}});")
             lines += [f"{n} = {n} / {c}(cols);" for e, n in pair if e[1] == "mean"]
         lines += rc.per_row_statements(level)
+    return lines
+
+
+def _outputs_lambda(rc):
+    """The lambda of the outputs' pass: an element's full outputs and its
+    terms of the summed outputs (``Values``), from its inputs and the row's
+    per-row values (captured)."""
+    prog = rc.prog
+    roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
+    fields = [f"o.{o}" for o in rc.full_outs] + [f"o.sums[{i}]" for i in range(len(rc.sums))]
+    return rc.element_lambda(roots, lambda args: ["Values o;"] + [
+        f"{f} = {a};" for f, a in zip(fields, args)] + ["return o;"], " -> Values")
+
+
+def _row_function(rc):
+    """The body of the row lambda ``row(s, r, live)``: per-row reads, each
+    level of reductions (one pass ``s.each``, then ``s.reduce``), the full
+    outputs (``s.outputs``) and the per-row outputs (one thread)."""
+    prog = rc.prog
+    lines = _row_reductions(rc)
     if rc.full_outs or rc.sums:
         # One pass computes an element's full outputs and its terms of the
         # sums (the strategy adds them to its columns' running sums).
-        roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
-        fields = [f"o.{o}" for o in rc.full_outs] + [f"o.sums[{i}]"
-                                                    for i in range(len(rc.sums))]
-        lam = rc.element_lambda(roots, lambda args: ["Values o;"] + [
-            f"{f} = {a};" for f, a in zip(fields, args)] + ["return o;"], " -> Values")
+        lam = _outputs_lambda(rc)
         what = ("The full outputs." if not rc.sums else "The summed outputs' terms."
                 if not rc.full_outs else "The full outputs and the summed outputs' terms.")
         lines += [f"// {what}", "s.outputs(" + lam[0]] + lam[1:-1] \
@@ -842,6 +886,46 @@ def _row_function(rc):
         lines += [f"    out_{o}[r] = {rc.store_to(o, _cname(prog.results[o]))};"
                   for o in rc.row_outs]
         lines += ["}"]
+    return lines
+
+
+def _row_values(rc):
+    """The C names of the per-row values that the outputs' pass reads
+    (per-row inputs, reductions, per-row statements; not the kernel's
+    scalars), sorted: what a batch of streamed rows keeps for each row."""
+    prog = rc.prog
+    roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
+    stmts, _ = _element_slice(prog, roots)
+    names, stack = set(), roots + [expr for _, expr in stmts]
+    while stack:
+        e = stack.pop()
+        if e[0] == "reduce":
+            names.add(rc.reductions[e])
+        elif e[0] == "ref":
+            if e[1] in prog.per_row and not e[1].startswith("sc:"):
+                names.add(_cname(e[1]))
+        else:
+            stack.extend(_operands(e))
+    return sorted(names)
+
+
+def _batch_functions(rc):
+    """The two halves of the row lambda that ``fx::stream_rows_sums`` runs
+    on a batch of streamed rows: ``row_values(s, r, live)``, the row's
+    reductions returning the per-row values the outputs read (``RowVals``),
+    and ``element(v, e, j)``, an element's ``Values`` from them."""
+    c, names = rc.c, _row_values(rc)
+    lines = ["struct RowVals { " + " ".join(f"{c} {n};" for n in names) + " };",
+             "const auto row_values = [&](auto& s, const long long r, const bool live) {"]
+    lines += [f"    {line}" for line in _row_reductions(rc)]
+    lines += ["    RowVals v;"] + [f"    v.{n} = {n};" for n in names]
+    lines += ["    return v;", "};",
+              "const auto element = [&](const RowVals& v, const In& e, const long long j) {",
+              "    (void)v;"]
+    lines += [f"    const {c} {n} = v.{n};" for n in names]
+    lam = _outputs_lambda(rc)
+    lines += ["    const auto f = " + lam[0]] + [f"    {line}" for line in lam[1:-1]]
+    lines += ["    };", "    return f(e, j, true);", "};"]
     return lines
 
 
@@ -986,9 +1070,19 @@ def _sums_tail(rc):
               "const auto store_sum = [&](const int i, const long long j, const C v) {"]
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
-    lines += ["};",
-              f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY, "
-              f"STRATEGY == 3 ? {trip_rows(rc.op, rc.dtype)} : 1>(",
-              "    rows, cols, aligned, load, load_packets, prefetch, row,",
-              "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
+    lines += ["};"]
+    loop = [f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY, "
+            f"STRATEGY == 3 ? {trip_rows(rc.op, rc.dtype)} : 1>(",
+            "    rows, cols, aligned, load, load_packets, prefetch, row,",
+            "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
+    batch = stream_batch(rc.op, rc.dtype)
+    if batch == 1:
+        return lines + loop
+    # Streamed rows go in batches (STREAM_BATCH): the row lambda in two.
+    lines += _batch_functions(rc)
+    lines += [f"if constexpr (STRATEGY == {STRATEGIES.index('stream')}) {{",
+              f"    fx::stream_rows_sums<T, In, {len(rc.sums)}, {batch}>(",
+              "        rows, cols, aligned, load, load_packets, row_values, element, store,",
+              "        fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);",
+              "} else {"] + [f"    {line}" for line in loop] + ["}"]
     return lines

@@ -142,7 +142,10 @@ template <int K, typename T> __device__ __forceinline__ T ipow(T x) {
 //                       with a row's alignment (rows of odd length go by
 //                       packets from their first 16-byte boundary), so a
 //                       barrier ends each row.  The first row stores instead
-//                       of adding, so nothing clears the row.
+//                       of adding, so nothing clears the row.  An op without
+//                       per-row outputs takes its streamed rows in batches
+//                       instead (stream_rows_sums, below): a thread adds a
+//                       batch's terms of its columns in registers first.
 
 // Asks the L2 cache for the line holding p (no register waits for it).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
@@ -950,6 +953,86 @@ __device__ __forceinline__ void rows_loop_sums(long long rows, long long cols, b
     static_assert(S > 0, "rows_loop_sums sums at least one output");
     rows_impl<T, R, In, S, STRATEGY, TRIP>(rows, cols, aligned, load, load_packets, prefetch,
                                            row, sums, store_sum);
+}
+
+// Streamed rows with S > 0 summed outputs, B rows a batch (the host's
+// fused_source.stream_batch; ops without per-row outputs): each block takes
+// batches of B consecutive rows, batch blockIdx.x first, then every
+// gridDim.x-th.  row_values(s, r, live) runs a row's reductions (StreamRow's
+// passes, by packets where aligned) and returns the per-row values its
+// outputs read; then one walk over the columns gives each element of the
+// batch's rows its outputs, element(v, e, j) -> Values, stored, and adds
+// the batch's terms of a column in registers, the rows in order, before one
+// read and write of the block's partial row.  A thread's columns (t, t +
+// blockDim.x, ...) are the same in every row, so its partial columns are its
+// own (a barrier ends a batch only for its values in shared memory).  Row at a time (rows_impl's streamed
+// rows), that partial row was read and written for every row.  The order of
+// every addition depends only on the shape and the grid.  In place is safe:
+// a batch's reductions have read its rows whole (their barriers) before any
+// store, and a thread stores only what it has loaded.
+template <typename T, typename In, int S, int B, typename Load, typename LoadPackets,
+          typename RowValues, typename Element, typename Store, typename StoreSum>
+__device__ __forceinline__ void stream_rows_sums(long long rows, long long cols, bool aligned,
+                                                 Load load, LoadPackets load_packets,
+                                                 RowValues row_values, Element element,
+                                                 Store store,
+                                                 const GridSums<compute_t<T>>& sums,
+                                                 StoreSum store_sum) {
+    static_assert(S > 0 && B > 0, "stream_rows_sums sums at least one output, in batches");
+    using C = compute_t<T>;
+    __shared__ C scratch[2 * 64];  // per-warp partials of block reductions
+    C* const partial = sums.partials + (long long)blockIdx.x * S * cols;
+    StreamRow<T, In, Load, LoadPackets, 0> s{load, load_packets, scratch, 0, cols,
+                                             aligned, nullptr, true, 0};
+    // A batch's per-row values, the same in every thread (the reductions
+    // give every thread the same bits): in shared memory, as registers held
+    // through the next rows' passes spilled (LayerNorm's backward, float32,
+    // 222 bytes at 4 rows a batch; nvcc 13, sm_90).
+    using V = decltype(row_values(s, 0LL, true));
+    __shared__ V v[B];
+    const long long step = blockDim.x;
+    bool fresh = true;
+    for (long long base = (long long)blockIdx.x * B; base < rows;
+         base += (long long)gridDim.x * B) {
+        const int n = (int)min((long long)B, rows - base);  // block-uniform
+#pragma unroll 1
+        for (int b = 0; b < B; ++b) {
+            if (b < n) {
+                s.r = base + b;
+                const V got = row_values(s, s.r, true);
+                if (threadIdx.x == 0) v[b] = got;
+            }
+        }
+        __syncthreads();  // the batch's values reach every thread
+        for (long long j = threadIdx.x; j < cols; j += step) {
+            In e[B];
+#pragma unroll
+            for (int b = 0; b < B; ++b) {
+                if (b < n) e[b] = load(base + b, j);
+            }
+            C acc[S];
+#pragma unroll
+            for (int b = 0; b < B; ++b) {
+                if (b < n) {
+                    const auto o = element(v[b], e[b], j);
+                    store(base + b, j, o);
+#pragma unroll
+                    for (int i = 0; i < S; ++i) acc[i] = b == 0 ? o.sums[i] : acc[i] + o.sums[i];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < S; ++i) {
+                C* p = partial + i * cols + j;
+                *p = fresh ? acc[i] : *p + acc[i];
+            }
+        }
+        fresh = false;
+        __syncthreads();  // every thread is done with v before the next batch's
+    }
+    if (fresh) {  // no row (an op over no rows, or more blocks than batches): the sums are 0
+        for (long long e = threadIdx.x; e < S * cols; e += blockDim.x) partial[e] = C(0);
+    }
+    finish_sums<S>(sums, cols, store_sum);
 }
 
 }  // namespace fx
