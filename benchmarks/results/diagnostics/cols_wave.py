@@ -1,0 +1,98 @@
+"""Do column reductions over a long axis and a few hundred columns want
+more chunks, or fewer?  The reductions suite's random set of 2026-11-28
+(seed 580685406, at 25872a9) had one case below 0.95x torch: ``sum_t`` of
+(100929, 233) over axis 0, 35.5 us against torch's 33.2 (66% of copy).
+Its plan (``reductions.plan_cols``): rows not 16-byte aligned, so
+``sum_cols`` with four scalar columns a thread, 59 thread columns in 2
+tiles of 32, and ``_chunking`` splits the rows into 263 chunks of 384
+(a wave of 4 blocks a multiprocessor: 526 blocks); the last block of each
+tile then combines its 263 partial rows alone.
+
+This times ours with ``_chunking``'s wave at 1, 2, 4 (the tree's rule: at
+most half the blocks the threads allow, and the column kernels' 4 resident
+blocks, on an H200) and 8 blocks a multiprocessor (two waves), over that case, its neighbours (aligned, wider, narrower,
+longer) and the tuned column shapes, beside torch, every input read from
+DRAM, each result checked against NumPy (float64 for sums).  Nothing in
+the library changes: the process swaps ``reductions._chunking``.
+
+Run from the project root on a GPU machine with torch: ``python
+benchmarks/results/diagnostics/cols_wave.py``; with ``--random SEED ...``,
+the tree against a wave of 2 over the random sets' cases (the reductions
+suite's ``draw_cases``) whose plan that changes, at most 24.
+"""
+import pathlib
+import sys
+
+# Run as a script, this file's directory is on sys.path, not the project root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+
+import variants  # noqa: E402  (this folder's, beside the script)
+
+REPS, CALLS = 15, 10
+CASES = [("sum_t", (100929, 233), 0), ("sum_t", (100929, 232), 0),
+         ("max_t", (100929, 233), 0), ("argmax_t", (100929, 233), 0),
+         ("sum_t", (200000, 117), 0), ("sum_t", (50000, 461), 0),
+         ("sum_t", (25000, 999), 0), ("sum_t", (400000, 61), 0),
+         ("sum_t", (17, 307, 2198), 1), ("mean_t", (5501, 282), 0),
+         ("sum_t", (887, 1806), 0), ("sum_t", (42, 322763), 0),
+         ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0)]
+
+
+def capped(cap):
+    """``_chunking`` with ``cap`` blocks a multiprocessor in its wave, past
+    the kernel's resident blocks too (the tree's rule: at most half the
+    blocks the threads allow and at most those resident, 4 on an H200), so
+    8 is two waves."""
+    from handlers.cuda import reductions as R
+    tree = getattr(R, "_tree_chunking", R._chunking)   # the library's, whatever is swapped in
+    R._tree_chunking = tree
+
+    def rule(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
+        return tree(base, n, ty, trip, sms, 2 * R.BLOCK * cap, cap, deep)
+    return rule
+
+
+def changed_cases(seeds, cap=2, most=24):
+    """The reductions suite's random cases (``draw_cases`` of ``seeds``)
+    whose plan the wave of ``cap`` changes (132 multiprocessors, 4 resident
+    blocks assumed), at most ``most``."""
+    from benchmarks.reductions import RANDOM_BYTES, draw_cases
+    from handlers.cuda import reductions as R
+    tree, found = R._chunking, []
+    for seed in seeds:
+        for c in draw_cases(seed, 48, RANDOM_BYTES):
+            shape = tuple(c["shape"])
+            axis = tuple(c["axis"]) if isinstance(c["axis"], list) else c["axis"]
+            plans = []
+            for rule in (tree, capped(cap)):
+                R._chunking = rule
+                plans.append(R.plan(shape, R._axes(len(shape), axis), True, 4,
+                                    variants.REDUCTION_FAMILY[c["op"]], 132, 2048,
+                                    blocks_per_sm=lambda kernel, block: 4))
+            R._chunking = tree
+            if plans[0] != plans[1] and len(found) < most:
+                found.append((c["op"], shape, axis))
+    return found
+
+
+def main():
+    from handlers.cuda import reductions as R
+    tree = R._chunking
+    use = variants.swapper(R, "_chunking")
+    if "--random" in sys.argv[1:]:   # --random SEED [SEED ...]: the random cases cap2 changes
+        seeds = [int(a) for a in sys.argv[sys.argv.index("--random") + 1:]]
+        variants.compare_rules(f"random-set cases (seeds {seeds}) whose plan a wave of 2 "
+                               "changes", changed_cases(seeds), {"tree": use(tree),
+                                                                 "cap2": use(capped(2))},
+                               use(tree), REPS, CALLS)
+        return
+    rules = {"tree": use(tree)}
+    for cap in (1, 2, 8):
+        rules[f"cap{cap}"] = use(capped(cap))
+    variants.compare_rules("column reductions, _chunking's wave at 1, 2, 8 blocks a "
+                           "multiprocessor beside the tree's (4 on an H200)", CASES, rules,
+                           use(tree), REPS, CALLS)
+
+
+if __name__ == "__main__":
+    main()
