@@ -10,8 +10,9 @@ tile then combines its 263 partial rows alone.
 
 This times ours with ``_chunking``'s wave at 1, 2, 4 (the tree's rule: at
 most half the blocks the threads allow, and the column kernels' 4 resident
-blocks, on an H200) and 8 blocks a multiprocessor (two waves), over that case, its neighbours (aligned, wider, narrower,
-longer) and the tuned column shapes, beside torch, every input read from
+blocks, on an H200) and 8 blocks a multiprocessor (two waves), over that
+case, its neighbours (aligned, wider, narrower, longer) and the tuned
+column shapes, beside torch, every input read from
 DRAM, each result checked against NumPy (float64 for sums).  Nothing in
 the library changes: the process swaps ``reductions._chunking``.
 
