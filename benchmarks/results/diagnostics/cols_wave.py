@@ -11,15 +11,20 @@ tile then combines its 263 partial rows alone.
 This times ours with ``_chunking``'s wave at 1, 2, 4 (the tree's rule: at
 most half the blocks the threads allow, and the column kernels' 4 resident
 blocks, on an H200) and 8 blocks a multiprocessor (two waves), over that
-case, its neighbours (aligned, wider, narrower, longer) and the tuned
-column shapes, beside torch, every input read from
-DRAM, each result checked against NumPy (float64 for sums).  Nothing in
-the library changes: the process swaps ``reductions._chunking``.
+case, its neighbours (aligned, wider, narrower, longer), the tuned
+column shapes and four ``sum_gen`` layouts, beside torch, every input
+read from DRAM, each result checked against NumPy (float64 for sums).
+Nothing in the library changes: the process swaps
+``reductions._chunking``.
 
 Run from the project root on a GPU machine with torch: ``python
-benchmarks/results/diagnostics/cols_wave.py``; with ``--random SEED ...``,
-the tree against a wave of 2 over the random sets' cases (the reductions
-suite's ``draw_cases``) whose plan that changes, at most 24.
+benchmarks/results/diagnostics/cols_wave.py [--all]`` (waves of 2 and 4
+beside the tree's rule; ``--all``: of 1, 2, 4 and 8); with ``--random SEED ...``,
+the tree's rule beside waves of 4 and 2 over the random sets' cases (the
+reductions suite's ``draw_cases``) whose plan a wave of 2 changes from one
+of 4, at most 24.  (The log's first table, of 25872a9, names the waves
+of 1, 2 and 8 ``cap1``, ``cap2`` and ``cap8``, its second ``cap2``; the
+tree's rule there is the wave of 4.)
 """
 import pathlib
 import sys
@@ -36,27 +41,34 @@ CASES = [("sum_t", (100929, 233), 0), ("sum_t", (100929, 232), 0),
          ("sum_t", (25000, 999), 0), ("sum_t", (400000, 61), 0),
          ("sum_t", (17, 307, 2198), 1), ("mean_t", (5501, 282), 0),
          ("sum_t", (887, 1806), 0), ("sum_t", (42, 322763), 0),
-         ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0)]
+         ("sum_t", (1048576, 16), 0), ("max_t", (8192, 4096), 0),
+         # sum_gen (plan_gen), which _chunking chunks too
+         ("sum_t", (7, 300, 5, 400), (1, 3)), ("sum_t", (300, 20, 400, 7), (0, 2)),
+         ("sum_t", (2000, 6, 300, 5), (0, 2)), ("mean_t", (40, 500, 3, 900), (1, 3))]
 
 
 def capped(cap):
-    """``_chunking`` with ``cap`` blocks a multiprocessor in its wave, past
-    the kernel's resident blocks too (the tree's rule: at most half the
-    blocks the threads allow and at most those resident, 4 on an H200), so
-    8 is two waves."""
-    from handlers.cuda import reductions as R
-    tree = getattr(R, "_tree_chunking", R._chunking)   # the library's, whatever is swapped in
-    R._tree_chunking = tree
-
+    """``_chunking`` with a wave of ``cap`` blocks a multiprocessor, past
+    the kernel's resident blocks too (8 is two waves on an H200), whatever
+    the library's own wave (the tree's rule at 25872a9: at most half the
+    blocks the threads allow and at most those resident, 4 on an H200): the
+    same splitting, written here with the wave given."""
     def rule(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
-        return tree(base, n, ty, trip, sms, 2 * R.BLOCK * cap, cap, deep)
+        target = sms * cap
+        chunks = 1
+        if base < target and deep:
+            chunks = max(1, min(-(-target // base), n // (ty * trip)))
+        chunk = -(-n // chunks)
+        if chunks > 1:
+            chunk += -chunk % (ty * trip)
+        return chunk, -(-n // chunk)
     return rule
 
 
-def changed_cases(seeds, cap=2, most=24):
+def changed_cases(seeds, most=24):
     """The reductions suite's random cases (``draw_cases`` of ``seeds``)
-    whose plan the wave of ``cap`` changes (132 multiprocessors, 4 resident
-    blocks assumed), at most ``most``."""
+    whose plan a wave of 2 blocks a multiprocessor changes from a wave of 4
+    (132 multiprocessors, 4 resident blocks assumed), at most ``most``."""
     from benchmarks.reductions import RANDOM_BYTES, draw_cases
     from handlers.cuda import reductions as R
     tree, found = R._chunking, []
@@ -65,7 +77,7 @@ def changed_cases(seeds, cap=2, most=24):
             shape = tuple(c["shape"])
             axis = tuple(c["axis"]) if isinstance(c["axis"], list) else c["axis"]
             plans = []
-            for rule in (tree, capped(cap)):
+            for rule in (capped(4), capped(2)):
                 R._chunking = rule
                 plans.append(R.plan(shape, R._axes(len(shape), axis), True, 4,
                                     variants.REDUCTION_FAMILY[c["op"]], 132, 2048,
@@ -80,18 +92,20 @@ def main():
     from handlers.cuda import reductions as R
     tree = R._chunking
     use = variants.swapper(R, "_chunking")
-    if "--random" in sys.argv[1:]:   # --random SEED [SEED ...]: the random cases cap2 changes
-        seeds = [int(a) for a in sys.argv[sys.argv.index("--random") + 1:]]
-        variants.compare_rules(f"random-set cases (seeds {seeds}) whose plan a wave of 2 "
-                               "changes", changed_cases(seeds), {"tree": use(tree),
-                                                                 "cap2": use(capped(2))},
-                               use(tree), REPS, CALLS)
-        return
     rules = {"tree": use(tree)}
-    for cap in (1, 2, 8):
-        rules[f"cap{cap}"] = use(capped(cap))
-    variants.compare_rules("column reductions, _chunking's wave at 1, 2, 8 blocks a "
-                           "multiprocessor beside the tree's (4 on an H200)", CASES, rules,
+    if "--random" in sys.argv[1:]:   # --random SEED [SEED ...]
+        seeds = [int(a) for a in sys.argv[sys.argv.index("--random") + 1:]]
+        for wave in (4, 2):
+            rules[f"wave{wave}"] = use(capped(wave))
+        variants.compare_rules(f"random-set cases (seeds {seeds}) whose plan a wave of 2 "
+                               "changes from one of 4; the tree's rule beside both",
+                               changed_cases(seeds), rules, use(tree), REPS, CALLS)
+        return
+    waves = (1, 2, 4, 8) if "--all" in sys.argv[1:] else (2, 4)
+    for wave in waves:
+        rules[f"wave{wave}"] = use(capped(wave))
+    variants.compare_rules(f"column reductions, _chunking's wave at {waves} blocks a "
+                           "multiprocessor beside the tree's rule", CASES, rules,
                            use(tree), REPS, CALLS)
 
 
