@@ -69,24 +69,12 @@ def fit(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
 def scan(seeds=range(60)):
     """Print how many of the random sets' plans ``fit`` changes (4 blocks
     a multiprocessor assumed, 132 multiprocessors) and the first 30."""
-    from benchmarks.reductions import RANDOM_BYTES, draw_cases
     from handlers.cuda import reductions as R
-    tree, changed, total = R._chunking, {}, 0
-    for seed in seeds:
-        for c in draw_cases(seed, 48, RANDOM_BYTES):
-            shape, axis = tuple(c["shape"]), c["axis"]
-            axes = R._axes(len(shape), tuple(axis) if isinstance(axis, list) else axis)
-            plans = []
-            for rule in (tree, fit):
-                R._chunking = rule
-                family = variants.REDUCTION_FAMILY[c["op"]]
-                plans.append(R.plan(shape, axes, True, 4, family, 132, 2048,
-                                    blocks_per_sm=lambda kernel, block: 4))
-            total += 1
-            if plans[0] != plans[1]:
-                changed[(c["op"], shape, axes)] = (plans[0].launch.kernel, plans[0].launch.grid,
-                                                   plans[1].launch.grid)
-    R._chunking = tree
+    changed, total = {}, 0
+    for op, shape, _, axes, (tree, fitted) in variants.random_plans(seeds, (R._chunking, fit)):
+        total += 1
+        if tree != fitted:
+            changed[(op, shape, axes)] = (tree.launch.kernel, tree.launch.grid, fitted.launch.grid)
     print(f"{total} cases, {len(changed)} plans change (kernel, tree's grid, fit's grid):")
     for case, grids in list(changed.items())[:30]:
         print(" ", case, grids)

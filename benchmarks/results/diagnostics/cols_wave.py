@@ -34,6 +34,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 
 import variants  # noqa: E402  (this folder's, beside the script)
 
+from handlers.cuda import reductions  # noqa: E402
+
+#: the library's chunking, before any rule is swapped in for it
+LIBRARY_CHUNKING = reductions._chunking
+
 REPS, CALLS = 15, 10
 CASES = [("sum_t", (100929, 233), 0), ("sum_t", (100929, 232), 0),
          ("max_t", (100929, 233), 0), ("argmax_t", (100929, 233), 0),
@@ -48,20 +53,14 @@ CASES = [("sum_t", (100929, 233), 0), ("sum_t", (100929, 232), 0),
 
 
 def capped(cap):
-    """``_chunking`` with a wave of ``cap`` blocks a multiprocessor, past
-    the kernel's resident blocks too (8 is two waves on an H200), whatever
-    the library's own wave (the tree's rule at 25872a9: at most half the
-    blocks the threads allow and at most those resident, 4 on an H200): the
-    same splitting, written here with the wave given."""
+    """The library's ``_chunking`` with a wave of ``cap`` blocks a
+    multiprocessor, past the kernel's resident blocks too (8 is two waves
+    on an H200), whatever the library's own wave (at 25872a9: at most half
+    the blocks the threads allow and at most those resident, 4 on an H200):
+    ``cap`` as the kernel's resident blocks, and threads enough that their
+    share never binds first."""
     def rule(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
-        target = sms * cap
-        chunks = 1
-        if base < target and deep:
-            chunks = max(1, min(-(-target // base), n // (ty * trip)))
-        chunk = -(-n // chunks)
-        if chunks > 1:
-            chunk += -chunk % (ty * trip)
-        return chunk, -(-n // chunk)
+        return LIBRARY_CHUNKING(base, n, ty, trip, sms, 64 * cap * reductions.BLOCK, cap, deep)
     return rule
 
 
@@ -69,29 +68,14 @@ def changed_cases(seeds, most=24):
     """The reductions suite's random cases (``draw_cases`` of ``seeds``)
     whose plan a wave of 2 blocks a multiprocessor changes from a wave of 4
     (132 multiprocessors, 4 resident blocks assumed), at most ``most``."""
-    from benchmarks.reductions import RANDOM_BYTES, draw_cases
-    from handlers.cuda import reductions as R
-    tree, found = R._chunking, []
-    for seed in seeds:
-        for c in draw_cases(seed, 48, RANDOM_BYTES):
-            shape = tuple(c["shape"])
-            axis = tuple(c["axis"]) if isinstance(c["axis"], list) else c["axis"]
-            plans = []
-            for rule in (capped(4), capped(2)):
-                R._chunking = rule
-                plans.append(R.plan(shape, R._axes(len(shape), axis), True, 4,
-                                    variants.REDUCTION_FAMILY[c["op"]], 132, 2048,
-                                    blocks_per_sm=lambda kernel, block: 4))
-            R._chunking = tree
-            if plans[0] != plans[1] and len(found) < most:
-                found.append((c["op"], shape, axis))
-    return found
+    found = [(op, shape, axis) for op, shape, axis, _, (four, two)
+             in variants.random_plans(seeds, (capped(4), capped(2))) if four != two]
+    return found[:most]
 
 
 def main():
-    from handlers.cuda import reductions as R
-    tree = R._chunking
-    use = variants.swapper(R, "_chunking")
+    tree = LIBRARY_CHUNKING
+    use = variants.swapper(reductions, "_chunking")
     rules = {"tree": use(tree)}
     if "--random" in sys.argv[1:]:   # --random SEED [SEED ...]
         seeds = [int(a) for a in sys.argv[sys.argv.index("--random") + 1:]]

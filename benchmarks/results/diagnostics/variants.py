@@ -20,11 +20,12 @@ its backward on a handler with them.
 of one process (``held_handler``), each fused op timed and checked alike
 (``time_op``).
 
-``cols_chunk_rounding``, ``short_slabs`` and ``middle_axis_gen``: one
-reduction timed beside torch under several planning rules swapped in the
-process (``torch_reduction_us``, ``ours_reduction``, against
-``reduction_reference``; ``REDUCTION_FAMILY`` and ``TORCH_REDUCTION``
-name each op's kernel family and torch's function)."""
+``cols_chunk_rounding``, ``cols_wave``, ``short_slabs`` and
+``middle_axis_gen``: one reduction timed beside torch under several
+planning rules swapped in the process (``torch_reduction_us``,
+``ours_reduction``, against ``reduction_reference``; ``REDUCTION_FAMILY``
+and ``TORCH_REDUCTION`` name each op's kernel family and torch's
+function), and the random sets' plans under such rules (``random_plans``)."""
 import contextlib
 import json
 import pathlib
@@ -273,6 +274,32 @@ REDUCTION_FAMILY = {"sum_t": "sum", "mean_t": "sum", "max_t": "max", "min_t": "m
                     "argmax_t": "pick"}
 TORCH_REDUCTION = {"sum_t": "sum", "mean_t": "mean", "max_t": "amax", "min_t": "amin",
                    "argmax_t": "argmax"}
+
+
+def random_plans(seeds, rules, sms=132, sm_threads=2048, per_sm=4):
+    """Each case of the reductions suite's random sets (``draw_cases`` of
+    ``seeds``, 48 a seed) as (op, shape, axis, axes, [its plan under each
+    of ``rules``]), ``rules`` swapped in as ``reductions._chunking`` in
+    turn (the library's restored after), on a device of ``sms``
+    multiprocessors of ``sm_threads`` threads whose kernels hold
+    ``per_sm`` blocks each.  No GPU."""
+    from benchmarks.reductions import RANDOM_BYTES, draw_cases
+    from handlers.cuda import reductions as R
+    library = R._chunking
+    try:
+        for seed in seeds:
+            for c in draw_cases(seed, 48, RANDOM_BYTES):
+                shape = tuple(c["shape"])
+                axis = tuple(c["axis"]) if isinstance(c["axis"], list) else c["axis"]
+                axes = R._axes(len(shape), axis)
+                plans = []
+                for rule in rules:
+                    R._chunking = rule
+                    plans.append(R.plan(shape, axes, True, 4, REDUCTION_FAMILY[c["op"]], sms,
+                                        sm_threads, blocks_per_sm=lambda kernel, block: per_sm))
+                yield c["op"], shape, axis, axes, plans
+    finally:
+        R._chunking = library
 
 
 def reduction_reference(op, host, axis):
