@@ -15,9 +15,16 @@ this cannot check is the CUDA itself: the GPU tests do.
 Run: ``python benchmarks/results/diagnostics/f32_simt_emulation.py`` (about
 a minute; NumPy only).
 """
+import itertools
+
 import numpy as np
 
 KEYS, FWD_ROWS, BWD_ROWS = 32, 64, 32
+
+
+def threads(R):
+    """A block's threads (ty, tx) by each of their R rows i: ty * R + i."""
+    return itertools.product(range(8), range(16), range(R))
 
 
 def stage(src, r0, rows, length, D):
@@ -30,21 +37,16 @@ def stage(src, r0, rows, length, D):
 def scores(a, b, R):
     # acc[ty, tx, i, j] = a[ty*R+i] . b[tx+16j]
     acc = np.zeros((8, 16, R, 2))
-    for ty in range(8):
-        for tx in range(16):
-            for i in range(R):
-                for j in range(2):
-                    acc[ty, tx, i, j] = a[ty * R + i] @ b[tx + 16 * j]
+    for ty, tx, i in threads(R):
+        for j in range(2):
+            acc[ty, tx, i, j] = a[ty * R + i] @ b[tx + 16 * j]
     return acc
 
 
 def add_times(acc, p, b, R, DV):
-    for ty in range(8):
-        for tx in range(16):
-            for i in range(R):
-                for c in range(DV):
-                    acc[ty, tx, i, c] += sum(p[ty * R + i, k] * b[k, tx * DV + c]
-                                             for k in range(KEYS))
+    for ty, tx, i in threads(R):
+        for c in range(DV):
+            acc[ty, tx, i, c] += sum(p[ty * R + i, k] * b[k, tx * DV + c] for k in range(KEYS))
 
 
 def forward(q, k, v, t, s, D, causal, scale):
@@ -93,16 +95,13 @@ def forward(q, k, v, t, s, D, causal, scale):
                         m[ty, tx, i] = mn
                         o[ty, tx, i] *= alpha
             add_times(o, ps, vs, R, DV)
-        for ty in range(8):
-            for tx in range(16):
-                for i in range(R):
-                    qi = q0 + ty * R + i
-                    if qi >= t:
-                        continue
-                    inv = 1 / rsum[ty, tx, i] if rsum[ty, tx, i] > 0 else 0
-                    out[head, qi, tx * DV:(tx + 1) * DV] = o[ty, tx, i] * inv
-                    if tx == 0:
-                        lse[head, qi] = m[ty, tx, i] + np.log(rsum[ty, tx, i])
+        for ty, tx, i in threads(R):
+            qi = q0 + ty * R + i
+            if qi < t:
+                inv = 1 / rsum[ty, tx, i] if rsum[ty, tx, i] > 0 else 0
+                out[head, qi, tx * DV:(tx + 1) * DV] = o[ty, tx, i] * inv
+                if tx == 0:
+                    lse[head, qi] = m[ty, tx, i] + np.log(rsum[ty, tx, i])
     return out, lse
 
 
@@ -133,27 +132,21 @@ def backward_q(q, k, v, out, lse, dout, t, s, D, causal, scale):
             ks, vs = stage(k[head], j0, KEYS, s, D), stage(v[head], j0, KEYS, s, D)
             z, dp = scores(qs, ks, R), scores(gs, vs, R)
             dss = np.full((BWD_ROWS, KEYS + 4), np.nan)
-            for ty in range(8):
-                for tx in range(16):
-                    for i in range(R):
-                        qi = q0 + ty * R + i
-                        for j in range(2):
-                            kj = j0 + tx + 16 * j
-                            seen = qi < t and kj < s and (not causal or kj <= qi)
-                            p = np.exp(z[ty, tx, i, j] * scale - row_lse[ty, i]) if seen else 0
-                            dss[ty * R + i, tx + 16 * j] = (p * (dp[ty, tx, i, j] - d[ty, i])
-                                                            * scale)
+            for ty, tx, i in threads(R):
+                qi = q0 + ty * R + i
+                for j in range(2):
+                    kj = j0 + tx + 16 * j
+                    seen = qi < t and kj < s and (not causal or kj <= qi)
+                    p = np.exp(z[ty, tx, i, j] * scale - row_lse[ty, i]) if seen else 0
+                    dss[ty * R + i, tx + 16 * j] = p * (dp[ty, tx, i, j] - d[ty, i]) * scale
             add_times(acc, dss, ks, R, DV)
-        for ty in range(8):
-            for tx in range(16):
-                for i in range(R):
-                    qi = q0 + ty * R + i
-                    if qi >= t:
-                        continue
-                    dq[head, qi, tx * DV:(tx + 1) * DV] = acc[ty, tx, i]
-                    if tx == 0:
-                        stats[head * t + qi] = row_lse[ty, i]
-                        stats[n * t + head * t + qi] = d[ty, i]
+        for ty, tx, i in threads(R):
+            qi = q0 + ty * R + i
+            if qi < t:
+                dq[head, qi, tx * DV:(tx + 1) * DV] = acc[ty, tx, i]
+                if tx == 0:
+                    stats[head * t + qi] = row_lse[ty, i]
+                    stats[n * t + head * t + qi] = d[ty, i]
     return dq, stats
 
 
@@ -173,27 +166,22 @@ def backward_kv(q, k, v, dout, stats, t, s, D, causal, scale):
             z, dp = scores(ks, qs, R), scores(vs, gs, R)
             ps = np.full((BWD_ROWS, KEYS + 4), np.nan)
             dss = np.full((BWD_ROWS, KEYS + 4), np.nan)
-            for ty in range(8):
-                for tx in range(16):
-                    for i in range(R):
-                        kj = k0 + ty * R + i
-                        for j in range(2):
-                            col = tx + 16 * j
-                            qi = i0 + col
-                            seen = qi < t and kj < s and (not causal or kj <= qi)
-                            p = np.exp(z[ty, tx, i, j] * scale - lses[col]) if seen else 0
-                            ps[ty * R + i, col] = p
-                            dss[ty * R + i, col] = p * (dp[ty, tx, i, j] - ds_[col]) * scale
+            for ty, tx, i in threads(R):
+                kj = k0 + ty * R + i
+                for j in range(2):
+                    col = tx + 16 * j
+                    qi = i0 + col
+                    seen = qi < t and kj < s and (not causal or kj <= qi)
+                    p = np.exp(z[ty, tx, i, j] * scale - lses[col]) if seen else 0
+                    ps[ty * R + i, col] = p
+                    dss[ty * R + i, col] = p * (dp[ty, tx, i, j] - ds_[col]) * scale
             add_times(dva, ps, gs, R, DV)
             add_times(dka, dss, qs, R, DV)
-        for ty in range(8):
-            for tx in range(16):
-                for i in range(R):
-                    kj = k0 + ty * R + i
-                    if kj >= s:
-                        continue
-                    dk[head, kj, tx * DV:(tx + 1) * DV] = dka[ty, tx, i]
-                    dv[head, kj, tx * DV:(tx + 1) * DV] = dva[ty, tx, i]
+        for ty, tx, i in threads(R):
+            kj = k0 + ty * R + i
+            if kj < s:
+                dk[head, kj, tx * DV:(tx + 1) * DV] = dka[ty, tx, i]
+                dv[head, kj, tx * DV:(tx + 1) * DV] = dva[ty, tx, i]
     return dk, dv
 
 
