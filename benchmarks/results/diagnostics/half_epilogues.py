@@ -45,30 +45,20 @@ import sys
 import traceback
 
 import numpy as np
-from nvmath.bindings import cublas
-from nvmath.bindings import cublasLt as lt
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
-from benchmarks.gpu import EventTimer, interleaved, our_captured  # noqa: E402
+import lt_matmul  # noqa: E402  (this folder's, beside the script)
+
 from handlers.cuda.handler import PyCudaHandler  # noqa: E402
 from layers.epilogues import OPS  # noqa: E402
 
 REPEAT, REPS, TOL, WANT = 10, 15, 2e-2, 16
 QUICK = "--quick" in sys.argv[1:]
-RES = 96                           # bytes of one cublasLtMatmulHeuristicResult_t
-WS_BYTES = 64 << 20
-R_32F, R_16BF = 0, 14              # cudaDataType_t
-BIAS_DATA_TYPE = 26                # cublasLtMatmulDescAttributes_t
 
-h32 = PyCudaHandler(np.float32)
+h32 = PyCudaHandler(np.float32)   # kept: the bfloat16 twin lives as long as it does
 h = h32.twin("bfloat16")
-HANDLE, PREF = lt.create(), lt.matmul_preference_create()
-WS = h32.allocate((WS_BYTES // 4,))
-_ws = np.array([WS_BYTES], np.uint64)
-lt.matmul_preference_set_attribute(
-    PREF, int(lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES), _ws.ctypes.data, 8)
-TIMER = EventTimer("pycuda", h.stream)
+S = lt_matmul.Session(h, REPEAT, TOL, 1 if QUICK else WANT)
 rng = np.random.default_rng(0)
 
 
@@ -108,108 +98,25 @@ def gelu_deriv(s, tanh):
     return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * c * (1 + 3 * 0.044715 * s * s)
 
 
-class Lt:
-    """Row-major bfloat16 C (M, N) = op(A) @ op(B) (``dot_mm``'s transa,
-    transb) with a cuBLASLt epilogue, run on our stream by calling it.
-    cuBLASLt sees the column-major C^T = op(B)^T op(A)^T, so its "rows of
-    D" are C's columns: a bias or bias gradient has N elements, BGRAD sums
-    over C's rows, and an aux array holds ``aux_ld`` elements (bits for
-    the ReLU mask) per row of C."""
-
-    def __init__(self, a, b, c, transa=False, transb=False, epilogue="DEFAULT", bias=None,
-                 aux=None, aux_ld=None):
-        M, n = c.shape
-        K = a.shape[0] if transa else a.shape[1]
-        self.name, self.pick, self.best = f"{M}x{K}x{n} {epilogue}", 0, None
-        self.desc = lt.matmul_desc_create(int(cublas.ComputeType.COMPUTE_32F), R_32F)
-        attrs = [(int(lt.MatmulDescAttribute.TRANSA), np.int32(transb)),
-                 (int(lt.MatmulDescAttribute.TRANSB), np.int32(transa)),
-                 (int(lt.MatmulDescAttribute.EPILOGUE),
-                  np.uint32(getattr(lt.Epilogue, epilogue)))]
-        if bias is not None:
-            attrs += [(BIAS_DATA_TYPE, np.int32(R_16BF)),
-                      (int(lt.MatmulDescAttribute.BIAS_POINTER), np.uint64(int(bias.gpudata)))]
-        if aux is not None:
-            attrs += [(int(lt.MatmulDescAttribute.EPILOGUE_AUX_POINTER),
-                       np.uint64(int(aux.gpudata))),
-                      (int(lt.MatmulDescAttribute.EPILOGUE_AUX_LD), np.int64(aux_ld))]
-        for attr, value in attrs:
-            v = np.array([value])
-            lt.matmul_desc_set_attribute(self.desc, attr, v.ctypes.data, v.nbytes)
-        self.la = lt.matrix_layout_create(R_16BF, *((K, n, K) if transb else (n, K, n)))
-        self.lb = lt.matrix_layout_create(R_16BF, *((M, K, M) if transa else (K, M, K)))
-        self.lc = lt.matrix_layout_create(R_16BF, n, M, n)
-        self.ptrs = int(b.gpudata), int(a.gpudata), int(c.gpudata)
-        self.results = np.zeros(RES * WANT, np.uint8)   # the algorithms live here
-        count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(HANDLE, self.desc, self.la, self.lb, self.lc, self.lc, PREF,
-                                     1 if QUICK else WANT, self.results.ctypes.data,
-                                     count.ctypes.data)
-        self.algos = [i for i in range(int(count[0]))   # those whose workspace fits ours
-                      if self.results[i * RES + 64: i * RES + 72].view(np.uint64)[0] <= WS_BYTES]
-        self.scal = np.array([1.0, 0.0], np.float32)    # alpha, beta (host pointers)
-
-    def __call__(self):
-        pb, pa, pc = self.ptrs
-        lt.matmul(HANDLE, self.desc, self.scal.ctypes.data, pb, self.la, pa, self.lb,
-                  self.scal.ctypes.data + 4, pc, self.lc, pc, self.lc,
-                  self.results.ctypes.data + self.algos[self.pick] * RES, int(WS.gpudata),
-                  WS_BYTES, h.stream.handle)
-
-    def search(self, checks):
-        """Time alone each algorithm whose results pass ``checks``; leave
-        ``pick`` at the fastest (``best``: None where none passed)."""
-        found = []
-        for i in range(len(self.algos)):
-            self.pick = i
-            try:
-                if max_err(self, checks) <= TOL:
-                    found.append((timed({"a": graphed(self)}, reps=5)["a"], i))
-            except Exception as e:   # refused at run time: left out
-                print(f"   {self.name} algorithm {i}: {type(e).__name__}: {e}")
-        self.best = min(found)[1] if found else None
-        self.pick = self.best or 0
-        print(f"   {self.name}: {len(self.algos)} algorithms, {len(found)} pass; fastest "
-              + (f"#{self.best}, {min(found)[0]:.1f} us" if found else "none"), flush=True)
-        return self.best is not None
-
-
-def max_err(issue, checks):
-    """Run ``issue()`` once; the largest max |got - want| / max |want| over
-    ``checks``, pairs of (device array, float64 reference)."""
-    issue()
-    return max(float(np.abs(host(a).reshape(w.shape) - w).max() / max(np.abs(w).max(), 1e-30))
-               for a, w in checks)
-
-
-def graphed(issue):
-    """(timer, fn(i)) for ``interleaved``: fn replays REPEAT calls of
-    ``issue()`` captured once in a graph on our stream."""
-    def step(i):
-        for _ in range(REPEAT):
-            issue()
-    return TIMER, our_captured(h, step)
-
-
-def timed(cases, reps=REPS):
-    """{label: us per call} of ``{label: graphed(...)}``, timed interleaved."""
-    ms = interleaved(cases, reps=reps, warmup=2)
-    return {k: v["median"] * 1e3 / REPEAT for k, v in ms.items()}
+def Lt(*args, **kw):
+    """A bfloat16 product with its epilogue on this script's session
+    (``lt_matmul.Lt``)."""
+    return lt_matmul.Lt(S, *args, **kw)
 
 
 def add(cases, label, issue, checks):
     """Time ``issue`` as ``label`` if its results pass ``checks``; else
     print FAILED."""
-    err = max_err(issue, checks)
+    err = S.max_err(issue, checks)
     print(f"   {label}: {'FAILED, ' if err > TOL else ''}max rel err {err:.1e}", flush=True)
     if err <= TOL:
-        cases[label] = graphed(issue)
+        cases[label] = S.graphed(issue)
 
 
 def report(cases):
     """Time ``cases`` interleaved; print each in us per call, and its
     difference from the first."""
-    us = timed(cases)
+    us = S.timed(cases, REPS)
     first = next(iter(us))
     for k, v in us.items():
         diff = f"  ({v - us[first]:+.1f} against {first})" if k != first else ""

@@ -22,27 +22,20 @@ import sys
 import traceback
 
 import numpy as np
-from nvmath.bindings import cublas
-from nvmath.bindings import cublasLt as lt
 
 # Run as a script, this file's directory is on sys.path, not the project root.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
-from benchmarks.gpu import EventTimer, interleaved, optional_peers, our_captured, torch_graphed
-from handlers.cuda.handler import PyCudaHandler
-from layers.epilogues import OPS
+import lt_matmul  # noqa: E402  (this folder's, beside the script)
+
+from benchmarks.gpu import EventTimer, optional_peers, torch_graphed  # noqa: E402
+from handlers.cuda.handler import PyCudaHandler  # noqa: E402
+from layers.epilogues import OPS  # noqa: E402
 
 B, N, REPEAT, REPS, TOL, WANT = 256, 1024, 20, 15, 1e-4, 32
 MASK_LD = 1024      # the ReLU bit mask's leading dimension in bits: >= N, a multiple of 128
-RES = 96            # bytes of one cublasLtMatmulHeuristicResult_t (workspace size at 64)
-WS_BYTES, R_32F = 64 << 20, 0   # R_32F: cudaDataType CUDA_R_32F
 
 h = PyCudaHandler(np.float32)
-HANDLE, PREF = lt.create(), lt.matmul_preference_create()
-WS = h.allocate((WS_BYTES // 4,))
-_ws = np.array([WS_BYTES], np.uint64)
-lt.matmul_preference_set_attribute(
-    PREF, int(lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES), _ws.ctypes.data, 8)
-TIMER = EventTimer("pycuda", h.stream)
+S = lt_matmul.Session(h, REPEAT, TOL, WANT)
 torch = optional_peers().get("torch")
 TORCH_TIMER = EventTimer("torch", module=torch) if torch else None
 rng = np.random.default_rng(0)
@@ -59,91 +52,22 @@ def dev(a, lib="ours"):
     return torch.from_numpy(a).cuda() if lib == "torch" else h.create_from_numpy(a)
 
 
-class Lt:
-    """Row-major C(M, N) = op(A) @ op(B) (``dot_mm``'s transa, transb) with a cuBLASLt
-    epilogue, run on our stream by calling it.  cuBLASLt sees column-major C^T = op(B)^T
-    op(A)^T, so its "rows of D" are C's columns: a bias or bias gradient has N elements (M for
-    BGRADB), BGRAD sums over C's rows, and the mask has MASK_LD bits per row of C.
-    ``pick`` indexes the heuristic's algorithms."""
-
-    def __init__(self, a, b, c, transa=False, transb=False, epilogue="DEFAULT", bias=None,
-                 aux=None):
-        M, n = c.shape
-        K = a.shape[0] if transa else a.shape[1]
-        self.name, self.pick, self.best = f"{M}x{K}x{n} {epilogue}", 0, None
-        self.desc = lt.matmul_desc_create(int(cublas.ComputeType.COMPUTE_32F), R_32F)
-        attrs = [("TRANSA", np.int32(transb)), ("TRANSB", np.int32(transa)),
-                 ("EPILOGUE", np.uint32(getattr(lt.Epilogue, epilogue)))]
-        if bias is not None:
-            attrs.append(("BIAS_POINTER", np.uint64(int(bias.gpudata))))
-        if aux is not None:
-            attrs += [("EPILOGUE_AUX_POINTER", np.uint64(int(aux.gpudata))),
-                      ("EPILOGUE_AUX_LD", np.int64(MASK_LD))]
-        for attr, value in attrs:
-            v = np.array([value])
-            lt.matmul_desc_set_attribute(self.desc, int(getattr(lt.MatmulDescAttribute, attr)),
-                                         v.ctypes.data, v.nbytes)
-        self.la = lt.matrix_layout_create(R_32F, *((K, n, K) if transb else (n, K, n)))
-        self.lb = lt.matrix_layout_create(R_32F, *((M, K, M) if transa else (K, M, K)))
-        self.lc = lt.matrix_layout_create(R_32F, n, M, n)
-        self.ptrs = int(b.gpudata), int(a.gpudata), int(c.gpudata)
-        self.results = np.zeros(RES * WANT, np.uint8)   # the algorithms live here
-        count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(HANDLE, self.desc, self.la, self.lb, self.lc, self.lc, PREF,
-                                     WANT, self.results.ctypes.data, count.ctypes.data)
-        self.algos = [i for i in range(int(count[0]))   # those whose workspace fits ours
-                      if self.results[i * RES + 64: i * RES + 72].view(np.uint64)[0] <= WS_BYTES]
-        self.scal = np.array([1.0, 0.0], np.float32)    # alpha, beta (host pointers)
-
-    def __call__(self):
-        pb, pa, pc = self.ptrs
-        lt.matmul(HANDLE, self.desc, self.scal.ctypes.data, pb, self.la, pa, self.lb,
-                  self.scal.ctypes.data + 4, pc, self.lc, pc, self.lc,
-                  self.results.ctypes.data + self.algos[self.pick] * RES, int(WS.gpudata),
-                  WS_BYTES, h.stream.handle)
-
-    def search(self, checks):
-        """Time alone (5 replays) each algorithm that passes ``checks``; leave ``pick`` and
-        ``best`` at the fastest and run it once (a chain's next product reads its output)."""
-        found = []
-        for i in range(len(self.algos)):
-            self.pick = i
-            try:
-                if max_err(self, checks) <= TOL:
-                    found.append((timed({"a": graphed("lt", self)}, reps=5)["a"], i))
-            except Exception as e:   # refused at run time: left out
-                print(f"   {self.name} algorithm {i}: {type(e).__name__}: {e}")
-        self.best = min(found)[1] if found else None
-        self.pick = self.best or 0
-        if self.algos:
-            self()
-        print(f"   {self.name}: {len(self.algos)} algorithms, {len(found)} pass; fastest "
-              + (f"#{self.best}, {min(found)[0]:.1f} us" if found else "none"), flush=True)
-
-
-def max_err(issue, checks):
-    """Run ``issue()`` once; the largest max |got - want| / max |want| over ``checks``, pairs
-    of (our device array, its float64 reference)."""
-    issue()
-    return max(float(np.abs(h.get_numpy_copy(a) - w).max() / max(np.abs(w).max(), 1e-30))
-               for a, w in checks)
+def Lt(a, b, c, transa=False, transb=False, **kw):
+    """A float32 product with its epilogue on this script's session
+    (``lt_matmul.Lt``), the ReLU mask MASK_LD bits a row of C."""
+    return lt_matmul.Lt(S, a, b, c, transa, transb, aux_ld=MASK_LD, **kw)
 
 
 def graphed(kind, issue):
     """(timer, fn(i)) for ``interleaved``: fn replays REPEAT calls of ``issue()`` captured
     once in a graph, torch's for ``kind`` "torch", else ours (cuBLASLt runs on our stream)."""
+    if kind != "torch":
+        return S.graphed(issue)
+
     def step(i):
         for _ in range(REPEAT):
             issue()
-    if kind == "torch":
-        return TORCH_TIMER, torch_graphed(torch, step)
-    return TIMER, our_captured(h, step)
-
-
-def timed(cases, reps=REPS):
-    """{label: us per call} of ``{label: graphed(...)}``, timed interleaved."""
-    ms = interleaved(cases, reps=reps, warmup=2)
-    return {k: v["median"] * 1e3 / REPEAT for k, v in ms.items()}
+    return TORCH_TIMER, torch_graphed(torch, step)
 
 
 def lt_figure(cases, label, gemms, which, checks):
@@ -159,7 +83,7 @@ def lt_figure(cases, label, gemms, which, checks):
     def run():
         for g in gemms:
             g()
-    err = max_err(run, checks)
+    err = S.max_err(run, checks)
     print(f"   {label}: {'FAILED, ' if err > TOL else ''}max rel err {err:.1e}")
     if err <= TOL:
         cases[label] = graphed("lt", run)
@@ -167,7 +91,7 @@ def lt_figure(cases, label, gemms, which, checks):
 
 def report(cases):
     """Time ``cases`` interleaved; print each in us per call, and its difference from ours."""
-    us = timed(cases)
+    us = S.timed(cases, REPS)
     for k, v in us.items():
         diff = f"  ({v - us['ours']:+.1f} against ours)" if k != "ours" else ""
         print(f"   {k:40s} {v:7.1f} us{diff}", flush=True)
@@ -197,7 +121,7 @@ def product_row(ha, hb, ta, tb):
     g.search([(c_lt, want)])
     for which in ("first", "best"):
         lt_figure(cases, which, [g], which, [(c_lt, want)])
-    return timed(cases), g
+    return S.timed(cases, REPS), g
 
 
 def section_products():
@@ -258,7 +182,7 @@ def backward_layer():
     h1d, w2d, b2d, w3d, d3d = dev(H1), dev(W2), dev(B2), dev(W3), dev(D3)
     h2d, mask = h.allocate((B, N)), h.allocate((MASK_LD * B // 32,))
     forward = Lt(h1d, w2d, h2d, epilogue="RELU_AUX_BIAS", bias=b2d, aux=mask)
-    err = max_err(forward, [(h2d, np.maximum(H1.astype(np.float64) @ W2 + B2, 0))])
+    err = S.max_err(forward, [(h2d, np.maximum(H1.astype(np.float64) @ W2 + B2, 0))])
     print(f"   forward giving h2 and its mask (heuristic #0): max rel err {err:.1e}")
     if err > TOL:
         raise RuntimeError("the forward that writes the mask failed its check")
