@@ -2,8 +2,8 @@
 # The next GPU session's first call (written 2026-11-28, tenth session), from
 # the project root, logs under $OUT, about 8 minutes on a fresh machine:
 #   1. the float32 attention A/B: main (snapA) against a branch `pending`
-#      holding cols_wave2.patch and f32_simt.patch (snapB), the attention
-#      and transformer tests on the GPU first in each tree (WARM: every
+#      holding cols_wave2.patch, f32_simt.patch and tidy.patch (snapB), the
+#      attention and transformer tests on the GPU first in each tree (WARM: every
 #      pycuda float32 case against float64; f32_simt.patch sends float32
 #      attention with head sizes 32 and 64 to new SIMT kernels, compiled
 #      with nvcc 13 for sm_90 only: no spill, at most 156 registers, 44 KB
@@ -17,6 +17,8 @@
 #     git commit -qam "reductions: column chunks in a wave of two blocks a multiprocessor"
 #     git apply benchmarks/results/diagnostics/f32_simt.patch
 #     git commit -qam "attention: float32 on fused SIMT kernels"
+#     git apply benchmarks/results/diagnostics/tidy.patch
+#     git commit -qam "fused_source: one default for a lane's elements, one roots list"
 #     git checkout -q main
 #     bash .ci/gpu-snapshot main snapA && rm -rf snapA/.git snapA/benchmarks/results/runs
 #     bash .ci/gpu-snapshot pending snapB
