@@ -462,10 +462,13 @@ def test_remembered_launches_follow_the_kernels_occupancy(per_sm):
             assert (chunks - 1) * chunk < n <= chunks * chunk
 
 
-def test_chunked_plans_beyond_the_scratch_stay_in_python():
-    """An argmax of the halves over a column axis past 2^31 (pick64: 16-byte
-    states, 8 columns a packet) needs more than the fixed scratch: it is
-    remembered as None, and declined."""
+def test_chunked_plans_beyond_the_scratch_stay_in_python(monkeypatch):
+    """A chunked plan that needs more than the fixed scratch is remembered
+    as None, and declined: an argmax of the halves over a column axis past
+    2^31 (pick64: 16-byte states, 8 columns a packet), 1 MB of states,
+    against a scratch of a quarter of the library's (every plan of today's
+    planners fits the library's: test_chunked_plans_fit_the_one_call_scratch)."""
+    monkeypatch.setattr(reductions, "ONE_CALL_TASK_BYTES", reductions.ONE_CALL_TASK_BYTES // 4)
     dtype = dtypes.resolve("bfloat16")
     nbytes, counters = reductions.one_call_scratch(132, 2048)
     shape = (2**31 + 1, 1280)

@@ -151,20 +151,20 @@ def one_call_scratch(sms, sm_threads):
     * ``plan_rows``: at most resident / 2 rows (counters), at most
       resident // rows chunks each: at most ``resident`` partial states of
       at most 16 bytes.
-    * ``_chunking`` (cols, gen): under resident / 2 tiles (counters), at
-      most ceil(resident / 2 / tiles) chunks each: under ``resident``
+    * ``_chunking`` (cols, gen): under resident / 4 tiles (counters), at
+      most ceil(resident / 4 / tiles) chunks each: under resident / 2
       (tile, chunk) tasks.  A chunked tile is at most 32 thread columns
       (ty >= 8 rows a trip: only the deepest tiles chunk) of a packet of columns
-      each, a state a column: at most 32 * 8 * 8 = 2048 bytes a task (a
-      32-bit argmax of the halves; a double's 16-byte picks come 2 a
-      packet, sums, max and min at most 32 * 8 * 4).
+      each, a state a column: at most 32 * 8 * 16 = 4096 bytes a task (a
+      64-bit argmax, ``pick64``, of the halves; their 32-bit one 2048, a
+      double's 16-byte picks come 2 a packet, sums, max and min at most
+      32 * 8 * 4), under ``resident`` * 2048 bytes in all.
     * ``plan_mid``: columns fewer than the multiprocessors, chunked to
       about one block per multiprocessor: a few KB.
 
-    So the fixed scratch takes every chunked plan but those that need
-    64-bit indices or offsets, which stay on the Python path (``remember``
-    checks each plan): ``pick64`` columns of the halves (16-byte states, 8
-    a packet) and ``sum_mid`` columns of 2^31 packets or more."""
+    So the fixed scratch takes every chunked plan but ``sum_mid`` columns
+    of 2^31 packets or more, which stay on the Python path (``remember``
+    checks each plan)."""
     resident = sms * sm_threads // BLOCK
     return ONE_CALL_TASK_BYTES * resident, resident
 
@@ -430,16 +430,23 @@ def _chunking(base, n, ty, trip, sms, sm_threads, per_sm, deep=True):
     """(chunk, chunks) of a column kernel's n rows, ``base`` tasks before
     chunking, the kernel ``per_sm`` resident blocks a multiprocessor
     (``_per_sm``): too few tasks to give every multiprocessor a wave of
-    the kernel's resident blocks, at most half the blocks its threads
-    allow, split the rows, each chunk whole trips of the block's rows (the
-    kernel's fast loop), only where the tile is ``deep`` (``_deepest``).
-    At most one wave: more would wait for a second.  At most half the
-    threads' blocks (4 of 256 on an H200): each thread's loads keep enough
-    bytes in flight, fewer chunks keep the second stage small, and 4 blocks
-    a multiprocessor beat 8 on the tuned shapes (``plan_cols``); the column
-    kernels are bound to 4 resident blocks (3 for packets of halves), so
-    that is their wave."""
-    target = sms * min(per_sm, sm_threads // BLOCK // 2)
+    the kernel's resident blocks, at most a quarter of the blocks its
+    threads allow, split the rows, each chunk whole trips of the block's
+    rows (the kernel's fast loop), only where the tile is ``deep``
+    (``_deepest``).  At most one wave: more would wait for a second (8
+    blocks a multiprocessor, two waves, took (100929, 233) over axis 0
+    from 35.3 to 54.1 us).  At most a quarter of the threads' blocks (2 of
+    8 on an H200): the last block of each tile combines the tile's chunks
+    alone, so every chunk lengthens that tail, and 2 blocks a
+    multiprocessor still keep enough loads in flight.  On an H200 a wave
+    of 2 beat one of 4 on 19 of 24 random-set cases whose plan it changes
+    and on the tuned shapes (``sum_t`` (100929, 233) over axis 0 35.3 to
+    32.8 us, ``argmax_t`` of (1, 8192, 414) over axis 1 27.0 to 19.1,
+    (17, 307, 2198) over axis 1 20.3 to 15.1, 1Mx16 over axis 0 23.3 to
+    22.3); it lost by 1-10% on long axes over 3-7 columns (``min_t`` of
+    (13811154, 3) over axis 0 46.6 to 51.2 us;
+    ``benchmarks/results/diagnostics/cols_wave-NVIDIA-H200.log``)."""
+    target = sms * min(per_sm, sm_threads // BLOCK // 4)
     chunks = 1
     if base < target and deep:
         chunks = max(1, min(-(-target // base), n // (ty * trip)))
@@ -475,9 +482,9 @@ def plan_cols(outer, n, inner, aligned, width, family, sms, sm_threads, div=1, k
     thread an output, or many slabs to a block's tile: a block per tiny
     tile would wait on latency, not bandwidth).  Too
     few tiles for the device split the rows into chunks (``_chunking``: up
-    to a wave of the kernel's resident blocks, at most 4 per SM on an H200,
-    where 4 blocks per SM beat 8 by 5 points of copy bandwidth on 8192x4096
-    and 1Mx16 over axis 0)."""
+    to a wave of the kernel's resident blocks, at most 2 per SM on an H200,
+    where 2 blocks per SM beat 4, and 4 beat 8, on 8192x4096 and 1Mx16
+    over axis 0)."""
     if n * inner <= SHORT_TILE:   # small slabs: a tile holds many of them
         return _plan_short(outer, n, inner, family, sms, sm_threads, div, kind, suffix,
                            blocks_per_sm)
