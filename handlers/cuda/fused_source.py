@@ -504,6 +504,12 @@ def holds_row_inputs(op, dtype):
     return 0 < rows * held_elements(op, dtype) <= ROW_INPUT_REGISTERS
 
 
+def _lane_or_default(held, lane):
+    """``lane``, the elements a lane group's thread holds, or where None the
+    default for ``held`` elements a thread of a block: ``lane_held(held)``."""
+    return lane_held(held) if lane is None else lane
+
+
 def lane_held(held):
     """The elements a lane group's thread holds where a block's thread holds
     ``held`` (:func:`held_elements`): at most :data:`LANE_HELD_MOST`, a
@@ -564,7 +570,7 @@ def strategy(cols, held, block, lane=None):
     elements, :func:`lane_elements`; None: lane_held(held)), a
     block holding the row up to block * held (``full`` at exactly block *
     held: no slot past the row, so no test of one), else streaming."""
-    if cols <= 32 * (lane_held(held) if lane is None else lane):
+    if cols <= 32 * _lane_or_default(held, lane):
         return 0
     if cols == block * held:
         return 3
@@ -574,7 +580,7 @@ def strategy(cols, held, block, lane=None):
 def row_block(cols, held, lane=None):
     """The block of a row kernel over rows of ``cols`` elements, ``held`` per
     thread of a block, ``lane`` per lane of a lane group (:func:`plan_rows`'s)."""
-    if cols <= 32 * (lane_held(held) if lane is None else lane):
+    if cols <= 32 * _lane_or_default(held, lane):
         return BLOCK
     return min(ROW_BLOCK, -(-cols // (32 * held)) * 32)
 
@@ -625,7 +631,7 @@ def plan_rows(rows, cols, held, sms, sm_threads, sum_bytes=0, l2_bytes=0, per_sm
     but keeps a block a multiprocessor (LayerNorm's backward over 1024x50257
     on an H200: 1398 us on the 78 blocks within L2, 1177 us on 132).
     """
-    lane = lane_held(held) if lane is None else lane
+    lane = _lane_or_default(held, lane)
     block = row_block(cols, held, lane)
     if cols <= 32 * lane:
         width = 1
@@ -854,12 +860,17 @@ def _row_reductions(rc):
     return lines
 
 
+def _output_roots(rc):
+    """The expressions of the full outputs, then of the summed outputs'
+    terms: what the outputs' pass computes for an element."""
+    return [("ref", rc.prog.results[o]) for o in rc.full_outs + rc.sums]
+
+
 def _outputs_lambda(rc):
     """The lambda of the outputs' pass: an element's full outputs and its
     terms of the summed outputs (``Values``), from its inputs and the row's
     per-row values (captured)."""
-    prog = rc.prog
-    roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
+    roots = _output_roots(rc)
     fields = [f"o.{o}" for o in rc.full_outs] + [f"o.sums[{i}]" for i in range(len(rc.sums))]
     return rc.element_lambda(roots, lambda args: ["Values o;"] + [
         f"{f} = {a};" for f, a in zip(fields, args)] + ["return o;"], " -> Values")
@@ -893,8 +904,7 @@ def _row_values(rc):
     """The C names of the per-row values that the outputs' pass reads
     (per-row inputs, reductions, per-row statements; not the kernel's
     scalars), sorted: what a batch of streamed rows keeps for each row."""
-    prog = rc.prog
-    roots = [("ref", prog.results[o]) for o in rc.full_outs + rc.sums]
+    prog, roots = rc.prog, _output_roots(rc)
     stmts, _ = _element_slice(prog, roots)
     names, stack = set(), roots + [expr for _, expr in stmts]
     while stack:
@@ -1070,11 +1080,11 @@ def _sums_tail(rc):
               "const auto store_sum = [&](const int i, const long long j, const C v) {"]
     lines += [f"    if (i == {i}) out_{o}[j] = {rc.store.format('v')};"
               for i, o in enumerate(rc.sums)]
-    lines += ["};"]
+    lines += ["};",
+              "const fx::GridSums<C> grid_sums{sum_partials, sum_counters, sum_group};"]
     loop = [f"fx::rows_loop_sums<T, R, In, {len(rc.sums)}, STRATEGY, "
             f"STRATEGY == 3 ? {trip_rows(rc.op, rc.dtype)} : 1>(",
-            "    rows, cols, aligned, load, load_packets, prefetch, row,",
-            "    fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);"]
+            "    rows, cols, aligned, load, load_packets, prefetch, row, grid_sums, store_sum);"]
     batch = stream_batch(rc.op, rc.dtype)
     if batch == 1:
         return lines + loop
@@ -1083,6 +1093,6 @@ def _sums_tail(rc):
     lines += [f"if constexpr (STRATEGY == {STRATEGIES.index('stream')}) {{",
               f"    fx::stream_rows_sums<T, In, {len(rc.sums)}, {batch}>(",
               "        rows, cols, aligned, load, load_packets, row_values, element, store,",
-              "        fx::GridSums<C>{sum_partials, sum_counters, sum_group}, store_sum);",
+              "        grid_sums, store_sum);",
               "} else {"] + [f"    {line}" for line in loop] + ["}"]
     return lines
