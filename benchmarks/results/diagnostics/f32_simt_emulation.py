@@ -1,5 +1,6 @@
-"""f32_simt.patch's float32 attention kernels written out in NumPy, thread by
-thread, to check their index maps without a GPU (2026-11-28, tenth session).
+"""The float32 attention kernels (``namespace simt`` in kernels/attention.cu,
+landed in 5c85064) written out in NumPy, thread by thread, to check their
+index maps without a GPU (written 2026-11-28, tenth session).
 
 Each kernel's blocks run in turn; a block's 128 threads are its (ty, tx)
 pairs, each phase between two barriers a loop over them, a half warp's
