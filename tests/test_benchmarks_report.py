@@ -231,6 +231,7 @@ def test_verdicts_of_known_results(results):
     assert [(v["met"], v["total"]) for v in gpt] == [(1, 1), (0, 1), (1, 1), (0, 1)]
     assert "1.100x torch.compile, graphed" in gpt[1]["result"]
     assert "0.800x torch SDPA efficient_attention" in gpt[3]["result"]
+    assert "not judged" in gpt[3]["result"]       # timed as issued, not replayed
     assert by["dp", "ours and"] == (1, 2)                # the LSTM check failed
     assert by["dp", "2 GPUs"] == (1, 2)                  # the LSTM's 1.7x < 1.85x
     assert by["dp", "ours on"] == (1, 2)                 # the LSTM's 0.9x DDP < 1.0x
@@ -263,6 +264,19 @@ def test_upload_against_pinned_staging_is_a_headline_row():
     assert faster["result"] == "0.75x the time of (g)"
     got = report.verdicts({"upload": {"results": UPLOAD}})   # no (g): no such verdict
     assert not any("(g)" in v["target"] for v in got)
+
+
+def test_attention_timed_as_issued_is_shown_but_not_judged():
+    # ours 1.5x the fastest backend's speed, but neither side replayed from a
+    # graph: PyTorch's host may be what was timed, so no verdict holds
+    att = {"ms": {"ours": spread([0.4]), "torch SDPA flash_attention": spread([0.6])}}
+    got = report.verdicts({"gpt": {"results": {"attention": att}}})
+    v = next(v for v in got if v["target"].startswith("attention"))
+    assert (v["met"], v["total"]) == (0, 1) and v["unjudged"] == "host-timed"
+    assert v["ratio"] == pytest.approx(1.5)
+    chosen = {"gpt": (None, {"results": {"attention": att}})}
+    table = report.headline_table(chosen)
+    assert "1.50x the speed, host-timed" in table and ">= 0.95x: not judged" in table
 
 
 def test_bias_rows_show_their_bound_where_measured():
