@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The next GPU session's first call (written 2026-11-28, eleventh session),
+# from the project root, logs under $OUT, about 6 minutes on a fresh machine:
+# the half formats' attention A/B, main (snapA) against a branch `pending`
+# holding attention_graphed.patch and tc_attention.patch (snapB): the
+# attention and transformer tests on the GPU first in each tree (WARM:
+# every pycuda bfloat16 and float16 case against float64; tc_attention.patch
+# moves the half formats' kernels from WMMA through shared memory to
+# mma.sync with the scores in registers, compiled with nvcc 13 for sm_90
+# only: no spill, at most 167 registers, 19 KB of shared memory, and
+# tc_attention_emulation.py checks its index maps lane by lane), then
+# tc_attention_ab.py twice in each tree (bf16; snapB's rows add both sides
+# replayed from graphs).
+# Prepare on the dev machine (the pending commits are the ones that land):
+#     git checkout -q -b pending
+#     git apply benchmarks/results/diagnostics/attention_graphed.patch
+#     git commit -qam "gpt: attention judged on both sides replayed from graphs"
+#     git apply benchmarks/results/diagnostics/tc_attention.patch
+#     git commit -qam "attention: half formats on mma.sync, scores in registers"
+#     git checkout -q main
+#     bash .ci/gpu-snapshot main snapA && rm -rf snapA/.git snapA/benchmarks/results/runs
+#     bash .ci/gpu-snapshot pending snapB
+# then run with carry [".gpu", "snapA", "snapB"]:
+#     bash benchmarks/results/diagnostics/pending_gpu.sh
+# Next calls: the whole GPU suite in snapB (its own call, about 265 s:
+#     source .gpu/setup.sh && cd snapB && source prov.sh && JOBS=15 timeout 560 \
+#         bash .ci/gpu-suite /tmp/suite > $OUT/suite_out.txt 2>&1
+# ); if it passes, fast-forward main to pending, then every suite in snapB
+# (reductions train half conv: 440 s; gpt fusion ops upload mxb streams:
+# 340 s) and dp on nvidia-h200-x2.  If only the half attention tests fail,
+# rebuild pending without tc_attention.patch first.
+set -u
+source .gpu/setup.sh
+D=benchmarks/results/diagnostics
+restore() {   # a tree that a timeout left at .ci/gpu-ab's path goes home
+    [ -e snap-ab ] || return 0
+    for d in snapA snapB; do [ -e "$d" ] || { mv snap-ab "$d"; return 0; }; done
+}
+export WARM="python3 -m pytest -q -p no:cacheprovider tests/test_attention.py \
+tests/test_transformer.py -k 'pycuda and (bf16 or f16)'"
+timeout 500 bash .ci/gpu-ab "$OUT/tcattn" snapA snapB 2 python3 $D/tc_attention_ab.py bf16
+restore
+tail -n 3 "$OUT"/tcattn/snap?-warm.log
+grep -h "ours\|flash\|efficient\|cudnn\|check" "$OUT"/tcattn/snap?-[12].log
