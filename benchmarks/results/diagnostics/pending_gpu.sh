@@ -15,20 +15,35 @@
 #     git checkout -q -b pending
 #     git apply benchmarks/results/diagnostics/attention_graphed.patch
 #     git commit -qam "gpt: attention judged on both sides replayed from graphs"
+#     git apply benchmarks/results/diagnostics/provenance_gpu.patch
+#     git commit -qam "provenance: clocks of the GPU the process uses"
 #     git apply benchmarks/results/diagnostics/tc_attention.patch
 #     git commit -qam "attention: half formats on mma.sync, scores in registers"
 #     git checkout -q main
 #     bash .ci/gpu-snapshot main snapA && rm -rf snapA/.git snapA/benchmarks/results/runs
 #     bash .ci/gpu-snapshot pending snapB
-# then run with carry [".gpu", "snapA", "snapB"]:
-#     bash benchmarks/results/diagnostics/pending_gpu.sh
-# Next calls: the whole GPU suite in snapB (its own call, about 265 s:
-#     source .gpu/setup.sh && cd snapB && source prov.sh && JOBS=15 timeout 560 \
-#         bash .ci/gpu-suite /tmp/suite > $OUT/suite_out.txt 2>&1
-# ); if it passes, fast-forward main to pending, then every suite in snapB
-# (reductions train half conv: 440 s; gpt fusion ops upload mxb streams:
-# 340 s) and dp on nvidia-h200-x2.  If only the half attention tests fail,
-# rebuild pending without tc_attention.patch first.
+# Ask `status`; if it lists nvidia-h200-x2, take every call below on it
+# (device time counts the machine, not its GPUs: the suites run two at a
+# time there, and dp needs it anyway); else on nvidia-h200, the suites one
+# list after another with .ci/gpu-bench.
+#  1. carry [".gpu", "snapA", "snapB"] (about 5 minutes with the start):
+#         bash benchmarks/results/diagnostics/pending_gpu.sh
+#  2. carry [".gpu", "snapB"], the whole GPU suite (about 3 minutes on two
+#     GPUs, 4.5 on one):
+#         source .gpu/setup.sh && cd snapB && source prov.sh && JOBS=24 \
+#             timeout 560 bash .ci/gpu-suite /tmp/suite > $OUT/suite_out.txt 2>&1; \
+#             tail -5 $OUT/suite_out.txt
+#     If it passes, fast-forward main to pending (if only the half attention
+#     tests fail, rebuild pending without tc_attention.patch and rerun it).
+#  3. carry [".gpu", "snapB"], every suite but dp (about 8 minutes on two GPUs):
+#         source .gpu/setup.sh && cd snapB && source prov.sh && timeout 590 \
+#             bash .ci/gpu-bench-pair $OUT "reductions train" "half conv gpt fusion" \
+#             "ops upload mxb streams"
+#     (one GPU: .ci/gpu-bench $OUT reductions train half conv, then gpt
+#     fusion ops upload mxb streams, in two calls); the runs come back
+#     packed in $OUT/bench.tgz.
+#  4. carry [".gpu", "snapB"], dp: ... && timeout 400 bash .ci/gpu-bench $OUT dp
+#  5. Device time left: half_epilogues.py --quick (about 2-3 minutes).
 set -u
 source .gpu/setup.sh
 D=benchmarks/results/diagnostics
