@@ -10,7 +10,9 @@
 # only: no spill, at most 167 registers, 19 KB of shared memory, and
 # tc_attention_emulation.py checks its index maps lane by lane), then
 # tc_attention_ab.py twice in each tree (bf16; snapB's rows add both sides
-# replayed from graphs).
+# replayed from graphs), each round also scatter_ab.py (scatter_held.patch:
+# the GPT's embedding gradient, replayed from a graph, checked bit for bit
+# against ufunc.at; 115 us a call in the last GPT breakdown).
 # Prepare on the dev machine (the pending commits are the ones that land):
 #     git checkout -q -b pending
 #     git apply benchmarks/results/diagnostics/attention_graphed.patch
@@ -19,6 +21,8 @@
 #     git commit -qam "provenance: clocks of the GPU the process uses"
 #     git apply benchmarks/results/diagnostics/tc_attention.patch
 #     git commit -qam "attention: half formats on mma.sync, scores in registers"
+#     git apply benchmarks/results/diagnostics/scatter_held.patch
+#     git commit -qam "scatter_add_rows: a warp's running row in a register"
 #     git checkout -q main
 #     bash .ci/gpu-snapshot main snapA && rm -rf snapA/.git snapA/benchmarks/results/runs
 #     bash .ci/gpu-snapshot pending snapB
@@ -34,7 +38,8 @@
 #             timeout 560 bash .ci/gpu-suite /tmp/suite > $OUT/suite_out.txt 2>&1; \
 #             tail -5 $OUT/suite_out.txt
 #     If it passes, fast-forward main to pending (if only the half attention
-#     tests fail, rebuild pending without tc_attention.patch and rerun it).
+#     tests fail, rebuild pending without tc_attention.patch, if only the
+#     scatter tests, without scatter_held.patch, and rerun it).
 #  3. carry [".gpu", "snapB"], every suite but dp (about 8 minutes on two GPUs):
 #         source .gpu/setup.sh && cd snapB && source prov.sh && timeout 590 \
 #             bash .ci/gpu-bench-pair $OUT "reductions train" "half conv gpt fusion" \
@@ -52,8 +57,10 @@ restore() {   # a tree that a timeout left at .ci/gpu-ab's path goes home
     for d in snapA snapB; do [ -e "$d" ] || { mv snap-ab "$d"; return 0; }; done
 }
 export WARM="python3 -m pytest -q -p no:cacheprovider tests/test_attention.py \
-tests/test_transformer.py -k 'pycuda and (bf16 or f16)'"
-timeout 500 bash .ci/gpu-ab "$OUT/tcattn" snapA snapB 2 python3 $D/tc_attention_ab.py bf16
+tests/test_transformer.py -k 'pycuda and (bf16 or f16)' && python3 -m pytest -q \
+-p no:cacheprovider tests/test_ops.py -k 'pycuda and scatter'"
+timeout 500 bash .ci/gpu-ab "$OUT/tcattn" snapA snapB 2 \
+    bash -c "python3 $D/tc_attention_ab.py bf16; python3 $D/scatter_ab.py"
 restore
 tail -n 3 "$OUT"/tcattn/snap?-warm.log
-grep -h "ours\|flash\|efficient\|cudnn\|check" "$OUT"/tcattn/snap?-[12].log
+grep -h "ours\|flash\|efficient\|cudnn\|check\|scatter" "$OUT"/tcattn/snap?-[12].log
