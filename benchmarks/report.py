@@ -497,12 +497,12 @@ def gpt_verdicts(r):
         if not fastest:
             continue
         best, peer_ms, speed = fastest
-        ours_ms = ms[OURS_CAPTURED if best.endswith(", graphed") else OURS]
         # Timed one call between events, a side whose host issues more slowly
         # than its kernels run is timed by its host: PyTorch's backends, whose
         # kernels differ several-fold, all took 0.5-0.7 ms so.  Only both
         # sides replayed from graphs give device times to judge.
         device_timed = OURS_CAPTURED in ms and best.endswith(", graphed")
+        ours_ms = ms[OURS_CAPTURED if device_timed else OURS]
         out.append(verdict("gpt", f"attention forward + backward{label} >= "
                                   f"{ATTENTION_TARGET}x the speed of PyTorch's fastest "
                                   f"SDPA backend, both replayed from graphs",

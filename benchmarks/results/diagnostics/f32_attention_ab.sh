@@ -16,7 +16,7 @@ source .gpu/setup.sh
 D=benchmarks/results/diagnostics
 export WARM="python3 -m pytest -q -p no:cacheprovider tests/test_attention.py \
 tests/test_transformer.py -k 'pycuda-f32'"
-timeout 420 bash .ci/gpu-ab $OUT/f32attn snapA snapB 2 python3 $D/f32_attention_ab.py
+timeout 420 bash .ci/gpu-ab $OUT/f32attn snapA snapB 2 python3 $D/attention_ab.py f32
 unset WARM
 tail -n 3 $OUT/f32attn/snapB-warm.log
 grep -h "ours\|efficient\|check" $OUT/f32attn/snap*-[12].log

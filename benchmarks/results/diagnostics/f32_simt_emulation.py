@@ -187,6 +187,8 @@ def backward_kv(q, k, v, dout, stats, t, s, D, causal, scale):
 
 
 def reference(q, k, v, dout, causal, scale):
+    """Attention and its gradients written out directly, float64: out, lse,
+    dq, dk, dv."""
     z = np.einsum("ntd,nsd->nts", q, k) * scale
     t, s = z.shape[-2:]
     if causal:
@@ -194,21 +196,42 @@ def reference(q, k, v, dout, causal, scale):
     mx = z.max(-1, keepdims=True)
     e = np.exp(z - mx)
     p = e / e.sum(-1, keepdims=True)
-    o = p @ v
     lse = (mx + np.log(e.sum(-1, keepdims=True)))[..., 0]
     dp = dout @ v.transpose(0, 2, 1)
     ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
-    return o, lse, ds @ k, ds.transpose(0, 2, 1) @ q, p.transpose(0, 2, 1) @ dout
+    return p @ v, lse, ds @ k, ds.transpose(0, 2, 1) @ q, p.transpose(0, 2, 1) @ dout
 
 
-rng = np.random.default_rng(0)
-for (n, t, s, D, causal) in [(2, 70, 70, 64, True), (1, 5, 40, 32, False), (1, 40, 5, 64, False),
-                             (1, 37, 45, 32, True), (1, 33, 33, 64, False)]:
-    q, k, v, g = (rng.standard_normal(sh) for sh in ((n, t, D), (n, s, D), (n, s, D), (n, t, D)))
-    scale = 1 / np.sqrt(D)
-    want = reference(q, k, v, g, causal, scale)
-    out, lse = forward(q, k, v, t, s, D, causal, scale)
-    dq, stats = backward_q(q, k, v, out, lse, g, t, s, D, causal, scale)
-    dk, dv = backward_kv(q, k, v, g, stats, t, s, D, causal, scale)
-    errs = [np.abs(a - b).max() / np.abs(b).max() for a, b in zip((out, lse, dq, dk, dv), want)]
-    print((n, t, s, D, causal), ["%.1e" % e for e in errs])
+def compare(kernels, shapes, seed=0):
+    """Run an emulation's three kernels ``(forward, backward_q,
+    backward_kv)``, each taking what the one before gives, on random inputs
+    of each (n, t, s, D, causal) in ``shapes`` against :func:`reference`;
+    prints each shape's relative errors and returns the worst."""
+    forward, backward_q, backward_kv = kernels
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for (n, t, s, D, causal) in shapes:
+        q, k, v, g = (rng.standard_normal(sh) for sh in ((n, t, D), (n, s, D), (n, s, D),
+                                                          (n, t, D)))
+        scale = 1 / np.sqrt(D)
+        want = reference(q, k, v, g, causal, scale)
+        out, lse = forward(q, k, v, t, s, D, causal, scale)
+        dq, stats = backward_q(q, k, v, out, lse, g, t, s, D, causal, scale)
+        dk, dv = backward_kv(q, k, v, g, stats, t, s, D, causal, scale)
+        errs = [np.abs(a - b).max() / np.abs(b).max()
+                for a, b in zip((out, lse, dq, dk, dv), want)]
+        worst = max(worst, *errs)
+        print((n, t, s, D, causal), "out lse dq dk dv:", " ".join("%.1e" % e for e in errs))
+    print(f"worst relative error against float64 attention: {worst:.1e}")
+    return worst
+
+
+def main():
+    worst = compare((forward, backward_q, backward_kv),
+                    [(2, 70, 70, 64, True), (1, 5, 40, 32, False), (1, 40, 5, 64, False),
+                     (1, 37, 45, 32, True), (1, 33, 33, 64, False)])
+    return 0 if worst < 1e-12 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

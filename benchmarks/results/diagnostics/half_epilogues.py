@@ -42,7 +42,6 @@ project root on a GPU machine with nvmath-python:
 import math
 import pathlib
 import sys
-import traceback
 
 import numpy as np
 
@@ -229,10 +228,4 @@ def gelu_layer(M=8192, D=512, F=2048):
 print(f"bfloat16 in and out, float32 accumulation; {REPEAT} calls a graph, median of {REPS} "
       f"replays; {'the heuristic first algorithm' if QUICK else f'the fastest of {WANT}'}",
       flush=True)
-for section in (relu_layer, gelu_layer):
-    try:
-        section()
-    except Exception:
-        print("section failed:")
-        traceback.print_exc()
-    sys.stdout.flush()
+lt_matmul.run_sections((relu_layer, gelu_layer))

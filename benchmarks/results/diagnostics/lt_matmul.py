@@ -7,7 +7,12 @@ handle, the heuristic's preference and workspace, a timer on the handler's
 stream, and the check and timing of a call (``max_err``, ``graphed``,
 ``timed``).  ``Lt`` is one row-major product with its epilogue, its
 algorithm picked by ``search`` among those whose results pass a check.
+``run_sections`` runs a script's sections, a failing one reported and
+passed over.
 """
+import sys
+import traceback
+
 import numpy as np
 from nvmath.bindings import cublas
 from nvmath.bindings import cublasLt as lt
@@ -127,3 +132,15 @@ class Lt:
         print(f"   {self.name}: {len(self.algos)} algorithms, {len(found)} pass; fastest "
               + (f"#{self.best}, {min(found)[0]:.1f} us" if found else "none"), flush=True)
         return self.best is not None
+
+
+def run_sections(sections):
+    """Call each of ``sections`` in turn; one that raises prints its
+    traceback and the rest still run (a section is a table of its own)."""
+    for section in sections:
+        try:
+            section()
+        except Exception:
+            print("section failed:")
+            traceback.print_exc()
+        sys.stdout.flush()

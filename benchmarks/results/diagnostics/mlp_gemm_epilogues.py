@@ -237,11 +237,5 @@ def backward_layer():
 
 print(f"float32, TF32 off, batch {B}; torch {torch.__version__ if torch else 'absent'}; "
       f"{REPEAT} calls a graph, median of {REPS} replays", flush=True)
-for section in (section_products, lambda: forward_layer("layer 1", X, W1, B1),
-                lambda: forward_layer("layer 2", H1, W2, B2), backward_layer):
-    try:
-        section()
-    except Exception:
-        print("section failed:")
-        traceback.print_exc()
-    sys.stdout.flush()
+lt_matmul.run_sections((section_products, lambda: forward_layer("layer 1", X, W1, B1),
+                        lambda: forward_layer("layer 2", H1, W2, B2), backward_layer))

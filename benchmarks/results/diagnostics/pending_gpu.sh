@@ -9,7 +9,7 @@
 # mma.sync with the scores in registers, compiled with nvcc 13 for sm_90
 # only: no spill, at most 167 registers, 19 KB of shared memory, and
 # tc_attention_emulation.py checks its index maps lane by lane), then
-# tc_attention_ab.py twice in each tree (bf16; snapB's rows add both sides
+# attention_ab.py bf16 twice in each tree (snapB's rows add both sides
 # replayed from graphs), each round also scatter_ab.py (scatter_held.patch:
 # the GPT's embedding gradient, replayed from a graph, checked bit for bit
 # against ufunc.at; 115 us a call in the last GPT breakdown).
@@ -60,7 +60,7 @@ export WARM="python3 -m pytest -q -p no:cacheprovider tests/test_attention.py \
 tests/test_transformer.py -k 'pycuda and (bf16 or f16)' && python3 -m pytest -q \
 -p no:cacheprovider tests/test_ops.py -k 'pycuda and scatter'"
 timeout 500 bash .ci/gpu-ab "$OUT/tcattn" snapA snapB 2 \
-    bash -c "python3 $D/tc_attention_ab.py bf16; python3 $D/scatter_ab.py"
+    bash -c "python3 $D/attention_ab.py bf16; python3 $D/scatter_ab.py"
 restore
 tail -n 3 "$OUT"/tcattn/snap?-warm.log
 grep -h "ours\|flash\|efficient\|cudnn\|check\|scatter" "$OUT"/tcattn/snap?-[12].log

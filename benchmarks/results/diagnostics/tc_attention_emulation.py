@@ -13,12 +13,19 @@ column 2 t + e % 2.  The kernels' own parts (the lanes' addresses, the
 score blocks packed as A operands, the masks, the rows each lane stores)
 are transliterated from the patch.  Everything is float64 (no rounding to
 bfloat16), so the kernels must match attention written out directly
-(float64 NumPy) to rounding; the CUDA itself only the GPU tests check.
+(float64 NumPy: ``f32_simt_emulation.reference``) to rounding; the CUDA
+itself only the GPU tests check.
 
 Run: ``python benchmarks/results/diagnostics/tc_attention_emulation.py``
 (NumPy only, under a minute).
 """
+import pathlib
+import sys
+
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from f32_simt_emulation import compare  # noqa: E402  (this folder's, beside the script)
 
 TILE, WARPS = 64, 4
 L = np.arange(32)
@@ -246,39 +253,10 @@ def backward_kv(q, k, v, dout, stats, t, s, D, causal, scale):
     return dk, dv
 
 
-def reference(q, k, v, dout, causal, scale):
-    """Attention and its gradients written out directly, float64."""
-    z = np.einsum("ntd,nsd->nts", q, k) * scale
-    t, s = z.shape[-2:]
-    if causal:
-        z = np.where(np.arange(s)[None, :] > np.arange(t)[:, None], -np.inf, z)
-    mx = z.max(-1, keepdims=True)
-    e = np.exp(z - mx)
-    p = e / e.sum(-1, keepdims=True)
-    lse = (mx + np.log(e.sum(-1, keepdims=True)))[..., 0]
-    dp = dout @ v.transpose(0, 2, 1)
-    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
-    return p @ v, lse, ds @ k, ds.transpose(0, 2, 1) @ q, p.transpose(0, 2, 1) @ dout
-
-
 def main():
-    rng = np.random.default_rng(0)
-    worst = 0.0
-    for (n, t, s, D, causal) in [(1, 70, 70, 64, True), (1, 5, 40, 32, False),
-                                 (1, 40, 5, 64, False), (1, 37, 45, 32, True),
-                                 (1, 130, 130, 64, True)]:
-        q, k, v, g = (rng.standard_normal(sh) for sh in ((n, t, D), (n, s, D), (n, s, D),
-                                                          (n, t, D)))
-        scale = 1 / np.sqrt(D)
-        want = reference(q, k, v, g, causal, scale)
-        out, lse = forward(q, k, v, t, s, D, causal, scale)
-        dq, stats = backward_q(q, k, v, out, lse, g, t, s, D, causal, scale)
-        dk, dv = backward_kv(q, k, v, g, stats, t, s, D, causal, scale)
-        errs = [np.abs(a - b).max() / np.abs(b).max()
-                for a, b in zip((out, lse, dq, dk, dv), want)]
-        worst = max(worst, *errs)
-        print((n, t, s, D, causal), "out lse dq dk dv:", " ".join("%.1e" % e for e in errs))
-    print(f"worst relative error against float64 attention: {worst:.1e}")
+    worst = compare((forward, backward_q, backward_kv),
+                    [(1, 70, 70, 64, True), (1, 5, 40, 32, False), (1, 40, 5, 64, False),
+                     (1, 37, 45, 32, True), (1, 130, 130, 64, True)])
     return 0 if worst < 1e-12 else 1
 
 
